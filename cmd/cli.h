@@ -1,0 +1,102 @@
+/*
+ * cli.h - what every command file shares: the typed option table, the
+ * command descriptor, and error/exit helpers.
+ *
+ * Exit codes: 0 success, 1 runtime error, 2 usage error, 130 interrupted.
+ */
+#ifndef RVL_CLI_H
+#define RVL_CLI_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "ruvllm.h"
+
+enum { EXIT_RUNTIME = 1, EXIT_USAGE = 2, EXIT_INTERRUPTED = 130 };
+
+typedef enum {
+    OPT_FLAG,    /* bool, no argument */
+    OPT_INT,     /* long long within [min, max] */
+    OPT_FLOAT,   /* double within [min, max] */
+    OPT_STRING,  /* const char * */
+    OPT_CHOICE,  /* const char *, one of `choices` ("a|b|c") */
+    OPT_LIST,    /* repeatable string: appended to an opt_list */
+} opt_kind;
+
+/* How a shell should complete an option's argument or a positional. */
+typedef enum { COMPL_NONE, COMPL_FILE, COMPL_DIR } compl_kind;
+
+typedef struct {
+    const char **items;
+    int n, cap;
+} opt_list;
+
+typedef struct {
+    opt_kind kind;
+    char shrt;             /* 0: long only */
+    const char *lng;       /* without the dashes */
+    const char *argname;   /* NULL for flags */
+    const char *help;      /* one line */
+    const char *def;       /* default shown in --help/man; NULL: none */
+    void *value;           /* bool*, long long*, double*, const char**, opt_list* */
+    double min, max;       /* for INT and FLOAT */
+    const char *choices;   /* for CHOICE */
+    compl_kind compl;
+} rvl_opt;
+
+typedef struct rvl_cmd {
+    const char *name;         /* from commands.def, set at start-up */
+    const char *summary;      /* from commands.def */
+    const char *synopsis;     /* after "ruvllm NAME ": e.g. "[options] FILE..." */
+    const char *description;  /* paragraphs separated by blank lines */
+    const char *man_extra;    /* extra man sections in roff, or NULL */
+    const char *examples;     /* lines "command\tcomment", or NULL */
+    rvl_opt *opts;            /* terminated by an entry with lng == NULL */
+    compl_kind pos_compl;     /* what positionals are */
+    int min_pos, max_pos;     /* max_pos < 0: unlimited */
+    int (*main)(struct rvl_cmd *cmd, int argc, char **argv);
+    const char *issue;        /* non-NULL: not implemented yet, names the issue */
+} rvl_cmd;
+
+/* Every command's table ends with this: -h/--help is common to all. */
+#define OPT_END {OPT_FLAG, 'h', "help", NULL, "show this help and exit", NULL, NULL, 0, 0, NULL, COMPL_NONE}, \
+                {0, 0, NULL, NULL, NULL, NULL, NULL, 0, 0, NULL, COMPL_NONE}
+
+/* Parse argv[1..] by cmd->opts; positionals are compacted into argv and
+ * their count returned in *npos (argv[0..npos-1]). On a usage error this
+ * prints the message and exits 2; on --help prints help and exits 0. */
+void cli_parse(rvl_cmd *cmd, int argc, char **argv, int *npos);
+
+void cli_print_help(const rvl_cmd *cmd, FILE *out);
+void cli_print_man(const rvl_cmd *cmd, FILE *out);
+
+/* "ruvllm CMD: message" on stderr. */
+void cli_err(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Prints the message and exits 2 (adds "try 'ruvllm CMD --help'"). */
+_Noreturn void cli_usage(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Map an RVL_E* code to an exit status (RVL_EINTR -> 130, else 1). */
+int cli_exit_code(int rc);
+/* Print rvl_errmsg() for a failed lib call and return the exit status. */
+int cli_fail(const char *cmd, int rc);
+
+/* The closest of `cands` (NULL-terminated) to `word`, or NULL. */
+const char *cli_suggest(const char *word, const char *const *cands);
+
+/* All commands, from commands.def. */
+extern rvl_cmd *const cli_commands[];
+extern const int cli_n_commands;
+rvl_cmd *cli_find(const char *name);
+
+#define CMD(name, ident, summary) extern rvl_cmd cmd_##ident##_desc;
+#include "commands.def"
+#undef CMD
+
+/* Shared options for commands that take a model. */
+#define OPT_MODEL(var) {OPT_STRING, 'm', "model", "FILE", \
+    "model file (default: $RUVLLM_MODEL, then the cached default model)", NULL, &(var), 0, 0, NULL, COMPL_FILE}
+
+/* Helper for unimplemented commands. */
+int cli_not_implemented(rvl_cmd *cmd, int argc, char **argv);
+
+#endif

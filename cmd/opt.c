@@ -1,0 +1,489 @@
+/*
+ * opt.c - the option table: parsing, --help, man pages, suggestions.
+ *
+ * One table per command (see cli.h) is the single source for parsing,
+ * `--help`, the man page OPTIONS section and the shell completions.
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+
+/* ====================================================================
+ * Errors
+ * ==================================================================== */
+
+void cli_err(const char *cmd, const char *fmt, ...)
+{
+    va_list ap;
+    fflush(stdout);
+    fprintf(stderr, "ruvllm%s%s: ", cmd ? " " : "", cmd ? cmd : "");
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+}
+
+_Noreturn void cli_usage(const char *cmd, const char *fmt, ...)
+{
+    va_list ap;
+    fflush(stdout);
+    fprintf(stderr, "ruvllm%s%s: ", cmd ? " " : "", cmd ? cmd : "");
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+    fprintf(stderr, "try 'ruvllm %s%s--help' for more information\n", cmd ? cmd : "",
+            cmd ? " " : "");
+    exit(EXIT_USAGE);
+}
+
+int cli_exit_code(int rc)
+{
+    return rc == RVL_EINTR ? EXIT_INTERRUPTED : EXIT_RUNTIME;
+}
+
+int cli_fail(const char *cmd, int rc)
+{
+    const char *m = rvl_errmsg();
+    cli_err(cmd, "%s", *m ? m : rvl_strerror(rc));
+    return cli_exit_code(rc);
+}
+
+int cli_not_implemented(rvl_cmd *cmd, int argc, char **argv)
+{
+    (void)argc;
+    (void)argv;
+    cli_err(cmd->name, "not implemented yet (%s)", cmd->issue);
+    return EXIT_RUNTIME;
+}
+
+/* ====================================================================
+ * Suggestions: optimal string alignment distance (Damerau-Levenshtein
+ * with adjacent transpositions), as git's "did you mean".
+ * ==================================================================== */
+
+static int edit_distance(const char *a, const char *b)
+{
+    size_t la = strlen(a), lb = strlen(b);
+    if (la > 64 || lb > 64)
+        return 1000;
+    int d[65][65];
+    for (size_t i = 0; i <= la; i++)
+        d[i][0] = (int)i;
+    for (size_t j = 0; j <= lb; j++)
+        d[0][j] = (int)j;
+    for (size_t i = 1; i <= la; i++) {
+        for (size_t j = 1; j <= lb; j++) {
+            int cost = a[i - 1] != b[j - 1];
+            int v = d[i - 1][j] + 1;
+            if (d[i][j - 1] + 1 < v)
+                v = d[i][j - 1] + 1;
+            if (d[i - 1][j - 1] + cost < v)
+                v = d[i - 1][j - 1] + cost;
+            if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] &&
+                d[i - 2][j - 2] + 1 < v)
+                v = d[i - 2][j - 2] + 1;
+            d[i][j] = v;
+        }
+    }
+    return d[la][lb];
+}
+
+const char *cli_suggest(const char *word, const char *const *cands)
+{
+    const char *best = NULL;
+    int bestd = 1000;
+    size_t wl = strlen(word);
+
+    for (int i = 0; cands[i]; i++) {
+        int d = edit_distance(word, cands[i]);
+        /* a unique prefix is as good as a small typo */
+        if (wl >= 2 && strncmp(cands[i], word, wl) == 0 && d > 1)
+            d = 1;
+        if (d < bestd) {
+            bestd = d;
+            best = cands[i];
+        }
+    }
+    int limit = wl <= 3 ? 1 : wl <= 6 ? 2 : 3;
+    return bestd <= limit ? best : NULL;
+}
+
+/* ====================================================================
+ * Parsing
+ * ==================================================================== */
+
+static const rvl_opt *find_long(const rvl_cmd *cmd, const char *name, size_t len)
+{
+    for (const rvl_opt *o = cmd->opts; o->lng; o++)
+        if (strlen(o->lng) == len && strncmp(o->lng, name, len) == 0)
+            return o;
+    return NULL;
+}
+
+static const rvl_opt *find_short(const rvl_cmd *cmd, char c)
+{
+    for (const rvl_opt *o = cmd->opts; o->lng; o++)
+        if (o->shrt && o->shrt == c)
+            return o;
+    return NULL;
+}
+
+static void unknown_long(const rvl_cmd *cmd, const char *name, size_t len)
+{
+    const char *cands[128];
+    char word[128];
+    char spelled[130];
+    int n = 0;
+
+    snprintf(word, sizeof word, "%.*s", (int)(len < 100 ? len : 100), name);
+    for (const rvl_opt *o = cmd->opts; o->lng && n < 127; o++)
+        cands[n++] = o->lng;
+    cands[n] = NULL;
+    const char *s = cli_suggest(word, cands);
+    snprintf(spelled, sizeof spelled, "--%s", word);
+    if (s)
+        cli_usage(cmd->name, "unknown option '%s'; did you mean '--%s'?", spelled, s);
+    cli_usage(cmd->name, "unknown option '%s'", spelled);
+}
+
+static void opt_name(const rvl_opt *o, char *buf, size_t cap)
+{
+    snprintf(buf, cap, "--%s", o->lng);
+}
+
+static void set_value(const rvl_cmd *cmd, const rvl_opt *o, const char *arg)
+{
+    char nm[64];
+    opt_name(o, nm, sizeof nm);
+
+    switch (o->kind) {
+    case OPT_FLAG:
+        *(bool *)o->value = true;
+        break;
+    case OPT_INT: {
+        char *end;
+        errno = 0;
+        long long v = strtoll(arg, &end, 10);
+        if (!*arg || *end || errno)
+            cli_usage(cmd->name, "%s: '%s' is not an integer", nm, arg);
+        if ((double)v < o->min || (double)v > o->max)
+            cli_usage(cmd->name, "%s: %lld is out of range [%.0f, %.0f]", nm, v, o->min, o->max);
+        *(long long *)o->value = v;
+        break;
+    }
+    case OPT_FLOAT: {
+        char *end;
+        errno = 0;
+        double v = strtod(arg, &end);
+        if (!*arg || *end || errno || !isfinite(v))
+            cli_usage(cmd->name, "%s: '%s' is not a number", nm, arg);
+        if (v < o->min || v > o->max)
+            cli_usage(cmd->name, "%s: %g is out of range [%g, %g]", nm, v, o->min, o->max);
+        *(double *)o->value = v;
+        break;
+    }
+    case OPT_STRING:
+        *(const char **)o->value = arg;
+        break;
+    case OPT_CHOICE: {
+        const char *p = o->choices;
+        size_t al = strlen(arg);
+        while (p && *p) {
+            const char *bar = strchr(p, '|');
+            size_t l = bar ? (size_t)(bar - p) : strlen(p);
+            if (l == al && strncmp(p, arg, l) == 0) {
+                *(const char **)o->value = arg;
+                return;
+            }
+            p = bar ? bar + 1 : NULL;
+        }
+        cli_usage(cmd->name, "%s: '%s' is not one of %s", nm, arg, o->choices);
+    }
+    case OPT_LIST: {
+        opt_list *l = o->value;
+        if (l->n == l->cap) {
+            int nc = l->cap ? l->cap * 2 : 8;
+            const char **ni = realloc(l->items, sizeof *ni * (size_t)nc);
+            if (!ni) {
+                cli_err(cmd->name, "out of memory");
+                exit(EXIT_RUNTIME);
+            }
+            l->items = ni;
+            l->cap = nc;
+        }
+        l->items[l->n++] = arg;
+        break;
+    }
+    }
+}
+
+void cli_parse(rvl_cmd *cmd, int argc, char **argv, int *npos)
+{
+    int np = 0;
+    bool only_pos = false;
+
+    for (int i = 1; i < argc; i++) {
+        char *a = argv[i];
+        if (only_pos || a[0] != '-' || a[1] == 0) {
+            argv[np++] = a;
+            continue;
+        }
+        if (strcmp(a, "--") == 0) {
+            only_pos = true;
+            continue;
+        }
+        if (a[1] == '-') {
+            const char *name = a + 2;
+            const char *eq = strchr(name, '=');
+            size_t len = eq ? (size_t)(eq - name) : strlen(name);
+            const rvl_opt *o = find_long(cmd, name, len);
+            if (!o)
+                unknown_long(cmd, name, len);
+            if (strcmp(o->lng, "help") == 0) {
+                cli_print_help(cmd, stdout);
+                exit(0);
+            }
+            if (o->kind == OPT_FLAG) {
+                if (eq)
+                    cli_usage(cmd->name, "option '--%s' takes no value", o->lng);
+                set_value(cmd, o, NULL);
+                continue;
+            }
+            const char *arg = eq ? eq + 1 : NULL;
+            if (!arg) {
+                if (i + 1 >= argc)
+                    cli_usage(cmd->name, "option '--%s' needs a value (%s)", o->lng, o->argname);
+                arg = argv[++i];
+            }
+            set_value(cmd, o, arg);
+            continue;
+        }
+        /* one or more short options: -vq, -n5, -n 5 */
+        for (const char *p = a + 1; *p; p++) {
+            const rvl_opt *o = find_short(cmd, *p);
+            if (!o) {
+                if (*p == '-')
+                    cli_usage(cmd->name, "unknown option '%s'", a);
+                cli_usage(cmd->name, "unknown option '-%c'", *p);
+            }
+            if (o->shrt == 'h' && strcmp(o->lng, "help") == 0) {
+                cli_print_help(cmd, stdout);
+                exit(0);
+            }
+            if (o->kind == OPT_FLAG) {
+                set_value(cmd, o, NULL);
+                continue;
+            }
+            const char *arg = p[1] ? p + 1 : NULL;
+            if (!arg) {
+                if (i + 1 >= argc)
+                    cli_usage(cmd->name, "option '-%c' needs a value (%s)", *p, o->argname);
+                arg = argv[++i];
+            }
+            set_value(cmd, o, arg);
+            break;
+        }
+    }
+    if (np < cmd->min_pos)
+        cli_usage(cmd->name, "missing argument: usage: ruvllm %s %s", cmd->name, cmd->synopsis);
+    if (cmd->max_pos >= 0 && np > cmd->max_pos)
+        cli_usage(cmd->name, "unexpected argument '%s'", argv[cmd->max_pos]);
+    argv[np] = NULL;
+    *npos = np;
+}
+
+/* ====================================================================
+ * --help
+ * ==================================================================== */
+
+static void opt_label(const rvl_opt *o, char *buf, size_t cap)
+{
+    char arg[64] = "";
+    if (o->kind != OPT_FLAG)
+        snprintf(arg, sizeof arg, " %s", o->argname ? o->argname : "VALUE");
+    if (o->shrt)
+        snprintf(buf, cap, "-%c, --%s%s", o->shrt, o->lng, arg);
+    else
+        snprintf(buf, cap, "    --%s%s", o->lng, arg);
+}
+
+void cli_print_help(const rvl_cmd *cmd, FILE *out)
+{
+    char label[128];
+
+    fprintf(out, "usage: ruvllm %s %s\n\n%s\n", cmd->name, cmd->synopsis, cmd->summary);
+    if (cmd->issue)
+        fprintf(out, "(not implemented yet: %s)\n", cmd->issue);
+    fprintf(out, "\noptions:\n");
+    for (const rvl_opt *o = cmd->opts; o->lng; o++) {
+        opt_label(o, label, sizeof label);
+        fprintf(out, "  %-28s %s", label, o->help);
+        if (o->kind == OPT_CHOICE)
+            fprintf(out, " (%s)", o->choices);
+        if (o->def)
+            fprintf(out, " [default: %s]", o->def);
+        fputc('\n', out);
+    }
+    if (cmd->examples) {
+        fprintf(out, "\nexamples:\n");
+        const char *p = cmd->examples;
+        while (*p) {
+            const char *nl = strchr(p, '\n');
+            size_t l = nl ? (size_t)(nl - p) : strlen(p);
+            const char *tab = memchr(p, '\t', l);
+            size_t cl = tab ? (size_t)(tab - p) : l;
+            fprintf(out, "  %.*s\n", (int)cl, p);
+            p += l + (nl ? 1 : 0);
+        }
+    }
+    fprintf(out, "\nSee 'man ruvllm-%s' for details.\n", cmd->name);
+}
+
+/* ====================================================================
+ * Man pages (roff), generated from the same table.
+ * ==================================================================== */
+
+static void roff_text(FILE *out, const char *s, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        char c = s[i];
+        if (c == '\\')
+            fputs("\\e", out);
+        else if (c == '-')
+            fputs("\\-", out);
+        else if ((c == '.' || c == '\'') && (i == 0 || s[i - 1] == '\n'))
+            fputs("\\&", out), fputc(c, out);
+        else
+            fputc(c, out);
+    }
+}
+
+static void roff_str(FILE *out, const char *s)
+{
+    roff_text(out, s, strlen(s));
+}
+
+static void roff_paragraphs(FILE *out, const char *s)
+{
+    /* blank line separated paragraphs; lines starting with two spaces are
+     * shown verbatim */
+    const char *p = s;
+    bool in_pre = false;
+    while (*p) {
+        const char *nl = strchr(p, '\n');
+        size_t l = nl ? (size_t)(nl - p) : strlen(p);
+        if (l == 0) {
+            if (in_pre) {
+                fputs(".fi\n.RE\n", out);
+                in_pre = false;
+            }
+            fputs(".PP\n", out);
+        } else if (l >= 2 && p[0] == ' ' && p[1] == ' ') {
+            if (!in_pre) {
+                fputs(".RS 4\n.nf\n", out);
+                in_pre = true;
+            }
+            roff_text(out, p + 2, l - 2);
+            fputc('\n', out);
+        } else {
+            if (in_pre) {
+                fputs(".fi\n.RE\n", out);
+                in_pre = false;
+            }
+            roff_text(out, p, l);
+            fputc('\n', out);
+        }
+        p += l + (nl ? 1 : 0);
+    }
+    if (in_pre)
+        fputs(".fi\n.RE\n", out);
+}
+
+void cli_print_man(const rvl_cmd *cmd, FILE *out)
+{
+    char up[64];
+    size_t i;
+    for (i = 0; cmd->name[i] && i < sizeof up - 1; i++)
+        up[i] = (char)(cmd->name[i] >= 'a' && cmd->name[i] <= 'z' ? cmd->name[i] - 32 : cmd->name[i]);
+    up[i] = 0;
+
+    fprintf(out, ".\\\" Generated by 'ruvllm __man %s' from the option table in cmd/; "
+                 "edit the source, then run 'make man'.\n", cmd->name);
+    fprintf(out, ".TH RUVLLM\\-");
+    roff_str(out, up);
+    fprintf(out, " 1 \"\" \"ruvllm %s\" \"ruvllm manual\"\n", RVL_VERSION);
+    fprintf(out, ".SH NAME\nruvllm\\-");
+    roff_str(out, cmd->name);
+    fprintf(out, " \\- ");
+    roff_str(out, cmd->summary);
+    fprintf(out, "\n.SH SYNOPSIS\n.B ruvllm ");
+    roff_str(out, cmd->name);
+    fputc('\n', out);
+    roff_str(out, cmd->synopsis);
+    fprintf(out, "\n.SH DESCRIPTION\n");
+    if (cmd->issue) {
+        fprintf(out, "This command is not implemented yet (");
+        roff_str(out, cmd->issue);
+        fprintf(out, "); it reports so and exits with status 1.\n.PP\n");
+    }
+    roff_paragraphs(out, cmd->description);
+    fprintf(out, ".SH OPTIONS\n");
+    for (const rvl_opt *o = cmd->opts; o->lng; o++) {
+        fprintf(out, ".TP\n");
+        if (o->shrt)
+            fprintf(out, ".BR \\-%c \", \" \\-\\-", o->shrt);
+        else
+            fprintf(out, ".B \\-\\-");
+        roff_str(out, o->lng);
+        if (o->kind != OPT_FLAG) {
+            fprintf(out, "\n.I ");
+            roff_str(out, o->argname ? o->argname : "VALUE");
+        }
+        fputc('\n', out);
+        roff_str(out, o->help);
+        if (o->kind == OPT_CHOICE) {
+            fprintf(out, " (one of: ");
+            roff_str(out, o->choices);
+            fputc(')', out);
+        }
+        if (o->def) {
+            fprintf(out, " Default: ");
+            roff_str(out, o->def);
+            fputc('.', out);
+        }
+        fputc('\n', out);
+    }
+    if (cmd->examples) {
+        fprintf(out, ".SH EXAMPLES\n");
+        const char *p = cmd->examples;
+        while (*p) {
+            const char *nl = strchr(p, '\n');
+            size_t l = nl ? (size_t)(nl - p) : strlen(p);
+            const char *tab = memchr(p, '\t', l);
+            size_t cl = tab ? (size_t)(tab - p) : l;
+            fprintf(out, ".TP\n.B ");
+            roff_text(out, p, cl);
+            fputc('\n', out);
+            if (tab) {
+                roff_text(out, tab + 1, l - cl - 1);
+                fputc('\n', out);
+            }
+            p += l + (nl ? 1 : 0);
+        }
+    }
+    if (cmd->man_extra)
+        fputs(cmd->man_extra, out);
+    fprintf(out, ".SH EXIT STATUS\n0 on success, 1 on a runtime error, 2 on a usage error, "
+                 "130 when interrupted (Ctrl\\-C).\n");
+    fprintf(out, ".SH ENVIRONMENT\n.TP\n.B RUVLLM_MODEL\nModel used when \\-m is not given.\n"
+                 ".TP\n.B XDG_CACHE_HOME\nThe default model lives in "
+                 "\\fI${XDG_CACHE_HOME:\\-$HOME/.cache}/ruvllm/models/\\fR.\n"
+                 ".TP\n.B RUVLLM_ISA\nForce a kernel instruction set (ref, avx2, avx512, neon).\n"
+                 ".TP\n.B NO_COLOR\nDisable colors.\n");
+    fprintf(out, ".SH SEE ALSO\n.BR ruvllm (1)\n");
+}

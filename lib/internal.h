@@ -1,0 +1,58 @@
+/*
+ * internal.h - structures shared between lib/ modules; not installed.
+ */
+#ifndef RVL_INTERNAL_H
+#define RVL_INTERNAL_H
+
+#include "ruvllm.h"
+
+/* A parsed GGUF image. Arrays are owned by the struct; strings and tensor
+ * data are borrowed views into the caller's mapping. */
+struct rvl_gguf {
+    uint32_t version;
+    uint64_t alignment;
+    uint64_t data_offset;     /* absolute offset of the data section */
+    uint64_t n_kv;
+    rvl_kv *kv;               /* owned */
+    uint64_t n_tensors;
+    rvl_tensor_info *tensors; /* owned; name/data borrowed from the map */
+    void *owned;              /* owned: whatever else parse allocated */
+};
+
+/* A parsed safetensors model: one file, or shards through an index. */
+typedef struct rvl_st rvl_st;
+struct rvl_st {
+    uint64_t n_kv;            /* __metadata__ entries, all STRING */
+    rvl_kv *kv;               /* owned */
+    uint64_t n_tensors;
+    rvl_tensor_info *tensors; /* owned; name/data borrowed from the maps */
+    uint32_t n_shards;
+    void *owned;              /* owned: maps, strings, ... */
+    uint64_t total_size;      /* bytes of all shard files together */
+    const char *const *shard_paths; /* owned: n_shards paths, sorted (the
+                                       order of rvl_tensor_info.shard);
+                                       NULL after rvl_st_parse */
+};
+
+/* Parse one safetensors image already in memory (shard index `shard`). */
+int rvl_st_parse(rvl_st **out, const void *base, uint64_t size,
+                 const char *name, uint32_t shard);
+/* Open a .safetensors file, an index json, or a directory: maps the
+ * shard files itself. */
+int rvl_st_open(rvl_st **out, const char *path);
+void rvl_st_free(rvl_st *st);
+/* safetensors dtype name ("BF16") and element size of an rvl_type; NULL
+ * when the type cannot be stored in safetensors. Static string. */
+const char *rvl_st_dtype_name(uint32_t type, uint32_t *elem_size);
+/* Largest header the reader accepts (as the reference implementation). */
+#define RVL_ST_MAX_HEADER 100000000ull
+
+/* Read-only mapping of a whole file. */
+typedef struct {
+    void *base;
+    uint64_t size;
+} rvl_map;
+int rvl_map_file(rvl_map *m, const char *path);
+void rvl_map_unmap(rvl_map *m);
+
+#endif

@@ -1,0 +1,60 @@
+#!/bin/sh
+# tests/run.sh - run every test: cmocka unit programs, fuzz-corpus replays,
+# CLI tests. Prints one line per test program and a closing
+# "N passed, N failed" line; exits 1 if anything failed.
+# Run from the repository root (make check does).
+set -u
+BUILD=${BUILD:-build}
+export RVL_SHARED_DATA=${RVL_SHARED_DATA:-../shared/data}
+export RUVLLM=${RUVLLM:-$PWD/$BUILD/ruvllm}
+export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
+export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
+log=$BUILD/test-logs
+mkdir -p "$log"
+
+passed=0
+failed=0
+failures=""
+
+run() { # name command...
+    name=$1
+    shift
+    start=$(date +%s)
+    if "$@" >"$log/$name.log" 2>&1; then
+        passed=$((passed + 1))
+        printf 'ok      %-34s (%ss)\n' "$name" $(( $(date +%s) - start ))
+    else
+        failed=$((failed + 1))
+        failures="$failures $name"
+        printf 'FAILED  %-34s (%ss)\n' "$name" $(( $(date +%s) - start ))
+        tail -n 40 "$log/$name.log" | sed 's/^/    | /'
+    fi
+}
+
+for t in "$BUILD"/tests/test_*; do
+    [ -x "$t" ] || continue
+    run "$(basename "$t")" "$t"
+done
+
+for r in "$BUILD"/tests/replay_*; do
+    [ -x "$r" ] || continue
+    n=$(basename "$r")
+    n=${n#replay_}
+    if [ -d "tests/fuzz/corpus/$n" ]; then
+        run "fuzz-replay-$n" "$r" "tests/fuzz/corpus/$n"
+    else
+        failed=$((failed + 1))
+        failures="$failures fuzz-replay-$n"
+        echo "FAILED  fuzz-replay-$n: no corpus tests/fuzz/corpus/$n"
+    fi
+done
+
+for t in tests/cli/t*.sh; do
+    [ -f "$t" ] || continue
+    run "$(basename "$t" .sh)" sh "$t"
+done
+
+echo
+[ -n "$failures" ] && echo "failed:$failures (logs in $log/)"
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]
