@@ -32,10 +32,12 @@ endif
 
 GIT_REV := $(shell git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)$(shell git diff --quiet HEAD 2>/dev/null || echo -dirty)
 
-PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
-PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
-TEST_CFLAGS := $(shell pkg-config --cflags $(TEST_PKGS) 2>/dev/null)
-TEST_LIBS   := $(shell pkg-config --libs $(TEST_PKGS) 2>/dev/null)
+# Recursive (=) on purpose: evaluated when a recipe runs, so `make deps all`
+# on a fresh machine sees the packages that `deps` just installed.
+PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
+PKG_LIBS   = $(shell pkg-config --libs $(PKGS) 2>/dev/null)
+TEST_CFLAGS = $(shell pkg-config --cflags $(TEST_PKGS) 2>/dev/null)
+TEST_LIBS   = $(shell pkg-config --libs $(TEST_PKGS) 2>/dev/null)
 
 CFLAGS   ?= -g
 ALL_CFLAGS = -std=gnu11 $(OPT) $(WARN) $(CFLAGS) -pthread -Ilib -Ikernels -Icmd \
@@ -56,7 +58,7 @@ REPLAY_BIN := $(FUZZ_SRC:tests/fuzz/fuzz_%.c=$(BUILD)/tests/replay_%)
 
 COMMANDS := run chat quantize dequant bench lora-merge kv-inspect info
 
-.PHONY: all check asan fuzz model install uninstall clean deps tests man completions
+.PHONY: all check asan asan-replay fuzz model install uninstall clean deps tests man completions
 .DELETE_ON_ERROR:
 
 all: $(BUILD)/ruvllm
@@ -87,8 +89,26 @@ $(BUILD)/tests/replay_%: tests/fuzz/fuzz_%.c tests/fuzz/replay.c $(BUILD)/libruv
 
 tests: $(BUILD)/ruvllm $(TEST_BIN) $(REPLAY_BIN)
 
-check: tests model
+# The whole suite: installs missing packages (bootstrap), builds, fetches
+# the default model, runs every test, then replays the fuzz corpora under
+# ASan+UBSan. `make asan` runs the whole suite under the sanitizers.
+check: deps
+	@$(MAKE) --no-print-directory tests model
 	@BUILD=$(BUILD) sh tests/run.sh
+ifneq ($(SAN),1)
+	@$(MAKE) --no-print-directory asan-replay
+endif
+
+ASAN_BUILD := build-asan
+asan-replay:
+	@$(MAKE) --no-print-directory BUILD=$(ASAN_BUILD) SAN=1 \
+	    $(FUZZ_SRC:tests/fuzz/fuzz_%.c=$(ASAN_BUILD)/tests/replay_%)
+	@fail=0; for f in $(FUZZ_SRC); do n=$$(basename $$f .c); n=$${n#fuzz_}; \
+	    if ASAN_OPTIONS=detect_leaks=1 $(ASAN_BUILD)/tests/replay_$$n tests/fuzz/corpus/$$n \
+	        > $(ASAN_BUILD)/replay_$$n.log 2>&1; then \
+	        echo "ok      asan-replay-$$n ($$(tail -n1 $(ASAN_BUILD)/replay_$$n.log))"; \
+	    else echo "FAILED  asan-replay-$$n"; tail -n 30 $(ASAN_BUILD)/replay_$$n.log; fail=1; fi; \
+	done; exit $$fail
 
 asan:
 	$(MAKE) BUILD=build-asan SAN=1 check

@@ -1,24 +1,496 @@
 /*
- * run.c - ruvllm run: generate text from a prompt, for shell pipelines
+ * run.c - ruvllm run: one-shot generation for shell pipelines.
  *
- * Not implemented yet: the command reports so and exits 1. issue 4, real inference on the CPU replaces
- * this file with the real command.
+ * Only the generated text goes to stdout, streamed and flushed token by
+ * token; everything else goes to stderr. The prompt comes from the
+ * arguments, -f FILE, or stdin (no arguments, or "-").
  */
+#include <errno.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
 #include "cli.h"
 
-static const char *model;
+static const char *opt_model, *opt_file, *opt_sampling_seed;
+static long long opt_n = -1, opt_ctx = 0, opt_threads = 0, opt_top_k = 40, opt_last_n = 64;
+static double opt_temp = 0.8, opt_top_p = 0.95, opt_min_p = 0.05, opt_rep = 1.0, opt_freq = 0.0,
+              opt_pres = 0.0;
+static bool opt_echo, opt_special, opt_no_bos, opt_tokenize, opt_json, opt_verbose, opt_stats;
+static opt_list opt_stop;
 
 static rvl_opt opts[] = {
-    OPT_MODEL(model),
+    OPT_MODEL(opt_model),
+    {OPT_STRING, 'f', "file", "FILE", "read the prompt from FILE ('-': standard input)", NULL, &opt_file, 0, 0, NULL, COMPL_FILE},
+    {OPT_INT, 'n', "max-tokens", "N", "generate at most N tokens (-1: until end of generation or a full context)", "-1", &opt_n, -1, 1e9, NULL, COMPL_NONE},
+    {OPT_INT, 'c', "ctx-size", "N", "context size in tokens (0: min(4096, the model's))", "0", &opt_ctx, 0, 1048576, NULL, COMPL_NONE},
+    {OPT_INT, 't', "threads", "N", "threads (0: one per CPU)", "0", &opt_threads, 0, 256, NULL, COMPL_NONE},
+    {OPT_FLOAT, 0, "temp", "T", "sampling temperature (0: greedy)", "0.8", &opt_temp, 0, 100, NULL, COMPL_NONE},
+    {OPT_INT, 0, "top-k", "K", "keep the K most likely tokens (0: off)", "40", &opt_top_k, 0, 1e9, NULL, COMPL_NONE},
+    {OPT_FLOAT, 0, "top-p", "P", "keep the smallest set with probability >= P (1: off)", "0.95", &opt_top_p, 1e-9, 1, NULL, COMPL_NONE},
+    {OPT_FLOAT, 0, "min-p", "P", "drop tokens less likely than P times the top one (0: off)", "0.05", &opt_min_p, 0, 1, NULL, COMPL_NONE},
+    {OPT_FLOAT, 0, "repeat-penalty", "X", "penalize repeated tokens (1: off)", "1.0", &opt_rep, 1e-6, 100, NULL, COMPL_NONE},
+    {OPT_INT, 0, "repeat-last-n", "N", "window of tokens the penalties look at", "64", &opt_last_n, 0, 1e6, NULL, COMPL_NONE},
+    {OPT_FLOAT, 0, "frequency-penalty", "X", "subtract X times a token's count in the window", "0", &opt_freq, -100, 100, NULL, COMPL_NONE},
+    {OPT_FLOAT, 0, "presence-penalty", "X", "subtract X from tokens present in the window", "0", &opt_pres, -100, 100, NULL, COMPL_NONE},
+    {OPT_STRING, 's', "seed", "N", "random seed for reproducible sampling (default: random)", NULL, &opt_sampling_seed, 0, 0, NULL, COMPL_NONE},
+    {OPT_LIST, 0, "stop", "STR", "stop when STR is generated (repeatable; STR is not printed)", NULL, &opt_stop, 0, 0, NULL, COMPL_NONE},
+    {OPT_FLAG, 'e', "echo", NULL, "print the prompt before the generated text", NULL, &opt_echo, 0, 0, NULL, COMPL_NONE},
+    {OPT_FLAG, 0, "special", NULL, "parse special tokens (e.g. <|im_start|>) in the prompt and print them in the output", NULL, &opt_special, 0, 0, NULL, COMPL_NONE},
+    {OPT_FLAG, 0, "no-bos", NULL, "do not add the beginning-of-sequence token", NULL, &opt_no_bos, 0, 0, NULL, COMPL_NONE},
+    {OPT_FLAG, 0, "tokenize", NULL, "print the prompt's token ids on one line and exit (works on vocab-only files)", NULL, &opt_tokenize, 0, 0, NULL, COMPL_NONE},
+    {OPT_FLAG, 'j', "json", NULL, "print one JSON object: text, token ids, finish reason, timings", NULL, &opt_json, 0, 0, NULL, COMPL_NONE},
+    {OPT_FLAG, 0, "stats", NULL, "print load time, speeds and time to first token to stderr", NULL, &opt_stats, 0, 0, NULL, COMPL_NONE},
+    {OPT_FLAG, 'v', "verbose", NULL, "print model and context details to stderr (implies --stats)", NULL, &opt_verbose, 0, 0, NULL, COMPL_NONE},
     OPT_END
 };
 
+/* ====================================================================
+ * Small helpers
+ * ==================================================================== */
+
+typedef struct {
+    char *p;
+    size_t n, cap;
+} buf_t;
+
+static int buf_add(buf_t *b, const char *s, size_t n)
+{
+    if (b->n + n + 1 > b->cap) {
+        size_t nc = b->cap ? b->cap : 4096;
+        while (nc < b->n + n + 1)
+            nc *= 2;
+        char *np = realloc(b->p, nc);
+        if (!np)
+            return -1;
+        b->p = np;
+        b->cap = nc;
+    }
+    memcpy(b->p + b->n, s, n);
+    b->n += n;
+    b->p[b->n] = 0;
+    return 0;
+}
+
+static double now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+static int read_all(FILE *f, buf_t *b)
+{
+    char tmp[65536];
+    size_t n;
+    while ((n = fread(tmp, 1, sizeof tmp, f)) > 0)
+        if (buf_add(b, tmp, n) < 0)
+            return -1;
+    return ferror(f) ? -1 : 0;
+}
+
+/* The prompt: -f FILE, the arguments joined by spaces, or stdin. */
+static int get_prompt(const char *cmd, int argc, char **argv, buf_t *prompt)
+{
+    bool from_stdin = false;
+    if (opt_file && argc > 0)
+        cli_usage(cmd, "give the prompt as arguments or with -f, not both");
+    if (opt_file) {
+        if (strcmp(opt_file, "-") == 0) {
+            from_stdin = true;
+        } else {
+            FILE *f = fopen(opt_file, "rb");
+            if (!f) {
+                cli_err(cmd, "%s: %s", opt_file, strerror(errno));
+                return -1;
+            }
+            int rc = read_all(f, prompt);
+            fclose(f);
+            if (rc < 0) {
+                cli_err(cmd, "%s: read error", opt_file);
+                return -1;
+            }
+        }
+    } else if (argc == 0 || (argc == 1 && strcmp(argv[0], "-") == 0)) {
+        from_stdin = true;
+    } else {
+        for (int i = 0; i < argc; i++)
+            if ((i && buf_add(prompt, " ", 1) < 0) || buf_add(prompt, argv[i], strlen(argv[i])) < 0)
+                return -1;
+    }
+    if (from_stdin) {
+        if (isatty(STDIN_FILENO))
+            fprintf(stderr, "ruvllm %s: reading the prompt from standard input (end with Ctrl-D)\n", cmd);
+        if (read_all(stdin, prompt) < 0) {
+            cli_err(cmd, "standard input: read error");
+            return -1;
+        }
+    }
+    if (buf_add(prompt, "", 0) < 0)
+        return -1;
+    return 0;
+}
+
+static int tokenize_all(const rvl_tokenizer *t, const buf_t *prompt, int32_t **ids, size_t *n)
+{
+    size_t cap = prompt->n + 4;
+    *ids = malloc(cap * sizeof **ids);
+    if (!*ids)
+        return rvl_seterr(RVL_ENOMEM, "out of memory");
+    return rvl_tokenize(t, prompt->p ? prompt->p : "", prompt->n, !opt_no_bos, opt_special, *ids, cap, n);
+}
+
+/* Longest suffix of s[0..n) that is a proper prefix of a stop string. */
+static size_t stop_holdback(const char *s, size_t n)
+{
+    size_t keep = 0;
+    for (int i = 0; i < opt_stop.n; i++) {
+        size_t sl = strlen(opt_stop.items[i]);
+        for (size_t k = sl > 1 ? sl - 1 : 0; k > keep; k--)
+            if (k <= n && memcmp(s + n - k, opt_stop.items[i], k) == 0) {
+                keep = k;
+                break;
+            }
+    }
+    return keep;
+}
+
+/* Position of the earliest stop string in s[0..n), or -1. */
+static long stop_find(const char *s, size_t n)
+{
+    long best = -1;
+    for (int i = 0; i < opt_stop.n; i++) {
+        const char *m = memmem(s, n, opt_stop.items[i], strlen(opt_stop.items[i]));
+        if (m && (best < 0 || m - s < best))
+            best = m - s;
+    }
+    return best;
+}
+
+static int out_write(const char *s, size_t n)
+{
+    if (opt_json || n == 0)
+        return 0;
+    if (fwrite(s, 1, n, stdout) != n || fflush(stdout) != 0)
+        return -1;
+    return 0;
+}
+
+/* ====================================================================
+ * --tokenize: needs only the vocabulary
+ * ==================================================================== */
+
+static int do_tokenize(const char *cmd, const char *path, const buf_t *prompt)
+{
+    rvl_file *f = NULL;
+    rvl_tokenizer *t = NULL;
+    int32_t *ids = NULL;
+    size_t n = 0;
+    int rc;
+
+    if ((rc = rvl_file_open(&f, path)) < 0 || (rc = rvl_tokenizer_open(&t, f)) < 0 ||
+        (rc = tokenize_all(t, prompt, &ids, &n)) < 0) {
+        int st = cli_fail(cmd, rc);
+        free(ids);
+        rvl_tokenizer_close(t);
+        rvl_file_close(f);
+        return st;
+    }
+    if (opt_json) {
+        rvl_jw w;
+        rvl_jw_init(&w, stdout, false);
+        rvl_jw_obj(&w);
+        rvl_jw_key(&w, "tokens");
+        rvl_jw_arr(&w);
+        for (size_t i = 0; i < n; i++)
+            rvl_jw_i64(&w, ids[i]);
+        rvl_jw_arr_end(&w);
+        rvl_jw_obj_end(&w);
+        putchar('\n');
+    } else {
+        for (size_t i = 0; i < n; i++)
+            printf("%s%d", i ? " " : "", ids[i]);
+        putchar('\n');
+    }
+    free(ids);
+    rvl_tokenizer_close(t);
+    rvl_file_close(f);
+    return fflush(stdout) == 0 ? 0 : EXIT_RUNTIME;
+}
+
+/* ====================================================================
+ * Generation
+ * ==================================================================== */
+
+static int run_main(rvl_cmd *cmd, int argc, char **argv)
+{
+    const char *name = cmd->name;
+    char path[4096];
+    buf_t prompt = {0}, text = {0}, pend = {0};
+    rvl_model *m = NULL;
+    rvl_ctx *c = NULL;
+    rvl_sampler *s = NULL;
+    int32_t *ids = NULL, *gen = NULL;
+    size_t n_prompt = 0, n_gen = 0;
+    char *piece = NULL;
+    const char *finish = "length";
+    int status = 0, rc;
+
+    if (opt_verbose)
+        opt_stats = true;
+    for (int i = 0; i < opt_stop.n; i++)
+        if (!opt_stop.items[i][0])
+            cli_usage(name, "--stop: the stop string is empty");
+    if (get_prompt(name, argc, argv, &prompt) < 0)
+        return EXIT_RUNTIME;
+    if ((rc = rvl_model_path(opt_model, path, sizeof path)) < 0)
+        return cli_fail(name, rc);
+    if (opt_tokenize) {
+        status = do_tokenize(name, path, &prompt);
+        free(prompt.p);
+        return status;
+    }
+
+    double t0 = now_ms();
+    if ((rc = rvl_model_open(&m, path)) < 0) {
+        status = cli_fail(name, rc);
+        goto out;
+    }
+    const rvl_hparams *hp = rvl_model_hparams(m);
+    const rvl_tokenizer *tok = rvl_model_tokenizer(m);
+    rvl_ctx_params cp = {(uint32_t)opt_ctx, (uint32_t)opt_threads, false};
+    if ((rc = rvl_ctx_open(&c, m, &cp)) < 0) {
+        status = cli_fail(name, rc);
+        goto out;
+    }
+    rvl_sampler_params sp;
+    rvl_sampler_defaults(&sp);
+    sp.temp = (float)opt_temp;
+    sp.top_k = (int32_t)opt_top_k;
+    sp.top_p = (float)opt_top_p;
+    sp.min_p = (float)opt_min_p;
+    sp.repeat_penalty = (float)opt_rep;
+    sp.repeat_last_n = (int32_t)opt_last_n;
+    sp.freq_penalty = (float)opt_freq;
+    sp.presence_penalty = (float)opt_pres;
+    if (opt_sampling_seed) {
+        char *end;
+        errno = 0;
+        unsigned long long v = strtoull(opt_sampling_seed, &end, 10);
+        if (!*opt_sampling_seed || *end || errno || opt_sampling_seed[0] == '-')
+            cli_usage(name, "--seed: '%s' is not a non-negative integer", opt_sampling_seed);
+        sp.seed = v;
+    } else {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        sp.seed = (uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 20) ^ (uint64_t)getpid();
+    }
+    if ((rc = rvl_sampler_open(&s, &sp, hp->n_vocab)) < 0) {
+        status = cli_fail(name, rc);
+        goto out;
+    }
+    double t_load = now_ms() - t0;
+
+    if ((rc = tokenize_all(tok, &prompt, &ids, &n_prompt)) < 0) {
+        status = cli_fail(name, rc);
+        goto out;
+    }
+    uint32_t n_ctx = rvl_ctx_n_ctx(c);
+    if (n_prompt == 0) {
+        cli_err(name, "the prompt is empty (and the model adds no BOS token)");
+        status = EXIT_RUNTIME;
+        goto out;
+    }
+    if (n_prompt >= n_ctx) {
+        cli_err(name, "the prompt has %zu tokens, which leaves no room in a context of %u (see -c)",
+                n_prompt, n_ctx);
+        status = EXIT_RUNTIME;
+        goto out;
+    }
+    if (opt_verbose)
+        fprintf(stderr, "ruvllm run: %s: %s, %u layers, dim %u, %u heads (%u kv), vocab %u; "
+                        "context %u, prompt %zu tokens, seed %llu\n",
+                path, hp->arch, hp->n_layer, hp->n_embd, hp->n_head, hp->n_head_kv, hp->n_vocab,
+                n_ctx, n_prompt, (unsigned long long)sp.seed);
+    if (opt_echo && out_write(prompt.p, prompt.n) < 0)
+        goto pipe_err;
+
+    size_t max_gen = opt_n < 0 ? n_ctx : (size_t)opt_n;
+    gen = malloc((max_gen + 1) * sizeof *gen);
+    size_t pcap = rvl_detok_bound(tok);
+    piece = malloc(pcap);
+    if (!gen || !piece) {
+        cli_err(name, "out of memory");
+        status = EXIT_RUNTIME;
+        goto out;
+    }
+    for (size_t i = 0; i < n_prompt; i++)
+        rvl_sampler_accept(s, ids[i]);
+
+    rvl_detok dt;
+    rvl_detok_init(&dt, tok, opt_special);
+    const float *logits;
+    double t1 = now_ms(), t_first = 0;
+    rc = rvl_decode(c, ids, (uint32_t)n_prompt, &logits);
+    double t_prompt = now_ms() - t1;
+    double t2 = now_ms();
+    while (rc == 0) {
+        if (n_gen >= max_gen) {
+            finish = "length";
+            break;
+        }
+        int32_t id = rvl_sampler_sample(s, logits);
+        if (n_gen == 0)
+            t_first = now_ms() - t1;
+        rvl_sampler_accept(s, id);
+        gen[n_gen++] = id;
+        if (rvl_tok_is_eog(tok, id)) {
+            finish = "stop";
+            break;
+        }
+        size_t pn = 0;
+        if ((rc = rvl_detok_push(&dt, id, piece, pcap, &pn)) < 0)
+            break;
+        if (buf_add(&pend, piece, pn) < 0) {
+            rc = rvl_seterr(RVL_ENOMEM, "out of memory");
+            break;
+        }
+        long at = stop_find(pend.p, pend.n);
+        if (at >= 0) {
+            if (out_write(pend.p, (size_t)at) < 0 || buf_add(&text, pend.p, (size_t)at) < 0)
+                goto pipe_err;
+            pend.n = 0;
+            finish = "stop";
+            break;
+        }
+        size_t emit = pend.n - stop_holdback(pend.p, pend.n);
+        if (out_write(pend.p, emit) < 0 || buf_add(&text, pend.p, emit) < 0)
+            goto pipe_err;
+        memmove(pend.p, pend.p + emit, pend.n - emit);
+        pend.n -= emit;
+        if (rvl_ctx_pos(c) >= n_ctx) {
+            finish = "context";
+            cli_err(name, "context full (%u tokens): stopping; use -c for a larger context", n_ctx);
+            break;
+        }
+        rc = rvl_decode(c, &id, 1, &logits);
+    }
+    if (rc == RVL_EINTR || rvl_interrupted()) {
+        finish = "interrupted";
+        rc = 0;
+        status = EXIT_INTERRUPTED;
+    }
+    if (rc < 0) {
+        status = cli_fail(name, rc);
+        goto out;
+    }
+    /* what is still held back (a partial stop string, a partial character) */
+    if (strcmp(finish, "stop") != 0 || pend.n) {
+        size_t pn = 0;
+        if (rvl_detok_flush(&dt, piece, pcap, &pn) == 0 && buf_add(&pend, piece, pn) < 0)
+            goto pipe_err;
+        if (out_write(pend.p, pend.n) < 0 || buf_add(&text, pend.p, pend.n) < 0)
+            goto pipe_err;
+    }
+    double t_gen = now_ms() - t2;
+    size_t n_decoded = n_gen > 0 ? n_gen - 1 : 0; /* tokens that went through decode */
+
+    if (opt_json) {
+        rvl_jw w;
+        rvl_jw_init(&w, stdout, false);
+        rvl_jw_obj(&w);
+        rvl_jw_key(&w, "text");
+        rvl_jw_strn(&w, text.p ? text.p : "", text.n);
+        rvl_jw_key(&w, "prompt_tokens");
+        rvl_jw_arr(&w);
+        for (size_t i = 0; i < n_prompt; i++)
+            rvl_jw_i64(&w, ids[i]);
+        rvl_jw_arr_end(&w);
+        rvl_jw_key(&w, "tokens");
+        rvl_jw_arr(&w);
+        for (size_t i = 0; i < n_gen; i++)
+            rvl_jw_i64(&w, gen[i]);
+        rvl_jw_arr_end(&w);
+        rvl_jw_key(&w, "finish_reason");
+        rvl_jw_str(&w, finish);
+        rvl_jw_key(&w, "timings");
+        rvl_jw_obj(&w);
+        rvl_jw_key(&w, "load_ms");
+        rvl_jw_f64(&w, t_load);
+        rvl_jw_key(&w, "prompt_ms");
+        rvl_jw_f64(&w, t_prompt);
+        rvl_jw_key(&w, "prompt_tokens_per_s");
+        rvl_jw_f64(&w, t_prompt > 0 ? (double)n_prompt * 1e3 / t_prompt : 0);
+        rvl_jw_key(&w, "first_token_ms");
+        rvl_jw_f64(&w, t_first);
+        rvl_jw_key(&w, "generation_ms");
+        rvl_jw_f64(&w, t_gen);
+        rvl_jw_key(&w, "generation_tokens_per_s");
+        rvl_jw_f64(&w, t_gen > 0 && n_decoded ? (double)n_decoded * 1e3 / t_gen : 0);
+        rvl_jw_obj_end(&w);
+        rvl_jw_obj_end(&w);
+        putchar('\n');
+        if (fflush(stdout) != 0)
+            goto pipe_err;
+    } else if (!text.n || text.p[text.n - 1] != '\n') {
+        /* end the line on a terminal so the shell prompt starts cleanly */
+        if (isatty(STDOUT_FILENO))
+            out_write("\n", 1);
+    }
+    if (opt_stats)
+        fprintf(stderr,
+                "ruvllm run: load %.1f ms | prompt %zu tokens in %.1f ms (%.1f tok/s) | "
+                "first token %.1f ms | generated %zu tokens in %.1f ms (%.1f tok/s) | finish: %s\n",
+                t_load, n_prompt, t_prompt, t_prompt > 0 ? (double)n_prompt * 1e3 / t_prompt : 0,
+                t_first, n_gen, t_gen, t_gen > 0 && n_decoded ? (double)n_decoded * 1e3 / t_gen : 0,
+                finish);
+    goto out;
+
+pipe_err:
+    if (errno != EPIPE)
+        cli_err(name, "writing to standard output failed: %s", strerror(errno));
+    status = EXIT_RUNTIME;
+out:
+    free(prompt.p);
+    free(text.p);
+    free(pend.p);
+    free(ids);
+    free(gen);
+    free(piece);
+    rvl_sampler_close(s);
+    rvl_ctx_close(c);
+    rvl_model_close(m);
+    free(opt_stop.items);
+    return status;
+}
+
 rvl_cmd cmd_run_desc = {
     .synopsis = "[-m MODEL] [options] [PROMPT...]",
-    .description = "Generate a continuation of PROMPT (from the arguments, -f FILE or standard input) and print only the generated text on standard output.",
+    .description =
+        "Generate a continuation of PROMPT and print only the generated text on standard "
+        "output, streamed and flushed token by token, so that ruvllm run fits in a shell "
+        "pipeline. The prompt is the arguments joined by spaces, the contents of -f FILE, or "
+        "standard input when there are no arguments or the only argument is '-'.\n"
+        "\n"
+        "Generation stops at the model's end-of-generation tokens, at a --stop string, after "
+        "--max-tokens tokens, or when the context is full (with a message on standard error). "
+        "Ctrl-C stops generation; what was generated so far has been printed, and the exit "
+        "status is 130.\n"
+        "\n"
+        "Sampling defaults are llama.cpp's: temperature 0.8, top-k 40, top-p 0.95, min-p 0.05. "
+        "--temp 0 is greedy decoding; --seed makes sampling reproducible.\n"
+        "\n"
+        "With --json nothing is streamed; one JSON object is printed at the end with the keys "
+        "text, prompt_tokens, tokens, finish_reason (stop, length, context, interrupted) and "
+        "timings.",
+    .examples = "ruvllm run -n 32 \"The capital of France is\"\tcontinue a prompt\n"
+                "echo 'def fib(n):' | ruvllm run --temp 0 -n 64\tgreedy, prompt from stdin\n"
+                "ruvllm run --tokenize \"Hello world\"\tprint the prompt's token ids",
     .opts = opts,
-    .pos_compl = COMPL_FILE,
+    .pos_compl = COMPL_NONE,
     .min_pos = 0,
     .max_pos = -1,
-    .issue = "issue 4, real inference on the CPU",
+    .main = run_main,
 };

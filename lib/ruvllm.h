@@ -138,8 +138,25 @@ typedef enum {
     RVL_TYPE_U8 = 1000,
     RVL_TYPE_BOOL = 1001,
 
-    /* ruvllm project formats (issue 3 fills their kernels) */
+    /* ruvllm project formats (docs/formats.md; kernels/formats.h has the
+     * block structs). q: the stored level; d, z: f16; scale, bias: f32.
+     * 4-bit groups of G: byte j holds element j (low nibble) and element
+     * j + G/2 (high nibble), except MLX (elements 2j, 2j+1). */
     RVL_TYPE_RVL_FIRST = 1024,
+    RVL_TYPE_RVL_I4S_G32 = 1024,  /* INT4 symmetric: {d, qs[16]}, x = d*(q-8); = Q4_0 layout */
+    RVL_TYPE_RVL_I4S_G64 = 1025,  /* {d, qs[32]} */
+    RVL_TYPE_RVL_I4S_G128 = 1026, /* {d, qs[64]} */
+    RVL_TYPE_RVL_I4A_G32 = 1027,  /* INT4 asymmetric: {d, z, qs[16]}, x = d*(q-z) */
+    RVL_TYPE_RVL_I4A_G64 = 1028,  /* {d, z, qs[32]} */
+    RVL_TYPE_RVL_I4A_G128 = 1029, /* {d, z, qs[64]} (AWQ/GPTQ-shaped) */
+    RVL_TYPE_RVL_I8_ROW = 1030,   /* INT8 per row: f32 scale, then n int8; x = scale*q.
+                                     The 4-byte row header is not in block_size/type_size
+                                     (32/32): size rows with rvl_type_row_bytes */
+    RVL_TYPE_RVL_I8_G64 = 1031,   /* INT8 per group: {d, int8 qs[64]}, x = d*q */
+    RVL_TYPE_RVL_I8_G128 = 1032,  /* {d, int8 qs[128]} */
+    RVL_TYPE_MLX_A4_G64 = 1033,   /* MLX affine 4-bit: {scale, bias, qs[32]}, x = scale*q+bias */
+    RVL_TYPE_MLX_A8_G64 = 1034,   /* MLX affine 8-bit: {scale, bias, qs[64]} */
+    RVL_TYPE_RVL_END = 1035,
 } rvl_type;
 
 typedef struct {
@@ -251,8 +268,15 @@ int64_t rvl_kv_arr_i64(const rvl_kv *kv, uint64_t i);
 bool rvl_str_eq(rvl_str s, const char *c);
 
 /* ---------------- GGUF reader internals used by rvl_file ---------------- */
-/* Parse a GGUF image of `size` bytes at `base` (already mapped).
- * `name` is used in error messages. */
+/* Parse a GGUF image (v2 or v3, little-endian) of `size` bytes at `base`
+ * (already mapped; must stay mapped while *out is used: keys, strings and
+ * tensor data are views into it). `name` is used in error messages, which
+ * give the byte offset of the problem. Checks: counts and lengths against
+ * the bytes left, value and tensor type ids, bools 0/1, no nested arrays,
+ * general.alignment (u32 power of two), 1..4 dims (ne beyond n_dims are
+ * 1), element and byte counts without overflow, rows of whole blocks,
+ * aligned offsets inside the file, no duplicate keys or tensor names, no
+ * overlapping tensor data. owned: free with rvl_gguf_free. */
 typedef struct rvl_gguf rvl_gguf;
 int rvl_gguf_parse(rvl_gguf **out, const void *base, uint64_t size, const char *name);
 void rvl_gguf_free(rvl_gguf *g);
@@ -268,10 +292,19 @@ void rvl_gguf_free(rvl_gguf *g);
  *   rvl_gguf_writer_tensor_data(w, i, buf, n);    for tensors added with
  *                                                 NULL data, in order
  *   rvl_gguf_writer_finish(w);                    pads, fsyncs, renames
+ *
+ * Version 3, byte-identical to gguf-py's GGUFWriter for the same keys and
+ * tensors in the same order. Duplicate keys or tensor names, names of 64
+ * bytes or more (llama.cpp's limit), n_dims outside 1..4 and rows that are
+ * not whole blocks are refused with RVL_EINVAL. An I/O failure is sticky:
+ * later calls repeat it and finish removes the temporary.
  * ====================================================================== */
 typedef struct rvl_gguf_writer rvl_gguf_writer;
 int rvl_gguf_writer_open(rvl_gguf_writer **out, const char *path);
-/* Set general.alignment (default 32); must precede begin_data. */
+/* Set general.alignment (default 32; a power of two); must precede
+ * begin_data. Written as a u32 key where first set (as gguf-py does); a
+ * later call updates the value in place. kv_u32 or kv_copy of
+ * "general.alignment" does the same. */
 int rvl_gguf_writer_set_alignment(rvl_gguf_writer *w, uint32_t align);
 int rvl_gguf_writer_kv_u32(rvl_gguf_writer *w, const char *key, uint32_t v);
 int rvl_gguf_writer_kv_i32(rvl_gguf_writer *w, const char *key, int32_t v);
@@ -291,9 +324,15 @@ int rvl_gguf_writer_add_tensor(rvl_gguf_writer *w, const char *name,
                                uint32_t type, uint32_t n_dims,
                                const uint64_t *ne, const void *data);
 int rvl_gguf_writer_begin_data(rvl_gguf_writer *w);
+/* Stream data of tensor i (added with NULL data), in index order; a
+ * tensor may come in several chunks, never more than its size. Tensors
+ * with data (and empty ones) are written automatically around these. */
 int rvl_gguf_writer_tensor_data(rvl_gguf_writer *w, uint64_t i,
                                 const void *buf, uint64_t n);
-int rvl_gguf_writer_finish(rvl_gguf_writer *w);   /* frees w */
+/* Calls begin_data if needed, checks every tensor is complete, pads the
+ * end to the alignment, commits. On failure nothing is left at the
+ * destination. Frees w either way. */
+int rvl_gguf_writer_finish(rvl_gguf_writer *w);
 void rvl_gguf_writer_abort(rvl_gguf_writer *w);   /* frees w; accepts NULL */
 
 /* ======================================================================
@@ -335,6 +374,109 @@ const char *rvl_isa_selected(void);
 int rvl_isa_check(const char *isa);
 
 /* ======================================================================
+ * Thread pool (lib/pool.c): persistent workers, one fork/join per job.
+ * ====================================================================== */
+typedef struct rvl_pool rvl_pool;
+typedef void (*rvl_pool_fn)(void *arg, int ith, int nth);
+/* n_threads <= 0: one per online CPU. owned: close with rvl_pool_close. */
+int rvl_pool_open(rvl_pool **out, int n_threads);
+void rvl_pool_close(rvl_pool *p);
+/* Run fn(arg, i, n) for i in [0, n) on the pool's n threads (the caller is
+ * thread 0); returns when all are done. */
+void rvl_pool_run(rvl_pool *p, rvl_pool_fn fn, void *arg);
+int rvl_pool_size(const rvl_pool *p);
+
+/* ======================================================================
+ * Models and inference (lib/model.c, lib/forward.c).
+ *
+ *   rvl_model_open(&m, path, NULL);          weights mapped, read-only
+ *   rvl_ctx_open(&c, m, &cp);                KV cache and scratch, once
+ *   rvl_decode(c, ids, n, &logits);          prefill (n > 1) or decode (n = 1)
+ * ====================================================================== */
+typedef enum { RVL_ROPE_NORM = 0, RVL_ROPE_NEOX = 2 } rvl_rope_type;
+typedef enum {
+    RVL_ROPE_SCALING_NONE = 0, RVL_ROPE_SCALING_LINEAR, RVL_ROPE_SCALING_YARN,
+} rvl_rope_scaling;
+
+typedef struct {
+    char arch[32];          /* general.architecture */
+    uint32_t n_layer;       /* <arch>.block_count */
+    uint32_t n_embd;        /* <arch>.embedding_length */
+    uint32_t n_ff;          /* <arch>.feed_forward_length */
+    uint32_t n_head;        /* <arch>.attention.head_count */
+    uint32_t n_head_kv;     /* <arch>.attention.head_count_kv */
+    uint32_t head_dim;      /* n_embd / n_head (or key_length) */
+    uint32_t n_vocab;
+    uint32_t n_ctx_train;   /* <arch>.context_length */
+    float rms_eps;          /* <arch>.attention.layer_norm_rms_epsilon */
+    float rope_base;        /* <arch>.rope.freq_base (default 10000) */
+    uint32_t rope_dim;      /* <arch>.rope.dimension_count (default head_dim) */
+    rvl_rope_type rope_type;
+    rvl_rope_scaling rope_scaling;
+    float rope_factor;      /* scaling factor (1: none) */
+    uint32_t rope_orig_ctx; /* original context for YaRN */
+    bool has_qkv_bias;      /* qwen2 */
+    bool tied_output;       /* output.weight absent: reuse token_embd */
+} rvl_hparams;
+
+typedef struct rvl_model rvl_model;
+/* owned: close with rvl_model_close. Opens the file, reads hyper-parameters
+ * and weight views (zero copy) and the tokenizer. Errors name the missing
+ * key or the tensor whose shape or type is wrong. */
+int rvl_model_open(rvl_model **out, const char *path);
+void rvl_model_close(rvl_model *m);
+const rvl_hparams *rvl_model_hparams(const rvl_model *m);
+const rvl_file *rvl_model_file(const rvl_model *m);
+struct rvl_tokenizer *rvl_model_tokenizer(const rvl_model *m); /* borrowed */
+
+typedef struct {
+    uint32_t n_ctx;         /* context length in tokens (0: min(4096, train)) */
+    uint32_t n_threads;     /* 0: all cores */
+    bool all_logits;        /* keep the logits of every token of a batch */
+} rvl_ctx_params;
+
+typedef struct rvl_ctx rvl_ctx;
+/* owned: close with rvl_ctx_close. Allocates everything the forward pass
+ * needs; rvl_decode never allocates. */
+int rvl_ctx_open(rvl_ctx **out, const rvl_model *m, const rvl_ctx_params *p);
+void rvl_ctx_close(rvl_ctx *c);
+uint32_t rvl_ctx_n_ctx(const rvl_ctx *c);
+uint32_t rvl_ctx_pos(const rvl_ctx *c);      /* tokens in the cache */
+void rvl_ctx_reset(rvl_ctx *c);              /* empty the cache */
+/* Run n tokens at the current position. *logits (borrowed, valid until the
+ * next call) receives n_vocab logits of the last token, or n*n_vocab with
+ * all_logits. RVL_ERANGE when the context would overflow; RVL_EINTR when
+ * interrupted (the cache then holds the tokens completed so far). */
+int rvl_decode(rvl_ctx *c, const int32_t *tokens, uint32_t n, const float **logits);
+
+/* ======================================================================
+ * Sampler (lib/sampler.c). Order as llama.cpp: penalties, top-k, top-p,
+ * min-p, temperature, then a draw from the distribution. temp <= 0 is
+ * greedy. A fixed seed makes runs reproducible.
+ * ====================================================================== */
+typedef struct {
+    float temp;             /* 0.8 */
+    int32_t top_k;          /* 40; <= 0: off */
+    float top_p;            /* 0.95; 1: off */
+    float min_p;            /* 0.05; 0: off */
+    float repeat_penalty;   /* 1.0: off */
+    float freq_penalty;     /* 0: off */
+    float presence_penalty; /* 0: off */
+    int32_t repeat_last_n;  /* 64; window for the penalties */
+    uint64_t seed;
+} rvl_sampler_params;
+void rvl_sampler_defaults(rvl_sampler_params *p);
+
+typedef struct rvl_sampler rvl_sampler;
+int rvl_sampler_open(rvl_sampler **out, const rvl_sampler_params *p, uint32_t n_vocab);
+void rvl_sampler_close(rvl_sampler *s);
+/* Choose the next token from n_vocab logits (not modified). */
+int32_t rvl_sampler_sample(rvl_sampler *s, const float *logits);
+/* Record a token (prompt or generated) for the penalties. */
+void rvl_sampler_accept(rvl_sampler *s, int32_t id);
+void rvl_sampler_reset(rvl_sampler *s);
+
+/* ======================================================================
  * JSON output (--json): a streaming writer to a caller-owned FILE*.
  * Invalid UTF-8 in strings becomes U+FFFD; integers print exactly.
  * ====================================================================== */
@@ -362,6 +504,106 @@ void rvl_jw_f64(rvl_jw *w, double v);            /* %.17g; non-finite -> null */
 void rvl_jw_f32(rvl_jw *w, float v);             /* %.9g: round-trips a float */
 void rvl_jw_bool(rvl_jw *w, bool v);
 void rvl_jw_null(rvl_jw *w);
+
+/* ======================================================================
+ * Tokenizer (lib/tokenizer.c, lib/tokenizer_pre.c)
+ *
+ * Read from a GGUF file's tokenizer.ggml.* metadata. Supported models:
+ * "gpt2" (byte-level BPE; the pre-tokenizer named by tokenizer.ggml.pre:
+ * gpt-2, llama-bpe, qwen2, smollm, starcoder, deepseek-coder, falcon, mpt,
+ * refact, ...) and "llama" (SentencePiece BPE with byte fallback). Others
+ * fail with RVL_EUNSUPPORTED naming the model. Output token ids match
+ * llama.cpp's llama_tokenize.
+ *
+ * An rvl_tokenizer is read-only after open: one may be shared by threads.
+ * ====================================================================== */
+typedef struct rvl_tokenizer rvl_tokenizer;
+
+/* tokenizer.ggml.token_type values */
+enum {
+    RVL_TOK_NORMAL = 1, RVL_TOK_UNKNOWN = 2, RVL_TOK_CONTROL = 3,
+    RVL_TOK_USER_DEFINED = 4, RVL_TOK_UNUSED = 5, RVL_TOK_BYTE = 6,
+};
+#define RVL_TOK_NULL (-1)   /* "no such token" */
+
+/* Everything is copied: `f` may be closed afterwards.
+ * owned: free with rvl_tokenizer_close. */
+int rvl_tokenizer_open(rvl_tokenizer **out, const rvl_file *f);
+void rvl_tokenizer_close(rvl_tokenizer *t);  /* accepts NULL */
+
+const char *rvl_tok_model(const rvl_tokenizer *t);  /* "gpt2", "llama" */
+const char *rvl_tok_pre(const rvl_tokenizer *t);    /* tokenizer.ggml.pre, or "default" */
+int32_t rvl_tok_n_vocab(const rvl_tokenizer *t);
+/* Special ids from metadata (else detected by text as llama.cpp does);
+ * RVL_TOK_NULL when the vocabulary has none. */
+int32_t rvl_tok_bos(const rvl_tokenizer *t);
+int32_t rvl_tok_eos(const rvl_tokenizer *t);
+int32_t rvl_tok_eot(const rvl_tokenizer *t);   /* end of turn: <|im_end|>, <|eot_id|> ... */
+int32_t rvl_tok_eom(const rvl_tokenizer *t);
+int32_t rvl_tok_unk(const rvl_tokenizer *t);
+int32_t rvl_tok_pad(const rvl_tokenizer *t);
+int32_t rvl_tok_nl(const rvl_tokenizer *t);    /* the token of "\n" */
+bool rvl_tok_add_bos(const rvl_tokenizer *t);  /* tokenizer.ggml.add_bos_token */
+bool rvl_tok_add_eos(const rvl_tokenizer *t);
+/* Does `id` end generation (EOS, EOT, EOM and the known end tokens)? */
+bool rvl_tok_is_eog(const rvl_tokenizer *t, int32_t id);
+/* Control or unknown token: rendered only when asked (special). */
+bool rvl_tok_is_control(const rvl_tokenizer *t, int32_t id);
+/* RVL_TOK_* as the tokenizer treats it; 0 for an invalid id. */
+int rvl_tok_type(const rvl_tokenizer *t, int32_t id);
+float rvl_tok_score(const rvl_tokenizer *t, int32_t id);
+/* The vocabulary text of `id` (byte-level encoded for gpt2, with U+2581
+ * for spaces for llama), not NUL-terminated. borrowed: valid until close;
+ * NULL for an invalid id. */
+const char *rvl_tok_text(const rvl_tokenizer *t, int32_t id, size_t *len);
+/* The id whose vocabulary text is exactly text[0..len), or RVL_TOK_NULL. */
+int32_t rvl_tok_find(const rvl_tokenizer *t, const char *text, size_t len);
+
+/* Tokenize text[0..len) (UTF-8; invalid bytes are tolerated).
+ * add_special: add BOS/EOS as the model's add_bos_token/add_eos_token say.
+ * parse_special: recognize control tokens written in the text ("<|im_end|>")
+ *   - the CLI's --special; user-defined tokens are always recognized.
+ * Writes up to `cap` ids; *n_out is the number of tokens. When they do not
+ * fit, returns RVL_ERANGE with *n_out = the count needed (ids may be NULL
+ * with cap 0 to count). Text needs about len / 4 ids; len + 3 suffice for
+ * valid UTF-8 with a byte-level vocabulary. */
+int rvl_tokenize(const rvl_tokenizer *t, const char *text, size_t len,
+                 bool add_special, bool parse_special,
+                 int32_t *ids, size_t cap, size_t *n_out);
+
+/* The bytes token `id` stands for (may be part of a UTF-8 character).
+ * Control/unknown tokens give "" unless `special`. RVL_EINVAL for an
+ * invalid id. borrowed: valid until rvl_tokenizer_close. */
+int rvl_tok_piece(const rvl_tokenizer *t, int32_t id, bool special,
+                  const char **piece, size_t *len);
+
+/* Text of a whole sequence as valid UTF-8 (ill-formed bytes become
+ * U+FFFD). For "llama" vocabularies the space SentencePiece put in front
+ * of the text is removed again, so detokenize(tokenize(x)) == x. Hugging
+ * Face's clean_up_tokenization_spaces is not applied. RVL_EINVAL for an
+ * invalid id; RVL_ERANGE with *n_out = bytes needed when cap is short. */
+int rvl_detokenize(const rvl_tokenizer *t, const int32_t *ids, size_t n,
+                   bool special, char *buf, size_t cap, size_t *n_out);
+
+/* Streaming detokenizer for generation: push tokens one by one, get valid
+ * UTF-8 out. A character split over several tokens is held back until it
+ * completes; ill-formed sequences become U+FFFD; flush at the end emits a
+ * U+FFFD for a character left incomplete. Plain struct: no close. */
+typedef struct {
+    const rvl_tokenizer *tok;   /* borrowed */
+    bool special;
+    uint8_t n_pend;
+    uint8_t pend[4];
+} rvl_detok;
+void rvl_detok_init(rvl_detok *d, const rvl_tokenizer *t, bool special);
+/* A buffer of this many bytes always holds one push or flush. */
+size_t rvl_detok_bound(const rvl_tokenizer *t);
+/* Append token `id`; writes *n_out bytes to buf. On RVL_ERANGE (*n_out =
+ * bytes needed) or RVL_EINVAL (invalid id) the state is unchanged. */
+int rvl_detok_push(rvl_detok *d, int32_t id, char *buf, size_t cap, size_t *n_out);
+int rvl_detok_push_bytes(rvl_detok *d, const char *bytes, size_t n,
+                         char *buf, size_t cap, size_t *n_out);
+int rvl_detok_flush(rvl_detok *d, char *buf, size_t cap, size_t *n_out);
 
 #ifdef __cplusplus
 }

@@ -1,0 +1,311 @@
+/*
+ * model.c - the architecture registry: hyper-parameters from GGUF
+ * metadata and weight views into the mapped file.
+ *
+ * Architecture differences are flags in rvl_hparams, not copies of the
+ * forward pass. Every key that is required and missing, and every tensor
+ * whose shape or type does not fit, is an error that names it.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model.h"
+
+/* ====================================================================
+ * Registry
+ * ==================================================================== */
+
+typedef struct {
+    const char *name;
+    rvl_rope_type rope_type;
+    bool qkv_bias;
+} arch_desc;
+
+static const arch_desc archs[] = {
+    {"llama", RVL_ROPE_NORM, false},  /* Llama 2/3/3.x, SmolLM, TinyLlama, Mistral */
+    {"qwen2", RVL_ROPE_NEOX, true},   /* Q/K/V biases, NeoX rotation */
+};
+
+/* ====================================================================
+ * Metadata helpers
+ * ==================================================================== */
+
+static int get_u32(const rvl_file *f, const char *arch, const char *suffix, uint32_t *v,
+                   bool required, uint32_t def)
+{
+    char key[128];
+    uint64_t u;
+    snprintf(key, sizeof key, "%s.%s", arch, suffix);
+    const rvl_kv *kv = rvl_file_find_kv(f, key);
+    if (!kv) {
+        if (required)
+            return rvl_seterr(RVL_EFORMAT, "%s: missing metadata key '%s'", rvl_file_path(f), key);
+        *v = def;
+        return 0;
+    }
+    if (rvl_kv_get_u64(kv, &u) < 0 || u > UINT32_MAX)
+        return rvl_seterr(RVL_EFORMAT, "%s: metadata key '%s' is not a 32-bit unsigned integer",
+                          rvl_file_path(f), key);
+    *v = (uint32_t)u;
+    return 0;
+}
+
+static int get_f32(const rvl_file *f, const char *arch, const char *suffix, float *v,
+                   bool required, float def)
+{
+    char key[128];
+    double d;
+    snprintf(key, sizeof key, "%s.%s", arch, suffix);
+    const rvl_kv *kv = rvl_file_find_kv(f, key);
+    if (!kv) {
+        if (required)
+            return rvl_seterr(RVL_EFORMAT, "%s: missing metadata key '%s'", rvl_file_path(f), key);
+        *v = def;
+        return 0;
+    }
+    if (rvl_kv_get_f64(kv, &d) < 0)
+        return rvl_seterr(RVL_EFORMAT, "%s: metadata key '%s' is not a number", rvl_file_path(f), key);
+    *v = (float)d;
+    return 0;
+}
+
+/* ====================================================================
+ * Weights
+ * ==================================================================== */
+
+/* Find a tensor and check it is [ne0, ne1] (ne1 == 0: a vector of ne0) and
+ * of a type the forward pass can use in that role. */
+static int get_weight(rvl_model *m, rvl_weight *w, const char *name, uint64_t ne0, uint64_t ne1,
+                      bool required)
+{
+    const rvl_tensor_info *t = rvl_file_find_tensor(m->file, name);
+    const char *path = rvl_file_path(m->file);
+
+    memset(w, 0, sizeof *w);
+    if (!t) {
+        if (required)
+            return rvl_seterr(RVL_EFORMAT, "%s: missing tensor '%s'", path, name);
+        return 0;
+    }
+    uint64_t want_dims = ne1 ? 2 : 1;
+    bool ok = t->ne[0] == ne0 && (ne1 ? (t->n_dims == 2 && t->ne[1] == ne1)
+                                      : (t->n_dims == 1 || (t->n_dims == 2 && t->ne[1] == 1)));
+    if (!ok) {
+        char got[96] = "";
+        size_t o = 0;
+        for (uint32_t d = 0; d < t->n_dims && o < sizeof got; d++)
+            o += (size_t)snprintf(got + o, sizeof got - o, "%s%llu", d ? " x " : "",
+                                  (unsigned long long)t->ne[d]);
+        if (ne1)
+            return rvl_seterr(RVL_EFORMAT, "%s: tensor '%s' has shape [%s], expected [%llu x %llu]",
+                              path, name, got, (unsigned long long)ne0, (unsigned long long)ne1);
+        (void)want_dims;
+        return rvl_seterr(RVL_EFORMAT, "%s: tensor '%s' has shape [%s], expected [%llu]", path,
+                          name, got, (unsigned long long)ne0);
+    }
+    const rvl_kformat *kf = rvl_kformat_get(t->type);
+    if (!kf || !kf->dequantize || (ne1 && !kf->vec_dot)) {
+        const rvl_type_info *ti = rvl_type_get(t->type);
+        return rvl_seterr(RVL_EUNSUPPORTED, "%s: tensor '%s' has type %s, which the forward pass "
+                          "cannot use yet", path, name, ti ? ti->name : "unknown");
+    }
+    w->present = true;
+    w->type = t->type;
+    w->kf = kf;
+    w->ne0 = ne0;
+    w->ne1 = ne1 ? ne1 : 1;
+    w->row_bytes = rvl_kformat_row_bytes(kf, ne0);
+    w->data = t->data;
+    return 0;
+}
+
+static int load_weights(rvl_model *m)
+{
+    rvl_hparams *hp = &m->hp;
+    const uint64_t E = hp->n_embd, F = hp->n_ff, V = hp->n_vocab;
+    const uint64_t QD = (uint64_t)hp->n_head * hp->head_dim;
+    const uint64_t KVD = (uint64_t)hp->n_head_kv * hp->head_dim;
+    char nm[96];
+    int rc;
+
+    if ((rc = get_weight(m, &m->tok_embd, "token_embd.weight", E, V, true)) < 0 ||
+        (rc = get_weight(m, &m->output_norm, "output_norm.weight", E, 0, true)) < 0 ||
+        (rc = get_weight(m, &m->output, "output.weight", E, V, false)) < 0)
+        return rc;
+    hp->tied_output = !m->output.present;
+    if (hp->tied_output)
+        m->output = m->tok_embd;
+
+    m->layers = calloc(hp->n_layer, sizeof *m->layers);
+    if (!m->layers)
+        return rvl_seterr(RVL_ENOMEM, "out of memory");
+    for (uint32_t i = 0; i < hp->n_layer; i++) {
+        rvl_layer *L = &m->layers[i];
+#define W(field, suffix, a, b, req)                                            \
+    do {                                                                       \
+        snprintf(nm, sizeof nm, "blk.%u.%s", i, suffix);                       \
+        if ((rc = get_weight(m, &L->field, nm, a, b, req)) < 0)                \
+            return rc;                                                         \
+    } while (0)
+        W(attn_norm, "attn_norm.weight", E, 0, true);
+        W(wq, "attn_q.weight", E, QD, true);
+        W(wk, "attn_k.weight", E, KVD, true);
+        W(wv, "attn_v.weight", E, KVD, true);
+        W(wo, "attn_output.weight", QD, E, true);
+        W(bq, "attn_q.bias", QD, 0, hp->has_qkv_bias);
+        W(bk, "attn_k.bias", KVD, 0, hp->has_qkv_bias);
+        W(bv, "attn_v.bias", KVD, 0, hp->has_qkv_bias);
+        W(ffn_norm, "ffn_norm.weight", E, 0, true);
+        W(w_gate, "ffn_gate.weight", E, F, true);
+        W(w_up, "ffn_up.weight", E, F, true);
+        W(w_down, "ffn_down.weight", F, E, true);
+#undef W
+    }
+    return 0;
+}
+
+/* ====================================================================
+ * Hyper-parameters
+ * ==================================================================== */
+
+static int load_hparams(rvl_model *m)
+{
+    const rvl_file *f = m->file;
+    const char *path = rvl_file_path(f);
+    rvl_hparams *hp = &m->hp;
+    const rvl_kv *kv = rvl_file_find_kv(f, "general.architecture");
+    rvl_str a;
+    int rc;
+
+    if (!kv)
+        return rvl_seterr(RVL_EFORMAT, "%s: missing metadata key 'general.architecture'", path);
+    if (rvl_kv_get_str(kv, &a) < 0 || a.len == 0 || a.len >= sizeof hp->arch)
+        return rvl_seterr(RVL_EFORMAT, "%s: 'general.architecture' is not a valid name", path);
+    memcpy(hp->arch, a.ptr, a.len);
+    hp->arch[a.len] = 0;
+
+    const arch_desc *ad = NULL;
+    for (size_t i = 0; i < sizeof archs / sizeof archs[0]; i++)
+        if (strcmp(archs[i].name, hp->arch) == 0)
+            ad = &archs[i];
+    if (!ad)
+        return rvl_seterr(RVL_EUNSUPPORTED, "%s: unsupported architecture '%s' (supported: llama, qwen2)",
+                          path, hp->arch);
+    hp->rope_type = ad->rope_type;
+    hp->has_qkv_bias = ad->qkv_bias;
+
+    const char *A = hp->arch;
+    if ((rc = get_u32(f, A, "block_count", &hp->n_layer, true, 0)) < 0 ||
+        (rc = get_u32(f, A, "embedding_length", &hp->n_embd, true, 0)) < 0 ||
+        (rc = get_u32(f, A, "feed_forward_length", &hp->n_ff, true, 0)) < 0 ||
+        (rc = get_u32(f, A, "attention.head_count", &hp->n_head, true, 0)) < 0 ||
+        (rc = get_u32(f, A, "attention.head_count_kv", &hp->n_head_kv, false, hp->n_head)) < 0 ||
+        (rc = get_u32(f, A, "context_length", &hp->n_ctx_train, true, 0)) < 0 ||
+        (rc = get_f32(f, A, "attention.layer_norm_rms_epsilon", &hp->rms_eps, true, 0)) < 0 ||
+        (rc = get_f32(f, A, "rope.freq_base", &hp->rope_base, false, 10000.0f)) < 0)
+        return rc;
+
+#define CHECK(cond, ...) do { if (!(cond)) return rvl_seterr(RVL_EFORMAT, __VA_ARGS__); } while (0)
+    CHECK(hp->n_layer >= 1 && hp->n_layer <= 1024, "%s: %s.block_count %u is out of range", path, A, hp->n_layer);
+    CHECK(hp->n_embd >= 1 && hp->n_embd <= 65536, "%s: %s.embedding_length %u is out of range", path, A, hp->n_embd);
+    CHECK(hp->n_ff >= 1 && hp->n_ff <= 1u << 20, "%s: %s.feed_forward_length %u is out of range", path, A, hp->n_ff);
+    CHECK(hp->n_head >= 1 && hp->n_head <= 1024, "%s: %s.attention.head_count %u is out of range", path, A, hp->n_head);
+    CHECK(hp->n_head_kv >= 1 && hp->n_head % hp->n_head_kv == 0,
+          "%s: %s.attention.head_count_kv %u does not divide head_count %u", path, A, hp->n_head_kv, hp->n_head);
+    CHECK(hp->rms_eps > 0 && hp->rms_eps < 1, "%s: %s.attention.layer_norm_rms_epsilon %g is out of range",
+          path, A, (double)hp->rms_eps);
+    CHECK(hp->rope_base > 0, "%s: %s.rope.freq_base must be positive", path, A);
+    CHECK(hp->n_ctx_train >= 1, "%s: %s.context_length must be positive", path, A);
+
+    uint32_t key_len = 0;
+    if ((rc = get_u32(f, A, "attention.key_length", &key_len, false, hp->n_embd / hp->n_head)) < 0)
+        return rc;
+    hp->head_dim = key_len;
+    CHECK(hp->head_dim >= 2 && hp->head_dim % 2 == 0 && hp->head_dim <= 1024,
+          "%s: head dimension %u is invalid", path, hp->head_dim);
+    if ((rc = get_u32(f, A, "rope.dimension_count", &hp->rope_dim, false, hp->head_dim)) < 0)
+        return rc;
+    CHECK(hp->rope_dim % 2 == 0 && hp->rope_dim <= hp->head_dim,
+          "%s: %s.rope.dimension_count %u is invalid for head size %u", path, A, hp->rope_dim, hp->head_dim);
+
+    /* RoPE scaling: none or linear here; YaRN and Llama-3.1 rope_freqs are
+     * refused clearly until the KV issue implements them. */
+    char key[128];
+    snprintf(key, sizeof key, "%s.rope.scaling.type", A);
+    hp->rope_scaling = RVL_ROPE_SCALING_NONE;
+    hp->rope_factor = 1.0f;
+    const rvl_kv *st = rvl_file_find_kv(f, key);
+    rvl_str sv = {0};
+    if (st && rvl_kv_get_str(st, &sv) == 0 && !rvl_str_eq(sv, "none")) {
+        float factor;
+        if ((rc = get_f32(f, A, "rope.scaling.factor", &factor, true, 1.0f)) < 0)
+            return rc;
+        if (rvl_str_eq(sv, "linear")) {
+            CHECK(factor > 0, "%s: %s.rope.scaling.factor must be positive", path, A);
+            hp->rope_scaling = RVL_ROPE_SCALING_LINEAR;
+            hp->rope_factor = factor;
+        } else {
+            return rvl_seterr(RVL_EUNSUPPORTED, "%s: RoPE scaling '%.*s' is not implemented yet", path,
+                              (int)(sv.len > 32 ? 32 : sv.len), sv.ptr);
+        }
+    }
+    if (rvl_file_find_tensor(f, "rope_freqs.weight"))
+        return rvl_seterr(RVL_EUNSUPPORTED, "%s: tensor 'rope_freqs.weight' (Llama 3.1 RoPE scaling) "
+                          "is not implemented yet", path);
+
+    /* vocabulary size: from the embedding matrix, cross-checked with the key */
+    const rvl_tensor_info *te = rvl_file_find_tensor(f, "token_embd.weight");
+    CHECK(te, "%s: missing tensor 'token_embd.weight'", path);
+    CHECK(te->n_dims == 2 && te->ne[0] == hp->n_embd && te->ne[1] >= 1 && te->ne[1] <= (1u << 24),
+          "%s: tensor 'token_embd.weight' has the wrong shape for embedding_length %u", path, hp->n_embd);
+    hp->n_vocab = (uint32_t)te->ne[1];
+    uint32_t vs;
+    if ((rc = get_u32(f, A, "vocab_size", &vs, false, hp->n_vocab)) < 0)
+        return rc;
+    CHECK(vs == hp->n_vocab, "%s: %s.vocab_size %u contradicts token_embd.weight's %u rows", path, A,
+          vs, hp->n_vocab);
+#undef CHECK
+    return 0;
+}
+
+int rvl_model_open(rvl_model **out, const char *path)
+{
+    rvl_model *m;
+    int rc;
+
+    *out = NULL;
+    m = calloc(1, sizeof *m);
+    if (!m)
+        return rvl_seterr(RVL_ENOMEM, "out of memory");
+    if ((rc = rvl_file_open(&m->file, path)) < 0)
+        goto fail;
+    if (rvl_file_fmt(m->file) != RVL_FMT_GGUF) {
+        rc = rvl_seterr(RVL_EUNSUPPORTED, "%s: running safetensors models directly is not supported; "
+                        "convert with 'ruvllm quantize'", path);
+        goto fail;
+    }
+    if ((rc = load_hparams(m)) < 0 || (rc = load_weights(m)) < 0)
+        goto fail;
+    if ((rc = rvl_tokenizer_open(&m->tok, m->file)) < 0)
+        goto fail;
+    *out = m;
+    return 0;
+fail:
+    rvl_model_close(m);
+    return rc;
+}
+
+void rvl_model_close(rvl_model *m)
+{
+    if (!m)
+        return;
+    rvl_tokenizer_close(m->tok);
+    free(m->layers);
+    rvl_file_close(m->file);
+    free(m);
+}
+
+const rvl_hparams *rvl_model_hparams(const rvl_model *m) { return &m->hp; }
+const rvl_file *rvl_model_file(const rvl_model *m) { return m->file; }
+struct rvl_tokenizer *rvl_model_tokenizer(const rvl_model *m) { return m->tok; }

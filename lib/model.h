@@ -1,0 +1,42 @@
+/*
+ * model.h - the model and context internals shared by model.c and
+ * forward.c; not installed.
+ */
+#ifndef RVL_MODEL_H
+#define RVL_MODEL_H
+
+#include "formats.h"
+#include "internal.h"
+
+/* A weight matrix [ne1 rows x ne0 columns] (GGUF: ne0 innermost) or a
+ * vector (ne1 == 1), borrowed from the mapped file. */
+typedef struct {
+    bool present;
+    uint32_t type;
+    const rvl_kformat *kf;
+    uint64_t ne0, ne1;
+    uint64_t row_bytes;
+    const void *data;
+} rvl_weight;
+
+typedef struct {
+    rvl_weight attn_norm;             /* (dim) */
+    rvl_weight wq, wk, wv;            /* (n_head*hd, dim), (n_kv*hd, dim) x2 */
+    rvl_weight bq, bk, bv;            /* biases (qwen2) or absent */
+    rvl_weight wo;                    /* (dim, n_head*hd) */
+    rvl_weight ffn_norm;              /* (dim) */
+    rvl_weight w_gate, w_up;          /* (ff, dim) */
+    rvl_weight w_down;                /* (dim, ff) */
+} rvl_layer;
+
+struct rvl_model {
+    rvl_file *file;
+    rvl_hparams hp;
+    rvl_weight tok_embd;              /* (vocab, dim) */
+    rvl_weight output_norm;           /* (dim) */
+    rvl_weight output;                /* (vocab, dim); == tok_embd when tied */
+    rvl_layer *layers;                /* owned: n_layer */
+    struct rvl_tokenizer *tok;        /* owned */
+};
+
+#endif

@@ -1,0 +1,150 @@
+/*
+ * pool.c - a persistent thread pool, one per context.
+ *
+ * rvl_pool_run(p, fn, arg) runs fn(arg, i, n) on all n threads (the caller
+ * is thread 0) and returns when every thread has finished: one fork/join
+ * per operation, no thread created per operation. Workers wait for the next
+ * job by spinning briefly on an atomic generation counter, then sleep on a
+ * condition variable, so a decode loop of small matmuls does not pay a
+ * futex wake per operation while an idle pool costs no CPU.
+ */
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "ruvllm.h"
+
+#define SPIN_ITERS 20000
+
+struct rvl_pool {
+    int n;                          /* threads including the caller */
+    pthread_t *tids;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    atomic_uint gen;                /* bumped for each job */
+    atomic_int pending;             /* workers still running the job */
+    atomic_bool stop;
+    rvl_pool_fn fn;
+    void *arg;
+};
+
+typedef struct {
+    struct rvl_pool *p;
+    int idx;
+} worker_arg;
+
+static void *worker(void *varg)
+{
+    worker_arg wa = *(worker_arg *)varg;
+    struct rvl_pool *p = wa.p;
+    unsigned seen = 0;
+
+    free(varg);
+    for (;;) {
+        unsigned g;
+        int spins = 0;
+        while ((g = atomic_load_explicit(&p->gen, memory_order_acquire)) == seen &&
+               !atomic_load(&p->stop)) {
+            if (++spins < SPIN_ITERS) {
+#if defined(__x86_64__) || defined(__i386__)
+                __builtin_ia32_pause();
+#endif
+                continue;
+            }
+            pthread_mutex_lock(&p->mu);
+            while (atomic_load(&p->gen) == seen && !atomic_load(&p->stop))
+                pthread_cond_wait(&p->cv, &p->mu);
+            pthread_mutex_unlock(&p->mu);
+        }
+        if (atomic_load(&p->stop))
+            return NULL;
+        seen = g;
+        p->fn(p->arg, wa.idx, p->n);
+        atomic_fetch_sub_explicit(&p->pending, 1, memory_order_acq_rel);
+    }
+}
+
+int rvl_pool_open(rvl_pool **out, int n_threads)
+{
+    struct rvl_pool *p;
+
+    *out = NULL;
+    if (n_threads <= 0) {
+        long nc = sysconf(_SC_NPROCESSORS_ONLN);
+        n_threads = nc > 0 ? (int)nc : 1;
+    }
+    if (n_threads > 256)
+        return rvl_seterr(RVL_EINVAL, "%d threads is too many (at most 256)", n_threads);
+    p = calloc(1, sizeof *p);
+    if (!p)
+        return rvl_seterr(RVL_ENOMEM, "out of memory");
+    p->n = n_threads;
+    pthread_mutex_init(&p->mu, NULL);
+    pthread_cond_init(&p->cv, NULL);
+    p->tids = calloc((size_t)n_threads, sizeof *p->tids);
+    if (!p->tids) {
+        free(p);
+        return rvl_seterr(RVL_ENOMEM, "out of memory");
+    }
+    for (int i = 1; i < n_threads; i++) {
+        worker_arg *wa = malloc(sizeof *wa);
+        if (wa) {
+            wa->p = p;
+            wa->idx = i;
+        }
+        if (!wa || pthread_create(&p->tids[i], NULL, worker, wa) != 0) {
+            free(wa);
+            p->n = i;
+            rvl_pool_close(p);
+            return rvl_seterr(RVL_EIO, "cannot create thread %d", i);
+        }
+    }
+    *out = p;
+    return 0;
+}
+
+void rvl_pool_run(rvl_pool *p, rvl_pool_fn fn, void *arg)
+{
+    if (p->n == 1) {
+        fn(arg, 0, 1);
+        return;
+    }
+    p->fn = fn;
+    p->arg = arg;
+    atomic_store(&p->pending, p->n - 1);
+    pthread_mutex_lock(&p->mu);
+    atomic_fetch_add_explicit(&p->gen, 1, memory_order_acq_rel);
+    pthread_cond_broadcast(&p->cv);
+    pthread_mutex_unlock(&p->mu);
+    fn(arg, 0, p->n);
+    while (atomic_load_explicit(&p->pending, memory_order_acquire) > 0) {
+#if defined(__x86_64__) || defined(__i386__)
+        __builtin_ia32_pause();
+#else
+        sched_yield();
+#endif
+    }
+}
+
+int rvl_pool_size(const rvl_pool *p)
+{
+    return p->n;
+}
+
+void rvl_pool_close(rvl_pool *p)
+{
+    if (!p)
+        return;
+    pthread_mutex_lock(&p->mu);
+    atomic_store(&p->stop, true);
+    pthread_cond_broadcast(&p->cv);
+    pthread_mutex_unlock(&p->mu);
+    for (int i = 1; i < p->n; i++)
+        pthread_join(p->tids[i], NULL);
+    pthread_mutex_destroy(&p->mu);
+    pthread_cond_destroy(&p->cv);
+    free(p->tids);
+    free(p);
+}

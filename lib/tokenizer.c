@@ -1,0 +1,1652 @@
+/*
+ * tokenizer.c - the tokenizer of a GGUF model: vocabulary, special tokens,
+ * byte-level BPE ("gpt2") and SentencePiece BPE ("llama") encoding, and a
+ * streaming detokenizer.
+ *
+ * Behaviour follows llama.cpp (its test-tokenizer-0 cases are our tests):
+ *
+ *  - The vocabulary comes from tokenizer.ggml.* metadata; everything is
+ *    copied at open, so the rvl_file may be closed afterwards.
+ *  - Special tokens (control, user-defined and unknown types) are cut out
+ *    of the text first, longest text first, every occurrence left to right.
+ *    User-defined tokens are always cut out (Hugging Face treats them as
+ *    "added tokens"); control and unknown tokens only when the caller asks
+ *    for parse_special (ruvllm's --special).
+ *  - byte-level BPE: each remaining fragment is made valid UTF-8 (every byte
+ *    that does not start a well-formed sequence becomes U+FFFD, as llama.cpp
+ *    does), split into words by the pre-tokenizer (tokenizer_pre.c), and
+ *    each word is merged with the ranks of tokenizer.ggml.merges. Symbols
+ *    start as single bytes: the GPT-2 byte-to-unicode mapping maps every
+ *    byte to one vocabulary character, so a word's byte-encoded form is
+ *    never materialized; merges are looked up by (left id, right id).
+ *  - SentencePiece BPE: spaces become U+2581, a space is prefixed to a
+ *    fragment that starts the text or follows a special token when
+ *    add_space_prefix (default for "llama"); pairs whose concatenation is a
+ *    token are merged highest score first; characters without a token fall
+ *    back to <0xNN> byte tokens.
+ *  - Merging uses a binary heap of candidate pairs (best first, leftmost on
+ *    ties) with lazy invalidation: O(n log n) per word.
+ *
+ * Deviations, only on malformed vocabularies or invalid text: merges whose
+ * halves or result are not vocabulary tokens are ignored; a duplicate token
+ * text maps to its first id; empty token texts are never matched; SPM
+ * splits invalid UTF-8 into single bytes (they fall back to byte tokens).
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <xxhash.h>
+
+#include "internal.h"
+#include "tokenizer_int.h"
+
+/* Attribute bits (llama.cpp's token attributes, from token_type). */
+enum {
+    A_NORMAL = 1 << 0,
+    A_UNKNOWN = 1 << 1,
+    A_CONTROL = 1 << 2,
+    A_USER = 1 << 3,
+    A_UNUSED = 1 << 4,
+    A_BYTE = 1 << 5,
+};
+
+enum { KIND_BPE = 1, KIND_SPM = 2 };
+
+#define TEXT_LIMIT ((size_t)INT32_MAX)   /* longest text we tokenize */
+
+typedef struct {
+    uint32_t off, len;     /* vocabulary text in t->text */
+    uint32_t poff, plen;   /* decoded piece in t->piece */
+    float score;
+    uint8_t attr;
+    uint8_t type;          /* tokenizer.ggml.token_type as stored (0: none) */
+} tok_entry;
+
+typedef struct {
+    uint64_t key;          /* (left id << 32) | right id; 0 = empty slot */
+    int32_t rank;
+    int32_t result;
+} merge_slot;
+
+struct rvl_tokenizer {
+    int kind;
+    char model[16];
+    char pre[64];
+    rvl_pretok *pretok;        /* BPE only */
+    bool ignore_merges;
+
+    uint32_t n;                /* vocabulary size */
+    tok_entry *tok;            /* [n] */
+    char *text;                /* owned: all token texts */
+    char *piece;               /* owned: all decoded pieces */
+    size_t max_piece;
+
+    int32_t *hslot;            /* text -> id, open addressing; -1 empty */
+    size_t hmask;
+
+    merge_slot *mslot;         /* BPE merges */
+    size_t mmask;
+
+    int32_t byte_tok[256];     /* token of a single byte (BPE: its mapped
+                                  character; SPM: <0xNN>); -1 if none */
+    uint8_t spm_barrier[128];  /* SPM: ASCII characters found in no token
+                                  longer than one byte: they never merge,
+                                  so the text is merged piecewise between
+                                  them (same result, smaller heaps) */
+    uint16_t b2cp[256];        /* GPT-2 byte -> code point */
+    int16_t cp2b[256 + 68];    /* and back; -1 for unmapped */
+
+    int32_t *spec;             /* special tokens, longest text first */
+    uint32_t n_spec;
+    uint32_t bucket[257];      /* spec ids by first byte: spec_by_byte[bucket[b]..bucket[b+1]) */
+    int32_t *spec_by_byte;
+
+    int32_t bos, eos, eot, eom, unk, pad, nl;
+    int32_t fim_pre, fim_suf, fim_mid, fim_pad, fim_rep, fim_sep;
+    bool add_bos, add_eos, add_space_prefix;
+
+    int32_t *eog;              /* sorted ids that end generation */
+    size_t n_eog;
+};
+
+/* ======================================================================
+ * UTF-8 helpers
+ * ====================================================================== */
+
+/* Check the UTF-8 sequence at s[0..n) (n >= 1). Returns its length when a
+ * complete well-formed sequence (Unicode table 3-7) starts there. Otherwise
+ * returns 0, sets *sub to the length of its maximal well-formed prefix
+ * (>= 1) and *trunc to whether that prefix ran into the end of s, i.e. more
+ * bytes might still complete it. */
+static size_t utf8_check(const uint8_t *s, size_t n, size_t *sub, bool *trunc)
+{
+    uint8_t c = s[0], lo = 0x80, hi = 0xBF;
+    size_t need;
+    *trunc = false;
+    *sub = 1;
+    if (c < 0x80)
+        return 1;
+    if (c < 0xC2)
+        return 0;
+    if (c < 0xE0) {
+        need = 2;
+    } else if (c < 0xF0) {
+        need = 3;
+        if (c == 0xE0) lo = 0xA0;
+        else if (c == 0xED) hi = 0x9F;
+    } else if (c < 0xF5) {
+        need = 4;
+        if (c == 0xF0) lo = 0x90;
+        else if (c == 0xF4) hi = 0x8F;
+    } else {
+        return 0;
+    }
+    for (size_t i = 1; i < need; i++) {
+        if (i >= n) {
+            *sub = i;
+            *trunc = true;
+            return 0;
+        }
+        if (s[i] < lo || s[i] > hi) {
+            *sub = i;
+            return 0;
+        }
+        lo = 0x80;
+        hi = 0xBF;
+    }
+    return need;
+}
+
+/* Decode a well-formed sequence of length len (from utf8_check). */
+static uint32_t utf8_decode(const uint8_t *s, size_t len)
+{
+    switch (len) {
+    case 1: return s[0];
+    case 2: return ((uint32_t)(s[0] & 0x1F) << 6) | (s[1] & 0x3F);
+    case 3: return ((uint32_t)(s[0] & 0x0F) << 12) | ((uint32_t)(s[1] & 0x3F) << 6) | (s[2] & 0x3F);
+    default:
+        return ((uint32_t)(s[0] & 0x07) << 18) | ((uint32_t)(s[1] & 0x3F) << 12) |
+               ((uint32_t)(s[2] & 0x3F) << 6) | (s[3] & 0x3F);
+    }
+}
+
+static size_t utf8_encode(uint32_t cp, char *o)
+{
+    if (cp < 0x80) {
+        o[0] = (char)cp;
+        return 1;
+    }
+    if (cp < 0x800) {
+        o[0] = (char)(0xC0 | (cp >> 6));
+        o[1] = (char)(0x80 | (cp & 0x3F));
+        return 2;
+    }
+    if (cp < 0x10000) {
+        o[0] = (char)(0xE0 | (cp >> 12));
+        o[1] = (char)(0x80 | ((cp >> 6) & 0x3F));
+        o[2] = (char)(0x80 | (cp & 0x3F));
+        return 3;
+    }
+    o[0] = (char)(0xF0 | (cp >> 18));
+    o[1] = (char)(0x80 | ((cp >> 12) & 0x3F));
+    o[2] = (char)(0x80 | ((cp >> 6) & 0x3F));
+    o[3] = (char)(0x80 | (cp & 0x3F));
+    return 4;
+}
+
+static const char REPLACEMENT[3] = { (char)0xEF, (char)0xBF, (char)0xBD }; /* U+FFFD */
+static const char SPM_SPACE[3] = { (char)0xE2, (char)0x96, (char)0x81 };    /* U+2581 */
+
+/* ======================================================================
+ * GPT-2 byte <-> unicode mapping: printable Latin-1 bytes map to
+ * themselves, the other 68 bytes to U+0100.. in byte order.
+ * ====================================================================== */
+
+static bool byte_is_printable(unsigned b)
+{
+    return (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE);
+}
+
+static void build_byte_map(rvl_tokenizer *t)
+{
+    uint32_t n = 0;
+    for (size_t i = 0; i < sizeof t->cp2b / sizeof t->cp2b[0]; i++)
+        t->cp2b[i] = -1;
+    for (unsigned b = 0; b < 256; b++) {
+        t->b2cp[b] = (uint16_t)(byte_is_printable(b) ? b : 256 + n++);
+        t->cp2b[t->b2cp[b]] = (int16_t)b;
+    }
+}
+
+/* Byte of a mapped code point, or -1. */
+static int cp_to_byte(const rvl_tokenizer *t, uint32_t cp)
+{
+    return cp < sizeof t->cp2b / sizeof t->cp2b[0] ? t->cp2b[cp] : -1;
+}
+
+/* ======================================================================
+ * Vocabulary lookup: text -> id
+ * ====================================================================== */
+
+static uint64_t text_hash(const char *s, size_t n)
+{
+    return XXH3_64bits(s, n);
+}
+
+static int32_t find_text(const rvl_tokenizer *t, const char *s, size_t n)
+{
+    if (n == 0)
+        return -1;
+    size_t i = (size_t)text_hash(s, n) & t->hmask;
+    for (;;) {
+        int32_t id = t->hslot[i];
+        if (id < 0)
+            return -1;
+        const tok_entry *e = &t->tok[id];
+        if (e->len == n && memcmp(t->text + e->off, s, n) == 0)
+            return id;
+        i = (i + 1) & t->hmask;
+    }
+}
+
+static size_t pow2_at_least(size_t n)
+{
+    size_t c = 16;
+    while (c < n)
+        c <<= 1;
+    return c;
+}
+
+static int build_text_index(rvl_tokenizer *t)
+{
+    size_t cap = pow2_at_least((size_t)t->n * 2);
+    t->hslot = malloc(cap * sizeof *t->hslot);
+    if (!t->hslot)
+        return rvl_seterr(RVL_ENOMEM, "tokenizer: out of memory");
+    memset(t->hslot, 0xFF, cap * sizeof *t->hslot);
+    t->hmask = cap - 1;
+    for (uint32_t id = 0; id < t->n; id++) {
+        const tok_entry *e = &t->tok[id];
+        if (e->len == 0 || find_text(t, t->text + e->off, e->len) >= 0)
+            continue; /* empty or duplicate: the first id wins */
+        size_t i = (size_t)text_hash(t->text + e->off, e->len) & t->hmask;
+        while (t->hslot[i] >= 0)
+            i = (i + 1) & t->hmask;
+        t->hslot[i] = (int32_t)id;
+    }
+    return 0;
+}
+
+/* ======================================================================
+ * Merges: (left id, right id) -> rank, result id
+ * ====================================================================== */
+
+static uint64_t merge_key(int32_t l, int32_t r)
+{
+    /* +1 keeps key 0 free as the empty marker */
+    return ((uint64_t)(uint32_t)l << 32 | (uint32_t)r) + 1;
+}
+
+static size_t merge_hash(uint64_t k)
+{
+    k ^= k >> 33;
+    k *= 0xff51afd7ed558ccdULL;
+    k ^= k >> 33;
+    return (size_t)k;
+}
+
+static const merge_slot *find_merge(const rvl_tokenizer *t, int32_t l, int32_t r)
+{
+    if (!t->mslot || l < 0 || r < 0)
+        return NULL;
+    uint64_t k = merge_key(l, r);
+    size_t i = merge_hash(k) & t->mmask;
+    for (;;) {
+        const merge_slot *m = &t->mslot[i];
+        if (m->key == 0)
+            return NULL;
+        if (m->key == k)
+            return m;
+        i = (i + 1) & t->mmask;
+    }
+}
+
+static int load_merges(rvl_tokenizer *t, const rvl_kv *kv, const char *path)
+{
+    if (!kv)
+        return rvl_seterr(RVL_EFORMAT, "%s: tokenizer.ggml.merges is missing"
+                          " (required by the gpt2 tokenizer)", path);
+    if (kv->type != RVL_GGUF_ARRAY || kv->arr_type != RVL_GGUF_STRING || !kv->strs)
+        return rvl_seterr(RVL_EFORMAT, "%s: tokenizer.ggml.merges has type %s,"
+                          " expected an array of strings", path,
+                          rvl_gguf_vtype_name(kv->type));
+    if (kv->n > INT32_MAX)
+        return rvl_seterr(RVL_EFORMAT, "%s: tokenizer.ggml.merges has too many"
+                          " entries (%llu)", path, (unsigned long long)kv->n);
+    size_t cap = pow2_at_least((size_t)kv->n * 2);
+    t->mslot = calloc(cap, sizeof *t->mslot);
+    if (!t->mslot)
+        return rvl_seterr(RVL_ENOMEM, "tokenizer: out of memory");
+    t->mmask = cap - 1;
+
+    char *tmp = NULL;
+    size_t cap_tmp = 0;
+    for (uint64_t r = 0; r < kv->n; r++) {
+        rvl_str s = kv->strs[r];
+        /* "left right": split at the first space after the first byte */
+        const char *sp = s.len > 1 ? memchr(s.ptr + 1, ' ', s.len - 1) : NULL;
+        if (!sp)
+            continue;
+        size_t ll = (size_t)(sp - s.ptr), rl = s.len - ll - 1;
+        int32_t l = find_text(t, s.ptr, ll);
+        int32_t rr = find_text(t, sp + 1, rl);
+        if (l < 0 || rr < 0)
+            continue;
+        if (ll + rl > cap_tmp) {
+            size_t nc = (ll + rl) * 2;
+            char *p = realloc(tmp, nc);
+            if (!p) {
+                free(tmp);
+                return rvl_seterr(RVL_ENOMEM, "tokenizer: out of memory");
+            }
+            tmp = p;
+            cap_tmp = nc;
+        }
+        memcpy(tmp, s.ptr, ll);
+        memcpy(tmp + ll, sp + 1, rl);
+        int32_t res = find_text(t, tmp, ll + rl);
+        if (res < 0)
+            continue;
+        uint64_t k = merge_key(l, rr);
+        size_t i = merge_hash(k) & t->mmask;
+        while (t->mslot[i].key != 0 && t->mslot[i].key != k)
+            i = (i + 1) & t->mmask;
+        if (t->mslot[i].key == k)
+            continue; /* duplicate pair: the lower rank wins */
+        t->mslot[i].key = k;
+        t->mslot[i].rank = (int32_t)r;
+        t->mslot[i].result = res;
+    }
+    free(tmp);
+    return 0;
+}
+
+/* ======================================================================
+ * Loading
+ * ====================================================================== */
+
+static const rvl_kv *kv_find(const rvl_file *f, const char *key)
+{
+    return rvl_file_find_kv(f, key);
+}
+
+/* Read an optional token id key into *id when present and in range. */
+static void read_id(const rvl_file *f, const char *key, uint32_t n, int32_t *id)
+{
+    uint64_t v;
+    const rvl_kv *kv = kv_find(f, key);
+    if (kv && rvl_kv_get_u64(kv, &v) == 0 && v < n)
+        *id = (int32_t)v;
+}
+
+static int read_bool(const rvl_file *f, const char *key, bool *b, const char *path)
+{
+    const rvl_kv *kv = kv_find(f, key);
+    uint64_t v;
+    if (!kv)
+        return 0;
+    if (rvl_kv_get_u64(kv, &v) != 0)
+        return rvl_seterr(RVL_EFORMAT, "%s: %s has type %s, expected a bool", path,
+                          key, rvl_gguf_vtype_name(kv->type));
+    *b = v != 0;
+    return 0;
+}
+
+static bool is_numeric_vtype(uint32_t vt)
+{
+    return vt != RVL_GGUF_STRING && vt != RVL_GGUF_ARRAY && vt != RVL_GGUF_BOOL &&
+           rvl_gguf_vtype_size(vt) != 0;
+}
+
+/* Find the first name of `names` (NULL-terminated, in priority order) that
+ * is a vocabulary token. */
+static int32_t find_any(const rvl_tokenizer *t, const char *const *names)
+{
+    for (; *names; names++) {
+        int32_t id = find_text(t, *names, strlen(*names));
+        if (id >= 0)
+            return id;
+    }
+    return -1;
+}
+
+static bool has_text(const rvl_tokenizer *t, int32_t id, const char *s)
+{
+    return id >= 0 && t->tok[id].len == strlen(s) &&
+           memcmp(t->text + t->tok[id].off, s, t->tok[id].len) == 0;
+}
+
+/* Special-token detection by text, for vocabularies whose metadata lacks
+ * the ids (llama.cpp's lists; a detected token becomes a control token). */
+static const char *const EOT_NAMES[] = {
+    "<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>",
+    "<|end_of_text|>", "<EOT>", "_<EOT>", "[EOT]",
+    "<\xef\xbd\x9c" "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>",
+    "<end_of_utterance>", NULL,
+};
+static const char *const EOM_NAMES[] = { "<|eom_id|>", NULL };
+static const char *const FIM_PRE_NAMES[] = {
+    "<|fim_prefix|>", "<fim-prefix>", "<fim_prefix>",
+    "<\xef\xbd\x9c" "fim\xe2\x96\x81" "begin\xef\xbd\x9c>", "<PRE>",
+    "\xe2\x96\x81<PRE>", "<|code_prefix|>", "<|prefix|>", NULL,
+};
+static const char *const FIM_SUF_NAMES[] = {
+    "<|fim_suffix|>", "<fim-suffix>", "<fim_suffix>",
+    "<\xef\xbd\x9c" "fim\xe2\x96\x81hole\xef\xbd\x9c>", "<SUF>",
+    "\xe2\x96\x81<SUF>", "<|code_suffix|>", "<|suffix|>", NULL,
+};
+static const char *const FIM_MID_NAMES[] = {
+    "<|fim_middle|>", "<fim-middle>", "<fim_middle>",
+    "<\xef\xbd\x9c" "fim\xe2\x96\x81" "end\xef\xbd\x9c>", "<MID>",
+    "\xe2\x96\x81<MID>", "<|code_middle|>", "<|middle|>", NULL,
+};
+static const char *const FIM_PAD_NAMES[] = {
+    "<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>", "[PAD]", NULL,
+};
+static const char *const FIM_REP_NAMES[] = {
+    "<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>", "<reponame>", NULL,
+};
+static const char *const FIM_SEP_NAMES[] = { "<|file_sep|>", NULL };
+static const char *const EOG_NAMES[] = {
+    "<|eot_id|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>", "<|flush|>",
+    "<|calls|>", "<end_of_turn>", "<|endoftext|>", "</s>", "<|eom_id|>", "<EOT>",
+    "_<EOT>", "[EOT]", "[EOS]", "<|end_of_text|>", "<end_of_utterance>", "<eos>",
+    "<turn|>", "<|tool_response>",
+    "<\xef\xbd\x9c" "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>",
+    "[e~[", NULL,
+};
+
+static void detect_id(rvl_tokenizer *t, int32_t *id, const char *const *names)
+{
+    if (*id >= 0)
+        return;
+    *id = find_any(t, names);
+    if (*id >= 0)
+        t->tok[*id].attr |= A_CONTROL;
+}
+
+static int cmp_i32(const void *a, const void *b)
+{
+    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    return (x > y) - (x < y);
+}
+
+static int add_eog(rvl_tokenizer *t, int32_t id, size_t cap)
+{
+    if (id < 0)
+        return 0;
+    for (size_t i = 0; i < t->n_eog; i++)
+        if (t->eog[i] == id)
+            return 0;
+    if (t->n_eog < cap)
+        t->eog[t->n_eog++] = id;
+    return 0;
+}
+
+static int build_eog(rvl_tokenizer *t)
+{
+    size_t n_names = sizeof EOG_NAMES / sizeof EOG_NAMES[0];
+    size_t cap = n_names + 8;
+    t->eog = malloc(cap * sizeof *t->eog);
+    if (!t->eog)
+        return rvl_seterr(RVL_ENOMEM, "tokenizer: out of memory");
+    add_eog(t, t->fim_pad, cap);
+    add_eog(t, t->fim_rep, cap);
+    add_eog(t, t->fim_sep, cap);
+    for (const char *const *nm = EOG_NAMES; *nm; nm++) {
+        int32_t id = find_text(t, *nm, strlen(*nm));
+        if (id >= 0) {
+            t->tok[id].attr |= A_CONTROL;
+            add_eog(t, id, cap);
+        }
+    }
+    add_eog(t, t->eos, cap);
+    add_eog(t, t->eot, cap);
+    add_eog(t, t->eom, cap);
+
+    /* harmony-style vocabularies end a message with <|end|> but keep
+     * generating: with <|return|> and <|call|> present it is not EOG */
+    bool ret = false, call = false, flush = false;
+    int32_t end = -1;
+    for (size_t i = 0; i < t->n_eog; i++) {
+        int32_t id = t->eog[i];
+        if (has_text(t, id, "<|return|>")) ret = true;
+        else if (has_text(t, id, "<|call|>") || has_text(t, id, "<|calls|>")) call = true;
+        else if (has_text(t, id, "<|flush|>")) flush = true;
+        else if (has_text(t, id, "<|end|>")) end = id;
+    }
+    if (end >= 0 && ((ret && call) || (call && flush))) {
+        size_t j = 0;
+        for (size_t i = 0; i < t->n_eog; i++)
+            if (t->eog[i] != end)
+                t->eog[j++] = t->eog[i];
+        t->n_eog = j;
+        t->tok[end].attr = A_USER;
+    }
+    qsort(t->eog, t->n_eog, sizeof *t->eog, cmp_i32);
+    return 0;
+}
+
+/* Parse "<0xNN>"; -1 if s is not of that form. */
+static int parse_byte_token(const char *s, size_t n)
+{
+    if (n != 6 || memcmp(s, "<0x", 3) != 0 || s[5] != '>')
+        return -1;
+    int v = 0;
+    for (int i = 3; i < 5; i++) {
+        char c = s[i];
+        int d = c >= '0' && c <= '9' ? c - '0' : c >= 'A' && c <= 'F' ? c - 'A' + 10
+              : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+        if (d < 0)
+            return -1;
+        v = v * 16 + d;
+    }
+    return v;
+}
+
+/* The bytes a token stands for when rendered with special = true.
+ * Writes at most 4 * len bytes (+1 for byte tokens) into o. */
+static size_t render_piece(const rvl_tokenizer *t, const tok_entry *e, char *o)
+{
+    const char *s = t->text + e->off;
+    size_t n = e->len, k = 0;
+    if (e->attr & (A_UNKNOWN | A_CONTROL | A_USER)) {
+        memcpy(o, s, n);
+        return n;
+    }
+    if (e->attr & A_NORMAL) {
+        if (t->kind == KIND_SPM) {
+            for (size_t i = 0; i < n;) {
+                if (i + 3 <= n && memcmp(s + i, SPM_SPACE, 3) == 0) {
+                    o[k++] = ' ';
+                    i += 3;
+                } else {
+                    o[k++] = s[i++];
+                }
+            }
+            return k;
+        }
+        /* byte-level BPE: every mapped character stands for one byte;
+         * anything else is copied as it is */
+        for (size_t i = 0; i < n;) {
+            size_t sub;
+            bool trunc;
+            size_t l = utf8_check((const uint8_t *)s + i, n - i, &sub, &trunc);
+            if (!l) {
+                o[k++] = s[i++];
+                continue;
+            }
+            int b = cp_to_byte(t, utf8_decode((const uint8_t *)s + i, l));
+            if (b >= 0) {
+                o[k++] = (char)b;
+            } else {
+                memcpy(o + k, s + i, l);
+                k += l;
+            }
+            i += l;
+        }
+        return k;
+    }
+    if (e->attr & A_BYTE) {
+        int b = parse_byte_token(s, n);
+        if (b >= 0)
+            o[k++] = (char)b;
+        return k;
+    }
+    return 0; /* unused or undefined types render as nothing */
+}
+
+static int build_pieces(rvl_tokenizer *t, size_t text_bytes)
+{
+    /* a piece is never longer than its text (+1 for a byte token) */
+    uint64_t cap;
+    if (rvl_add_ovf(text_bytes, t->n, &cap) || cap > UINT32_MAX)
+        return rvl_seterr(RVL_EFORMAT, "tokenizer: vocabulary text too large");
+    t->piece = malloc(cap ? cap : 1);
+    if (!t->piece)
+        return rvl_seterr(RVL_ENOMEM, "tokenizer: out of memory");
+    uint32_t k = 0;
+    for (uint32_t id = 0; id < t->n; id++) {
+        tok_entry *e = &t->tok[id];
+        e->poff = k;
+        e->plen = (uint32_t)render_piece(t, e, t->piece + k);
+        k += e->plen;
+        if (e->plen > t->max_piece)
+            t->max_piece = e->plen;
+    }
+    return 0;
+}
+
+/* Special tokens: longest text first, then lower id. */
+typedef struct {
+    uint32_t len;
+    int32_t id;
+} spec_key;
+
+static int cmp_spec(const void *a, const void *b)
+{
+    const spec_key *x = a, *y = b;
+    if (x->len != y->len)
+        return x->len > y->len ? -1 : 1;
+    return (x->id > y->id) - (x->id < y->id);
+}
+
+static int build_specials(rvl_tokenizer *t)
+{
+    uint32_t n = 0;
+    for (uint32_t id = 0; id < t->n; id++)
+        if ((t->tok[id].attr & (A_CONTROL | A_USER | A_UNKNOWN)) && t->tok[id].len)
+            n++;
+    t->spec = malloc((n ? n : 1) * sizeof *t->spec);
+    t->spec_by_byte = malloc((n ? n : 1) * sizeof *t->spec_by_byte);
+    if (!t->spec || !t->spec_by_byte)
+        return rvl_seterr(RVL_ENOMEM, "tokenizer: out of memory");
+    spec_key *keys = malloc((n ? n : 1) * sizeof *keys);
+    if (!keys)
+        return rvl_seterr(RVL_ENOMEM, "tokenizer: out of memory");
+    n = 0;
+    for (uint32_t id = 0; id < t->n; id++)
+        if ((t->tok[id].attr & (A_CONTROL | A_USER | A_UNKNOWN)) && t->tok[id].len)
+            keys[n++] = (spec_key){ t->tok[id].len, (int32_t)id };
+    qsort(keys, n, sizeof *keys, cmp_spec);
+    for (uint32_t i = 0; i < n; i++)
+        t->spec[i] = keys[i].id;
+    free(keys);
+    t->n_spec = n;
+
+    /* bucket by first byte, keeping the priority order within a bucket */
+    uint32_t count[256] = {0};
+    for (uint32_t i = 0; i < n; i++)
+        count[(uint8_t)t->text[t->tok[t->spec[i]].off]]++;
+    t->bucket[0] = 0;
+    for (int b = 0; b < 256; b++)
+        t->bucket[b + 1] = t->bucket[b] + count[b];
+    uint32_t fill[256];
+    memcpy(fill, t->bucket, sizeof fill);
+    for (uint32_t i = 0; i < n; i++) {
+        uint8_t b = (uint8_t)t->text[t->tok[t->spec[i]].off];
+        t->spec_by_byte[fill[b]++] = (int32_t)i; /* index into spec = priority */
+    }
+    return 0;
+}
+
+/* Copy a metadata string into a fixed buffer (truncating), NUL-terminated. */
+static void copy_str(char *dst, size_t cap, rvl_str s)
+{
+    size_t n = s.len < cap - 1 ? (size_t)s.len : cap - 1;
+    memcpy(dst, s.ptr, n);
+    dst[n] = 0;
+}
+
+static int load_tokens(rvl_tokenizer *t, const rvl_file *f, const char *path,
+                       size_t *text_bytes)
+{
+    const rvl_kv *kt = kv_find(f, "tokenizer.ggml.tokens");
+    if (!kt)
+        return rvl_seterr(RVL_EFORMAT, "%s: tokenizer.ggml.tokens is missing", path);
+    if (kt->type != RVL_GGUF_ARRAY || kt->arr_type != RVL_GGUF_STRING || !kt->strs)
+        return rvl_seterr(RVL_EFORMAT, "%s: tokenizer.ggml.tokens has type %s, expected"
+                          " an array of strings", path, rvl_gguf_vtype_name(kt->type));
+    if (kt->n == 0 || kt->n > INT32_MAX)
+        return rvl_seterr(RVL_EFORMAT, "%s: tokenizer.ggml.tokens has %llu entries",
+                          path, (unsigned long long)kt->n);
+    t->n = (uint32_t)kt->n;
+
+    const rvl_kv *ks = kv_find(f, "tokenizer.ggml.scores");
+    if (ks && (ks->type != RVL_GGUF_ARRAY || !is_numeric_vtype(ks->arr_type)))
+        return rvl_seterr(RVL_EFORMAT, "%s: tokenizer.ggml.scores has type %s, expected"
+                          " a numeric array", path, rvl_gguf_vtype_name(ks->type));
+    if (ks && ks->n < t->n)
+        return rvl_seterr(RVL_EFORMAT, "%s: tokenizer.ggml.scores has %llu entries for"
+                          " %u tokens", path, (unsigned long long)ks->n, t->n);
+    const rvl_kv *ky = kv_find(f, "tokenizer.ggml.token_type");
+    if (ky && (ky->type != RVL_GGUF_ARRAY || !is_numeric_vtype(ky->arr_type) ||
+               ky->arr_type == RVL_GGUF_F32 || ky->arr_type == RVL_GGUF_F64))
+        return rvl_seterr(RVL_EFORMAT, "%s: tokenizer.ggml.token_type has type %s,"
+                          " expected an integer array", path, rvl_gguf_vtype_name(ky->type));
+    if (ky && ky->n < t->n)
+        return rvl_seterr(RVL_EFORMAT, "%s: tokenizer.ggml.token_type has %llu entries"
+                          " for %u tokens", path, (unsigned long long)ky->n, t->n);
+
+    uint64_t total = 0;
+    for (uint32_t i = 0; i < t->n; i++)
+        if (rvl_add_ovf(total, kt->strs[i].len, &total) || total > UINT32_MAX / 2)
+            return rvl_seterr(RVL_EFORMAT, "%s: tokenizer.ggml.tokens holds too much"
+                              " text", path);
+    t->tok = calloc(t->n, sizeof *t->tok);
+    t->text = malloc(total ? total : 1);
+    if (!t->tok || !t->text)
+        return rvl_seterr(RVL_ENOMEM, "tokenizer: out of memory");
+    uint32_t off = 0;
+    for (uint32_t i = 0; i < t->n; i++) {
+        tok_entry *e = &t->tok[i];
+        rvl_str s = kt->strs[i];
+        e->off = off;
+        e->len = (uint32_t)s.len;
+        if (s.len)
+            memcpy(t->text + off, s.ptr, s.len);
+        off += (uint32_t)s.len;
+        e->score = ks ? (float)rvl_kv_arr_f64(ks, i) : 0.0f;
+        int64_t ty = ky ? rvl_kv_arr_i64(ky, i) : 1;
+        e->type = ty >= 0 && ty <= 255 ? (uint8_t)ty : 0;
+        switch (ty) {
+        case 1: e->attr = A_NORMAL; break;
+        case 2: e->attr = A_UNKNOWN; break;
+        case 3: e->attr = A_CONTROL; break;
+        case 4: e->attr = A_USER; break;
+        case 5: e->attr = A_UNUSED; break;
+        case 6: e->attr = A_BYTE; break;
+        default: e->attr = 0; break;
+        }
+    }
+    *text_bytes = total;
+    return 0;
+}
+
+int rvl_tokenizer_open(rvl_tokenizer **out, const rvl_file *f)
+{
+    int rc;
+    *out = NULL;
+    const char *path = rvl_file_path(f);
+    if (!path)
+        path = "model";
+
+    rvl_str model;
+    const rvl_kv *km = kv_find(f, "tokenizer.ggml.model");
+    if (!km)
+        return rvl_seterr(RVL_ENOTFOUND, "%s: no tokenizer (tokenizer.ggml.model is"
+                          " missing)", path);
+    if (rvl_kv_get_str(km, &model) != 0)
+        return rvl_seterr(RVL_EFORMAT, "%s: tokenizer.ggml.model has type %s, expected"
+                          " a string", path, rvl_gguf_vtype_name(km->type));
+    int kind = rvl_str_eq(model, "gpt2") ? KIND_BPE : rvl_str_eq(model, "llama") ? KIND_SPM : 0;
+    if (!kind) {
+        int shown = model.len > 64 ? 64 : (int)model.len;
+        return rvl_seterr(RVL_EUNSUPPORTED, "%s: tokenizer model '%.*s' is not supported"
+                          " (supported: gpt2, llama)", path, shown, model.ptr);
+    }
+
+    rvl_tokenizer *t = calloc(1, sizeof *t);
+    if (!t)
+        return rvl_seterr(RVL_ENOMEM, "tokenizer: out of memory");
+    t->kind = kind;
+    copy_str(t->model, sizeof t->model, model);
+    build_byte_map(t);
+
+    rvl_str pre = { "default", 7 };
+    const rvl_kv *kp = kv_find(f, "tokenizer.ggml.pre");
+    if (kp && rvl_kv_get_str(kp, &pre) != 0) {
+        rc = rvl_seterr(RVL_EFORMAT, "%s: tokenizer.ggml.pre has type %s, expected a"
+                        " string", path, rvl_gguf_vtype_name(kp->type));
+        goto fail;
+    }
+    copy_str(t->pre, sizeof t->pre, pre.len ? pre : (rvl_str){ "default", 7 });
+
+    size_t text_bytes = 0;
+    if ((rc = load_tokens(t, f, path, &text_bytes)))
+        goto fail;
+    if ((rc = build_text_index(t)))
+        goto fail;
+
+    /* defaults per model family, as llama.cpp */
+    t->eot = t->eom = t->pad = t->nl = -1;
+    t->fim_pre = t->fim_suf = t->fim_mid = t->fim_pad = t->fim_rep = t->fim_sep = -1;
+    if (kind == KIND_SPM) {
+        t->bos = 1; t->eos = 2; t->unk = 0;
+        t->add_bos = true;
+        t->add_space_prefix = true;
+    } else {
+        t->bos = 11; t->eos = 11; t->unk = -1;
+        if ((rc = rvl_pretok_open(&t->pretok, pre.ptr, pre.len))) {
+            rvl_preerr(rc, "%s", path);
+            goto fail;
+        }
+        const rvl_pretok_info *pi = rvl_pretok_get_info(t->pretok);
+        t->ignore_merges = pi->ignore_merges;
+        t->add_bos = pi->add_bos;
+        if (pi->no_bos)
+            t->bos = -1;
+        if ((rc = load_merges(t, kv_find(f, "tokenizer.ggml.merges"), path)))
+            goto fail;
+    }
+    if (t->bos >= (int32_t)t->n) t->bos = -1;
+    if (t->eos >= (int32_t)t->n) t->eos = -1;
+    if (t->unk >= (int32_t)t->n) t->unk = -1;
+
+    read_id(f, "tokenizer.ggml.bos_token_id", t->n, &t->bos);
+    read_id(f, "tokenizer.ggml.eos_token_id", t->n, &t->eos);
+    read_id(f, "tokenizer.ggml.eot_token_id", t->n, &t->eot);
+    read_id(f, "tokenizer.ggml.eom_token_id", t->n, &t->eom);
+    read_id(f, "tokenizer.ggml.unknown_token_id", t->n, &t->unk);
+    read_id(f, "tokenizer.ggml.padding_token_id", t->n, &t->pad);
+    read_id(f, "tokenizer.ggml.fim_pre_token_id", t->n, &t->fim_pre);
+    read_id(f, "tokenizer.ggml.fim_suf_token_id", t->n, &t->fim_suf);
+    read_id(f, "tokenizer.ggml.fim_mid_token_id", t->n, &t->fim_mid);
+    read_id(f, "tokenizer.ggml.fim_pad_token_id", t->n, &t->fim_pad);
+    read_id(f, "tokenizer.ggml.fim_rep_token_id", t->n, &t->fim_rep);
+    read_id(f, "tokenizer.ggml.fim_sep_token_id", t->n, &t->fim_sep);
+    read_id(f, "tokenizer.ggml.prefix_token_id", t->n, &t->fim_pre);
+    read_id(f, "tokenizer.ggml.suffix_token_id", t->n, &t->fim_suf);
+    read_id(f, "tokenizer.ggml.middle_token_id", t->n, &t->fim_mid);
+
+    if ((rc = read_bool(f, "tokenizer.ggml.add_bos_token", &t->add_bos, path)) ||
+        (rc = read_bool(f, "tokenizer.ggml.add_eos_token", &t->add_eos, path)) ||
+        (rc = read_bool(f, "tokenizer.ggml.add_space_prefix", &t->add_space_prefix, path)))
+        goto fail;
+    if (t->add_bos && t->bos < 0) {
+        rc = rvl_seterr(RVL_EFORMAT, "%s: tokenizer.ggml.add_bos_token is true but"
+                        " there is no valid bos_token_id", path);
+        goto fail;
+    }
+    if (t->add_eos && t->eos < 0) {
+        rc = rvl_seterr(RVL_EFORMAT, "%s: tokenizer.ggml.add_eos_token is true but"
+                        " there is no valid eos_token_id", path);
+        goto fail;
+    }
+
+    detect_id(t, &t->eot, EOT_NAMES);
+    detect_id(t, &t->eom, EOM_NAMES);
+    detect_id(t, &t->fim_pre, FIM_PRE_NAMES);
+    detect_id(t, &t->fim_suf, FIM_SUF_NAMES);
+    detect_id(t, &t->fim_mid, FIM_MID_NAMES);
+    detect_id(t, &t->fim_pad, FIM_PAD_NAMES);
+    detect_id(t, &t->fim_rep, FIM_REP_NAMES);
+    detect_id(t, &t->fim_sep, FIM_SEP_NAMES);
+    if ((rc = build_eog(t)))
+        goto fail;
+
+    /* single-byte tokens */
+    for (int b = 0; b < 256; b++) {
+        char s[8];
+        if (kind == KIND_BPE) {
+            size_t l = utf8_encode(t->b2cp[b], s);
+            t->byte_tok[b] = find_text(t, s, l);
+        } else {
+            static const char hex[] = "0123456789ABCDEF";
+            char h[6] = { '<', '0', 'x', hex[b >> 4], hex[b & 15], '>' };
+            int32_t id = find_text(t, h, 6);
+            if (id < 0) {
+                s[0] = (char)b;
+                id = find_text(t, s, 1);
+            }
+            t->byte_tok[b] = id;
+        }
+    }
+
+    if ((rc = build_specials(t)) || (rc = build_pieces(t, text_bytes)))
+        goto fail;
+
+    if (kind == KIND_SPM) {
+        memset(t->spm_barrier, 1, sizeof t->spm_barrier);
+        for (uint32_t id = 0; id < t->n; id++) {
+            const tok_entry *e = &t->tok[id];
+            if (e->len < 2)
+                continue;
+            for (uint32_t i = 0; i < e->len; i++) {
+                uint8_t c = (uint8_t)t->text[e->off + i];
+                if (c < 0x80)
+                    t->spm_barrier[c] = 0;
+            }
+        }
+    }
+
+    /* newline token */
+    if (kind == KIND_SPM) {
+        t->nl = t->byte_tok['\n'];
+    } else {
+        int32_t id;
+        size_t n = 0;
+        if (rvl_tokenize(t, "\n", 1, false, false, &id, 1, &n) == 0 && n == 1)
+            t->nl = id;
+        else
+            t->nl = t->pad;
+    }
+    *out = t;
+    return 0;
+fail:
+    rvl_tokenizer_close(t);
+    return rc;
+}
+
+void rvl_tokenizer_close(rvl_tokenizer *t)
+{
+    if (!t)
+        return;
+    rvl_pretok_close(t->pretok);
+    free(t->tok);
+    free(t->text);
+    free(t->piece);
+    free(t->hslot);
+    free(t->mslot);
+    free(t->spec);
+    free(t->spec_by_byte);
+    free(t->eog);
+    free(t);
+}
+
+/* ======================================================================
+ * Accessors
+ * ====================================================================== */
+
+const char *rvl_tok_model(const rvl_tokenizer *t) { return t->model; }
+const char *rvl_tok_pre(const rvl_tokenizer *t) { return t->kind == KIND_BPE ? t->pre : "default"; }
+int32_t rvl_tok_n_vocab(const rvl_tokenizer *t) { return (int32_t)t->n; }
+int32_t rvl_tok_bos(const rvl_tokenizer *t) { return t->bos; }
+int32_t rvl_tok_eos(const rvl_tokenizer *t) { return t->eos; }
+int32_t rvl_tok_eot(const rvl_tokenizer *t) { return t->eot; }
+int32_t rvl_tok_eom(const rvl_tokenizer *t) { return t->eom; }
+int32_t rvl_tok_unk(const rvl_tokenizer *t) { return t->unk; }
+int32_t rvl_tok_pad(const rvl_tokenizer *t) { return t->pad; }
+int32_t rvl_tok_nl(const rvl_tokenizer *t) { return t->nl; }
+bool rvl_tok_add_bos(const rvl_tokenizer *t) { return t->add_bos; }
+bool rvl_tok_add_eos(const rvl_tokenizer *t) { return t->add_eos; }
+
+static bool valid_id(const rvl_tokenizer *t, int32_t id)
+{
+    return id >= 0 && (uint32_t)id < t->n;
+}
+
+bool rvl_tok_is_eog(const rvl_tokenizer *t, int32_t id)
+{
+    if (!valid_id(t, id))
+        return false;
+    return bsearch(&id, t->eog, t->n_eog, sizeof *t->eog, cmp_i32) != NULL;
+}
+
+bool rvl_tok_is_control(const rvl_tokenizer *t, int32_t id)
+{
+    return valid_id(t, id) && (t->tok[id].attr & (A_CONTROL | A_UNKNOWN));
+}
+
+int rvl_tok_type(const rvl_tokenizer *t, int32_t id)
+{
+    if (!valid_id(t, id))
+        return 0;
+    uint8_t a = t->tok[id].attr;
+    /* report what the tokenizer treats the token as (detected EOG and FIM
+     * tokens count as control) */
+    if (a & A_CONTROL) return RVL_TOK_CONTROL;
+    if (a & A_USER) return RVL_TOK_USER_DEFINED;
+    if (a & A_UNKNOWN) return RVL_TOK_UNKNOWN;
+    if (a & A_BYTE) return RVL_TOK_BYTE;
+    if (a & A_UNUSED) return RVL_TOK_UNUSED;
+    if (a & A_NORMAL) return RVL_TOK_NORMAL;
+    return t->tok[id].type;
+}
+
+float rvl_tok_score(const rvl_tokenizer *t, int32_t id)
+{
+    return valid_id(t, id) ? t->tok[id].score : 0.0f;
+}
+
+const char *rvl_tok_text(const rvl_tokenizer *t, int32_t id, size_t *len)
+{
+    if (!valid_id(t, id)) {
+        *len = 0;
+        return NULL;
+    }
+    *len = t->tok[id].len;
+    return t->text + t->tok[id].off;
+}
+
+int32_t rvl_tok_find(const rvl_tokenizer *t, const char *text, size_t len)
+{
+    return find_text(t, text, len);
+}
+
+int rvl_tok_piece(const rvl_tokenizer *t, int32_t id, bool special,
+                  const char **piece, size_t *len)
+{
+    if (!valid_id(t, id)) {
+        *piece = "";
+        *len = 0;
+        return rvl_seterr(RVL_EINVAL, "token id %d is out of range (the vocabulary"
+                          " has %u tokens)", (int)id, t->n);
+    }
+    const tok_entry *e = &t->tok[id];
+    *piece = t->piece + e->poff;
+    *len = !special && (e->attr & (A_CONTROL | A_UNKNOWN)) ? 0 : e->plen;
+    return 0;
+}
+
+/* ======================================================================
+ * Tokenization session: scratch buffers of one rvl_tokenize call
+ * ====================================================================== */
+
+typedef struct {
+    int32_t prev, next;    /* neighbours in the chain; -1 at the ends */
+    uint32_t off, len;     /* bytes of the word; len 0 once merged away */
+    int32_t id;            /* token of these bytes, -1 if none */
+} sym_t;
+
+typedef struct {
+    double key;            /* higher first: SPM score, BPE -rank */
+    int32_t left, right;   /* symbol indexes */
+    int32_t lid, rid;      /* BPE: symbol ids when pushed */
+    int32_t res;           /* token id of the merged pair */
+    uint32_t size;         /* SPM: byte length of the merged pair */
+} bigram;
+
+typedef struct {
+    size_t start, len;
+    int32_t id;            /* -1: raw text, else a special token */
+} frag;
+
+typedef struct {
+    const rvl_tokenizer *t;
+    int32_t *out;
+    size_t n_out, cap_out;
+    sym_t *sym;
+    size_t cap_sym;
+    bigram *heap;
+    size_t n_heap, cap_heap;
+    char *buf, *wbuf;
+    size_t cap_buf, cap_wbuf;
+    rvl_spans words;
+} sess;
+
+static int grow(void **p, size_t *cap, size_t need, size_t elem)
+{
+    if (need <= *cap)
+        return 0;
+    size_t c = *cap ? *cap : 64;
+    while (c < need)
+        c *= 2;
+    uint64_t bytes;
+    if (rvl_mul_ovf(c, elem, &bytes) || bytes > SIZE_MAX)
+        return rvl_seterr(RVL_ENOMEM, "tokenizer: out of memory");
+    void *q = realloc(*p, (size_t)bytes);
+    if (!q)
+        return rvl_seterr(RVL_ENOMEM, "tokenizer: out of memory");
+    *p = q;
+    *cap = c;
+    return 0;
+}
+
+static void sess_free(sess *s)
+{
+    free(s->out);
+    free(s->sym);
+    free(s->heap);
+    free(s->buf);
+    free(s->wbuf);
+    rvl_spans_free(&s->words);
+}
+
+static int emit(sess *s, int32_t id)
+{
+    if (s->n_out == s->cap_out) {
+        int rc = grow((void **)&s->out, &s->cap_out, s->n_out + 1, sizeof *s->out);
+        if (rc)
+            return rc;
+    }
+    s->out[s->n_out++] = id;
+    return 0;
+}
+
+static bool bg_before(const bigram *a, const bigram *b)
+{
+    return a->key > b->key || (a->key == b->key && a->left < b->left);
+}
+
+static int heap_push(sess *s, const bigram *b)
+{
+    int rc = grow((void **)&s->heap, &s->cap_heap, s->n_heap + 1, sizeof *s->heap);
+    if (rc)
+        return rc;
+    size_t i = s->n_heap++;
+    while (i > 0) {
+        size_t p = (i - 1) / 2;
+        if (!bg_before(b, &s->heap[p]))
+            break;
+        s->heap[i] = s->heap[p];
+        i = p;
+    }
+    s->heap[i] = *b;
+    return 0;
+}
+
+static bigram heap_pop(sess *s)
+{
+    bigram top = s->heap[0], last = s->heap[--s->n_heap];
+    size_t i = 0, n = s->n_heap;
+    for (;;) {
+        size_t c = 2 * i + 1;
+        if (c >= n)
+            break;
+        if (c + 1 < n && bg_before(&s->heap[c + 1], &s->heap[c]))
+            c++;
+        if (!bg_before(&s->heap[c], &last))
+            break;
+        s->heap[i] = s->heap[c];
+        i = c;
+    }
+    if (n)
+        s->heap[i] = last;
+    return top;
+}
+
+/* Link n symbols of one byte each over w[0..n) (or of one UTF-8 character
+ * each when `chars`). Returns the symbol count in *ns. */
+static int make_symbols(sess *s, const char *w, size_t n, bool chars, size_t *ns)
+{
+    int rc = grow((void **)&s->sym, &s->cap_sym, n, sizeof *s->sym);
+    if (rc)
+        return rc;
+    size_t k = 0;
+    for (size_t off = 0; off < n;) {
+        size_t l = 1;
+        if (chars) {
+            size_t sub;
+            bool trunc;
+            l = utf8_check((const uint8_t *)w + off, n - off, &sub, &trunc);
+            if (!l)
+                l = 1;
+        }
+        s->sym[k] = (sym_t){ (int32_t)k - 1, (int32_t)k + 1, (uint32_t)off, (uint32_t)l, -1 };
+        k++;
+        off += l;
+    }
+    if (k)
+        s->sym[k - 1].next = -1;
+    *ns = k;
+    return 0;
+}
+
+/* Emit a symbol: its token, or its bytes as byte tokens. */
+static int emit_symbol(sess *s, const char *w, const sym_t *y)
+{
+    const rvl_tokenizer *t = s->t;
+    if (y->id >= 0)
+        return emit(s, y->id);
+    for (uint32_t i = 0; i < y->len; i++) {
+        int32_t id = t->byte_tok[(uint8_t)w[y->off + i]];
+        if (id < 0 && t->kind == KIND_SPM)
+            id = t->unk;
+        if (id >= 0) {
+            int rc = emit(s, id);
+            if (rc)
+                return rc;
+        }
+    }
+    return 0;
+}
+
+/* ---------------- byte-level BPE ---------------- */
+
+static int bpe_try(sess *s, int32_t l, int32_t r)
+{
+    if (l < 0 || r < 0)
+        return 0;
+    const merge_slot *m = find_merge(s->t, s->sym[l].id, s->sym[r].id);
+    if (!m)
+        return 0;
+    bigram b = { -(double)m->rank, l, r, s->sym[l].id, s->sym[r].id, m->result, 0 };
+    return heap_push(s, &b);
+}
+
+static int bpe_word(sess *s, const char *w, size_t n)
+{
+    const rvl_tokenizer *t = s->t;
+    int rc;
+    if (n == 1) {
+        int32_t id = t->byte_tok[(uint8_t)w[0]];
+        return id >= 0 ? emit(s, id) : 0;
+    }
+    if (t->ignore_merges) {
+        /* a word that is a whole token is taken as it is */
+        if ((rc = grow((void **)&s->wbuf, &s->cap_wbuf, 2 * n, 1)))
+            return rc;
+        size_t k = 0;
+        for (size_t i = 0; i < n; i++)
+            k += utf8_encode(t->b2cp[(uint8_t)w[i]], s->wbuf + k);
+        int32_t id = find_text(t, s->wbuf, k);
+        if (id >= 0)
+            return emit(s, id);
+    }
+    size_t ns;
+    if ((rc = make_symbols(s, w, n, false, &ns)))
+        return rc;
+    for (size_t i = 0; i < ns; i++)
+        s->sym[i].id = t->byte_tok[(uint8_t)w[i]];
+    s->n_heap = 0;
+    for (size_t i = 1; i < ns; i++)
+        if ((rc = bpe_try(s, (int32_t)i - 1, (int32_t)i)))
+            return rc;
+    while (s->n_heap) {
+        bigram b = heap_pop(s);
+        sym_t *L = &s->sym[b.left], *R = &s->sym[b.right];
+        if (!L->len || !R->len || L->next != b.right || L->id != b.lid || R->id != b.rid)
+            continue; /* outdated: one side has merged since */
+        L->len += R->len;
+        L->id = b.res;
+        R->len = 0;
+        L->next = R->next;
+        if (R->next >= 0)
+            s->sym[R->next].prev = b.left;
+        if ((rc = bpe_try(s, L->prev, b.left)) || (rc = bpe_try(s, b.left, L->next)))
+            return rc;
+    }
+    for (int32_t i = 0; i >= 0; i = s->sym[i].next)
+        if ((rc = emit_symbol(s, w, &s->sym[i])))
+            return rc;
+    return 0;
+}
+
+/* Replace every byte that does not start a well-formed UTF-8 sequence with
+ * U+FFFD (llama.cpp's rule), into s->buf. */
+static int sanitize(sess *s, const char *in, size_t n, size_t *out_len)
+{
+    uint64_t need;
+    if (rvl_mul_ovf(n, 3, &need) || need > SIZE_MAX)
+        return rvl_seterr(RVL_ENOMEM, "tokenizer: out of memory");
+    int rc = grow((void **)&s->buf, &s->cap_buf, (size_t)need, 1);
+    if (rc)
+        return rc;
+    size_t k = 0;
+    for (size_t i = 0; i < n;) {
+        size_t sub;
+        bool trunc;
+        size_t l = utf8_check((const uint8_t *)in + i, n - i, &sub, &trunc);
+        if (l) {
+            memcpy(s->buf + k, in + i, l);
+            k += l;
+            i += l;
+        } else {
+            memcpy(s->buf + k, REPLACEMENT, 3);
+            k += 3;
+            i += 1;
+        }
+    }
+    *out_len = k;
+    return 0;
+}
+
+static int bpe_fragment(sess *s, const char *text, size_t n)
+{
+    size_t len = 0;
+    int rc = sanitize(s, text, n, &len);
+    if (rc)
+        return rc;
+    s->words.n = 0;
+    if ((rc = rvl_pretok_split(s->t->pretok, s->buf, len, &s->words)))
+        return rc;
+    for (size_t i = 0; i < s->words.n; i++)
+        if ((rc = bpe_word(s, s->buf + s->words.start[i], s->words.len[i])))
+            return rc;
+    return 0;
+}
+
+/* ---------------- SentencePiece BPE ---------------- */
+
+static int spm_try(sess *s, int32_t l, int32_t r)
+{
+    if (l < 0 || r < 0)
+        return 0;
+    const sym_t *L = &s->sym[l], *R = &s->sym[r];
+    size_t size = (size_t)L->len + R->len;
+    int32_t id = find_text(s->t, s->buf + L->off, size);
+    if (id < 0)
+        return 0;
+    bigram b = { s->t->tok[id].score, l, r, -1, -1, id, (uint32_t)size };
+    return heap_push(s, &b);
+}
+
+/* Merge the symbols of s->buf[off..off+n) and emit their tokens. */
+static int spm_merge(sess *s, size_t off, size_t n)
+{
+    const rvl_tokenizer *t = s->t;
+    size_t ns;
+    int rc = make_symbols(s, s->buf + off, n, true, &ns);
+    if (rc)
+        return rc;
+    for (size_t i = 0; i < ns; i++) {
+        s->sym[i].off += (uint32_t)off;
+        s->sym[i].id = find_text(t, s->buf + s->sym[i].off, s->sym[i].len);
+    }
+    s->n_heap = 0;
+    for (size_t i = 1; i < ns; i++)
+        if ((rc = spm_try(s, (int32_t)i - 1, (int32_t)i)))
+            return rc;
+    while (s->n_heap) {
+        bigram b = heap_pop(s);
+        sym_t *L = &s->sym[b.left], *R = &s->sym[b.right];
+        if (!L->len || !R->len || (size_t)L->len + R->len != b.size)
+            continue;
+        L->len += R->len;
+        L->id = b.res;
+        R->len = 0;
+        L->next = R->next;
+        if (R->next >= 0)
+            s->sym[R->next].prev = b.left;
+        if ((rc = spm_try(s, L->prev, b.left)) || (rc = spm_try(s, b.left, L->next)))
+            return rc;
+    }
+    for (int32_t i = ns ? 0 : -1; i >= 0; i = s->sym[i].next)
+        if ((rc = emit_symbol(s, s->buf, &s->sym[i])))
+            return rc;
+    return 0;
+}
+
+static int spm_fragment(sess *s, const char *text, size_t n, bool prefix)
+{
+    const rvl_tokenizer *t = s->t;
+    /* escape: spaces become U+2581, optionally one in front */
+    uint64_t need;
+    if (rvl_mul_ovf(n + 1, 3, &need) || need > SIZE_MAX)
+        return rvl_seterr(RVL_ENOMEM, "tokenizer: out of memory");
+    int rc = grow((void **)&s->buf, &s->cap_buf, (size_t)need, 1);
+    if (rc)
+        return rc;
+    size_t k = 0;
+    if (prefix) {
+        memcpy(s->buf, SPM_SPACE, 3);
+        k = 3;
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (text[i] == ' ') {
+            memcpy(s->buf + k, SPM_SPACE, 3);
+            k += 3;
+        } else {
+            s->buf[k++] = text[i];
+        }
+    }
+    if (k > UINT32_MAX)
+        return rvl_seterr(RVL_ERANGE, "tokenizer: text too long");
+
+    /* merge between barrier characters, which stand alone */
+    size_t start = 0;
+    for (size_t i = 0; i < k; i++) {
+        uint8_t c = (uint8_t)s->buf[i];
+        if (c >= 0x80 || !t->spm_barrier[c])
+            continue;
+        if (i > start && (rc = spm_merge(s, start, i - start)))
+            return rc;
+        if ((rc = spm_merge(s, i, 1)))
+            return rc;
+        start = i + 1;
+    }
+    if (k > start && (rc = spm_merge(s, start, k - start)))
+        return rc;
+    return 0;
+}
+
+/* ---------------- special tokens ---------------- */
+
+static bool spec_eligible(const rvl_tokenizer *t, int32_t id, bool parse_special)
+{
+    return parse_special || !(t->tok[id].attr & (A_CONTROL | A_UNKNOWN));
+}
+
+/* Cut special tokens out of text[0..len): for each eligible special token,
+ * longest first, every occurrence left to right inside the raw fragments
+ * left by the tokens before it (llama.cpp's tokenizer_st_partition).
+ * Result in *frags (owned by the caller). */
+static int partition(const rvl_tokenizer *t, const char *text, size_t len,
+                     bool parse_special, frag **frags, size_t *n_frags)
+{
+    frag *a = malloc(sizeof *a), *b = NULL;
+    size_t na = 1, cap_a = 1, cap_b = 0;
+    bool *seen = NULL;
+    int rc = 0;
+    if (!a)
+        return rvl_seterr(RVL_ENOMEM, "tokenizer: out of memory");
+    a[0] = (frag){ 0, len, -1 };
+
+    if (t->n_spec) {
+        /* which special tokens occur at all: one pass over the text */
+        seen = calloc(t->n_spec, sizeof *seen);
+        if (!seen) {
+            rc = rvl_seterr(RVL_ENOMEM, "tokenizer: out of memory");
+            goto done;
+        }
+        bool any = false;
+        for (size_t i = 0; i < len; i++) {
+            uint8_t c = (uint8_t)text[i];
+            for (uint32_t j = t->bucket[c]; j < t->bucket[c + 1]; j++) {
+                uint32_t p = (uint32_t)t->spec_by_byte[j];
+                int32_t id = t->spec[p];
+                const tok_entry *e = &t->tok[id];
+                if (seen[p] || e->len > len - i || !spec_eligible(t, id, parse_special))
+                    continue;
+                if (memcmp(text + i, t->text + e->off, e->len) == 0)
+                    seen[p] = any = true;
+            }
+        }
+        for (uint32_t p = 0; any && p < t->n_spec; p++) {
+            if (!seen[p])
+                continue;
+            int32_t id = t->spec[p];
+            const char *st = t->text + t->tok[id].off;
+            size_t sl = t->tok[id].len;
+            size_t nb = 0;
+            for (size_t i = 0; i < na; i++) {
+                size_t base = a[i].start, rest = a[i].len;
+                if (a[i].id >= 0) {
+                    if ((rc = grow((void **)&b, &cap_b, nb + 1, sizeof *b)))
+                        goto done;
+                    b[nb++] = a[i];
+                    continue;
+                }
+                while (rest) {
+                    const char *m = rest >= sl ? memmem(text + base, rest, st, sl) : NULL;
+                    if ((rc = grow((void **)&b, &cap_b, nb + 2, sizeof *b)))
+                        goto done;
+                    if (!m) {
+                        b[nb++] = (frag){ base, rest, -1 };
+                        break;
+                    }
+                    size_t at = (size_t)(m - text);
+                    if (at > base)
+                        b[nb++] = (frag){ base, at - base, -1 };
+                    b[nb++] = (frag){ at, sl, id };
+                    rest -= at - base + sl;
+                    base = at + sl;
+                }
+            }
+            frag *tmp = a;
+            size_t tcap = cap_a;
+            a = b;
+            cap_a = cap_b;
+            na = nb;
+            b = tmp;
+            cap_b = tcap;
+        }
+    }
+done:
+    free(seen);
+    free(b);
+    if (rc) {
+        free(a);
+        return rc;
+    }
+    *frags = a;
+    *n_frags = na;
+    return 0;
+}
+
+int rvl_tokenize(const rvl_tokenizer *t, const char *text, size_t len,
+                 bool add_special, bool parse_special,
+                 int32_t *ids, size_t cap, size_t *n_out)
+{
+    *n_out = 0;
+    if (!text && len)
+        return rvl_seterr(RVL_EINVAL, "tokenize: text is NULL");
+    if (len > TEXT_LIMIT)
+        return rvl_seterr(RVL_ERANGE, "tokenize: text of %zu bytes is too long (the"
+                          " limit is %zu)", len, TEXT_LIMIT);
+    sess s = { .t = t };
+    frag *fr = NULL;
+    size_t nf = 0;
+    int rc = 0;
+
+    if (add_special && t->add_bos && (rc = emit(&s, t->bos)))
+        goto done;
+    if (len && (rc = partition(t, text, len, parse_special, &fr, &nf)))
+        goto done;
+    bool prev_special = true; /* SPM: the first fragment gets a space */
+    for (size_t i = 0; i < nf; i++) {
+        if (fr[i].id >= 0) {
+            rc = emit(&s, fr[i].id);
+            prev_special = true;
+        } else if (t->kind == KIND_SPM) {
+            rc = spm_fragment(&s, text + fr[i].start, fr[i].len,
+                              t->add_space_prefix && prev_special);
+            prev_special = false;
+        } else {
+            rc = bpe_fragment(&s, text + fr[i].start, fr[i].len);
+        }
+        if (rc)
+            goto done;
+    }
+    if (add_special && t->add_eos && (rc = emit(&s, t->eos)))
+        goto done;
+
+    *n_out = s.n_out;
+    if (s.n_out > cap) {
+        rc = rvl_seterr(RVL_ERANGE, "tokenize: %zu tokens do not fit in %zu", s.n_out, cap);
+        goto done;
+    }
+    if (s.n_out)
+        memcpy(ids, s.out, s.n_out * sizeof *ids);
+done:
+    free(fr);
+    sess_free(&s);
+    return rc;
+}
+
+/* ======================================================================
+ * Detokenization
+ * ====================================================================== */
+
+/* Counting writer: writes while it fits, always advances *pos. */
+static void put(char *out, size_t cap, size_t *pos, const void *p, size_t n)
+{
+    if (out && *pos + n <= cap)
+        memcpy(out + *pos, p, n);
+    *pos += n;
+}
+
+/* Feed bytes through the UTF-8 state `pend` (an incomplete but so far
+ * well-formed sequence, at most 3 bytes): complete characters go out,
+ * ill-formed input becomes U+FFFD per maximal subpart, and an incomplete
+ * tail is held back in pend. */
+static void feed(uint8_t *pend, uint8_t *n_pend, const char *in, size_t n,
+                 char *out, size_t cap, size_t *pos)
+{
+    size_t total = *n_pend + n, i = 0;
+    uint8_t p0[4];
+    memcpy(p0, pend, *n_pend);
+    size_t np0 = *n_pend;
+#define AT(j) ((j) < np0 ? p0[j] : (uint8_t)in[(j) - np0])
+    *n_pend = 0;
+    while (i < total) {
+        uint8_t tmp[4];
+        size_t k = total - i < 4 ? total - i : 4;
+        for (size_t j = 0; j < k; j++)
+            tmp[j] = AT(i + j);
+        size_t sub;
+        bool trunc;
+        size_t l = utf8_check(tmp, k, &sub, &trunc);
+        if (l) {
+            put(out, cap, pos, tmp, l);
+            i += l;
+        } else if (trunc) {
+            memcpy(pend, tmp, k); /* k < 4: hold back until it completes */
+            *n_pend = (uint8_t)k;
+            break;
+        } else {
+            put(out, cap, pos, REPLACEMENT, 3);
+            i += sub;
+        }
+    }
+#undef AT
+}
+
+void rvl_detok_init(rvl_detok *d, const rvl_tokenizer *t, bool special)
+{
+    memset(d, 0, sizeof *d);
+    d->tok = t;
+    d->special = special;
+}
+
+size_t rvl_detok_bound(const rvl_tokenizer *t)
+{
+    return 3 * (t->max_piece + 4);
+}
+
+int rvl_detok_push_bytes(rvl_detok *d, const char *bytes, size_t n,
+                         char *buf, size_t cap, size_t *n_out)
+{
+    uint8_t pend[4];
+    uint8_t np = d->n_pend;
+    size_t pos = 0;
+    memcpy(pend, d->pend, sizeof pend);
+    feed(pend, &np, bytes, n, NULL, 0, &pos); /* dry run: size */
+    *n_out = pos;
+    if (pos > cap)
+        return rvl_seterr(RVL_ERANGE, "detokenize: %zu bytes do not fit in %zu", pos, cap);
+    pos = 0;
+    feed(d->pend, &d->n_pend, bytes, n, buf, cap, &pos);
+    return 0;
+}
+
+int rvl_detok_push(rvl_detok *d, int32_t id, char *buf, size_t cap, size_t *n_out)
+{
+    const char *p;
+    size_t n;
+    *n_out = 0;
+    int rc = rvl_tok_piece(d->tok, id, d->special, &p, &n);
+    if (rc)
+        return rc;
+    return rvl_detok_push_bytes(d, p, n, buf, cap, n_out);
+}
+
+int rvl_detok_flush(rvl_detok *d, char *buf, size_t cap, size_t *n_out)
+{
+    *n_out = d->n_pend ? 3 : 0;
+    if (*n_out > cap)
+        return rvl_seterr(RVL_ERANGE, "detokenize: 3 bytes do not fit in %zu", cap);
+    if (d->n_pend)
+        memcpy(buf, REPLACEMENT, 3);
+    d->n_pend = 0;
+    return 0;
+}
+
+int rvl_detokenize(const rvl_tokenizer *t, const int32_t *ids, size_t n, bool special,
+                   char *buf, size_t cap, size_t *n_out)
+{
+    uint8_t pend[4];
+    uint8_t np = 0;
+    size_t pos = 0;
+    *n_out = 0;
+    for (size_t i = 0; i < n; i++) {
+        const char *p;
+        size_t len;
+        int rc = rvl_tok_piece(t, ids[i], special, &p, &len);
+        if (rc)
+            return rvl_preerr(rc, "detokenize: token %zu", i);
+        /* SPM adds a space in front of the text: take it away again */
+        if (i == 0 && t->add_space_prefix && len && p[0] == ' ') {
+            p++;
+            len--;
+        }
+        feed(pend, &np, p, len, buf, cap, &pos);
+    }
+    if (np)
+        put(buf, cap, &pos, REPLACEMENT, 3);
+    *n_out = pos;
+    if (pos > cap)
+        return rvl_seterr(RVL_ERANGE, "detokenize: %zu bytes do not fit in %zu", pos, cap);
+    return 0;
+}
