@@ -116,11 +116,11 @@ asan:
 # libFuzzer needs clang; one binary per parser.
 FUZZ_BUILD := build-fuzz
 fuzz:
-	$(MAKE) BUILD=$(FUZZ_BUILD) CC=clang OPT="-O1 -g -fsanitize=fuzzer-no-link,address,undefined" \
+	$(MAKE) BUILD=$(FUZZ_BUILD) CC=clang OPT="-O1 -g -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined" \
 	    $(FUZZ_BUILD)/libruvllm.a
 	@for f in $(FUZZ_SRC); do \
 	    n=$$(basename $$f .c); n=$${n#fuzz_}; \
-	    clang -std=gnu11 -O1 -g -fsanitize=fuzzer,address,undefined -D_GNU_SOURCE -Ilib -Ikernels \
+	    clang -std=gnu11 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -DPCRE2_CODE_UNIT_WIDTH=8 -D_GNU_SOURCE -Ilib -Ikernels \
 	        $(PKG_CFLAGS) -o $(FUZZ_BUILD)/fuzz_$$n $$f $(FUZZ_BUILD)/libruvllm.a $(LIBS) || exit 1; \
 	    mkdir -p $(FUZZ_BUILD)/corpus_$$n; \
 	    echo "fuzz: $$n for $(FUZZ_TIME)s"; \

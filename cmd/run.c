@@ -243,14 +243,31 @@ static int run_main(rvl_cmd *cmd, int argc, char **argv)
     for (int i = 0; i < opt_stop.n; i++)
         if (!opt_stop.items[i][0])
             cli_usage(name, "--stop: the stop string is empty");
-    if (get_prompt(name, argc, argv, &prompt) < 0)
-        return EXIT_RUNTIME;
-    if ((rc = rvl_model_path(opt_model, path, sizeof path)) < 0)
-        return cli_fail(name, rc);
+    rvl_sampler_params sp;
+    rvl_sampler_defaults(&sp);
+    if (opt_sampling_seed) {
+        char *end;
+        errno = 0;
+        unsigned long long v = strtoull(opt_sampling_seed, &end, 10);
+        if (!*opt_sampling_seed || *end || errno || opt_sampling_seed[0] == '-')
+            cli_usage(name, "--seed: '%s' is not a non-negative integer", opt_sampling_seed);
+        sp.seed = v;
+    } else {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        sp.seed = (uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 20) ^ (uint64_t)getpid();
+    }
+    if (get_prompt(name, argc, argv, &prompt) < 0) {
+        status = EXIT_RUNTIME;
+        goto out;
+    }
+    if ((rc = rvl_model_path(opt_model, path, sizeof path)) < 0) {
+        status = cli_fail(name, rc);
+        goto out;
+    }
     if (opt_tokenize) {
         status = do_tokenize(name, path, &prompt);
-        free(prompt.p);
-        return status;
+        goto out;
     }
 
     double t0 = now_ms();
@@ -265,8 +282,6 @@ static int run_main(rvl_cmd *cmd, int argc, char **argv)
         status = cli_fail(name, rc);
         goto out;
     }
-    rvl_sampler_params sp;
-    rvl_sampler_defaults(&sp);
     sp.temp = (float)opt_temp;
     sp.top_k = (int32_t)opt_top_k;
     sp.top_p = (float)opt_top_p;
@@ -275,18 +290,6 @@ static int run_main(rvl_cmd *cmd, int argc, char **argv)
     sp.repeat_last_n = (int32_t)opt_last_n;
     sp.freq_penalty = (float)opt_freq;
     sp.presence_penalty = (float)opt_pres;
-    if (opt_sampling_seed) {
-        char *end;
-        errno = 0;
-        unsigned long long v = strtoull(opt_sampling_seed, &end, 10);
-        if (!*opt_sampling_seed || *end || errno || opt_sampling_seed[0] == '-')
-            cli_usage(name, "--seed: '%s' is not a non-negative integer", opt_sampling_seed);
-        sp.seed = v;
-    } else {
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        sp.seed = (uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 20) ^ (uint64_t)getpid();
-    }
     if ((rc = rvl_sampler_open(&s, &sp, hp->n_vocab)) < 0) {
         status = cli_fail(name, rc);
         goto out;

@@ -17,12 +17,25 @@ _ruvllm() {
     run)
         case $prev in
             -m|--model) COMPREPLY=($(compgen -f -- "$cur")); return ;;
+            -f|--file) COMPREPLY=($(compgen -f -- "$cur")); return ;;
+            -n|--max-tokens) return ;;
+            -c|--ctx-size) return ;;
+            -t|--threads) return ;;
+            --temp) return ;;
+            --top-k) return ;;
+            --top-p) return ;;
+            --min-p) return ;;
+            --repeat-penalty) return ;;
+            --repeat-last-n) return ;;
+            --frequency-penalty) return ;;
+            --presence-penalty) return ;;
+            -s|--seed) return ;;
+            --stop) return ;;
         esac
         if [[ $cur == -* ]]; then
-            COMPREPLY=($(compgen -W "-m --model -h --help " -- "$cur"))
+            COMPREPLY=($(compgen -W "-m --model -f --file -n --max-tokens -c --ctx-size -t --threads --temp --top-k --top-p --min-p --repeat-penalty --repeat-last-n --frequency-penalty --presence-penalty -s --seed --stop -e --echo --special --no-bos --tokenize -j --json --stats -v --verbose -h --help " -- "$cur"))
             return
         fi
-        COMPREPLY=($(compgen -f -- "$cur"))
         ;;
     chat)
         case $prev in

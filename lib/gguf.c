@@ -334,9 +334,8 @@ static int parse_header(cursor *c, rvl_gguf *g)
     c->pos = GGUF_MAGIC_LEN;
     if ((rc = rd_u32(c, &g->version, "version")))
         return rc;
-    uint32_t v = g->version;
-    if ((v & 0xffff) == 0 && v != 0) {
-        uint32_t sw = __builtin_bswap32(v);
+    uint32_t v = g->version, sw = __builtin_bswap32(v);
+    if (sw >= 1 && sw <= 3) {
         return rvl_seterr(RVL_EUNSUPPORTED, "%s: big-endian GGUF file (version %" PRIu32
                           " byte-swapped at byte 4) is not supported",
                           c->name, sw);
@@ -460,7 +459,10 @@ static int parse_tensor_infos(cursor *c, rvl_gguf *g)
                               c->name, shown(nb, t->name), at, t->ne[0], ti->name,
                               ti->block_size);
         t->n_elements = nel;
-        if (rvl_mul_ovf(nel / ti->block_size, ti->type_size, &t->nbytes))
+        /* rows x row bytes: some project formats carry a per-row header */
+        uint64_t row_b = 0;
+        if (rvl_type_row_bytes(t->type, t->ne[0], &row_b) < 0 ||
+            rvl_mul_ovf(t->ne[0] ? nel / t->ne[0] : 0, row_b, &t->nbytes))
             return rvl_seterr(RVL_EFORMAT, "%s: tensor '%s' at byte %" PRIu64
                               ": size in bytes overflows",
                               c->name, shown(nb, t->name), at);
@@ -582,7 +584,7 @@ int rvl_gguf_parse(rvl_gguf **out, const void *base, uint64_t size, const char *
         rvl_kv *kv = &g->kv[i];
         if (kv->type == RVL_GGUF_STRING ||
             (kv->type == RVL_GGUF_ARRAY && kv->arr_type == RVL_GGUF_STRING))
-            kv->strs = c.pool + c.scratch[i];
+            kv->strs = c.pool ? c.pool + c.scratch[i] : NULL;   /* NULL: n == 0 */
     }
     g->owned = c.pool;
     c.pool = NULL;

@@ -264,6 +264,7 @@ static int add_kv(rvl_gguf_writer *w, const char *key, size_t klen, uint32_t typ
     if (!key)
         return rvl_seterr(RVL_EINVAL, "%s: metadata key is NULL", w->path);
     rvl_str k = { key, klen };
+    int ks = (int)(klen > 200 ? 200 : klen);     /* key length shown in messages */
     if (klen == 0)
         return rvl_seterr(RVL_EINVAL, "%s: empty metadata key", w->path);
     bool is_align = str_same(k, (rvl_str){ "general.alignment", 17 });
@@ -271,35 +272,35 @@ static int add_kv(rvl_gguf_writer *w, const char *key, size_t klen, uint32_t typ
     uint32_t vt = type == RVL_GGUF_ARRAY ? arr_type : type;
     if (type >= RVL_GGUF_VTYPE_COUNT || vt >= RVL_GGUF_VTYPE_COUNT)
         return rvl_seterr(RVL_EINVAL, "%s: key '%.*s': unknown value type %" PRIu32,
-                          w->path, (int)(klen > 200 ? 200 : klen), key, vt);
+                          w->path, ks, key, vt);
     if (type == RVL_GGUF_ARRAY && arr_type == RVL_GGUF_ARRAY)
         return rvl_seterr(RVL_EINVAL, "%s: key '%.*s': nested arrays are not supported",
-                          w->path, (int)(klen > 200 ? 200 : klen), key);
+                          w->path, ks, key);
     uint64_t count = type == RVL_GGUF_ARRAY ? n : 1;
     size_t esz = rvl_gguf_vtype_size(vt);
     uint64_t bytes = 0;
     if (vt == RVL_GGUF_STRING) {
         if (count && !strs)
             return rvl_seterr(RVL_EINVAL, "%s: key '%.*s': no strings given", w->path,
-                              (int)(klen > 200 ? 200 : klen), key);
+                              ks, key);
         for (uint64_t i = 0; i < count; i++)
             if (strs[i].len && !strs[i].ptr)
                 return rvl_seterr(RVL_EINVAL, "%s: key '%.*s': string %" PRIu64 " is NULL",
-                                  w->path, (int)(klen > 200 ? 200 : klen), key, i);
+                                  w->path, ks, key, i);
     } else {
         if (rvl_mul_ovf(count, esz, &bytes) || bytes > SIZE_MAX)
             return rvl_seterr(RVL_ERANGE, "%s: key '%.*s': array of %" PRIu64
                               " elements is too large", w->path,
-                              (int)(klen > 200 ? 200 : klen), key, count);
+                              ks, key, count);
         if (bytes && !data)
             return rvl_seterr(RVL_EINVAL, "%s: key '%.*s': no data given", w->path,
-                              (int)(klen > 200 ? 200 : klen), key);
+                              ks, key);
         if (vt == RVL_GGUF_BOOL)
             for (uint64_t i = 0; i < count; i++)
                 if (((const uint8_t *)data)[i] > 1)
                     return rvl_seterr(RVL_EINVAL, "%s: key '%.*s': bool value %u is "
                                       "neither 0 nor 1", w->path,
-                                      (int)(klen > 200 ? 200 : klen), key,
+                                      ks, key,
                                       ((const uint8_t *)data)[i]);
     }
 
@@ -319,7 +320,7 @@ static int add_kv(rvl_gguf_writer *w, const char *key, size_t klen, uint32_t typ
         }
     } else if (hset_find(&w->keys, k, key_get, w) >= 0) {
         return rvl_seterr(RVL_EINVAL, "%s: duplicate metadata key '%.*s'", w->path,
-                          (int)(klen > 200 ? 200 : klen), key);
+                          ks, key);
     }
 
     if (w->n_kv == w->cap_key) {
@@ -474,7 +475,9 @@ int rvl_gguf_writer_add_tensor(rvl_gguf_writer *w, const char *name, uint32_t ty
         return rvl_seterr(RVL_EINVAL, "%s: tensor '%s': row of %" PRIu64 " elements is "
                           "not a whole number of %s blocks of %" PRIu32, w->path, name,
                           ne[0], ti->name, ti->block_size);
-    if (rvl_mul_ovf(nel / ti->block_size, ti->type_size, &nbytes))
+    uint64_t row_b = 0;
+    if (rvl_type_row_bytes(type, ne[0], &row_b) < 0 ||
+        rvl_mul_ovf(ne[0] ? nel / ne[0] : 0, row_b, &nbytes))
         return rvl_seterr(RVL_ERANGE, "%s: tensor '%s': size overflows", w->path, name);
 
     if (w->n_t == w->cap_t) {

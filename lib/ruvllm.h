@@ -570,6 +570,10 @@ int32_t rvl_tok_find(const rvl_tokenizer *t, const char *text, size_t len);
 int rvl_tokenize(const rvl_tokenizer *t, const char *text, size_t len,
                  bool add_special, bool parse_special,
                  int32_t *ids, size_t cap, size_t *n_out);
+/* The same, into an array it allocates. owned: free with free(). */
+int rvl_tokenize_alloc(const rvl_tokenizer *t, const char *text, size_t len,
+                       bool add_special, bool parse_special,
+                       int32_t **ids, size_t *n_out);
 
 /* The bytes token `id` stands for (may be part of a UTF-8 character).
  * Control/unknown tokens give "" unless `special`. RVL_EINVAL for an

@@ -1,201 +1,27 @@
 /*
- * tokenizer.c - the tokenizer of a GGUF model: vocabulary, special tokens,
- * byte-level BPE ("gpt2") and SentencePiece BPE ("llama") encoding, and a
- * streaming detokenizer.
+ * tokenizer.c - the tokenizer of a GGUF model: loading the vocabulary from
+ * tokenizer.ggml.* metadata, special tokens, accessors, and the
+ * detokenizer (whole sequences and a stream that holds back incomplete
+ * UTF-8). Encoding is in tokenizer_encode.c, the BPE pre-tokenizers in
+ * tokenizer_pre.c.
  *
  * Behaviour follows llama.cpp (its test-tokenizer-0 cases are our tests):
+ * the same defaults per model family, special ids from metadata or else
+ * detected by their text, the same end-of-generation set, the same pieces.
+ * Everything is copied at open, so the rvl_file may be closed afterwards.
+ * Allocations are bounded by the metadata's size in the file.
  *
- *  - The vocabulary comes from tokenizer.ggml.* metadata; everything is
- *    copied at open, so the rvl_file may be closed afterwards.
- *  - Special tokens (control, user-defined and unknown types) are cut out
- *    of the text first, longest text first, every occurrence left to right.
- *    User-defined tokens are always cut out (Hugging Face treats them as
- *    "added tokens"); control and unknown tokens only when the caller asks
- *    for parse_special (ruvllm's --special).
- *  - byte-level BPE: each remaining fragment is made valid UTF-8 (every byte
- *    that does not start a well-formed sequence becomes U+FFFD, as llama.cpp
- *    does), split into words by the pre-tokenizer (tokenizer_pre.c), and
- *    each word is merged with the ranks of tokenizer.ggml.merges. Symbols
- *    start as single bytes: the GPT-2 byte-to-unicode mapping maps every
- *    byte to one vocabulary character, so a word's byte-encoded form is
- *    never materialized; merges are looked up by (left id, right id).
- *  - SentencePiece BPE: spaces become U+2581, a space is prefixed to a
- *    fragment that starts the text or follows a special token when
- *    add_space_prefix (default for "llama"); pairs whose concatenation is a
- *    token are merged highest score first; characters without a token fall
- *    back to <0xNN> byte tokens.
- *  - Merging uses a binary heap of candidate pairs (best first, leftmost on
- *    ties) with lazy invalidation: O(n log n) per word.
- *
- * Deviations, only on malformed vocabularies or invalid text: merges whose
- * halves or result are not vocabulary tokens are ignored; a duplicate token
- * text maps to its first id; empty token texts are never matched; SPM
- * splits invalid UTF-8 into single bytes (they fall back to byte tokens).
+ * Deviations, only on malformed vocabularies: merges whose halves or
+ * result are not vocabulary tokens are ignored; a duplicate token text maps
+ * to its first id; empty token texts are never matched; a model with
+ * add_bos_token but no valid BOS id is refused (as llama.cpp does).
  */
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <xxhash.h>
 
 #include "internal.h"
 #include "tokenizer_int.h"
-
-/* Attribute bits (llama.cpp's token attributes, from token_type). */
-enum {
-    A_NORMAL = 1 << 0,
-    A_UNKNOWN = 1 << 1,
-    A_CONTROL = 1 << 2,
-    A_USER = 1 << 3,
-    A_UNUSED = 1 << 4,
-    A_BYTE = 1 << 5,
-};
-
-enum { KIND_BPE = 1, KIND_SPM = 2 };
-
-#define TEXT_LIMIT ((size_t)INT32_MAX)   /* longest text we tokenize */
-
-typedef struct {
-    uint32_t off, len;     /* vocabulary text in t->text */
-    uint32_t poff, plen;   /* decoded piece in t->piece */
-    float score;
-    uint8_t attr;
-    uint8_t type;          /* tokenizer.ggml.token_type as stored (0: none) */
-} tok_entry;
-
-typedef struct {
-    uint64_t key;          /* (left id << 32) | right id; 0 = empty slot */
-    int32_t rank;
-    int32_t result;
-} merge_slot;
-
-struct rvl_tokenizer {
-    int kind;
-    char model[16];
-    char pre[64];
-    rvl_pretok *pretok;        /* BPE only */
-    bool ignore_merges;
-
-    uint32_t n;                /* vocabulary size */
-    tok_entry *tok;            /* [n] */
-    char *text;                /* owned: all token texts */
-    char *piece;               /* owned: all decoded pieces */
-    size_t max_piece;
-
-    int32_t *hslot;            /* text -> id, open addressing; -1 empty */
-    size_t hmask;
-
-    merge_slot *mslot;         /* BPE merges */
-    size_t mmask;
-
-    int32_t byte_tok[256];     /* token of a single byte (BPE: its mapped
-                                  character; SPM: <0xNN>); -1 if none */
-    uint8_t spm_barrier[128];  /* SPM: ASCII characters found in no token
-                                  longer than one byte: they never merge,
-                                  so the text is merged piecewise between
-                                  them (same result, smaller heaps) */
-    uint16_t b2cp[256];        /* GPT-2 byte -> code point */
-    int16_t cp2b[256 + 68];    /* and back; -1 for unmapped */
-
-    int32_t *spec;             /* special tokens, longest text first */
-    uint32_t n_spec;
-    uint32_t bucket[257];      /* spec ids by first byte: spec_by_byte[bucket[b]..bucket[b+1]) */
-    int32_t *spec_by_byte;
-
-    int32_t bos, eos, eot, eom, unk, pad, nl;
-    int32_t fim_pre, fim_suf, fim_mid, fim_pad, fim_rep, fim_sep;
-    bool add_bos, add_eos, add_space_prefix;
-
-    int32_t *eog;              /* sorted ids that end generation */
-    size_t n_eog;
-};
-
-/* ======================================================================
- * UTF-8 helpers
- * ====================================================================== */
-
-/* Check the UTF-8 sequence at s[0..n) (n >= 1). Returns its length when a
- * complete well-formed sequence (Unicode table 3-7) starts there. Otherwise
- * returns 0, sets *sub to the length of its maximal well-formed prefix
- * (>= 1) and *trunc to whether that prefix ran into the end of s, i.e. more
- * bytes might still complete it. */
-static size_t utf8_check(const uint8_t *s, size_t n, size_t *sub, bool *trunc)
-{
-    uint8_t c = s[0], lo = 0x80, hi = 0xBF;
-    size_t need;
-    *trunc = false;
-    *sub = 1;
-    if (c < 0x80)
-        return 1;
-    if (c < 0xC2)
-        return 0;
-    if (c < 0xE0) {
-        need = 2;
-    } else if (c < 0xF0) {
-        need = 3;
-        if (c == 0xE0) lo = 0xA0;
-        else if (c == 0xED) hi = 0x9F;
-    } else if (c < 0xF5) {
-        need = 4;
-        if (c == 0xF0) lo = 0x90;
-        else if (c == 0xF4) hi = 0x8F;
-    } else {
-        return 0;
-    }
-    for (size_t i = 1; i < need; i++) {
-        if (i >= n) {
-            *sub = i;
-            *trunc = true;
-            return 0;
-        }
-        if (s[i] < lo || s[i] > hi) {
-            *sub = i;
-            return 0;
-        }
-        lo = 0x80;
-        hi = 0xBF;
-    }
-    return need;
-}
-
-/* Decode a well-formed sequence of length len (from utf8_check). */
-static uint32_t utf8_decode(const uint8_t *s, size_t len)
-{
-    switch (len) {
-    case 1: return s[0];
-    case 2: return ((uint32_t)(s[0] & 0x1F) << 6) | (s[1] & 0x3F);
-    case 3: return ((uint32_t)(s[0] & 0x0F) << 12) | ((uint32_t)(s[1] & 0x3F) << 6) | (s[2] & 0x3F);
-    default:
-        return ((uint32_t)(s[0] & 0x07) << 18) | ((uint32_t)(s[1] & 0x3F) << 12) |
-               ((uint32_t)(s[2] & 0x3F) << 6) | (s[3] & 0x3F);
-    }
-}
-
-static size_t utf8_encode(uint32_t cp, char *o)
-{
-    if (cp < 0x80) {
-        o[0] = (char)cp;
-        return 1;
-    }
-    if (cp < 0x800) {
-        o[0] = (char)(0xC0 | (cp >> 6));
-        o[1] = (char)(0x80 | (cp & 0x3F));
-        return 2;
-    }
-    if (cp < 0x10000) {
-        o[0] = (char)(0xE0 | (cp >> 12));
-        o[1] = (char)(0x80 | ((cp >> 6) & 0x3F));
-        o[2] = (char)(0x80 | (cp & 0x3F));
-        return 3;
-    }
-    o[0] = (char)(0xF0 | (cp >> 18));
-    o[1] = (char)(0x80 | ((cp >> 12) & 0x3F));
-    o[2] = (char)(0x80 | ((cp >> 6) & 0x3F));
-    o[3] = (char)(0x80 | (cp & 0x3F));
-    return 4;
-}
-
-static const char REPLACEMENT[3] = { (char)0xEF, (char)0xBF, (char)0xBD }; /* U+FFFD */
-static const char SPM_SPACE[3] = { (char)0xE2, (char)0x96, (char)0x81 };    /* U+2581 */
 
 /* ======================================================================
  * GPT-2 byte <-> unicode mapping: printable Latin-1 bytes map to
@@ -295,7 +121,7 @@ static size_t merge_hash(uint64_t k)
     return (size_t)k;
 }
 
-static const merge_slot *find_merge(const rvl_tokenizer *t, int32_t l, int32_t r)
+const merge_slot *rvl_tok_merge_find(const rvl_tokenizer *t, int32_t l, int32_t r)
 {
     if (!t->mslot || l < 0 || r < 0)
         return NULL;
@@ -567,7 +393,7 @@ static size_t render_piece(const rvl_tokenizer *t, const tok_entry *e, char *o)
     if (e->attr & A_NORMAL) {
         if (t->kind == KIND_SPM) {
             for (size_t i = 0; i < n;) {
-                if (i + 3 <= n && memcmp(s + i, SPM_SPACE, 3) == 0) {
+                if (i + 3 <= n && memcmp(s + i, RVL_U8_SPM_SPACE, 3) == 0) {
                     o[k++] = ' ';
                     i += 3;
                 } else {
@@ -581,12 +407,12 @@ static size_t render_piece(const rvl_tokenizer *t, const tok_entry *e, char *o)
         for (size_t i = 0; i < n;) {
             size_t sub;
             bool trunc;
-            size_t l = utf8_check((const uint8_t *)s + i, n - i, &sub, &trunc);
+            size_t l = rvl_utf8_check((const uint8_t *)s + i, n - i, &sub, &trunc);
             if (!l) {
                 o[k++] = s[i++];
                 continue;
             }
-            int b = cp_to_byte(t, utf8_decode((const uint8_t *)s + i, l));
+            int b = cp_to_byte(t, rvl_utf8_decode((const uint8_t *)s + i, l));
             if (b >= 0) {
                 o[k++] = (char)b;
             } else {
@@ -869,7 +695,7 @@ int rvl_tokenizer_open(rvl_tokenizer **out, const rvl_file *f)
     for (int b = 0; b < 256; b++) {
         char s[8];
         if (kind == KIND_BPE) {
-            size_t l = utf8_encode(t->b2cp[b], s);
+            size_t l = rvl_utf8_encode(t->b2cp[b], s);
             t->byte_tok[b] = find_text(t, s, l);
         } else {
             static const char hex[] = "0123456789ABCDEF";
@@ -1020,512 +846,6 @@ int rvl_tok_piece(const rvl_tokenizer *t, int32_t id, bool special,
 }
 
 /* ======================================================================
- * Tokenization session: scratch buffers of one rvl_tokenize call
- * ====================================================================== */
-
-typedef struct {
-    int32_t prev, next;    /* neighbours in the chain; -1 at the ends */
-    uint32_t off, len;     /* bytes of the word; len 0 once merged away */
-    int32_t id;            /* token of these bytes, -1 if none */
-} sym_t;
-
-typedef struct {
-    double key;            /* higher first: SPM score, BPE -rank */
-    int32_t left, right;   /* symbol indexes */
-    int32_t lid, rid;      /* BPE: symbol ids when pushed */
-    int32_t res;           /* token id of the merged pair */
-    uint32_t size;         /* SPM: byte length of the merged pair */
-} bigram;
-
-typedef struct {
-    size_t start, len;
-    int32_t id;            /* -1: raw text, else a special token */
-} frag;
-
-typedef struct {
-    const rvl_tokenizer *t;
-    int32_t *out;
-    size_t n_out, cap_out;
-    sym_t *sym;
-    size_t cap_sym;
-    bigram *heap;
-    size_t n_heap, cap_heap;
-    char *buf, *wbuf;
-    size_t cap_buf, cap_wbuf;
-    rvl_spans words;
-} sess;
-
-static int grow(void **p, size_t *cap, size_t need, size_t elem)
-{
-    if (need <= *cap)
-        return 0;
-    size_t c = *cap ? *cap : 64;
-    while (c < need)
-        c *= 2;
-    uint64_t bytes;
-    if (rvl_mul_ovf(c, elem, &bytes) || bytes > SIZE_MAX)
-        return rvl_seterr(RVL_ENOMEM, "tokenizer: out of memory");
-    void *q = realloc(*p, (size_t)bytes);
-    if (!q)
-        return rvl_seterr(RVL_ENOMEM, "tokenizer: out of memory");
-    *p = q;
-    *cap = c;
-    return 0;
-}
-
-static void sess_free(sess *s)
-{
-    free(s->out);
-    free(s->sym);
-    free(s->heap);
-    free(s->buf);
-    free(s->wbuf);
-    rvl_spans_free(&s->words);
-}
-
-static int emit(sess *s, int32_t id)
-{
-    if (s->n_out == s->cap_out) {
-        int rc = grow((void **)&s->out, &s->cap_out, s->n_out + 1, sizeof *s->out);
-        if (rc)
-            return rc;
-    }
-    s->out[s->n_out++] = id;
-    return 0;
-}
-
-static bool bg_before(const bigram *a, const bigram *b)
-{
-    return a->key > b->key || (a->key == b->key && a->left < b->left);
-}
-
-static int heap_push(sess *s, const bigram *b)
-{
-    int rc = grow((void **)&s->heap, &s->cap_heap, s->n_heap + 1, sizeof *s->heap);
-    if (rc)
-        return rc;
-    size_t i = s->n_heap++;
-    while (i > 0) {
-        size_t p = (i - 1) / 2;
-        if (!bg_before(b, &s->heap[p]))
-            break;
-        s->heap[i] = s->heap[p];
-        i = p;
-    }
-    s->heap[i] = *b;
-    return 0;
-}
-
-static bigram heap_pop(sess *s)
-{
-    bigram top = s->heap[0], last = s->heap[--s->n_heap];
-    size_t i = 0, n = s->n_heap;
-    for (;;) {
-        size_t c = 2 * i + 1;
-        if (c >= n)
-            break;
-        if (c + 1 < n && bg_before(&s->heap[c + 1], &s->heap[c]))
-            c++;
-        if (!bg_before(&s->heap[c], &last))
-            break;
-        s->heap[i] = s->heap[c];
-        i = c;
-    }
-    if (n)
-        s->heap[i] = last;
-    return top;
-}
-
-/* Link n symbols of one byte each over w[0..n) (or of one UTF-8 character
- * each when `chars`). Returns the symbol count in *ns. */
-static int make_symbols(sess *s, const char *w, size_t n, bool chars, size_t *ns)
-{
-    int rc = grow((void **)&s->sym, &s->cap_sym, n, sizeof *s->sym);
-    if (rc)
-        return rc;
-    size_t k = 0;
-    for (size_t off = 0; off < n;) {
-        size_t l = 1;
-        if (chars) {
-            size_t sub;
-            bool trunc;
-            l = utf8_check((const uint8_t *)w + off, n - off, &sub, &trunc);
-            if (!l)
-                l = 1;
-        }
-        s->sym[k] = (sym_t){ (int32_t)k - 1, (int32_t)k + 1, (uint32_t)off, (uint32_t)l, -1 };
-        k++;
-        off += l;
-    }
-    if (k)
-        s->sym[k - 1].next = -1;
-    *ns = k;
-    return 0;
-}
-
-/* Emit a symbol: its token, or its bytes as byte tokens. */
-static int emit_symbol(sess *s, const char *w, const sym_t *y)
-{
-    const rvl_tokenizer *t = s->t;
-    if (y->id >= 0)
-        return emit(s, y->id);
-    for (uint32_t i = 0; i < y->len; i++) {
-        int32_t id = t->byte_tok[(uint8_t)w[y->off + i]];
-        if (id < 0 && t->kind == KIND_SPM)
-            id = t->unk;
-        if (id >= 0) {
-            int rc = emit(s, id);
-            if (rc)
-                return rc;
-        }
-    }
-    return 0;
-}
-
-/* ---------------- byte-level BPE ---------------- */
-
-static int bpe_try(sess *s, int32_t l, int32_t r)
-{
-    if (l < 0 || r < 0)
-        return 0;
-    const merge_slot *m = find_merge(s->t, s->sym[l].id, s->sym[r].id);
-    if (!m)
-        return 0;
-    bigram b = { -(double)m->rank, l, r, s->sym[l].id, s->sym[r].id, m->result, 0 };
-    return heap_push(s, &b);
-}
-
-static int bpe_word(sess *s, const char *w, size_t n)
-{
-    const rvl_tokenizer *t = s->t;
-    int rc;
-    if (n == 1) {
-        int32_t id = t->byte_tok[(uint8_t)w[0]];
-        return id >= 0 ? emit(s, id) : 0;
-    }
-    if (t->ignore_merges) {
-        /* a word that is a whole token is taken as it is */
-        if ((rc = grow((void **)&s->wbuf, &s->cap_wbuf, 2 * n, 1)))
-            return rc;
-        size_t k = 0;
-        for (size_t i = 0; i < n; i++)
-            k += utf8_encode(t->b2cp[(uint8_t)w[i]], s->wbuf + k);
-        int32_t id = find_text(t, s->wbuf, k);
-        if (id >= 0)
-            return emit(s, id);
-    }
-    size_t ns;
-    if ((rc = make_symbols(s, w, n, false, &ns)))
-        return rc;
-    for (size_t i = 0; i < ns; i++)
-        s->sym[i].id = t->byte_tok[(uint8_t)w[i]];
-    s->n_heap = 0;
-    for (size_t i = 1; i < ns; i++)
-        if ((rc = bpe_try(s, (int32_t)i - 1, (int32_t)i)))
-            return rc;
-    while (s->n_heap) {
-        bigram b = heap_pop(s);
-        sym_t *L = &s->sym[b.left], *R = &s->sym[b.right];
-        if (!L->len || !R->len || L->next != b.right || L->id != b.lid || R->id != b.rid)
-            continue; /* outdated: one side has merged since */
-        L->len += R->len;
-        L->id = b.res;
-        R->len = 0;
-        L->next = R->next;
-        if (R->next >= 0)
-            s->sym[R->next].prev = b.left;
-        if ((rc = bpe_try(s, L->prev, b.left)) || (rc = bpe_try(s, b.left, L->next)))
-            return rc;
-    }
-    for (int32_t i = 0; i >= 0; i = s->sym[i].next)
-        if ((rc = emit_symbol(s, w, &s->sym[i])))
-            return rc;
-    return 0;
-}
-
-/* Replace every byte that does not start a well-formed UTF-8 sequence with
- * U+FFFD (llama.cpp's rule), into s->buf. */
-static int sanitize(sess *s, const char *in, size_t n, size_t *out_len)
-{
-    uint64_t need;
-    if (rvl_mul_ovf(n, 3, &need) || need > SIZE_MAX)
-        return rvl_seterr(RVL_ENOMEM, "tokenizer: out of memory");
-    int rc = grow((void **)&s->buf, &s->cap_buf, (size_t)need, 1);
-    if (rc)
-        return rc;
-    size_t k = 0;
-    for (size_t i = 0; i < n;) {
-        size_t sub;
-        bool trunc;
-        size_t l = utf8_check((const uint8_t *)in + i, n - i, &sub, &trunc);
-        if (l) {
-            memcpy(s->buf + k, in + i, l);
-            k += l;
-            i += l;
-        } else {
-            memcpy(s->buf + k, REPLACEMENT, 3);
-            k += 3;
-            i += 1;
-        }
-    }
-    *out_len = k;
-    return 0;
-}
-
-static int bpe_fragment(sess *s, const char *text, size_t n)
-{
-    size_t len = 0;
-    int rc = sanitize(s, text, n, &len);
-    if (rc)
-        return rc;
-    s->words.n = 0;
-    if ((rc = rvl_pretok_split(s->t->pretok, s->buf, len, &s->words)))
-        return rc;
-    for (size_t i = 0; i < s->words.n; i++)
-        if ((rc = bpe_word(s, s->buf + s->words.start[i], s->words.len[i])))
-            return rc;
-    return 0;
-}
-
-/* ---------------- SentencePiece BPE ---------------- */
-
-static int spm_try(sess *s, int32_t l, int32_t r)
-{
-    if (l < 0 || r < 0)
-        return 0;
-    const sym_t *L = &s->sym[l], *R = &s->sym[r];
-    size_t size = (size_t)L->len + R->len;
-    int32_t id = find_text(s->t, s->buf + L->off, size);
-    if (id < 0)
-        return 0;
-    bigram b = { s->t->tok[id].score, l, r, -1, -1, id, (uint32_t)size };
-    return heap_push(s, &b);
-}
-
-/* Merge the symbols of s->buf[off..off+n) and emit their tokens. */
-static int spm_merge(sess *s, size_t off, size_t n)
-{
-    const rvl_tokenizer *t = s->t;
-    size_t ns;
-    int rc = make_symbols(s, s->buf + off, n, true, &ns);
-    if (rc)
-        return rc;
-    for (size_t i = 0; i < ns; i++) {
-        s->sym[i].off += (uint32_t)off;
-        s->sym[i].id = find_text(t, s->buf + s->sym[i].off, s->sym[i].len);
-    }
-    s->n_heap = 0;
-    for (size_t i = 1; i < ns; i++)
-        if ((rc = spm_try(s, (int32_t)i - 1, (int32_t)i)))
-            return rc;
-    while (s->n_heap) {
-        bigram b = heap_pop(s);
-        sym_t *L = &s->sym[b.left], *R = &s->sym[b.right];
-        if (!L->len || !R->len || (size_t)L->len + R->len != b.size)
-            continue;
-        L->len += R->len;
-        L->id = b.res;
-        R->len = 0;
-        L->next = R->next;
-        if (R->next >= 0)
-            s->sym[R->next].prev = b.left;
-        if ((rc = spm_try(s, L->prev, b.left)) || (rc = spm_try(s, b.left, L->next)))
-            return rc;
-    }
-    for (int32_t i = ns ? 0 : -1; i >= 0; i = s->sym[i].next)
-        if ((rc = emit_symbol(s, s->buf, &s->sym[i])))
-            return rc;
-    return 0;
-}
-
-static int spm_fragment(sess *s, const char *text, size_t n, bool prefix)
-{
-    const rvl_tokenizer *t = s->t;
-    /* escape: spaces become U+2581, optionally one in front */
-    uint64_t need;
-    if (rvl_mul_ovf(n + 1, 3, &need) || need > SIZE_MAX)
-        return rvl_seterr(RVL_ENOMEM, "tokenizer: out of memory");
-    int rc = grow((void **)&s->buf, &s->cap_buf, (size_t)need, 1);
-    if (rc)
-        return rc;
-    size_t k = 0;
-    if (prefix) {
-        memcpy(s->buf, SPM_SPACE, 3);
-        k = 3;
-    }
-    for (size_t i = 0; i < n; i++) {
-        if (text[i] == ' ') {
-            memcpy(s->buf + k, SPM_SPACE, 3);
-            k += 3;
-        } else {
-            s->buf[k++] = text[i];
-        }
-    }
-    if (k > UINT32_MAX)
-        return rvl_seterr(RVL_ERANGE, "tokenizer: text too long");
-
-    /* merge between barrier characters, which stand alone */
-    size_t start = 0;
-    for (size_t i = 0; i < k; i++) {
-        uint8_t c = (uint8_t)s->buf[i];
-        if (c >= 0x80 || !t->spm_barrier[c])
-            continue;
-        if (i > start && (rc = spm_merge(s, start, i - start)))
-            return rc;
-        if ((rc = spm_merge(s, i, 1)))
-            return rc;
-        start = i + 1;
-    }
-    if (k > start && (rc = spm_merge(s, start, k - start)))
-        return rc;
-    return 0;
-}
-
-/* ---------------- special tokens ---------------- */
-
-static bool spec_eligible(const rvl_tokenizer *t, int32_t id, bool parse_special)
-{
-    return parse_special || !(t->tok[id].attr & (A_CONTROL | A_UNKNOWN));
-}
-
-/* Cut special tokens out of text[0..len): for each eligible special token,
- * longest first, every occurrence left to right inside the raw fragments
- * left by the tokens before it (llama.cpp's tokenizer_st_partition).
- * Result in *frags (owned by the caller). */
-static int partition(const rvl_tokenizer *t, const char *text, size_t len,
-                     bool parse_special, frag **frags, size_t *n_frags)
-{
-    frag *a = malloc(sizeof *a), *b = NULL;
-    size_t na = 1, cap_a = 1, cap_b = 0;
-    bool *seen = NULL;
-    int rc = 0;
-    if (!a)
-        return rvl_seterr(RVL_ENOMEM, "tokenizer: out of memory");
-    a[0] = (frag){ 0, len, -1 };
-
-    if (t->n_spec) {
-        /* which special tokens occur at all: one pass over the text */
-        seen = calloc(t->n_spec, sizeof *seen);
-        if (!seen) {
-            rc = rvl_seterr(RVL_ENOMEM, "tokenizer: out of memory");
-            goto done;
-        }
-        bool any = false;
-        for (size_t i = 0; i < len; i++) {
-            uint8_t c = (uint8_t)text[i];
-            for (uint32_t j = t->bucket[c]; j < t->bucket[c + 1]; j++) {
-                uint32_t p = (uint32_t)t->spec_by_byte[j];
-                int32_t id = t->spec[p];
-                const tok_entry *e = &t->tok[id];
-                if (seen[p] || e->len > len - i || !spec_eligible(t, id, parse_special))
-                    continue;
-                if (memcmp(text + i, t->text + e->off, e->len) == 0)
-                    seen[p] = any = true;
-            }
-        }
-        for (uint32_t p = 0; any && p < t->n_spec; p++) {
-            if (!seen[p])
-                continue;
-            int32_t id = t->spec[p];
-            const char *st = t->text + t->tok[id].off;
-            size_t sl = t->tok[id].len;
-            size_t nb = 0;
-            for (size_t i = 0; i < na; i++) {
-                size_t base = a[i].start, rest = a[i].len;
-                if (a[i].id >= 0) {
-                    if ((rc = grow((void **)&b, &cap_b, nb + 1, sizeof *b)))
-                        goto done;
-                    b[nb++] = a[i];
-                    continue;
-                }
-                while (rest) {
-                    const char *m = rest >= sl ? memmem(text + base, rest, st, sl) : NULL;
-                    if ((rc = grow((void **)&b, &cap_b, nb + 2, sizeof *b)))
-                        goto done;
-                    if (!m) {
-                        b[nb++] = (frag){ base, rest, -1 };
-                        break;
-                    }
-                    size_t at = (size_t)(m - text);
-                    if (at > base)
-                        b[nb++] = (frag){ base, at - base, -1 };
-                    b[nb++] = (frag){ at, sl, id };
-                    rest -= at - base + sl;
-                    base = at + sl;
-                }
-            }
-            frag *tmp = a;
-            size_t tcap = cap_a;
-            a = b;
-            cap_a = cap_b;
-            na = nb;
-            b = tmp;
-            cap_b = tcap;
-        }
-    }
-done:
-    free(seen);
-    free(b);
-    if (rc) {
-        free(a);
-        return rc;
-    }
-    *frags = a;
-    *n_frags = na;
-    return 0;
-}
-
-int rvl_tokenize(const rvl_tokenizer *t, const char *text, size_t len,
-                 bool add_special, bool parse_special,
-                 int32_t *ids, size_t cap, size_t *n_out)
-{
-    *n_out = 0;
-    if (!text && len)
-        return rvl_seterr(RVL_EINVAL, "tokenize: text is NULL");
-    if (len > TEXT_LIMIT)
-        return rvl_seterr(RVL_ERANGE, "tokenize: text of %zu bytes is too long (the"
-                          " limit is %zu)", len, TEXT_LIMIT);
-    sess s = { .t = t };
-    frag *fr = NULL;
-    size_t nf = 0;
-    int rc = 0;
-
-    if (add_special && t->add_bos && (rc = emit(&s, t->bos)))
-        goto done;
-    if (len && (rc = partition(t, text, len, parse_special, &fr, &nf)))
-        goto done;
-    bool prev_special = true; /* SPM: the first fragment gets a space */
-    for (size_t i = 0; i < nf; i++) {
-        if (fr[i].id >= 0) {
-            rc = emit(&s, fr[i].id);
-            prev_special = true;
-        } else if (t->kind == KIND_SPM) {
-            rc = spm_fragment(&s, text + fr[i].start, fr[i].len,
-                              t->add_space_prefix && prev_special);
-            prev_special = false;
-        } else {
-            rc = bpe_fragment(&s, text + fr[i].start, fr[i].len);
-        }
-        if (rc)
-            goto done;
-    }
-    if (add_special && t->add_eos && (rc = emit(&s, t->eos)))
-        goto done;
-
-    *n_out = s.n_out;
-    if (s.n_out > cap) {
-        rc = rvl_seterr(RVL_ERANGE, "tokenize: %zu tokens do not fit in %zu", s.n_out, cap);
-        goto done;
-    }
-    if (s.n_out)
-        memcpy(ids, s.out, s.n_out * sizeof *ids);
-done:
-    free(fr);
-    sess_free(&s);
-    return rc;
-}
-
-/* ======================================================================
  * Detokenization
  * ====================================================================== */
 
@@ -1557,7 +877,7 @@ static void feed(uint8_t *pend, uint8_t *n_pend, const char *in, size_t n,
             tmp[j] = AT(i + j);
         size_t sub;
         bool trunc;
-        size_t l = utf8_check(tmp, k, &sub, &trunc);
+        size_t l = rvl_utf8_check(tmp, k, &sub, &trunc);
         if (l) {
             put(out, cap, pos, tmp, l);
             i += l;
@@ -1566,7 +886,7 @@ static void feed(uint8_t *pend, uint8_t *n_pend, const char *in, size_t n,
             *n_pend = (uint8_t)k;
             break;
         } else {
-            put(out, cap, pos, REPLACEMENT, 3);
+            put(out, cap, pos, RVL_U8_REPLACEMENT, 3);
             i += sub;
         }
     }
@@ -1618,7 +938,7 @@ int rvl_detok_flush(rvl_detok *d, char *buf, size_t cap, size_t *n_out)
     if (*n_out > cap)
         return rvl_seterr(RVL_ERANGE, "detokenize: 3 bytes do not fit in %zu", cap);
     if (d->n_pend)
-        memcpy(buf, REPLACEMENT, 3);
+        memcpy(buf, RVL_U8_REPLACEMENT, 3);
     d->n_pend = 0;
     return 0;
 }
@@ -1644,7 +964,7 @@ int rvl_detokenize(const rvl_tokenizer *t, const int32_t *ids, size_t n, bool sp
         feed(pend, &np, p, len, buf, cap, &pos);
     }
     if (np)
-        put(buf, cap, &pos, REPLACEMENT, 3);
+        put(buf, cap, &pos, RVL_U8_REPLACEMENT, 3);
     *n_out = pos;
     if (pos > cap)
         return rvl_seterr(RVL_ERANGE, "detokenize: %zu bytes do not fit in %zu", pos, cap);

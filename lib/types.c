@@ -10,12 +10,16 @@
 #include "formats.h"
 #include "ruvllm.h"
 
-_Static_assert(RVL_K_GGML_COUNT == RVL_TYPE_GGML_COUNT, "ggml type ids");
-_Static_assert(RVL_K_U8 == RVL_TYPE_U8 && RVL_K_BOOL == RVL_TYPE_BOOL, "safetensors ids");
-_Static_assert(RVL_K_RVL_FIRST == RVL_TYPE_RVL_FIRST && RVL_K_RVL_END == RVL_TYPE_RVL_END,
-               "project ids");
-_Static_assert(RVL_K_RVL_I8_ROW == RVL_TYPE_RVL_I8_ROW && RVL_K_MLX_A8_G64 == RVL_TYPE_MLX_A8_G64,
-               "project ids");
+/* kernels/formats.h repeats the type ids so kernels/ need not include
+ * ruvllm.h; they must agree. */
+_Static_assert((int)RVL_K_GGML_COUNT == (int)RVL_TYPE_GGML_COUNT, "ggml type ids");
+_Static_assert((int)RVL_K_U8 == (int)RVL_TYPE_U8 && (int)RVL_K_BOOL == (int)RVL_TYPE_BOOL,
+               "safetensors-only type ids");
+_Static_assert((int)RVL_K_RVL_FIRST == (int)RVL_TYPE_RVL_FIRST &&
+               (int)RVL_K_RVL_END == (int)RVL_TYPE_RVL_END, "project type ids");
+_Static_assert((int)RVL_K_RVL_I4A_G64 == (int)RVL_TYPE_RVL_I4A_G64 &&
+               (int)RVL_K_RVL_I8_ROW == (int)RVL_TYPE_RVL_I8_ROW &&
+               (int)RVL_K_MLX_A8_G64 == (int)RVL_TYPE_MLX_A8_G64, "project type ids");
 
 #define N_GGML RVL_TYPE_GGML_COUNT
 #define N_RVL (RVL_TYPE_RVL_END - RVL_TYPE_RVL_FIRST)

@@ -314,6 +314,8 @@ def bad_files():
     # valid edge cases crafted by hand
     r = Raw().header(0, 1).s("k").u32(V.ARRAY).u32(V.UINT32).u64(0)
     B["ok-empty-array"] = r.bytes()
+    r = Raw().header(0, 1).s("k").u32(V.ARRAY).u32(V.STRING).u64(0)
+    B["ok-empty-string-array"] = r.bytes()
     r = Raw().header(0, 1).s("").u32(V.STRING).s("")
     B["ok-empty-key"] = r.bytes()
     r = Raw().header(2, 0).ti("a", [8], 0, 32).ti("b", [8], 0, 0).pad()

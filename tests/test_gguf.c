@@ -245,6 +245,25 @@ static void test_gguf_parses_v2_with_every_value_type(void **state)
     check_all_types(2);
 }
 
+static void test_gguf_parses_empty_arrays(void **state)
+{
+    (void)state;
+    bld b = { 0 };
+    rvl_gguf *g;
+    uint8_t *mem;
+    b_header(&b, 3, 0, 2);
+    b_key(&b, "no.strings", RVL_GGUF_ARRAY); b_u32(&b, RVL_GGUF_STRING); b_u64(&b, 0);
+    b_key(&b, "no.floats", RVL_GGUF_ARRAY); b_u32(&b, RVL_GGUF_F32); b_u64(&b, 0);
+    assert_int_equal(parse_n(&b, b.len, &g, &mem), 0);
+    assert_int_equal(g->kv[0].n, 0);
+    assert_int_equal(g->kv[0].arr_type, RVL_GGUF_STRING);
+    assert_int_equal(g->kv[1].n, 0);
+    assert_true(isnan(rvl_kv_arr_f64(&g->kv[1], 0)));
+    rvl_gguf_free(g);
+    free(mem);
+    free(b.p);
+}
+
 static void test_gguf_accessors_refuse_lossy_conversions(void **state)
 {
     (void)state;
@@ -1276,6 +1295,7 @@ int main(void)
     const struct CMUnitTest reader[] = {
         cmocka_unit_test(test_gguf_parses_v3_with_every_value_type),
         cmocka_unit_test(test_gguf_parses_v2_with_every_value_type),
+        cmocka_unit_test(test_gguf_parses_empty_arrays),
         cmocka_unit_test(test_gguf_accessors_refuse_lossy_conversions),
         cmocka_unit_test(test_gguf_parses_tensor_infos_and_data),
         cmocka_unit_test(test_gguf_honors_custom_alignment),

@@ -10,14 +10,13 @@
  *    tensor data given up front, once streamed in odd-sized chunks.
  *  - The default model, copied through the writer (every pair with
  *    kv_copy, every tensor with its data, in file order), is
- *    byte-identical to the original (llama.cpp's converter, i.e. gguf-py's
- *    GGUFWriter, wrote it).
+ *    byte-identical to the original (files with tensors are laid out the
+ *    same by llama.cpp's C++ writer, gguf-py's and ours).
  *  - Each tokenizer GGUF in $RVL_SHARED_DATA/tokenizers, copied the same
  *    way, equals the original followed by zero bytes up to the alignment:
- *    those vocab-only files were written by llama.cpp's C++ writer, which
- *    does not pad the end of a file without tensors; gguf-py's writer and
- *    ours always do. Read back with our reader, the copies hold the same
- *    pairs.
+ *    those vocab-only exports end right after their metadata, unpadded;
+ *    gguf-py's full write path and ours always pad the end. Read back with
+ *    our reader, the copies hold the same pairs.
  *
  * The gguf-py side (reading all these copies back with GGUFReader and
  * comparing keys, types, values, tensors and data with the originals) is

@@ -120,6 +120,11 @@ static int teardown(void **state)
 static int32_t *tokenize(const rvl_tokenizer *t, const char *s, size_t len,
                          bool add_special, bool parse_special, size_t *n)
 {
+    /* both entry points must agree */
+    int32_t *alloc;
+    size_t n_alloc;
+    assert_int_equal(rvl_tokenize_alloc(t, s, len, add_special, parse_special,
+                                        &alloc, &n_alloc), 0);
     size_t cap = 0;
     int rc = rvl_tokenize(t, s, len, add_special, parse_special, NULL, 0, &cap);
     assert_true(rc == 0 || rc == RVL_ERANGE);
@@ -128,6 +133,9 @@ static int32_t *tokenize(const rvl_tokenizer *t, const char *s, size_t len,
     rc = rvl_tokenize(t, s, len, add_special, parse_special, ids, cap, n);
     if (rc)
         fail_msg("tokenize: %s", rvl_errmsg());
+    assert_int_equal(*n, n_alloc);
+    assert_memory_equal(ids, alloc, n_alloc * sizeof *ids);
+    free(alloc);
     return ids;
 }
 
@@ -708,6 +716,52 @@ static void test_every_pretokenizer_compiles(void **state)
     assert_non_null(strstr(rvl_errmsg(), "no-such-pre"));
 }
 
+/* Splits of one text by three pre-tokenizers, as Hugging Face tokenizers
+ * splits it with the same regexes. */
+static void check_split(const char *pre, const char *text, const char *const *want)
+{
+    rvl_pretok *p;
+    rvl_spans sp = {0};
+    assert_int_equal(rvl_pretok_open(&p, pre, strlen(pre)), 0);
+    assert_int_equal(rvl_pretok_split(p, text, strlen(text), &sp), 0);
+    size_t n = 0;
+    while (want[n])
+        n++;
+    bool same = sp.n == n;
+    for (size_t i = 0; same && i < n; i++)
+        same = sp.len[i] == strlen(want[i]) && memcmp(text + sp.start[i], want[i], sp.len[i]) == 0;
+    if (!same) {
+        fprintf(stderr, "%s split:", pre);
+        for (size_t i = 0; i < sp.n; i++)
+            fprintf(stderr, " [%.*s]", (int)sp.len[i], text + sp.start[i]);
+        fprintf(stderr, "\n");
+    }
+    rvl_spans_free(&sp);
+    rvl_pretok_close(p);
+    assert_true(same);
+}
+
+static void test_pretokenizers_split_like_hugging_face(void **state)
+{
+    (void)state;
+    static const char text[] = "Hello world 12345\n\n  x's I'M ok!!\n";
+    static const char *const llama3[] = {
+        "Hello", " world", " ", "123", "45", "\n\n", " ", " x", "'s", " I", "'M",
+        " ok", "!!\n", NULL,
+    };
+    static const char *const qwen2[] = {
+        "Hello", " world", " ", "1", "2", "3", "4", "5", "\n\n", " ", " x", "'s",
+        " I", "'M", " ok", "!!\n", NULL,
+    };
+    static const char *const smollm[] = {
+        "Hello", " world", " ", "1", "2", "3", "4", "5", "\n\n ", " x", "'s", " I",
+        "'", "M", " ok", "!!", "\n", NULL,
+    };
+    check_split("llama-bpe", text, llama3);
+    check_split("qwen2", text, qwen2);
+    check_split("smollm", text, smollm);
+}
+
 /* Write a tiny vocabulary GGUF; returns its path in buf. */
 static void write_vocab(char *path, size_t cap, const char *model, const char *pre,
                         size_t n_tok, bool with_types, size_t n_types)
@@ -818,6 +872,7 @@ int main(void)
         cmocka_unit_test(test_detok_replaces_ill_formed_sequences),
         cmocka_unit_test(test_detok_streams_random_ids_as_valid_utf8),
         cmocka_unit_test(test_every_pretokenizer_compiles),
+        cmocka_unit_test(test_pretokenizers_split_like_hugging_face),
         cmocka_unit_test(test_tokenizer_rejects_unsupported_and_malformed_vocabularies),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

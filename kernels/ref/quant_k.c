@@ -7,7 +7,8 @@
  * quantized against the super-block maximum); with them the "_impl" ones
  * (importance-weighted fits, super-block scales fitted by rvl_fit_positive).
  * Either way the values are then re-quantized against the scales as stored
- * (f16 super-block scale times the packed group scale).
+ * (f16 super-block scale times the packed group scale). The bytes match
+ * llama.cpp's quantize_q*_K() with and without an imatrix.
  *
  * Dequantizers agree bit for bit with gguf-py.
  */

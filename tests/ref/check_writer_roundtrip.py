@@ -26,7 +26,6 @@ Exits 1 when anything differs.
 import argparse
 import filecmp
 import glob
-import math
 import os
 import shutil
 import struct

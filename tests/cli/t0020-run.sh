@@ -1,0 +1,117 @@
+#!/bin/sh
+# ruvllm run: prompt sources, stdout carries only the text, options are
+# validated, errors are clear, Ctrl-C and SIGPIPE end cleanly.
+. tests/cli/lib.sh
+D=${RVL_SHARED_DATA:-../shared/data}
+MODEL=${XDG_CACHE_HOME:-$HOME/.cache}/ruvllm/models/SmolLM2-135M-Instruct.Q4_1.gguf
+export RUVLLM_MODEL="$MODEL"
+
+# --tokenize works on vocab-only files and prints ids on one line
+run 0 ruvllm run --tokenize -m "$D/tokenizers/ggml-vocab-gpt-2.gguf" "Hello world"
+out_is() { if [ "$(cat "$OUT")" = "$1" ]; then ok "stdout is '$1'"; else not_ok "stdout is not '$1'"; fi; }
+out_is "15496 995"
+run_in "Hello world" 0 ruvllm run --tokenize -m "$D/tokenizers/ggml-vocab-gpt-2.gguf"
+out_is "15496 995"
+run 0 ruvllm run --tokenize -m "$D/tokenizers/ggml-vocab-llama-spm.gguf" "Hello world"
+out_is "1 15043 3186"
+run 0 ruvllm run --tokenize --no-bos -m "$D/tokenizers/ggml-vocab-llama-spm.gguf" "Hello world"
+out_is "15043 3186"
+run 0 ruvllm run --tokenize "<|im_start|>user"
+out_is "44 108 306 79 3738 108 46 4093"
+run 0 ruvllm run --tokenize --special "<|im_start|>user"
+out_is "1 4093"
+
+# greedy generation is deterministic and stdout has only the text
+run 0 ruvllm run --temp 0 -n 6 "The capital of France is"
+cp "$OUT" "$TMP/g1"
+err_empty
+run 0 ruvllm run --temp 0 -n 6 "The capital of France is"
+assert "greedy runs agree" "cmp -s '$OUT' '$TMP/g1'"
+out_has "Paris"
+# the prompt from stdin and from -f gives the same text
+run_in "The capital of France is" 0 ruvllm run --temp 0 -n 6
+assert "stdin prompt = argument prompt" "cmp -s '$OUT' '$TMP/g1'"
+printf 'The capital of France is' >"$TMP/prompt.txt"
+run 0 ruvllm run --temp 0 -n 6 -f "$TMP/prompt.txt"
+assert "-f prompt = argument prompt" "cmp -s '$OUT' '$TMP/g1'"
+run 0 ruvllm run --temp 0 -n 6 --echo "The capital of France is"
+assert "--echo prints prompt then text" "[ \"\$(cat '$OUT')\" = \"The capital of France is\$(cat '$TMP/g1')\" ]"
+
+# sampling with a seed is reproducible
+run 0 ruvllm run -n 8 --seed 42 "Once upon a time"
+cp "$OUT" "$TMP/s1"
+run 0 ruvllm run -n 8 --seed 42 "Once upon a time"
+assert "same seed, same text" "cmp -s '$OUT' '$TMP/s1'"
+
+# --json: one object with the keys scripts need
+run 0 ruvllm run --temp 0 -n 4 --json "The capital of France is"
+out_has '"text":" Paris'
+out_has '"prompt_tokens":[504,3575,282,4649,314]'
+out_has '"finish_reason":"length"'
+out_has '"timings":{'
+assert "--json is one line" "[ \$(wc -l <'$OUT') = 1 ]"
+
+# --stop: generation ends before the stop string, which is not printed
+run 0 ruvllm run --temp 0 -n 30 --stop "." "The capital of France is"
+out_is " Paris"
+run 0 ruvllm run --temp 0 -n 30 --stop "." --json "The capital of France is"
+out_has '"finish_reason":"stop"'
+
+# -n 0 generates nothing
+run 0 ruvllm run -n 0 "Hello"
+out_empty
+
+# --stats goes to stderr
+run 0 ruvllm run --temp 0 -n 2 --stats "Hi"
+err_has "tok/s"
+
+# absurd options are usage errors
+run 2 ruvllm run -n abc "x"
+err_has "'abc' is not an integer"
+run 2 ruvllm run --temp -1 "x"
+err_has "out of range"
+run 2 ruvllm run --top-p 0 "x"
+run 2 ruvllm run -t 100000 "x"
+run 2 ruvllm run -c 99999999 "x"
+run 2 ruvllm run --seed -3 "x"
+run 2 ruvllm run --stop "" "x"
+run 2 ruvllm run -f "$TMP/prompt.txt" "and an argument"
+run 2 ruvllm run --tmep 0 "x"
+err_has "did you mean '--temp'?"
+
+# model errors are runtime errors that say what to do
+RUVLLM_MODEL= XDG_CACHE_HOME="$TMP/nocache" run 1 ruvllm run "x"
+err_has "make model"
+run 1 ruvllm run -m "$TMP/none.gguf" "x"
+err_has "none.gguf: No such file or directory"
+run 1 ruvllm run -m "$D/tokenizers/ggml-vocab-gpt-2.gguf" "x"
+err_has "unsupported architecture 'gpt2'"
+run 1 ruvllm run -m "$D/tokenizers/ggml-vocab-llama-spm.gguf" "x"
+err_has "ggml-vocab-llama-spm.gguf: missing"
+
+# a prompt longer than the context is refused
+run 1 ruvllm run -c 8 "one two three four five six seven eight nine ten"
+err_has "context of 8"
+# a full context stops generation with a message
+run 0 ruvllm run -c 12 --temp 0 --json "The capital of France is"
+out_has '"finish_reason":"context"'
+err_has "context full"
+
+# SIGPIPE: a closed pipe ends generation without an error message
+"$RUVLLM" run --temp 0 -n 200 "Once upon a time" 2>"$ERR" | head -c 10 >"$OUT"
+assert "head -c 10 got 10 bytes" "[ \$(wc -c <'$OUT') = 10 ]"
+err_empty
+
+# Ctrl-C stops generation, keeps what was printed, exits 130
+"$RUVLLM" run --temp 0 -n 100000 -c 4096 "Once upon a time" >"$OUT" 2>"$ERR" &
+pid=$!
+for i in 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20; do
+    [ -s "$OUT" ] && break
+    sleep 0.5
+done
+kill -INT $pid
+wait $pid
+st=$?
+assert "Ctrl-C exits 130 (got $st)" "[ $st = 130 ]"
+assert "text generated before Ctrl-C is kept" "[ -s '$OUT' ]"
+finish

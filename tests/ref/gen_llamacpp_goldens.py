@@ -1,0 +1,192 @@
+#!/usr/bin/env python3
+"""Greedy-decoding goldens for `ruvllm run`, made with llama.cpp.
+
+    python3 tests/ref/gen_llamacpp_goldens.py [--check] [--model FILE] [-n N]
+
+llama.cpp comes from PyPI (llama-cpp-python, which builds the llama.cpp it
+vendors). For each prompt in PROMPTS below this tokenizes the prompt with
+llama.cpp (no BOS: the default model's add_bos_token is false; special
+tokens parsed only for prompts marked so), evaluates it, then decodes
+greedily: at each step the argmax of the last position's logits is the
+next token, and the margin between the two largest logits is recorded.
+Generation stops after N tokens (64) or at an end-of-generation token
+(which is recorded, like `ruvllm run --json` does).
+
+It writes, under tests/ref/llamacpp/:
+
+  prompts/<id>.txt  the prompt's exact bytes (the CLI test passes them with
+                    `ruvllm run -f`, so no shell quoting is involved)
+  greedy.tsv        one line per prompt, tab-separated:
+                      id, special (1: parse special tokens, `--special`),
+                      prompt as a JSON string (for reading only),
+                      prompt token ids, generated token ids,
+                      per-step top-2 logit margin (%.4f),
+                      per-step second-best token id,
+                      first step with margin < TIE (-1: none)
+                    lists are space-separated; '#' lines are comments
+                    (the versions used come first).
+
+tests/cli/t0030-run-llamacpp.sh compares `ruvllm run --tokenize` with the
+prompt ids and `ruvllm run --temp 0 --json` with the generated ids up to
+(not including) the first step whose margin is below TIE: at such a near
+tie either token is a correct greedy choice, and everything after it may
+legitimately differ.
+
+--check regenerates in memory and compares with the committed greedy.tsv
+(tokens exactly, margins to 2e-3); exit 1 on a difference.
+"""
+import argparse
+import json
+import os
+import platform
+import sys
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+OUT = HERE / "llamacpp"
+DEFAULT_MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+TIE = 1e-3
+
+# (id, parse special tokens, prompt). Varied on purpose: prose, chat
+# markup, code, numbers, lists, accents, CJK, Cyrillic, emoji, whitespace.
+PROMPTS = [
+    ("en-capital", False, "The capital of France is"),
+    ("en-story", False, "Once upon a time, in a small village by the sea, there lived"),
+    ("en-history", False, "In 1969, Neil Armstrong became the first person to"),
+    ("chatml", True, "<|im_start|>user\nWhat is the boiling point of water at sea level?<|im_end|>\n"
+                     "<|im_start|>assistant\n"),
+    ("py-fib", False, 'def fibonacci(n):\n    """Return the n-th Fibonacci number."""\n'),
+    ("c-main", False, "#include <stdio.h>\n\nint main(void)\n{\n"),
+    ("num-seq", False, "1, 2, 3, 5, 8, 13, 21,"),
+    ("num-arith", False, "Question: What is 17 + 25?\nAnswer:"),
+    ("list", False, "Shopping list:\n- eggs\n- milk\n-"),
+    ("json", False, '{"name": "Alice", "age": 30, "city":'),
+    ("fr-accents", False, "Le château de Versailles, près de Paris, est célèbre pour"),
+    ("de-umlaut", False, "Die Straße führt über die Brücke zum Marktplatz, wo"),
+    ("zh", False, "中国的首都是北京。北京是"),
+    ("ru", False, "Москва — столица России. Это город"),
+    ("emoji", False, "I love pizza 🍕 and ice cream 🍦 because"),
+    ("whitespace", False, "    \n\n\t  x  =  1\n\n\n    y\t=\t2\n  \t"),
+]
+
+
+def default_model():
+    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(cache, "ruvllm", "models", DEFAULT_MODEL_FILE)
+
+
+def versions():
+    import llama_cpp
+    v = [f"python {platform.python_version()}",
+         f"numpy {np.__version__}",
+         f"llama-cpp-python {llama_cpp.__version__}"]
+    # llama.cpp's own build number/commit is not exposed by the bindings;
+    # llama-cpp-python pins one vendored commit per release.
+    try:
+        info = llama_cpp.llama_print_system_info().decode().strip()
+        v.append(f"llama.cpp system info: {info}")
+    except Exception:  # noqa: BLE001 - informational only
+        pass
+    return v
+
+
+def greedy(llm, prompt, special, n_max):
+    """Prompt ids, generated ids, top-2 margins and second-best ids."""
+    ids = llm.tokenize(prompt.encode("utf-8"), add_bos=False, special=special)
+    llm.reset()
+    llm.eval(ids)
+    out, margins, seconds = [], [], []
+    for _ in range(n_max):
+        logits = np.asarray(llm.scores[llm.n_tokens - 1], dtype=np.float64)
+        order = np.argsort(-logits, kind="stable")
+        top1, top2 = int(order[0]), int(order[1])
+        out.append(top1)
+        margins.append(float(logits[top1] - logits[top2]))
+        seconds.append(top2)
+        if llm.token_eos() == top1 or is_eog(llm, top1):
+            break
+        llm.eval([top1])
+    return ids, out, margins, seconds
+
+
+def is_eog(llm, tok):
+    import llama_cpp
+    try:
+        return bool(llama_cpp.llama_vocab_is_eog(llama_cpp.llama_model_get_vocab(llm.model), tok))
+    except AttributeError:
+        return bool(llama_cpp.llama_token_is_eog(llm.model, tok))
+
+
+def make_lines(model, n_max, threads):
+    from llama_cpp import Llama
+    llm = Llama(model_path=model, n_ctx=2048, n_batch=512, logits_all=True,
+                n_threads=threads, n_threads_batch=threads, verbose=False)
+    rows = []
+    for pid, special, text in PROMPTS:
+        ids, out, margins, seconds = greedy(llm, text, special, n_max)
+        first_tie = next((i for i, m in enumerate(margins) if m < TIE), -1)
+        rows.append((pid, special, text, ids, out, margins, seconds, first_tie))
+        print(f"{pid}: {len(ids)} prompt tokens, {len(out)} generated, "
+              f"min margin {min(margins):.4f}, first tie {first_tie}", file=sys.stderr)
+    return rows
+
+
+def fmt(row):
+    pid, special, text, ids, out, margins, seconds, first_tie = row
+    sp = lambda xs: " ".join(str(x) for x in xs)  # noqa: E731
+    return "\t".join([pid, "1" if special else "0", json.dumps(text, ensure_ascii=False),
+                      sp(ids), sp(out), " ".join(f"{m:.4f}" for m in margins), sp(seconds),
+                      str(first_tie)])
+
+
+def parse(path):
+    rows = {}
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if not line or line.startswith("#"):
+            continue
+        f = line.split("\t")
+        rows[f[0]] = f
+    return rows
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--model", default=default_model())
+    ap.add_argument("-n", type=int, default=64, help="tokens to generate per prompt")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--check", action="store_true", help="compare with the committed goldens")
+    a = ap.parse_args()
+
+    rows = make_lines(a.model, a.n, a.threads)
+    header = ["# greedy continuations by llama.cpp of " + os.path.basename(a.model)
+              + f", up to {a.n} tokens; made by tests/ref/gen_llamacpp_goldens.py"]
+    header += ["# " + v for v in versions()]
+    header.append("# id\tspecial\tprompt\tprompt_ids\ttokens\tmargins\tsecond_ids\tfirst_tie")
+    lines = [fmt(r) for r in rows]
+
+    if a.check:
+        old = parse(OUT / "greedy.tsv")
+        bad = 0
+        for r in rows:
+            f = fmt(r).split("\t")
+            o = old.get(f[0])
+            if o is None:
+                print(f"{f[0]}: not in the committed goldens"); bad += 1; continue
+            same = o[:5] == f[:5] and o[7] == f[7] and all(
+                abs(float(x) - float(y)) <= 2e-3 for x, y in zip(o[5].split(), f[5].split()))
+            if not same:
+                print(f"{f[0]}: differs"); bad += 1
+        print(f"{len(rows) - bad} same, {bad} different")
+        return 1 if bad else 0
+
+    (OUT / "prompts").mkdir(parents=True, exist_ok=True)
+    for pid, _, text in PROMPTS:
+        (OUT / "prompts" / f"{pid}.txt").write_bytes(text.encode("utf-8"))
+    (OUT / "greedy.tsv").write_text("\n".join(header + lines) + "\n", encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
