@@ -135,11 +135,8 @@ static int get_prompt(const char *cmd, int argc, char **argv, buf_t *prompt)
 
 static int tokenize_all(const rvl_tokenizer *t, const buf_t *prompt, int32_t **ids, size_t *n)
 {
-    size_t cap = prompt->n + 4;
-    *ids = malloc(cap * sizeof **ids);
-    if (!*ids)
-        return rvl_seterr(RVL_ENOMEM, "out of memory");
-    return rvl_tokenize(t, prompt->p ? prompt->p : "", prompt->n, !opt_no_bos, opt_special, *ids, cap, n);
+    return rvl_tokenize_alloc(t, prompt->p ? prompt->p : "", prompt->n, !opt_no_bos, opt_special,
+                              ids, n);
 }
 
 /* Longest suffix of s[0..n) that is a proper prefix of a stop string. */

@@ -1,8 +1,8 @@
 /*
  * formats.c - the type-traits table: one entry per tensor type, with its
  * geometry and reference kernels. lib/types.c (rvl_type_get & co.) reads
- * names and geometry from here; dispatch (later) overrides the kernels
- * with SIMD variants per ISA.
+ * names and geometry from here; dispatch.c copies it into one table per
+ * ISA and overrides the kernels with that ISA's variants.
  */
 #include "formats.h"
 
@@ -98,7 +98,20 @@ static const rvl_kformat rvl_table[RVL_K_RVL_END - RVL_K_RVL_FIRST] = {
 };
 #undef BASE
 
-const rvl_kformat *rvl_kformat_get(uint32_t type)
+/* Dense slot of a type id: ggml ids, then safetensors-only, then project
+ * formats (the order of rvl_kformat_at). */
+int rvl_kformat_slot(uint32_t type)
+{
+    if (type < RVL_K_GGML_COUNT)
+        return (int)type;
+    if (type >= RVL_K_U8 && type <= RVL_K_BOOL)
+        return RVL_K_GGML_COUNT + (int)(type - RVL_K_U8);
+    if (type >= RVL_K_RVL_FIRST && type < RVL_K_RVL_END)
+        return RVL_K_GGML_COUNT + 2 + (int)(type - RVL_K_RVL_FIRST);
+    return -1;
+}
+
+const rvl_kformat *rvl_kformat_ref(uint32_t type)
 {
     const rvl_kformat *f = NULL;
     if (type < RVL_K_GGML_COUNT)
@@ -108,19 +121,4 @@ const rvl_kformat *rvl_kformat_get(uint32_t type)
     else if (type >= RVL_K_RVL_FIRST && type < RVL_K_RVL_END)
         f = &rvl_table[type - RVL_K_RVL_FIRST];
     return f && f->name ? f : NULL;
-}
-
-/* All entries in id order: ggml, safetensors-only, project. */
-const rvl_kformat *rvl_kformat_at(size_t i)
-{
-    static const struct { const rvl_kformat *t; size_t n; } parts[] = {
-        { ggml_table, RVL_K_GGML_COUNT },
-        { st_table, 2 },
-        { rvl_table, RVL_K_RVL_END - RVL_K_RVL_FIRST },
-    };
-    for (size_t p = 0; p < sizeof parts / sizeof parts[0]; p++)
-        for (size_t k = 0; k < parts[p].n; k++)
-            if (parts[p].t[k].name && i-- == 0)
-                return &parts[p].t[k];
-    return NULL;
 }

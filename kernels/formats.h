@@ -201,10 +201,18 @@ typedef struct {
     rvl_vec_dot_fn vec_dot;      /* NULL: not a weight format we multiply */
 } rvl_kformat;
 
-/* borrowed: static entry, or NULL for an unknown or removed type id. */
+/* borrowed: static entry, or NULL for an unknown or removed type id. The
+ * kernels are those of the ISA selected at start-up (dispatch.h). */
 const rvl_kformat *rvl_kformat_get(uint32_t type);
 /* Iterate: rvl_kformat_at(i) for i = 0.. until it returns NULL. */
 const rvl_kformat *rvl_kformat_at(size_t i);
+
+/* The reference table (scalar kernels only), which dispatch.c copies into
+ * each ISA's table. Slots number the type ids densely: 0 .. SLOTS-1, in
+ * rvl_kformat_at order; -1 for an id outside every range. */
+#define RVL_KFORMAT_SLOTS (RVL_K_GGML_COUNT + 2 + (RVL_K_RVL_END - RVL_K_RVL_FIRST))
+int rvl_kformat_slot(uint32_t type);
+const rvl_kformat *rvl_kformat_ref(uint32_t type);
 
 /* Bytes of one row of n elements (n a multiple of block_size; the caller
  * has checked for overflow). */

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "dispatch.h"
 #include "ruvllm.h"
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -70,29 +71,15 @@ const rvl_cpu_features *rvl_cpu(void)
     return &cpu;
 }
 
-/* Kernel variants compiled into this binary, best first. The kernel issue
- * adds its SIMD variants here as they land; until then only the scalar
- * reference exists, and that is what is reported. */
-static bool isa_usable(const char *isa)
-{
-    const rvl_cpu_features *c = rvl_cpu();
-    if (strcmp(isa, "ref") == 0)
-        return true;
-    (void)c;
-    return false;
-}
-
-static bool isa_known(const char *isa)
-{
-    return !strcmp(isa, "ref") || !strcmp(isa, "avx2") || !strcmp(isa, "avx512") ||
-           !strcmp(isa, "neon");
-}
-
+/* Kernel variants: kernels/dispatch.c knows which ones this binary has
+ * and which this CPU runs, and serves the selected one's kernels; these
+ * wrappers only add the error messages. */
 int rvl_isa_check(const char *isa)
 {
-    if (!isa_known(isa))
+    const int id = rvl_dispatch_isa_parse(isa);
+    if (id < 0)
         return rvl_seterr(RVL_EINVAL, "RUVLLM_ISA=%s: unknown instruction set (ref, avx2, avx512, neon)", isa);
-    if (!isa_usable(isa))
+    if (!rvl_dispatch_isa_runnable(id))
         return rvl_seterr(RVL_EUNSUPPORTED,
                           "RUVLLM_ISA=%s: not available on this CPU or not compiled in", isa);
     return 0;
@@ -100,8 +87,5 @@ int rvl_isa_check(const char *isa)
 
 const char *rvl_isa_selected(void)
 {
-    const char *env = getenv("RUVLLM_ISA");
-    if (env && *env && isa_known(env) && isa_usable(env))
-        return env;
-    return "ref";
+    return rvl_dispatch_isa_name(rvl_dispatch_isa());
 }

@@ -199,7 +199,8 @@ struct rvl_tokenizer {
 
     int32_t *spec;             /* special tokens, longest text first */
     uint32_t n_spec;
-    uint32_t bucket[257];      /* spec ids by first byte: spec_by_byte[bucket[b]..bucket[b+1]) */
+    uint32_t bucket[257];      /* by first byte b: spec_by_byte[bucket[b] ..
+                                  bucket[b+1]) are indexes into spec */
     int32_t *spec_by_byte;
 
     int32_t bos, eos, eot, eom, unk, pad, nl;

@@ -21,6 +21,12 @@ out_is "44 108 306 79 3738 108 46 4093"
 run 0 ruvllm run --tokenize --special "<|im_start|>user"
 out_is "1 4093"
 
+# invalid UTF-8 in the prompt is tolerated (replaced), never a crash
+printf '\377\376\377 abc \300' >"$TMP/bad-utf8.txt"
+run 0 ruvllm run --tokenize -f "$TMP/bad-utf8.txt"
+assert "invalid UTF-8 prompt gives tokens" "[ -s '$OUT' ]"
+run 0 ruvllm run --temp 0 -n 2 -f "$TMP/bad-utf8.txt"
+
 # greedy generation is deterministic and stdout has only the text
 run 0 ruvllm run --temp 0 -n 6 "The capital of France is"
 cp "$OUT" "$TMP/g1"

@@ -1,0 +1,289 @@
+/*
+ * dispatch.c - one type-traits table per kernel ISA, the CPU probe, and
+ * the choice of the ISA that rvl_kformat_get() serves (dispatch.h).
+ *
+ * This is the one place that maps ISAs to kernels: the override lists
+ * below. A table is built by copying the table of the ISA it extends
+ * (ref for avx2, avx2 for avx512) and applying the list's entries whose
+ * CPU needs are met; everything happens once, under pthread_once, before
+ * any entry is handed out, and the tables are read-only afterwards.
+ */
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dispatch.h"
+#include "x86/x86.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
+#if defined(__aarch64__) && defined(__linux__)
+#include <sys/auxv.h>
+#endif
+
+/* ======================================================================
+ * The override lists
+ * ====================================================================== */
+
+typedef struct {
+    uint32_t type;
+    unsigned need;               /* RVL_KCPU_* beyond the ISA's own */
+    rvl_quantize_fn quantize;    /* NULL: keep the inherited kernel */
+    rvl_dequantize_fn dequantize;
+    rvl_vec_dot_fn vec_dot;
+} kover;
+
+#ifdef RVL_HAVE_X86
+#define DOTS(isa, need)                                                            \
+    { RVL_K_Q4_0, need, NULL, NULL, vec_dot_q4_0_q8_0_##isa },                      \
+    { RVL_K_Q4_1, need, NULL, NULL, vec_dot_q4_1_q8_1_##isa },                      \
+    { RVL_K_Q5_0, need, NULL, NULL, vec_dot_q5_0_q8_0_##isa },                      \
+    { RVL_K_Q5_1, need, NULL, NULL, vec_dot_q5_1_q8_1_##isa },                      \
+    { RVL_K_Q8_0, need, NULL, NULL, vec_dot_q8_0_q8_0_##isa },                      \
+    { RVL_K_IQ4_NL, need, NULL, NULL, vec_dot_iq4_nl_q8_0_##isa },                  \
+    /* RVL_I4S_G32 is Q4_0's layout, and pairs with Q8_0 the same way */           \
+    { RVL_K_RVL_I4S_G32, need, NULL, NULL, vec_dot_q4_0_q8_0_##isa },               \
+    { RVL_K_Q2_K, need, NULL, NULL, vec_dot_q2_K_q8_K_##isa },                      \
+    { RVL_K_Q3_K, need, NULL, NULL, vec_dot_q3_K_q8_K_##isa },                      \
+    { RVL_K_Q4_K, need, NULL, NULL, vec_dot_q4_K_q8_K_##isa },                      \
+    { RVL_K_Q5_K, need, NULL, NULL, vec_dot_q5_K_q8_K_##isa },                      \
+    { RVL_K_Q6_K, need, NULL, NULL, vec_dot_q6_K_q8_K_##isa },                      \
+    { RVL_K_IQ4_XS, need, NULL, NULL, vec_dot_iq4_xs_q8_K_##isa }
+
+static const kover avx2_kernels[] = {
+    DOTS(avx2, 0),
+    { RVL_K_F32, 0, NULL, NULL, vec_dot_f32_f32_avx2 },
+    { RVL_K_F16, 0, quantize_f16_avx2, dequantize_f16_avx2, vec_dot_f16_f16_avx2 },
+    { RVL_K_BF16, 0, quantize_bf16_avx2, dequantize_bf16_avx2, vec_dot_bf16_bf16_avx2 },
+    { RVL_K_Q8_0, 0, quantize_q8_0_avx2, dequantize_q8_0_avx2, NULL },
+    { RVL_K_Q8_1, 0, quantize_q8_1_avx2, NULL, NULL },
+    { RVL_K_Q8_K, 0, quantize_q8_K_avx2, NULL, NULL },
+    { RVL_K_Q4_0, 0, NULL, dequantize_q4_0_avx2, NULL },
+    { RVL_K_Q4_1, 0, NULL, dequantize_q4_1_avx2, NULL },
+    { RVL_K_Q4_K, 0, NULL, dequantize_q4_K_avx2, NULL },
+    { RVL_K_Q6_K, 0, NULL, dequantize_q6_K_avx2, NULL },
+};
+
+/* On top of avx2. Without VNNI the integer dots stay avx2's (vpmaddubsw
+ * on ymm is what a 512-bit version would do too, minus the shuffles). */
+static const kover avx512_kernels[] = {
+    DOTS(avx512vnni, RVL_KCPU_VNNI),
+    { RVL_K_F32, 0, NULL, NULL, vec_dot_f32_f32_avx512 },
+    { RVL_K_F16, 0, NULL, NULL, vec_dot_f16_f16_avx512 },
+    { RVL_K_BF16, 0, NULL, NULL, vec_dot_bf16_bf16_avx512 },
+    { RVL_K_BF16, RVL_KCPU_BF16, NULL, NULL, vec_dot_bf16_bf16_avx512bf16 },
+};
+#undef DOTS
+#endif
+
+/* What each ISA needs, extends, and overrides. */
+static const struct {
+    const char *name;
+    unsigned need;               /* RVL_KCPU_* the ISA cannot run without */
+    int base;                    /* ISA whose table it starts from, -1: ref */
+    const kover *list;
+    size_t n;
+} isa_info[RVL_ISA_COUNT] = {
+    [RVL_ISA_REF] = { "ref", 0, -1, NULL, 0 },
+#ifdef RVL_HAVE_X86
+    [RVL_ISA_AVX2] = { "avx2", RVL_KCPU_AVX2, RVL_ISA_REF, avx2_kernels,
+                       sizeof avx2_kernels / sizeof avx2_kernels[0] },
+    [RVL_ISA_AVX512] = { "avx512", RVL_KCPU_AVX2 | RVL_KCPU_AVX512, RVL_ISA_AVX2,
+                         avx512_kernels, sizeof avx512_kernels / sizeof avx512_kernels[0] },
+#else
+    [RVL_ISA_AVX2] = { "avx2", 0, -1, NULL, 0 },
+    [RVL_ISA_AVX512] = { "avx512", 0, -1, NULL, 0 },
+#endif
+    [RVL_ISA_NEON] = { "neon", 0, -1, NULL, 0 },
+};
+
+/* A variant exists in this binary when it has kernels of its own. */
+static bool isa_compiled(int isa)
+{
+    return isa == RVL_ISA_REF || isa_info[isa].list != NULL;
+}
+
+/* ======================================================================
+ * CPU probe
+ * ====================================================================== */
+
+#if defined(__x86_64__) || defined(__i386__)
+static uint64_t xgetbv0(void)
+{
+    uint32_t lo, hi;
+    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+    return ((uint64_t)hi << 32) | lo;
+}
+#endif
+
+static unsigned probe(void)
+{
+    unsigned caps = 0;
+#if defined(__x86_64__) || defined(__i386__)
+    unsigned a, b, c, d;
+    if (!__get_cpuid(1, &a, &b, &c, &d))
+        return 0;
+    const bool fma = c & (1u << 12), f16c = c & (1u << 29);
+    const bool osxsave = c & (1u << 27), avx = c & (1u << 28);
+    const uint64_t xcr0 = osxsave ? xgetbv0() : 0;
+    const bool ymm_os = (xcr0 & 0x6) == 0x6;          /* SSE + AVX state */
+    const bool zmm_os = (xcr0 & 0xe6) == 0xe6;        /* + opmask, ZMM_Hi256, Hi16_ZMM */
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d))
+        return 0;
+    const bool avx2 = b & (1u << 5);
+    const bool f512 = b & (1u << 16), bw = b & (1u << 30), vl = b & (1u << 31);
+    const bool vnni = c & (1u << 11);
+    bool bf16 = false;
+    if (__get_cpuid_count(7, 1, &a, &b, &c, &d))
+        bf16 = a & (1u << 5);
+    if (avx && ymm_os && avx2 && fma && f16c) {
+        caps |= RVL_KCPU_AVX2;
+        if (zmm_os && f512 && bw && vl) {
+            caps |= RVL_KCPU_AVX512;
+            if (vnni)
+                caps |= RVL_KCPU_VNNI;
+            if (bf16)
+                caps |= RVL_KCPU_BF16;
+        }
+    }
+#elif defined(__aarch64__)
+    caps |= RVL_KCPU_NEON;
+#if defined(__linux__)
+    if (getauxval(AT_HWCAP) & (1ul << 20))            /* HWCAP_ASIMDDP */
+        caps |= RVL_KCPU_DOTPROD;
+#endif
+#endif
+    return caps;
+}
+
+/* ======================================================================
+ * The tables, built once
+ * ====================================================================== */
+
+static rvl_kformat tables[RVL_ISA_COUNT][RVL_KFORMAT_SLOTS];
+static unsigned cpu_caps;
+static int selected;
+static pthread_once_t once = PTHREAD_ONCE_INIT;
+
+static bool runnable(int isa)
+{
+    return isa_compiled(isa) && (isa_info[isa].need & ~cpu_caps) == 0;
+}
+
+static void build(int isa)
+{
+    rvl_kformat *t = tables[isa];
+    const int base = isa_info[isa].base;
+    if (base < 0) {
+        /* the reference table, type range by type range */
+        static const uint32_t ranges[][2] = {
+            { 0, RVL_K_GGML_COUNT },
+            { RVL_K_U8, RVL_K_BOOL + 1 },
+            { RVL_K_RVL_FIRST, RVL_K_RVL_END },
+        };
+        for (size_t r = 0; r < sizeof ranges / sizeof ranges[0]; r++)
+            for (uint32_t ty = ranges[r][0]; ty < ranges[r][1]; ty++) {
+                const rvl_kformat *f = rvl_kformat_ref(ty);
+                if (f)
+                    t[rvl_kformat_slot(ty)] = *f;
+            }
+    } else {
+        memcpy(t, tables[base], sizeof tables[base]);
+    }
+    for (size_t i = 0; i < isa_info[isa].n; i++) {
+        const kover *o = &isa_info[isa].list[i];
+        if (o->need & ~cpu_caps)
+            continue;
+        rvl_kformat *f = &t[rvl_kformat_slot(o->type)];
+        if (o->quantize)
+            f->quantize = o->quantize;
+        if (o->dequantize)
+            f->dequantize = o->dequantize;
+        if (o->vec_dot)
+            f->vec_dot = o->vec_dot;
+    }
+}
+
+static void init(void)
+{
+    cpu_caps = probe();
+    /* bases come first in id order (ref < avx2 < avx512) */
+    for (int isa = 0; isa < RVL_ISA_COUNT; isa++)
+        if (isa == RVL_ISA_REF || runnable(isa))
+            build(isa);
+    selected = RVL_ISA_REF;
+    for (int isa = 0; isa < RVL_ISA_COUNT; isa++)
+        if (runnable(isa))
+            selected = isa;
+    const char *env = getenv("RUVLLM_ISA");
+    if (env && *env) {
+        const int want = rvl_dispatch_isa_parse(env);
+        if (want >= 0 && runnable(want))
+            selected = want;
+    }
+}
+
+static inline void ready(void)
+{
+    pthread_once(&once, init);
+}
+
+/* ======================================================================
+ * API
+ * ====================================================================== */
+
+const char *rvl_dispatch_isa_name(int isa)
+{
+    return isa >= 0 && isa < RVL_ISA_COUNT ? isa_info[isa].name : NULL;
+}
+
+int rvl_dispatch_isa_parse(const char *name)
+{
+    for (int isa = 0; name && isa < RVL_ISA_COUNT; isa++)
+        if (!strcmp(name, isa_info[isa].name))
+            return isa;
+    return -1;
+}
+
+bool rvl_dispatch_isa_runnable(int isa)
+{
+    ready();
+    return isa >= 0 && isa < RVL_ISA_COUNT && runnable(isa);
+}
+
+int rvl_dispatch_isa(void)
+{
+    ready();
+    return selected;
+}
+
+unsigned rvl_dispatch_cpu(void)
+{
+    ready();
+    return cpu_caps;
+}
+
+const rvl_kformat *rvl_kformat_get_isa(uint32_t type, int isa)
+{
+    if (!rvl_dispatch_isa_runnable(isa))
+        return NULL;
+    const int s = rvl_kformat_slot(type);
+    return s >= 0 && tables[isa][s].name ? &tables[isa][s] : NULL;
+}
+
+const rvl_kformat *rvl_kformat_get(uint32_t type)
+{
+    ready();
+    const int s = rvl_kformat_slot(type);
+    return s >= 0 && tables[selected][s].name ? &tables[selected][s] : NULL;
+}
+
+const rvl_kformat *rvl_kformat_at(size_t i)
+{
+    ready();
+    for (int s = 0; s < RVL_KFORMAT_SLOTS; s++)
+        if (tables[selected][s].name && i-- == 0)
+            return &tables[selected][s];
+    return NULL;
+}

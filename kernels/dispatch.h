@@ -1,0 +1,74 @@
+/*
+ * dispatch.h - kernel variants per instruction set, chosen once at start-up.
+ *
+ * Each ISA has a full copy of the type-traits table (formats.h) whose
+ * kernel pointers are that ISA's: ref is kernels/ref/ alone; avx2 is ref
+ * with the kernels/x86/ AVX2+FMA+F16C kernels on top; avx512 is avx2 with
+ * the AVX-512 (F/BW/VL) kernels on top, plus the VNNI and BF16 ones when
+ * the CPU has those extensions. A slot an ISA does not implement keeps the
+ * kernel of the ISA below it, so every table is complete.
+ *
+ * rvl_kformat_get()/rvl_kformat_at() (formats.h) return the selected ISA's
+ * entries: RUVLLM_ISA=ref|avx2|avx512|neon when set, names a variant this
+ * binary has and this CPU runs; otherwise the best runnable one. (Asking for
+ * a variant the CPU lacks is refused by the CLI through rvl_isa_check()
+ * before any kernel runs; the library itself just ignores the request.)
+ * The choice is made once, thread-safely, on first use.
+ *
+ * Numerical contract of the variants, checked by tests/test_kernels_simd.c:
+ *   - quantize and dequantize are bit-identical to ref for finite input
+ *     (the activation quantizers round exactly like ref: Q8_0/Q8_1 half
+ *     away from zero, Q8_K half to even);
+ *   - vec_dot sums the same exact integer block products as ref but
+ *     accumulates the float terms in vector lanes (with FMA), so it differs
+ *     from ref by float rounding only: |simd - ref| <= (terms + 16) * 2^-22
+ *     * sum|w_i * a_i|, terms being the number of float additions in ref's
+ *     chain (blocks, or elements for F32/F16/BF16).
+ * The integer kernels assume activation quants in -127..127, which is all
+ * the Q8_0/Q8_1/Q8_K quantizers produce (int8 products then fit the 16-bit
+ * lanes of vpmaddubsw without saturating); weight quants may be anything.
+ */
+#ifndef RVL_DISPATCH_H
+#define RVL_DISPATCH_H
+
+#include <stdbool.h>
+
+#include "formats.h"
+
+/* Kernel instruction sets, worst to best within an architecture. */
+enum {
+    RVL_ISA_REF = 0,
+    RVL_ISA_AVX2 = 1,     /* AVX2 + FMA + F16C */
+    RVL_ISA_AVX512 = 2,   /* AVX-512 F/BW/VL (+ VNNI, BF16 where present) */
+    RVL_ISA_NEON = 3,     /* arm64 ASIMD (+ dotprod where present) */
+    RVL_ISA_COUNT
+};
+
+/* "ref", "avx2", "avx512", "neon"; NULL for an id out of range. */
+const char *rvl_dispatch_isa_name(int isa);
+/* The id of an ISA name, or -1 for an unknown name. */
+int rvl_dispatch_isa_parse(const char *name);
+/* true when this binary has the variant and this CPU (and OS) can run it. */
+bool rvl_dispatch_isa_runnable(int isa);
+/* The ISA whose kernels rvl_kformat_get() returns (see above). */
+int rvl_dispatch_isa(void);
+
+/* The entry of `type` in a given ISA's table, for tests and bench.
+ * borrowed: static. NULL for an unknown type or an ISA that is not
+ * runnable here. */
+const rvl_kformat *rvl_kformat_get_isa(uint32_t type, int isa);
+
+/* CPU capabilities the kernels care about, from dispatch.c's own
+ * CPUID/HWCAP probe (kernels/ does not depend on lib/). */
+enum {
+    RVL_KCPU_AVX2 = 1 << 0,      /* AVX, AVX2, FMA, F16C, and the OS saves ymm */
+    RVL_KCPU_AVX512 = 1 << 1,    /* AVX-512 F, BW, VL, and the OS saves zmm */
+    RVL_KCPU_VNNI = 1 << 2,      /* AVX512_VNNI */
+    RVL_KCPU_BF16 = 1 << 3,      /* AVX512_BF16 */
+    RVL_KCPU_NEON = 1 << 4,
+    RVL_KCPU_DOTPROD = 1 << 5,
+};
+/* RVL_KCPU_* bits of this machine. */
+unsigned rvl_dispatch_cpu(void);
+
+#endif
