@@ -88,7 +88,6 @@ static int get_weight(rvl_model *m, rvl_weight *w, const char *name, uint64_t ne
             return rvl_seterr(RVL_EFORMAT, "%s: missing tensor '%s'", path, name);
         return 0;
     }
-    uint64_t want_dims = ne1 ? 2 : 1;
     bool ok = t->ne[0] == ne0 && (ne1 ? (t->n_dims == 2 && t->ne[1] == ne1)
                                       : (t->n_dims == 1 || (t->n_dims == 2 && t->ne[1] == 1)));
     if (!ok) {
@@ -100,7 +99,6 @@ static int get_weight(rvl_model *m, rvl_weight *w, const char *name, uint64_t ne
         if (ne1)
             return rvl_seterr(RVL_EFORMAT, "%s: tensor '%s' has shape [%s], expected [%llu x %llu]",
                               path, name, got, (unsigned long long)ne0, (unsigned long long)ne1);
-        (void)want_dims;
         return rvl_seterr(RVL_EFORMAT, "%s: tensor '%s' has shape [%s], expected [%llu]", path,
                           name, got, (unsigned long long)ne0);
     }
@@ -161,6 +159,21 @@ static int load_weights(rvl_model *m)
         W(w_up, "ffn_up.weight", E, F, true);
         W(w_down, "ffn_down.weight", F, E, true);
 #undef W
+    }
+    /* Q/K/V biases: required by qwen2, optional for llama (llama.cpp adds
+     * them when present). The forward pass takes all of them or none. */
+    bool any_bias = false;
+    for (uint32_t i = 0; i < hp->n_layer; i++)
+        any_bias |= m->layers[i].bq.present || m->layers[i].bk.present || m->layers[i].bv.present;
+    if (any_bias && !hp->has_qkv_bias) {
+        for (uint32_t i = 0; i < hp->n_layer; i++) {
+            const rvl_layer *L = &m->layers[i];
+            const char *miss = !L->bq.present ? "q" : !L->bk.present ? "k" : !L->bv.present ? "v" : NULL;
+            if (miss)
+                return rvl_seterr(RVL_EFORMAT, "%s: missing tensor 'blk.%u.attn_%s.bias' (the other "
+                                  "layers have Q/K/V biases)", rvl_file_path(m->file), i, miss);
+        }
+        hp->has_qkv_bias = true;
     }
     return 0;
 }
@@ -289,6 +302,12 @@ int rvl_model_open(rvl_model **out, const char *path)
         goto fail;
     if ((rc = rvl_tokenizer_open(&m->tok, m->file)) < 0)
         goto fail;
+    /* ids the model has no row for would fail in rvl_decode mid-chat */
+    if ((uint32_t)rvl_tok_n_vocab(m->tok) > m->hp.n_vocab) {
+        rc = rvl_seterr(RVL_EFORMAT, "%s: tokenizer.ggml.tokens has %d tokens but token_embd.weight "
+                        "has only %u rows", path, rvl_tok_n_vocab(m->tok), m->hp.n_vocab);
+        goto fail;
+    }
     *out = m;
     return 0;
 fail:

@@ -62,8 +62,9 @@ int rvl_sampler_open(rvl_sampler **out, const rvl_sampler_params *p, uint32_t n_
     *out = NULL;
     if (n_vocab == 0)
         return rvl_seterr(RVL_EINVAL, "empty vocabulary");
-    if (!(p->temp >= 0) || !(p->top_p > 0 && p->top_p <= 1) || !(p->min_p >= 0 && p->min_p <= 1) ||
-        !(p->repeat_penalty > 0) || p->repeat_last_n < 0)
+    if (!(p->temp < INFINITY) || !(p->top_p > 0 && p->top_p <= 1) || !(p->min_p >= 0 && p->min_p <= 1) ||
+        !(p->repeat_penalty > 0 && p->repeat_penalty < INFINITY) || !isfinite(p->freq_penalty) ||
+        !isfinite(p->presence_penalty) || p->repeat_last_n < 0)
         return rvl_seterr(RVL_EINVAL, "invalid sampling parameters");
     s = calloc(1, sizeof *s);
     if (!s)
@@ -193,6 +194,9 @@ int32_t rvl_sampler_sample(rvl_sampler *s, const float *logits)
     uint32_t k = p->top_k > 0 && (uint32_t)p->top_k < n ? (uint32_t)p->top_k : n;
     top_sorted(c, n, k);
     n = k;
+    /* +inf takes all the probability; -inf first: every logit was NaN */
+    if (isinf(c[0].logit))
+        return c[0].id;
 
     /* probabilities (temperature 1) for top-p and min-p, as llama.cpp */
     float mx = c[0].logit;

@@ -199,6 +199,22 @@ static void tm_add(tmodel *m, const char *name, uint64_t ne0, uint64_t ne1, uint
     free(src);
 }
 
+/* Per-tensor types for a mixed model (as llama.cpp's Q4_K_M mixes them):
+ * {tensor name suffix, type} pairs, or NULL for one type throughout. */
+typedef struct {
+    const char *suffix;
+    uint32_t type;
+} type_rule;
+static const type_rule *mixed;
+
+static uint32_t matrix_type(const char *name, uint32_t wtype)
+{
+    for (const type_rule *r = mixed; r && r->suffix; r++)
+        if (strstr(name, r->suffix))
+            return r->type;
+    return wtype;
+}
+
 /* Build the weights of the tiny model with matrices stored as `wtype`
  * (norms and biases stay F32, as converters write them). */
 static void tm_build(tmodel *m, uint32_t wtype, bool bias, bool tied, uint64_t seed)
@@ -211,15 +227,15 @@ static void tm_build(tmodel *m, uint32_t wtype, bool bias, bool tied, uint64_t s
     rng = seed;
     /* matrices: variance 1/fan_in so activations stay around unit size */
     const float se = sqrtf(3.0f / E), sf = sqrtf(3.0f / FF);
-    tm_add(m, "token_embd.weight", E, V, wtype, 0, 1);
+    tm_add(m, "token_embd.weight", E, V, matrix_type("token_embd", wtype), 0, 1);
     tm_add(m, "output_norm.weight", E, 1, RVL_TYPE_F32, 1, 0.2f);
     if (!tied)
-        tm_add(m, "output.weight", E, V, wtype, 0, 2 * se);
+        tm_add(m, "output.weight", E, V, matrix_type("output.weight", wtype), 0, 2 * se);
     for (int l = 0; l < NL; l++) {
 #define T(suffix, a, b, type, off, sc)                   \
     do {                                                 \
         snprintf(nm, sizeof nm, "blk.%d.%s", l, suffix); \
-        tm_add(m, nm, a, b, type, off, sc);              \
+        tm_add(m, nm, a, b, matrix_type(nm, type), off, sc); \
     } while (0)
         T("attn_norm.weight", E, 1, RVL_TYPE_F32, 1, 0.2f);
         T("attn_q.weight", E, QD, wtype, 0, se);
@@ -1084,6 +1100,8 @@ static void test_forward_llama_with_qkv_biases_uses_or_refuses_them(void **state
     /* biases in some layers only: not a model anyone can run right */
     spec s2 = {.omit = "blk.1.attn_k.bias"};
     expect_open_error("llama-bias-partial.gguf", &m, &s2, RVL_EFORMAT, "blk.1.attn_k.bias");
+    spec s3 = {.omit = "blk.0.attn_q.bias"};
+    expect_open_error("llama-bias-partial2.gguf", &m, &s3, RVL_EFORMAT, "blk.0.attn_q.bias");
     tm_free(&m);
 }
 
@@ -1180,6 +1198,43 @@ static void check_quantized(uint32_t type, const char *arch, double bound)
     unlink(tpath(file));
 }
 
+/* Matrices of different formats in one layer: the forward pass must
+ * quantize each matmul's input for that matrix's activation format (it
+ * reuses one quantized input across Q/K/V and gate/up only when their
+ * formats agree). Every branch of that reuse is taken here. */
+static void test_forward_mixed_weight_types_match_reference(void **state)
+{
+    (void)state;
+    static const type_rule rules[] = {
+        {"token_embd", RVL_TYPE_Q4_1},      {"output.weight", RVL_TYPE_Q8_0},
+        {"attn_q.weight", RVL_TYPE_Q4_1},   {"attn_k.weight", RVL_TYPE_Q8_0},
+        {"attn_v.weight", RVL_TYPE_Q4_1},   {"attn_output.weight", RVL_TYPE_F16},
+        {"ffn_gate.weight", RVL_TYPE_Q4_0}, {"ffn_up.weight", RVL_TYPE_Q4_0},
+        {"ffn_down.weight", RVL_TYPE_Q4_1}, {NULL, 0},
+    };
+    static const type_rule rules2[] = {
+        {"attn_q.weight", RVL_TYPE_Q8_0},   {"attn_k.weight", RVL_TYPE_Q8_0},
+        {"attn_v.weight", RVL_TYPE_F16},    {"ffn_gate.weight", RVL_TYPE_F16},
+        {"ffn_up.weight", RVL_TYPE_Q4_1},   {"ffn_down.weight", RVL_TYPE_F32},
+        {NULL, 0},
+    };
+    const type_rule *sets[] = {rules, rules2};
+    for (int i = 0; i < 2; i++) {
+        tmodel m;
+        spec s = {.arch = i ? "qwen2" : "llama"};
+        refcfg rc = i ? ref_qwen2() : ref_llama();
+        mixed = sets[i];
+        tm_build(&m, RVL_TYPE_F32, i == 1, false, 500 + (uint64_t)i);
+        mixed = NULL;
+        rvl_model *mod = open_model("fw-mixed.gguf", &m, &s);
+        double err = forward_error(mod, &m, &rc, NSEQ);
+        print_message("%s mixed types: max error %.3g of max |logit|\n", s.arch, err);
+        rvl_model_close(mod);
+        tm_free(&m);
+        assert_true(err < 6e-2);
+    }
+}
+
 static void test_forward_quantized_weights_match_reference(void **state)
 {
     (void)state;
@@ -1222,9 +1277,16 @@ static void test_decode_context_overflow_leaves_state_usable(void **state)
     assert_int_equal(rvl_ctx_pos(c), 12);
     rvl_ctx_close(c);
 
-    /* the default context is min(4096, context_length) */
+    /* the default context is min(4096, context_length); NULL: defaults */
     c = open_ctx(mod, 0, 1);
     assert_int_equal(rvl_ctx_n_ctx(c), NCTX_TRAIN);
+    rvl_ctx_close(c);
+    c = NULL;
+    assert_int_equal(rvl_ctx_open(&c, mod, NULL), 0);
+    assert_int_equal(rvl_ctx_n_ctx(c), NCTX_TRAIN);
+    assert_int_equal(rvl_ctx_pos(c), 0);
+    assert_int_equal(rvl_decode(c, seq, 3, &lg), 0);
+    assert_true(rel_err(lg, ref + 2 * V, V) < 1e-4);
     rvl_ctx_close(c);
     rvl_model_close(mod);
     tm_free(&m);
@@ -1370,6 +1432,7 @@ int main(void)
         TEST(test_forward_rope_layout_matters),
         TEST(test_forward_partial_rope_and_linear_scaling_match_reference),
         TEST(test_forward_quantized_weights_match_reference),
+        TEST(test_forward_mixed_weight_types_match_reference),
         TEST(test_decode_context_overflow_leaves_state_usable),
         TEST(test_decode_rejects_invalid_tokens),
         TEST(test_decode_after_reset_equals_fresh_context),
