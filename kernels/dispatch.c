@@ -81,7 +81,7 @@ static const kover avx512_kernels[] = {
 static const struct {
     const char *name;
     unsigned need;               /* RVL_KCPU_* the ISA cannot run without */
-    int base;                    /* ISA whose table it starts from, -1: ref */
+    int base;                    /* ISA whose table it starts from; -1: formats.c */
     const kover *list;
     size_t n;
 } isa_info[RVL_ISA_COUNT] = {

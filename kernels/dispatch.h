@@ -16,14 +16,22 @@
  * The choice is made once, thread-safely, on first use.
  *
  * Numerical contract of the variants, checked by tests/test_kernels_simd.c:
- *   - quantize and dequantize are bit-identical to ref for finite input
- *     (the activation quantizers round exactly like ref: Q8_0/Q8_1 half
- *     away from zero, Q8_K half to even);
+ *   - quantize gives ref's bytes exactly: the Q8_0/Q8_1/Q8_K activation
+ *     quantizers for finite input (rounding like ref: Q8_0/Q8_1 half away
+ *     from zero, Q8_K half to even), F16/BF16 for every input;
+ *   - dequantize gives ref's floats exactly, except that F16 signaling
+ *     NaNs come out quiet (vcvtph2ps);
  *   - vec_dot sums the same exact integer block products as ref but
  *     accumulates the float terms in vector lanes (with FMA), so it differs
- *     from ref by float rounding only: |simd - ref| <= (terms + 16) * 2^-22
- *     * sum|w_i * a_i|, terms being the number of float additions in ref's
- *     chain (blocks, or elements for F32/F16/BF16).
+ *     from ref by float rounding only:
+ *         |simd - ref| <= (chain + 16) * 2^-22 * S
+ *     with chain = n/32 for block formats (ref adds one float per block)
+ *     and n/8 for F32/F16/BF16 (ref sums in double), and S the sum over
+ *     the elements of |w_i * a_i|, the scale and min parts of formats
+ *     with a min (Q4_1, Q5_1, Q2_K, Q4_K, Q5_K) counted separately.
+ *     Through the Q8 rounding of the next layer's activations these
+ *     last-bit differences can grow into visibly different logits: greedy
+ *     decoding may pick another token where two are nearly tied.
  * The integer kernels assume activation quants in -127..127, which is all
  * the Q8_0/Q8_1/Q8_K quantizers produce (int8 products then fit the 16-bit
  * lanes of vpmaddubsw without saturating); weight quants may be anything.

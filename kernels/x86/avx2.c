@@ -64,10 +64,12 @@ static inline __m256 ld_bf16x8(const uint8_t *p)
         __m256 acc[4] = { _mm256_setzero_ps(), _mm256_setzero_ps(),                \
                           _mm256_setzero_ps(), _mm256_setzero_ps() };              \
         int64_t i = 0;                                                             \
-        for (; i + 32 <= n; i += 32)                                               \
+        for (; i + 32 <= n; i += 32) {                                             \
+            prefetch_block(w + (esize) * i, 32 * (esize));                         \
             for (int k = 0; k < 4; k++)                                            \
                 acc[k] = _mm256_fmadd_ps(LOAD(w + (esize) * (i + 8 * k)),          \
                                          LOAD(a + (esize) * (i + 8 * k)), acc[k]); \
+        }                                                                          \
         for (; i + 8 <= n; i += 8)                                                 \
             acc[0] = _mm256_fmadd_ps(LOAD(w + (esize) * i), LOAD(a + (esize) * i), acc[0]); \
         float s = hsum_ps(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]),             \

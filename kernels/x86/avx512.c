@@ -93,10 +93,14 @@ static inline __m512 ld16m_bf16(const uint8_t *p, __mmask16 m)
         __m512 acc[4] = { _mm512_setzero_ps(), _mm512_setzero_ps(),                \
                           _mm512_setzero_ps(), _mm512_setzero_ps() };              \
         int64_t i = 0;                                                             \
-        for (; i + 64 <= n; i += 64)                                               \
+        for (; i + 64 <= n; i += 64) {                                             \
+            for (int k = 0; k < (esize); k++)                                      \
+                _mm_prefetch((const char *)w + (esize) * i + 64 * k + RVL_PREFETCH_AHEAD, \
+                             _MM_HINT_T0);                                         \
             for (int k = 0; k < 4; k++)                                            \
                 acc[k] = _mm512_fmadd_ps(LOAD(w + (esize) * (i + 16 * k)),         \
                                          LOAD(a + (esize) * (i + 16 * k)), acc[k]); \
+        }                                                                          \
         for (; i + 16 <= n; i += 16)                                               \
             acc[0] = _mm512_fmadd_ps(LOAD(w + (esize) * i), LOAD(a + (esize) * i), acc[0]); \
         if (i < n) {                                                               \
@@ -128,6 +132,8 @@ float vec_dot_bf16_bf16_avx512bf16(int64_t n, const void *vw, const void *va)
     __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
     int64_t i = 0;
     for (; i + 64 <= n; i += 64) {
+        _mm_prefetch((const char *)w + 2 * i + RVL_PREFETCH_AHEAD, _MM_HINT_T0);
+        _mm_prefetch((const char *)w + 2 * i + 64 + RVL_PREFETCH_AHEAD, _MM_HINT_T0);
         acc0 = _mm512_dpbf16_ps(acc0, (__m512bh)_mm512_loadu_si512(w + 2 * i),
                                 (__m512bh)_mm512_loadu_si512(a + 2 * i));
         acc1 = _mm512_dpbf16_ps(acc1, (__m512bh)_mm512_loadu_si512(w + 2 * i + 64),

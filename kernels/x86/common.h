@@ -14,6 +14,26 @@
 
 #include "formats.h"
 
+/* Weight rows are streamed once per token from memory much larger than
+ * the caches; on the machines measured, the hardware prefetcher alone
+ * leaves GEMV at a third of the memory bandwidth. The kernels prefetch
+ * this far ahead of the block they read (past the end of the row is
+ * fine: the rows of a matrix follow each other, and a prefetch never
+ * faults). */
+#define RVL_PREFETCH_AHEAD 2048
+
+static inline void prefetch_ahead(const void *p)
+{
+    _mm_prefetch((const char *)p + RVL_PREFETCH_AHEAD, _MM_HINT_T0);
+}
+
+/* Every cache line of a block of `size` bytes, RVL_PREFETCH_AHEAD on. */
+static inline void prefetch_block(const void *p, size_t size)
+{
+    for (size_t o = 0; o < size; o += 64)
+        prefetch_ahead((const char *)p + o);
+}
+
 static inline __m256i ld256(const void *p)
 {
     return _mm256_loadu_si256((const __m256i *)p);

@@ -15,10 +15,11 @@
  * end. ref does the same integer sums but adds one float per block in
  * order, so the results differ by float rounding only (dispatch.h).
  *
- * Activation quants are in -127..127 (the quantizers), weight quants
- * anything their format allows: vpmaddubsw's int16 pairs stay below
- * 2 * 127 * 127 < 32767 for |weight| <= 127 (after the sign trick for
- * signed weights) and 2 * 63 * 127 for the unsigned K-quant levels.
+ * Activation quants are in -127..127 (what the quantizers produce), weight
+ * quants anything their format allows: vpmaddubsw's int16 pair sums stay
+ * within 2 * 128 * 127 < 32767 (Q8_0's -128 becomes 128 after the sign
+ * trick for signed weights; unsigned K-quant levels are at most 63), so
+ * they never saturate.
  */
 
 #define RVL_CAT_(a, b) a##_##b
@@ -37,11 +38,32 @@ static inline __m256 fma_i32(__m256i isum, float d, __m256 acc)
     return _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(d), acc);
 }
 
-/* Two accumulators, blocks in pairs: BLK(i, acc) adds block i. */
+/* The two f16 fields at p (d and m, or d and s) as floats in lanes 0, 1. */
+static inline __m128 f16x2(const void *p)
+{
+    int32_t v;
+    memcpy(&v, p, 4);
+    return _mm_cvtph_ps(_mm_cvtsi32_si128(v));
+}
+
+/* acc + isum * (lane 0 of d) */
+static inline __m256 fma_i32x(__m256i isum, __m128 d, __m256 acc)
+{
+    return _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_broadcastss_ps(d), acc);
+}
+
+/* The product of the leading f16 scales of a weight and an activation
+ * block, in lane 0 (both blocks are at least 4 bytes long). */
+#define DD(wb, ab) _mm_mul_ss(f16x2(&(wb)), f16x2(&(ab)))
+
+/* Two accumulators, blocks in pairs: BLK(i, acc) returns acc plus block
+ * i's term. One prefetch per pair of weight blocks w[] (a pair is 36 to
+ * 68 bytes) keeps the weight stream ahead. */
 #define LOOP2(nb, BLK)                                                             \
     __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();                 \
     int64_t i = 0;                                                                 \
     for (; i + 1 < (nb); i += 2) {                                                 \
+        prefetch_ahead(&w[i]);                                                     \
         acc0 = BLK(i, acc0);                                                       \
         acc1 = BLK(i + 1, acc1);                                                   \
     }                                                                              \
@@ -58,8 +80,8 @@ float KN(vec_dot_q4_0_q8_0)(int64_t n, const void *vw, const void *va)
     const block_q8_0 *a = va;
     const __m256i eight = _mm256_set1_epi8(8);
 #define BLK(i, acc)                                                                \
-    fma_i32(dot_s8s8(_mm256_sub_epi8(nibbles32(w[i].qs), eight), ld256(a[i].qs)), \
-            f16s(w[i].d) * f16s(a[i].d), acc)
+    fma_i32x(dot_s8s8(_mm256_sub_epi8(nibbles32(w[i].qs), eight), ld256(a[i].qs)), \
+            DD(w[i], a[i]), acc)
     LOOP2(n / 32, BLK)
 #undef BLK
     return hsum_ps(_mm256_add_ps(acc0, acc1));
@@ -69,13 +91,15 @@ float KN(vec_dot_q4_1_q8_1)(int64_t n, const void *vw, const void *va)
 {
     const block_q4_1 *w = vw;
     const block_q8_1 *a = va;
-    float summ = 0;
+    __m128 summ = _mm_setzero_ps();
+    /* lane 0: d*a.d scales the block's integer sum; lane 1: m*a.s */
+    __m128 dm;
 #define BLK(i, acc)                                                                \
-    (summ += f16s(w[i].m) * f16s(a[i].s),                                          \
-     fma_i32(dot_u8s8(nibbles32(w[i].qs), ld256(a[i].qs)), f16s(w[i].d) * f16s(a[i].d), acc))
+    (dm = _mm_mul_ps(f16x2(&w[i]), f16x2(&a[i])), summ = _mm_add_ps(summ, dm),     \
+     fma_i32x(dot_u8s8(nibbles32(w[i].qs), ld256(a[i].qs)), dm, acc))
     LOOP2(n / 32, BLK)
 #undef BLK
-    return hsum_ps(_mm256_add_ps(acc0, acc1)) + summ;
+    return hsum_ps(_mm256_add_ps(acc0, acc1)) + _mm_cvtss_f32(_mm_movehdup_ps(summ));
 }
 
 /* Q5: the nibble plus bit j of qh as bit 4; Q5_0 stores q - 16. */
@@ -86,10 +110,10 @@ float KN(vec_dot_q5_0_q8_0)(int64_t n, const void *vw, const void *va)
     const __m256i high = _mm256_set1_epi8((char)0xF0);
     /* bit clear: q - 16 = nibble | 0xF0 as int8 */
 #define BLK(i, acc)                                                                \
-    fma_i32(dot_s8s8(_mm256_or_si256(nibbles32(w[i].qs),                           \
+    fma_i32x(dot_s8s8(_mm256_or_si256(nibbles32(w[i].qs),                           \
                                      _mm256_andnot_si256(bits32_mask(w[i].qh), high)), \
                      ld256(a[i].qs)),                                              \
-            f16s(w[i].d) * f16s(a[i].d), acc)
+            DD(w[i], a[i]), acc)
     LOOP2(n / 32, BLK)
 #undef BLK
     return hsum_ps(_mm256_add_ps(acc0, acc1));
@@ -100,16 +124,16 @@ float KN(vec_dot_q5_1_q8_1)(int64_t n, const void *vw, const void *va)
     const block_q5_1 *w = vw;
     const block_q8_1 *a = va;
     const __m256i b4 = _mm256_set1_epi8(0x10);
-    float summ = 0;
+    __m128 summ = _mm_setzero_ps(), dm;
 #define BLK(i, acc)                                                                \
-    (summ += f16s(w[i].m) * f16s(a[i].s),                                          \
-     fma_i32(dot_u8s8(_mm256_or_si256(nibbles32(w[i].qs),                          \
-                                      _mm256_and_si256(bits32_mask(w[i].qh), b4)), \
-                      ld256(a[i].qs)),                                             \
-             f16s(w[i].d) * f16s(a[i].d), acc))
+    (dm = _mm_mul_ps(f16x2(&w[i]), f16x2(&a[i])), summ = _mm_add_ps(summ, dm),     \
+     fma_i32x(dot_u8s8(_mm256_or_si256(nibbles32(w[i].qs),                         \
+                                       _mm256_and_si256(bits32_mask(w[i].qh), b4)), \
+                       ld256(a[i].qs)),                                            \
+              dm, acc))
     LOOP2(n / 32, BLK)
 #undef BLK
-    return hsum_ps(_mm256_add_ps(acc0, acc1)) + summ;
+    return hsum_ps(_mm256_add_ps(acc0, acc1)) + _mm_cvtss_f32(_mm_movehdup_ps(summ));
 }
 
 float KN(vec_dot_q8_0_q8_0)(int64_t n, const void *vw, const void *va)
@@ -117,7 +141,7 @@ float KN(vec_dot_q8_0_q8_0)(int64_t n, const void *vw, const void *va)
     const block_q8_0 *w = vw;
     const block_q8_0 *a = va;
 #define BLK(i, acc)                                                                \
-    fma_i32(dot_s8s8(ld256(w[i].qs), ld256(a[i].qs)), f16s(w[i].d) * f16s(a[i].d), acc)
+    fma_i32x(dot_s8s8(ld256(w[i].qs), ld256(a[i].qs)), DD(w[i], a[i]), acc)
     LOOP2(n / 32, BLK)
 #undef BLK
     return hsum_ps(_mm256_add_ps(acc0, acc1));
@@ -136,8 +160,8 @@ float KN(vec_dot_iq4_nl_q8_0)(int64_t n, const void *vw, const void *va)
     const block_q8_0 *a = va;
     const __m256i lv = iq4_levels();
 #define BLK(i, acc)                                                                \
-    fma_i32(dot_s8s8(_mm256_shuffle_epi8(lv, nibbles32(w[i].qs)), ld256(a[i].qs)), \
-            f16s(w[i].d) * f16s(a[i].d), acc)
+    fma_i32x(dot_s8s8(_mm256_shuffle_epi8(lv, nibbles32(w[i].qs)), ld256(a[i].qs)), \
+            DD(w[i], a[i]), acc)
     LOOP2(n / 32, BLK)
 #undef BLK
     return hsum_ps(_mm256_add_ps(acc0, acc1));
@@ -178,6 +202,7 @@ float KN(vec_dot_q2_K_q8_K)(int64_t n, const void *vw, const void *va)
     const __m256i m3 = _mm256_set1_epi8(3), m4 = _mm256_set1_epi8(0x0F);
     __m256 acc = _mm256_setzero_ps();
     for (int64_t i = 0; i < n / QK; i++) {
+        prefetch_block(&w[i], sizeof w[i]);
         const __m128i s8 = ld128(w[i].scales);
         const __m256i sc16 = _mm256_cvtepu8_epi16(_mm_and_si128(s8, _mm256_castsi256_si128(m4)));
         const __m256i mn16 = _mm256_cvtepu8_epi16(
@@ -217,6 +242,7 @@ float KN(vec_dot_q3_K_q8_K)(int64_t n, const void *vw, const void *va)
     const __m256i m3 = _mm256_set1_epi8(3), m1 = _mm256_set1_epi8(1);
     __m256 acc = _mm256_setzero_ps();
     for (int64_t i = 0; i < n / QK; i++) {
+        prefetch_block(&w[i], sizeof w[i]);
         const __m256i sc16 = _mm256_cvtepi8_epi16(q3_K_scales(w[i].scales));
         __m256i hm = ld256(w[i].hmask);
         __m256i p[8];
@@ -278,6 +304,7 @@ float KN(vec_dot_q4_K_q8_K)(int64_t n, const void *vw, const void *va)
     const __m256i m4 = _mm256_set1_epi8(0x0F);
     __m256 acc = _mm256_setzero_ps();
     for (int64_t i = 0; i < n / QK; i++) {
+        prefetch_block(&w[i], sizeof w[i]);
         __m256i q[8];
         for (int c = 0; c < 4; c++) {
             const __m256i b = ld256(w[i].qs + 32 * c);
@@ -296,6 +323,7 @@ float KN(vec_dot_q5_K_q8_K)(int64_t n, const void *vw, const void *va)
     const __m256i m4 = _mm256_set1_epi8(0x0F), b4 = _mm256_set1_epi8(0x10);
     __m256 acc = _mm256_setzero_ps();
     for (int64_t i = 0; i < n / QK; i++) {
+        prefetch_block(&w[i], sizeof w[i]);
         __m256i hb = ld256(w[i].qh), q[8];
         for (int c = 0; c < 4; c++) {
             const __m256i b = ld256(w[i].qs + 32 * c);
@@ -318,6 +346,7 @@ float KN(vec_dot_q6_K_q8_K)(int64_t n, const void *vw, const void *va)
     const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30);
     __m256 acc = _mm256_setzero_ps();
     for (int64_t i = 0; i < n / QK; i++) {
+        prefetch_block(&w[i], sizeof w[i]);
         const __m256i sc16 = _mm256_cvtepi8_epi16(ld128(w[i].scales));
         __m256i p[8];
         for (int h = 0; h < 2; h++) {
@@ -352,6 +381,7 @@ float KN(vec_dot_iq4_xs_q8_K)(int64_t n, const void *vw, const void *va)
     const __m256i lv = iq4_levels();
     __m256 acc = _mm256_setzero_ps();
     for (int64_t i = 0; i < n / QK; i++) {
+        prefetch_block(&w[i], sizeof w[i]);
         const uint16_t sh = w[i].scales_h;
         __m256i isum = _mm256_setzero_si256();
         for (int ib = 0; ib < 8; ib++) {

@@ -1,48 +1,55 @@
 #!/bin/sh
-# `ruvllm run` agrees with llama.cpp on the default model, token for token.
+# `ruvllm run` agrees with llama.cpp on the default model.
 # tests/ref/gen_llamacpp_goldens.py ran llama.cpp (llama-cpp-python) on the
 # prompts in tests/ref/llamacpp/prompts/ and committed, per prompt, its
 # prompt token ids, its greedy continuation (64 tokens, or up to an
-# end-of-generation token) and the margin between the two largest logits at
-# each step (tests/ref/llamacpp/greedy.tsv). Here, per prompt:
-#   - `ruvllm run --tokenize` gives llama.cpp's prompt ids;
-#   - `ruvllm run --temp 0 --json` generates llama.cpp's tokens, compared up
-#     to (not including) the first step where llama.cpp's top-2 margin is
-#     below 1e-3 (a near tie: either token is a correct greedy choice, and
-#     everything after it may differ).
-# To keep `make check` short, prompts generate RVL_LLAMACPP_N tokens
-# (default 32) except those in FULL, which go to the goldens' 64.
-# RVL_LLAMACPP_N=64 checks every prompt in full.
+# end-of-generation token) and the margin between its two largest logits
+# at each step (tests/ref/llamacpp/greedy.tsv). Here, per prompt:
+#   - `ruvllm run --tokenize` gives exactly llama.cpp's prompt ids;
+#   - `ruvllm run --temp 0 -n 64 --json` generates llama.cpp's tokens, or
+#     else first differs at a close call: a step where llama.cpp's top-2
+#     margin is below TOL. After the first difference nothing is compared
+#     (the histories differ).
+# TOL is not the 1e-3 of a true tie: the two implementations' logits differ
+# by up to ~0.7 on this model (Q8 re-quantization of activations turns
+# last-bit differences into whole quantization steps), and llama.cpp
+# itself, with an f32 instead of an f16 KV cache, changes its greedy
+# choice at margins up to 0.33. tests/ref/README.md has the measurements;
+# tests/test_forward_llamacpp.c checks every step with llama.cpp's own
+# history (teacher forcing). RVL_LLAMACPP_TOL=0.001 runs the strict form.
 . tests/cli/lib.sh
 
 MODEL=${XDG_CACHE_HOME:-$HOME/.cache}/ruvllm/models/SmolLM2-135M-Instruct.Q4_1.gguf
 REF=tests/ref/llamacpp
-N_SHORT=${RVL_LLAMACPP_N:-32}
-FULL=" en-capital chatml py-fib "
+TOL=${RVL_LLAMACPP_TOL:-0.5}
 
 if [ ! -f "$MODEL" ]; then
     echo "1..0 # SKIP no model at $MODEL (make model)"
     exit 0
 fi
 
-# first_diff EXPECTED OURS MARGINS K: compares the first K ids of two
-# space-separated lists; prints nothing when they agree, else the first
-# differing step with both tokens and llama.cpp's margin there.
-first_diff() {
-    awk -v a="$1" -v b="$2" -v m="$3" -v k="$4" 'BEGIN {
+# verdict EXPECTED OURS MARGINS: "match N", "close STEP OURS THEIRS MARGIN"
+# (first difference at a margin below TOL) or "far STEP OURS THEIRS MARGIN".
+verdict() {
+    awk -v a="$1" -v b="$2" -v m="$3" -v tol="$TOL" 'BEGIN {
         na = split(a, x, " "); nb = split(b, y, " "); split(m, z, " ")
-        for (i = 1; i <= k; i++) {
-            xi = i <= na ? x[i] : "(none)"; yi = i <= nb ? y[i] : "(none)"
+        n = na > nb ? na : nb
+        for (i = 1; i <= n; i++) {
+            xi = i <= na ? x[i] : "none"; yi = i <= nb ? y[i] : "none"
             if (xi != yi) {
-                printf "step %d: ruvllm %s, llama.cpp %s (llama.cpp margin %s)\n", i - 1, yi, xi, z[i]
+                mi = i <= na ? z[i] : "none"
+                print ((i <= na && z[i] + 0 < tol + 0) ? "close" : "far"), i - 1, yi, xi, mi
                 exit
             }
         }
+        print "match", na
     }'
 }
 
 tab=$(printf '\t')
 grep -v '^#' "$REF/greedy.tsv" > "$TMP/golden"
+full=0
+total=0
 while IFS="$tab" read -r id special prompt pids toks margins seconds tie; do
     flags=""
     [ "$special" = 1 ] && flags="--special"
@@ -53,24 +60,22 @@ while IFS="$tab" read -r id special prompt pids toks margins seconds tie; do
     last="ruvllm run $flags --tokenize -f $file"
     assert "$id: prompt ids are llama.cpp's ($pids)" '[ "$got" = "$pids" ]'
 
-    case $FULL in *" $id "*) n_gen=64 ;; *) n_gen=$N_SHORT ;; esac
-    k=$n_gen
-    [ "$tie" -ge 0 ] && [ "$tie" -lt "$k" ] && k=$tie
-    n_ref=$(echo "$toks" | wc -w)
-    [ "$n_ref" -lt "$k" ] && k=$n_ref # llama.cpp stopped at end of generation
     # shellcheck disable=SC2086
-    "$RUVLLM" run -m "$MODEL" $flags --temp 0 -n "$n_gen" --json -f "$file" \
-        >"$OUT" 2>"$ERR" </dev/null
+    "$RUVLLM" run -m "$MODEL" $flags --temp 0 -n 64 --json -f "$file" >"$OUT" 2>"$ERR" </dev/null
+    last="ruvllm run $flags --temp 0 -n 64 --json -f $file"
     ours=$(sed -n 's/.*"tokens":\[\([0-9,]*\)\].*/\1/p' "$OUT" | tr ',' ' ')
-    last="ruvllm run $flags --temp 0 -n $n_gen --json -f $file"
-    diff=$(first_diff "$toks" "$ours" "$margins" "$k")
-    note=""
-    [ "$k" -lt "$n_gen" ] && note=" (near tie at step $tie: rest unchecked)"
-    if [ -z "$diff" ]; then
-        ok "$id: the first $k greedy tokens are llama.cpp's$note"
-    else
-        not_ok "$id: greedy tokens differ from llama.cpp's at $diff"
-    fi
+    set -- $(verdict "$toks" "$ours" "$margins")
+    total=$((total + 1))
+    case $1 in
+    match)
+        full=$((full + 1))
+        ok "$id: all $2 greedy tokens are llama.cpp's" ;;
+    close)
+        ok "$id: greedy tokens are llama.cpp's up to step $2, where ruvllm picks $3 and llama.cpp $4 at margin $5 < $TOL" ;;
+    *)
+        not_ok "$id: greedy tokens differ from llama.cpp's at step $2: ruvllm $3, llama.cpp $4 (llama.cpp margin $5 >= $TOL)" ;;
+    esac
 done < "$TMP/golden"
+echo "# $full of $total continuations match llama.cpp's for every token (TOL $TOL)"
 
 finish

@@ -82,8 +82,13 @@ def versions():
     v = [f"python {platform.python_version()}",
          f"numpy {np.__version__}",
          f"llama-cpp-python {llama_cpp.__version__}"]
-    # llama.cpp's own build number/commit is not exposed by the bindings;
-    # llama-cpp-python pins one vendored commit per release.
+    # llama.cpp's own build number/commit is not exposed by the bindings
+    # (llama-cpp-python pins one vendored commit per release); the shared
+    # libraries' versions are.
+    libdir = Path(llama_cpp.__file__).parent / "lib"
+    libs = sorted(p.name for p in libdir.glob("lib*.so.*.*.*"))
+    if libs:
+        v.append("libraries " + " ".join(libs))
     try:
         info = llama_cpp.llama_print_system_info().decode().strip()
         v.append(f"llama.cpp system info: {info}")
@@ -119,7 +124,25 @@ def is_eog(llm, tok):
         return bool(llama_cpp.llama_token_is_eog(llm.model, tok))
 
 
+def plain_cpu_backend():
+    """Load weights into plain CPU buffers (llama_model_params.use_extra_bufts
+    = false), which Llama() does not expose. The extra buffer types are
+    repacked and AMX layouts; on this machine the AMX path (chosen when the
+    wheel is built with -march=native on a CPU that reports AMX) crashes in
+    ggml_backend_amx_mul_mat. The plain path is ggml's reference CPU path
+    (quantized dot products against Q8 activations), the one ruvllm models."""
+    import llama_cpp.llama_cpp as lc
+    orig = lc.llama_model_default_params
+
+    def params():
+        p = orig()
+        p.use_extra_bufts = False
+        return p
+    lc.llama_model_default_params = params
+
+
 def make_lines(model, n_max, threads):
+    plain_cpu_backend()
     from llama_cpp import Llama
     llm = Llama(model_path=model, n_ctx=2048, n_batch=512, logits_all=True,
                 n_threads=threads, n_threads_batch=threads, verbose=False)

@@ -1,0 +1,710 @@
+/*
+ * test_kernels_simd.c - every kernel variant against the scalar reference,
+ * and the run-time dispatch (kernels/dispatch.c).
+ *
+ * For every ISA this machine can run (all of them, not only the one
+ * selected) and every format of the type table:
+ *
+ *  - quantize and dequantize give ref's bytes exactly (the one exception,
+ *    F16 signaling NaNs, is in dispatch.h): random rows of several
+ *    distributions (f16-subnormal scales, huge values, zeros, one-hot
+ *    rows, exact rounding ties, the largest magnitude with both signs),
+ *    rows of random block bytes, f16/bf16 special values, lengths with
+ *    tails past the vector width, n = 1 for plain types, odd addresses,
+ *    and no byte written outside the row;
+ *  - vec_dot agrees with ref within the bound of dispatch.h,
+ *    |simd - ref| <= (chain + 16) * 2^-22 * S, chain = n/32 for block
+ *    formats (ref adds one float per block) and n/8 for plain types (ref
+ *    sums in double; the bound covers the variant's float lanes), S the
+ *    sum of |w_i * a_i| with the scale and min parts of formats with a min
+ *    counted separately; on rows quantized by ref, on rows of random block
+ *    bytes (every level, Q8_0's -128) and with sparse activations, from
+ *    one block to 11008 values, at odd addresses;
+ *  - the variant tables override what the kernel issue lists.
+ *
+ * Dispatch: RUVLLM_ISA selects the variant (checked in a fresh process,
+ * since the choice is made once), the default is the best runnable one,
+ * concurrent first calls agree, and rvl_isa_check() refuses unknown
+ * names and variants this CPU cannot run, agreeing with lib/cpu.c's
+ * independent CPUID probe.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "dispatch.h"
+#include "formats.h"
+#include "ruvllm.h"
+
+static const char *self_exe;
+
+/* ======================================================================
+ * Helpers
+ * ====================================================================== */
+
+static uint64_t rng_state = 0x243F6A8885A308D3ull;
+
+static uint64_t rng_u64(void)
+{
+    uint64_t z = (rng_state += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+static double rng_unif(void) /* (0, 1) */
+{
+    return ((double)(rng_u64() >> 11) + 0.5) / 9007199254740992.0;
+}
+
+static float rng_normal(void)
+{
+    return (float)(sqrt(-2 * log(rng_unif())) * cos(6.283185307179586 * rng_unif()));
+}
+
+static void *xmalloc(size_t n)
+{
+    void *p = malloc(n ? n : 1);
+    assert_non_null(p);
+    return p;
+}
+
+static int64_t lcm64(int64_t a, int64_t b)
+{
+    int64_t x = a, y = b;
+    while (y) {
+        int64_t t = x % y;
+        x = y;
+        y = t;
+    }
+    return a / x * b;
+}
+
+static size_t rowb(const rvl_kformat *f, int64_t n)
+{
+    return (size_t)rvl_kformat_row_bytes(f, (uint64_t)n);
+}
+
+/* The variants to compare with ref: every runnable ISA but ref. */
+static int variants(int out[RVL_ISA_COUNT])
+{
+    int k = 0;
+    for (int isa = 0; isa < RVL_ISA_COUNT; isa++)
+        if (isa != RVL_ISA_REF && rvl_dispatch_isa_runnable(isa))
+            out[k++] = isa;
+    return k;
+}
+
+typedef enum {
+    D_NORMAL, D_WEIGHTS, D_HEAVY, D_TINY, D_HUGE, D_SPARSE, D_ONEHOT, D_ZERO,
+    D_CONST, D_TIES, D_MAXTIE, D_COUNT
+} dist;
+static const char *const dist_name[D_COUNT] = {
+    "normal", "weights", "heavy", "tiny", "huge", "sparse", "one-hot", "zero", "constant", "ties",
+    "+-max",
+};
+
+/* Rounding ties for the activation quantizers: with a block maximum of
+ * 127 the Q8_0/Q8_1 scale is exactly 1 and with a first maximum of -127
+ * the Q8_K inverse scale is exactly 1, so k + 0.5 lands on a tie.
+ * "+-max": the largest magnitude appears with both signs in every block;
+ * Q8_K takes the sign of the first. */
+static void fill(float *x, int64_t n, dist d)
+{
+    for (int64_t i = 0; i < n; i++) {
+        switch (d) {
+        case D_NORMAL: x[i] = rng_normal(); break;
+        case D_WEIGHTS: x[i] = 0.02f * rng_normal(); break;
+        case D_HEAVY: x[i] = rng_normal() * expf(rng_normal()); break;
+        case D_TINY: x[i] = 1e-7f * rng_normal(); break;
+        case D_HUGE: x[i] = 2e3f * rng_normal(); break;
+        case D_SPARSE: x[i] = i % 97 == 3 ? rng_normal() : 0.0f; break;
+        case D_ONEHOT: x[i] = i == n / 2 ? -5.0f : 0.0f; break;
+        case D_ZERO: x[i] = 0.0f; break;
+        case D_CONST: x[i] = 0.75f; break;
+        case D_MAXTIE:
+            x[i] = i % 32 == 3 ? 4.0f : i % 32 == 6 || i % 32 == 20 ? -4.0f : fmaxf(-3.0f, fminf(3.0f, rng_normal()));
+            break;
+        default:
+            x[i] = i % 32 == 0 ? -127.0f
+                               : (float)((int)(rng_u64() % 253) - 126) + (rng_u64() & 1 ? 0.5f : 0.0f);
+            break;
+        }
+    }
+}
+
+/* Where the f16 scale (d) and min (dmin / m) of a block live, for the
+ * formats whose dot products the variants implement: random block bytes
+ * get small finite values there, and the tolerance counts the scale and
+ * min parts of each term separately. */
+typedef struct {
+    uint32_t type;
+    int d_off, min_off;          /* byte offsets in the block; -1: none */
+} scale_fields;
+
+static const scale_fields fields[] = {
+    { RVL_K_Q4_0, offsetof(block_q4_0, d), -1 },
+    { RVL_K_Q4_1, offsetof(block_q4_1, d), offsetof(block_q4_1, m) },
+    { RVL_K_Q5_0, offsetof(block_q5_0, d), -1 },
+    { RVL_K_Q5_1, offsetof(block_q5_1, d), offsetof(block_q5_1, m) },
+    { RVL_K_Q8_0, offsetof(block_q8_0, d), -1 },
+    { RVL_K_Q2_K, offsetof(block_q2_K, d), offsetof(block_q2_K, dmin) },
+    { RVL_K_Q3_K, offsetof(block_q3_K, d), -1 },
+    { RVL_K_Q4_K, offsetof(block_q4_K, d), offsetof(block_q4_K, dmin) },
+    { RVL_K_Q5_K, offsetof(block_q5_K, d), offsetof(block_q5_K, dmin) },
+    { RVL_K_Q6_K, offsetof(block_q6_K, d), -1 },
+    { RVL_K_IQ4_NL, offsetof(block_iq4_nl, d), -1 },
+    { RVL_K_IQ4_XS, offsetof(block_iq4_xs, d), -1 },
+    { RVL_K_RVL_I4S_G32, offsetof(block_rvl_i4s_g32, d), -1 },
+};
+
+static const scale_fields *fields_of(uint32_t type)
+{
+    for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++)
+        if (fields[i].type == type)
+            return &fields[i];
+    return NULL;
+}
+
+static void put_f16(uint8_t *p, float v)
+{
+    const rvl_f16 h = rvl_f32_to_f16(v);
+    memcpy(p, &h, 2);
+}
+
+/* A row of random block bytes with small finite f16 scales. */
+static void random_blocks(const rvl_kformat *f, const scale_fields *sf, uint8_t *w, int64_t n)
+{
+    const size_t nb = (size_t)(n / f->block_size);
+    for (size_t k = 0; k < rowb(f, n); k++)
+        w[k] = (uint8_t)rng_u64();
+    for (size_t b = 0; b < nb; b++) {
+        uint8_t *blk = w + b * f->type_size;
+        put_f16(blk + sf->d_off, 0.01f * rng_normal());
+        if (sf->min_off >= 0)
+            put_f16(blk + sf->min_off, 0.01f * rng_normal());
+    }
+}
+
+/* Lengths to try: every tail for plain types, block counts otherwise. */
+static int lengths(const rvl_kformat *f, int64_t step, int64_t out[32])
+{
+    int k = 0;
+    if (f->block_size == 1) {
+        static const int64_t plain[] = { 1, 2, 3, 5, 7, 8, 9, 15, 16, 17, 31, 32, 33, 47,
+                                         63, 64, 65, 100, 127, 129, 257, 4096, 4097, 11008 };
+        for (size_t i = 0; i < sizeof plain / sizeof plain[0]; i++)
+            out[k++] = plain[i];
+        return k;
+    }
+    static const int64_t blocks[] = { 1, 2, 3, 5, 7, 9, 16, 33 };
+    for (size_t i = 0; i < sizeof blocks / sizeof blocks[0]; i++)
+        out[k++] = blocks[i] * step;
+    if (4096 % step == 0)
+        out[k++] = 4096;
+    if (11008 % step == 0)
+        out[k++] = 11008;
+    return k;
+}
+
+/* ======================================================================
+ * Quantize and dequantize: ref's bytes exactly
+ * ====================================================================== */
+
+/* Quantize x (n floats) with fx and ref into buffers at byte offset
+ * `off`; the results must match, and the bytes around the row must keep
+ * their canary. */
+static void check_quantize(const rvl_kformat *fx, const rvl_kformat *fr, const char *isa,
+                           const float *x, int64_t n, int off, const char *what)
+{
+    const size_t rb = rowb(fr, n);
+    uint8_t *ref = xmalloc(rb), *buf = xmalloc(rb + off + 16);
+    fr->quantize(x, ref, n, NULL);
+    memset(buf, 0xA5, rb + off + 16);
+    fx->quantize(x, buf + off, n, NULL);
+    if (memcmp(buf + off, ref, rb)) {
+        size_t k = 0;
+        while (buf[off + k] == ref[k])
+            k++;
+        fail_msg("%s quantize %s, n=%lld, %s data: byte %zu is %02x, ref %02x", fr->name, isa,
+                 (long long)n, what, k, buf[off + k], ref[k]);
+    }
+    for (size_t k = 0; k < (size_t)off; k++)
+        assert_int_equal(buf[k], 0xA5);
+    for (size_t k = 0; k < 16; k++)
+        if (buf[off + rb + k] != 0xA5)
+            fail_msg("%s quantize %s, n=%lld: wrote past the row", fr->name, isa, (long long)n);
+    free(ref);
+    free(buf);
+}
+
+static void test_every_variant_quantizes_like_ref(void **state)
+{
+    (void)state;
+    int vs[RVL_ISA_COUNT], nv = variants(vs), checked = 0;
+    const rvl_kformat *f;
+    for (int v = 0; v < nv; v++) {
+        const char *isa = rvl_dispatch_isa_name(vs[v]);
+        for (size_t i = 0; (f = rvl_kformat_at(i)) != NULL; i++) {
+            const rvl_kformat *fr = rvl_kformat_get_isa(f->type, RVL_ISA_REF);
+            const rvl_kformat *fx = rvl_kformat_get_isa(f->type, vs[v]);
+            if (!fr->quantize || fx->quantize == fr->quantize)
+                continue;
+            checked++;
+            int64_t ns[32];
+            const int nn = lengths(fr, fr->block_size, ns);
+            for (int k = 0; k < nn; k++) {
+                const int64_t n = ns[k];
+                /* floats at a 4-byte but not 32-byte aligned address */
+                float *buf = xmalloc((size_t)(n + 1) * sizeof(float)), *x = buf + 1;
+                for (int d = 0; d < D_COUNT; d++) {
+                    fill(x, n, (dist)d);
+                    check_quantize(fx, fr, isa, x, n, k % 3, dist_name[d]);
+                }
+                free(buf);
+            }
+        }
+    }
+    if (nv)
+        assert_true(checked > 0);
+}
+
+/* Values every f16/bf16 conversion must get right: signed zeros,
+ * infinities, NaNs, the largest f16, the overflow threshold, subnormals
+ * and the f16 underflow threshold, and bf16 rounding ties. */
+static void test_plain_quantizers_round_special_values_like_ref(void **state)
+{
+    (void)state;
+    static const uint32_t bits[] = {
+        0x00000000, 0x80000000, 0x7f800000, 0xff800000, 0x7fc00000, 0xffc00001, 0x7f800001,
+        0x7fbfffff, 0x477fe000, 0x477fefff, 0x477ff000, 0x47800000, 0x33800000, 0x33000000,
+        0x33000001, 0x38800000, 0x387fe000, 0x387ff000, 0x3f808000, 0x3f818000, 0x3f817fff,
+        0x00000001, 0x80400000, 0x7f7fffff, 0x3effffff, 0xc0490fdb, 0x3f800001,
+    };
+    enum { N = sizeof bits / sizeof bits[0] };
+    float x[N];
+    for (int i = 0; i < N; i++)
+        memcpy(&x[i], &bits[i], 4);
+    int vs[RVL_ISA_COUNT], nv = variants(vs);
+    for (int v = 0; v < nv; v++) {
+        const uint32_t types[] = { RVL_K_F16, RVL_K_BF16, RVL_K_F32 };
+        for (size_t t = 0; t < 3; t++) {
+            const rvl_kformat *fr = rvl_kformat_get_isa(types[t], RVL_ISA_REF);
+            const rvl_kformat *fx = rvl_kformat_get_isa(types[t], vs[v]);
+            /* all at once (vector body) and one at a time (scalar tail) */
+            check_quantize(fx, fr, rvl_dispatch_isa_name(vs[v]), x, N, 1, "special");
+            for (int i = 0; i < N; i++)
+                check_quantize(fx, fr, rvl_dispatch_isa_name(vs[v]), x + i, 1, 0, "special");
+        }
+    }
+}
+
+static void check_dequantize(const rvl_kformat *fx, const rvl_kformat *fr, const char *isa,
+                             const uint8_t *w, int64_t n, const char *what)
+{
+    float *ref = xmalloc((size_t)n * sizeof(float));
+    float *y = xmalloc((size_t)(n + 4) * sizeof(float));
+    fr->dequantize(w, ref, n);
+    for (int k = 0; k < 4; k++)
+        y[n + k] = -7.25f;
+    fx->dequantize(w, y, n);
+    for (int64_t i = 0; i < n; i++)
+        if (memcmp(&y[i], &ref[i], sizeof(float)))
+            fail_msg("%s dequantize %s, n=%lld, %s: y[%lld] = %a, ref %a", fr->name, isa,
+                     (long long)n, what, (long long)i, y[i], ref[i]);
+    for (int k = 0; k < 4; k++)
+        assert_true(y[n + k] == -7.25f);
+    free(ref);
+    free(y);
+}
+
+static void test_every_variant_dequantizes_like_ref(void **state)
+{
+    (void)state;
+    int vs[RVL_ISA_COUNT], nv = variants(vs), checked = 0;
+    const rvl_kformat *f;
+    for (int v = 0; v < nv; v++) {
+        const char *isa = rvl_dispatch_isa_name(vs[v]);
+        for (size_t i = 0; (f = rvl_kformat_at(i)) != NULL; i++) {
+            const rvl_kformat *fr = rvl_kformat_get_isa(f->type, RVL_ISA_REF);
+            const rvl_kformat *fx = rvl_kformat_get_isa(f->type, vs[v]);
+            if (!fr->dequantize || fx->dequantize == fr->dequantize)
+                continue;
+            checked++;
+            const scale_fields *sf = fields_of(f->type);
+            int64_t ns[32];
+            const int nn = lengths(fr, fr->block_size, ns);
+            for (int k = 0; k < nn; k++) {
+                const int64_t n = ns[k];
+                const size_t rb = rowb(fr, n);
+                uint8_t *buf = xmalloc(rb + 1), *w = buf + (k & 1);
+                float *x = xmalloc((size_t)n * sizeof(float));
+                fill(x, n, D_HEAVY);
+                fr->quantize(x, w, n, NULL);
+                check_dequantize(fx, fr, isa, w, n, "quantized row");
+                if (sf) {
+                    random_blocks(fr, sf, w, n);
+                    check_dequantize(fx, fr, isa, w, n, "random blocks");
+                } else {
+                    /* plain types: every bit pattern but F16 NaNs
+                     * (vcvtph2ps quiets signaling ones, ref and numpy
+                     * keep them signaling: dispatch.h) */
+                    for (size_t b = 0; b < rb; b++)
+                        w[b] = (uint8_t)rng_u64();
+                    if (fr->type == RVL_K_F16)
+                        for (size_t b = 1; b < rb; b += 2)
+                            if ((w[b] & 0x7c) == 0x7c)
+                                w[b] &= 0xfb;
+                    check_dequantize(fx, fr, isa, w, n, "random bits");
+                }
+                free(buf);
+                free(x);
+            }
+        }
+    }
+    if (nv)
+        assert_true(checked > 0);
+}
+
+/* ======================================================================
+ * Dot products: ref within the documented bound
+ * ====================================================================== */
+
+/* sum over i of |w_i * a_i| as ref sums the terms: for formats with a
+ * min, the scale part (min zeroed) and the min part (scale zeroed) of w
+ * count separately. */
+static double magnitude(const rvl_kformat *fr, const rvl_kformat *ar, const uint8_t *w,
+                        const uint8_t *act, int64_t n)
+{
+    const scale_fields *sf = fields_of(fr->type);
+    const size_t rb = rowb(fr, n);
+    float *wd = xmalloc((size_t)n * sizeof(float)), *ad = xmalloc((size_t)n * sizeof(float));
+    uint8_t *tmp = xmalloc(rb);
+    ar->dequantize(act, ad, n);
+    double s = 0;
+    for (int part = 0; part < (sf && sf->min_off >= 0 ? 2 : 1); part++) {
+        memcpy(tmp, w, rb);
+        if (sf && sf->min_off >= 0)
+            for (size_t b = 0; b < rb / fr->type_size; b++)
+                put_f16(tmp + b * fr->type_size + (part ? sf->d_off : sf->min_off), 0.0f);
+        fr->dequantize(tmp, wd, n);
+        for (int64_t i = 0; i < n; i++)
+            s += fabs((double)wd[i] * ad[i]);
+    }
+    free(wd);
+    free(ad);
+    free(tmp);
+    return s;
+}
+
+static double worst_ratio; /* largest |diff| / bound seen, for the report */
+
+static void check_dot(const rvl_kformat *fx, const rvl_kformat *fr, const char *isa,
+                      const uint8_t *w, const uint8_t *act, int64_t n, const char *what)
+{
+    const rvl_kformat *ar = rvl_kformat_get_isa(fr->vec_dot_type, RVL_ISA_REF);
+    const double ref = fr->vec_dot(n, w, act);
+    const double got = fx->vec_dot(n, w, act);
+    const double chain = fr->block_size == 1 ? (double)n / 8 : (double)n / 32;
+    const double bound = (chain + 16) * ldexp(1.0, -22) * magnitude(fr, ar, w, act, n) + 1e-37;
+    const double diff = fabs(got - ref);
+    if (diff / bound > worst_ratio)
+        worst_ratio = diff / bound;
+    if (!(diff <= bound))
+        fail_msg("%s . %s vec_dot %s, n=%lld, %s: %.9g, ref %.9g (|diff| %.3g > %.3g)", fr->name,
+                 ar->name, isa, (long long)n, what, got, ref, diff, bound);
+}
+
+static void test_every_variant_dot_product_matches_ref(void **state)
+{
+    (void)state;
+    int vs[RVL_ISA_COUNT], nv = variants(vs), checked = 0;
+    const rvl_kformat *f;
+    for (int v = 0; v < nv; v++) {
+        const char *isa = rvl_dispatch_isa_name(vs[v]);
+        for (size_t i = 0; (f = rvl_kformat_at(i)) != NULL; i++) {
+            const rvl_kformat *fr = rvl_kformat_get_isa(f->type, RVL_ISA_REF);
+            const rvl_kformat *fx = rvl_kformat_get_isa(f->type, vs[v]);
+            if (!fr->vec_dot || fx->vec_dot == fr->vec_dot)
+                continue;
+            checked++;
+            const rvl_kformat *ar = rvl_kformat_get_isa(fr->vec_dot_type, RVL_ISA_REF);
+            const scale_fields *sf = fields_of(f->type);
+            int64_t ns[32];
+            const int nn = lengths(fr, lcm64(fr->block_size, ar->block_size), ns);
+            for (int k = 0; k < nn; k++) {
+                const int64_t n = ns[k];
+                /* exact-size buffers (ASan sees any over-read); odd
+                 * addresses for the block data on every other length */
+                const int wo = k & 1, ao = 3 * (k & 1);
+                const size_t wb = rowb(fr, n), ab = rowb(ar, n);
+                uint8_t *wbuf = xmalloc(wb + wo), *abuf = xmalloc(ab + ao);
+                uint8_t *w = wbuf + wo, *act = abuf + ao;
+                float *x = xmalloc((size_t)n * sizeof(float)), *a = xmalloc((size_t)n * sizeof(float));
+                fill(x, n, D_WEIGHTS);
+                fill(a, n, D_HEAVY);
+                fr->quantize(x, w, n, NULL);
+                ar->quantize(a, act, n, NULL);
+                check_dot(fx, fr, isa, w, act, n, "quantized rows");
+                if (sf) {
+                    random_blocks(fr, sf, w, n);
+                    check_dot(fx, fr, isa, w, act, n, "random blocks");
+                }
+                fill(a, n, D_SPARSE);
+                ar->quantize(a, act, n, NULL);
+                check_dot(fx, fr, isa, w, act, n, "sparse activations");
+                free(wbuf);
+                free(abuf);
+                free(x);
+                free(a);
+            }
+        }
+    }
+    if (nv)
+        assert_true(checked > 0);
+    if (getenv("RVL_KERNELS_REPORT"))
+        printf("largest |simd - ref| / bound: %.3g\n", worst_ratio);
+}
+
+/* The kernel issue's list: on every variant that runs here, these slots
+ * are not ref's. */
+static void test_variants_override_the_listed_kernels(void **state)
+{
+    (void)state;
+    static const uint32_t dots[] = {
+        RVL_K_Q4_0, RVL_K_Q4_1, RVL_K_Q5_0, RVL_K_Q5_1, RVL_K_Q8_0, RVL_K_Q2_K, RVL_K_Q3_K,
+        RVL_K_Q4_K, RVL_K_Q5_K, RVL_K_Q6_K, RVL_K_IQ4_NL, RVL_K_IQ4_XS, RVL_K_F16, RVL_K_F32,
+        RVL_K_BF16,
+    };
+    static const uint32_t quants[] = { RVL_K_Q8_0, RVL_K_Q8_1, RVL_K_Q8_K, RVL_K_F16, RVL_K_BF16 };
+    static const uint32_t dequants[] = { RVL_K_F16, RVL_K_BF16, RVL_K_Q8_0, RVL_K_Q4_0,
+                                         RVL_K_Q4_1, RVL_K_Q4_K, RVL_K_Q6_K };
+    int vs[RVL_ISA_COUNT], nv = variants(vs);
+    for (int v = 0; v < nv; v++) {
+        if (vs[v] != RVL_ISA_AVX2 && vs[v] != RVL_ISA_AVX512)
+            continue;
+        for (size_t i = 0; i < sizeof dots / sizeof dots[0]; i++)
+            assert_ptr_not_equal(rvl_kformat_get_isa(dots[i], vs[v])->vec_dot,
+                                 rvl_kformat_get_isa(dots[i], RVL_ISA_REF)->vec_dot);
+        for (size_t i = 0; i < sizeof quants / sizeof quants[0]; i++)
+            assert_ptr_not_equal(rvl_kformat_get_isa(quants[i], vs[v])->quantize,
+                                 rvl_kformat_get_isa(quants[i], RVL_ISA_REF)->quantize);
+        for (size_t i = 0; i < sizeof dequants / sizeof dequants[0]; i++)
+            assert_ptr_not_equal(rvl_kformat_get_isa(dequants[i], vs[v])->dequantize,
+                                 rvl_kformat_get_isa(dequants[i], RVL_ISA_REF)->dequantize);
+        /* with VNNI, avx512 has integer dots of its own */
+        if (vs[v] == RVL_ISA_AVX512 && (rvl_dispatch_cpu() & RVL_KCPU_VNNI))
+            assert_ptr_not_equal(rvl_kformat_get_isa(RVL_K_Q4_1, RVL_ISA_AVX512)->vec_dot,
+                                 rvl_kformat_get_isa(RVL_K_Q4_1, RVL_ISA_AVX2)->vec_dot);
+    }
+}
+
+/* Weight formats keep ref's quantizers (the searches are not vectorized)
+ * and every variant table has the same formats and geometry as ref. */
+static void test_variant_tables_keep_ref_geometry(void **state)
+{
+    (void)state;
+    const rvl_kformat *f;
+    for (int isa = 0; isa < RVL_ISA_COUNT; isa++) {
+        if (!rvl_dispatch_isa_runnable(isa))
+            continue;
+        size_t count = 0;
+        for (size_t i = 0; (f = rvl_kformat_at(i)) != NULL; i++, count++) {
+            const rvl_kformat *fx = rvl_kformat_get_isa(f->type, isa);
+            const rvl_kformat *fr = rvl_kformat_ref(f->type);
+            assert_non_null(fx);
+            assert_string_equal(fx->name, fr->name);
+            assert_int_equal(fx->block_size, fr->block_size);
+            assert_int_equal(fx->type_size, fr->type_size);
+            assert_int_equal(fx->row_header, fr->row_header);
+            assert_int_equal(fx->vec_dot_type, fr->vec_dot_type);
+            assert_int_equal(fx->quantize != NULL, fr->quantize != NULL);
+            assert_int_equal(fx->dequantize != NULL, fr->dequantize != NULL);
+            assert_int_equal(fx->vec_dot != NULL, fr->vec_dot != NULL);
+        }
+        assert_true(count > 40);
+        assert_null(rvl_kformat_get_isa(4, isa)); /* removed ggml id */
+    }
+}
+
+/* ======================================================================
+ * Dispatch
+ * ====================================================================== */
+
+/* Child mode: report the selected ISA and the best runnable one (the
+ * child may see another CPU than the parent, e.g. under valgrind, which
+ * runs only the parent) after racing four threads through the first use
+ * of the tables. Exit 0, or 1 if they disagree. */
+static void *first_use(void *arg)
+{
+    *(const rvl_kformat **)arg = rvl_kformat_get(RVL_K_Q4_1);
+    return NULL;
+}
+
+static int child_report_isa(void)
+{
+    pthread_t th[4];
+    const rvl_kformat *got[4];
+    for (int i = 0; i < 4; i++)
+        if (pthread_create(&th[i], NULL, first_use, &got[i]))
+            return 2;
+    for (int i = 0; i < 4; i++)
+        pthread_join(th[i], NULL);
+    const int isa = rvl_dispatch_isa();
+    for (int i = 0; i < 4; i++)
+        if (got[i] != rvl_kformat_get_isa(RVL_K_Q4_1, isa) || got[i] != rvl_kformat_get(RVL_K_Q4_1))
+            return 1;
+    int best = RVL_ISA_REF;
+    for (int k = 0; k < RVL_ISA_COUNT; k++)
+        if (rvl_dispatch_isa_runnable(k))
+            best = k;
+    printf("%s %s\n", rvl_dispatch_isa_name(isa), rvl_dispatch_isa_name(best));
+    return 0;
+}
+
+/* Run this program in child mode with RUVLLM_ISA set to `env` (NULL:
+ * unset); "selected best" goes to out. */
+static void run_child(const char *env, char *out, size_t cap)
+{
+    int fd[2];
+    assert_int_equal(pipe(fd), 0);
+    fflush(stdout);
+    const pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        dup2(fd[1], STDOUT_FILENO);
+        close(fd[0]);
+        close(fd[1]);
+        if (env)
+            setenv("RUVLLM_ISA", env, 1);
+        else
+            unsetenv("RUVLLM_ISA");
+        execl(self_exe, self_exe, "--report-isa", (char *)NULL);
+        _exit(127);
+    }
+    close(fd[1]);
+    size_t len = 0;
+    ssize_t r;
+    while (len + 1 < cap && (r = read(fd[0], out + len, cap - 1 - len)) > 0)
+        len += (size_t)r;
+    out[len] = '\0';
+    close(fd[0]);
+    int status;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+        fail_msg("child with RUVLLM_ISA=%s failed (status %d)", env ? env : "(unset)", status);
+    char *nl = strchr(out, '\n');
+    if (nl)
+        *nl = '\0';
+}
+
+static void test_ruvllm_isa_selects_every_runnable_variant(void **state)
+{
+    (void)state;
+    char got[64], want[64];
+    for (int isa = 0; isa < RVL_ISA_COUNT; isa++) {
+        if (!rvl_dispatch_isa_runnable(isa))
+            continue;
+        run_child(rvl_dispatch_isa_name(isa), got, sizeof got);
+        snprintf(want, sizeof want, "%s ", rvl_dispatch_isa_name(isa));
+        if (strncmp(got, want, strlen(want)))
+            fail_msg("RUVLLM_ISA=%s: the child reports \"%s\"", rvl_dispatch_isa_name(isa), got);
+    }
+}
+
+/* "selected best" with selected == best */
+static void assert_selects_best(const char *report, const char *env)
+{
+    char sel[32], best[32];
+    assert_int_equal(sscanf(report, "%31s %31s", sel, best), 2);
+    if (strcmp(sel, best))
+        fail_msg("RUVLLM_ISA=%s: selected %s, the best runnable is %s", env ? env : "(unset)", sel,
+                 best);
+}
+
+static void test_default_is_the_best_runnable_variant(void **state)
+{
+    (void)state;
+    char got[64];
+    run_child(NULL, got, sizeof got);
+    assert_selects_best(got, NULL);
+    /* an unusable request leaves the library on the default (the CLI
+     * refuses it first through rvl_isa_check) */
+    run_child("bogus", got, sizeof got);
+    assert_selects_best(got, "bogus");
+#if defined(__x86_64__) || defined(__i386__)
+    run_child("neon", got, sizeof got);
+    assert_selects_best(got, "neon");
+#endif
+}
+
+static void test_isa_check_refuses_unknown_and_unrunnable_variants(void **state)
+{
+    (void)state;
+    assert_int_equal(rvl_isa_check("ref"), 0);
+    assert_int_equal(rvl_isa_check("bogus"), RVL_EINVAL);
+    assert_non_null(strstr(rvl_errmsg(), "RUVLLM_ISA=bogus"));
+    assert_int_equal(rvl_isa_check(""), RVL_EINVAL);
+    assert_int_equal(rvl_isa_check("AVX2"), RVL_EINVAL);
+#if defined(__x86_64__) || defined(__i386__)
+    assert_int_equal(rvl_isa_check("neon"), RVL_EUNSUPPORTED);
+    assert_non_null(strstr(rvl_errmsg(), "not available"));
+    /* agrees with lib/cpu.c's own CPUID probe */
+    const rvl_cpu_features *c = rvl_cpu();
+    const bool avx2 = c->avx2 && c->fma && c->f16c;
+    const bool avx512 = avx2 && c->avx512f && c->avx512bw && c->avx512vl;
+    assert_int_equal(rvl_isa_check("avx2"), avx2 ? 0 : RVL_EUNSUPPORTED);
+    assert_int_equal(rvl_isa_check("avx512"), avx512 ? 0 : RVL_EUNSUPPORTED);
+    assert_int_equal(!!(rvl_dispatch_cpu() & RVL_KCPU_VNNI), avx512 && c->avx512vnni);
+    assert_int_equal(!!(rvl_dispatch_cpu() & RVL_KCPU_BF16), avx512 && c->avx512bf16);
+#elif defined(__aarch64__)
+    assert_int_equal(rvl_isa_check("avx2"), RVL_EUNSUPPORTED);
+    assert_int_equal(rvl_isa_check("avx512"), RVL_EUNSUPPORTED);
+#endif
+    assert_string_equal(rvl_isa_selected(), rvl_dispatch_isa_name(rvl_dispatch_isa()));
+    assert_int_equal(rvl_dispatch_isa_parse("avx512"), RVL_ISA_AVX512);
+    assert_int_equal(rvl_dispatch_isa_parse(NULL), -1);
+    assert_null(rvl_dispatch_isa_name(RVL_ISA_COUNT));
+    assert_false(rvl_dispatch_isa_runnable(-1));
+}
+
+static void test_kformat_get_serves_the_selected_variant(void **state)
+{
+    (void)state;
+    const int isa = rvl_dispatch_isa();
+    const rvl_kformat *f;
+    for (size_t i = 0; (f = rvl_kformat_at(i)) != NULL; i++) {
+        assert_ptr_equal(rvl_kformat_get(f->type), f);
+        assert_ptr_equal(rvl_kformat_get_isa(f->type, isa), f);
+    }
+}
+
+int main(int argc, char **argv)
+{
+    self_exe = argv[0];
+    if (argc > 1 && !strcmp(argv[1], "--report-isa"))
+        return child_report_isa();
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_ruvllm_isa_selects_every_runnable_variant),
+        cmocka_unit_test(test_default_is_the_best_runnable_variant),
+        cmocka_unit_test(test_isa_check_refuses_unknown_and_unrunnable_variants),
+        cmocka_unit_test(test_kformat_get_serves_the_selected_variant),
+        cmocka_unit_test(test_variant_tables_keep_ref_geometry),
+        cmocka_unit_test(test_variants_override_the_listed_kernels),
+        cmocka_unit_test(test_every_variant_quantizes_like_ref),
+        cmocka_unit_test(test_plain_quantizers_round_special_values_like_ref),
+        cmocka_unit_test(test_every_variant_dequantizes_like_ref),
+        cmocka_unit_test(test_every_variant_dot_product_matches_ref),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
