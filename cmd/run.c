@@ -274,7 +274,7 @@ static int run_main(rvl_cmd *cmd, int argc, char **argv)
     }
     const rvl_hparams *hp = rvl_model_hparams(m);
     const rvl_tokenizer *tok = rvl_model_tokenizer(m);
-    rvl_ctx_params cp = {(uint32_t)opt_ctx, (uint32_t)opt_threads, false};
+    rvl_ctx_params cp = {.n_ctx = (uint32_t)opt_ctx, .n_threads = (uint32_t)opt_threads};
     if ((rc = rvl_ctx_open(&c, m, &cp)) < 0) {
         status = cli_fail(name, rc);
         goto out;

@@ -17,68 +17,112 @@
 
 #include "model.h"
 
+/* Tokens processed together: each weight row is read once per chunk and
+ * multiplied with every token's activations while it is in cache. */
+#define UBATCH 32
+
 struct rvl_ctx {
     const rvl_model *m;
     rvl_pool *pool;
     uint32_t n_ctx;
     uint32_t pos;                 /* tokens in the cache */
+    bool all_logits;
+    uint32_t n_batch;             /* most tokens per call with all_logits */
     float *k_cache, *v_cache;     /* (layer, n_ctx, kv_dim) */
     float *rope_cos, *rope_sin;   /* (n_ctx, rope_dim/2) */
-    float *x;                     /* (dim) residual stream */
-    float *xb;                    /* (max(dim, q_dim)) normed input / attention output */
-    float *q;                     /* (q_dim) */
-    float *k, *v;                 /* (kv_dim) */
-    float *att;                   /* (n_head, n_ctx) scores */
-    float *hb, *hb2;              /* (ff) */
-    float *xo;                    /* (dim) matmul output */
-    float *logits;                /* (vocab) */
+    float *x;                     /* (UBATCH, dim) residual stream */
+    float *xb;                    /* (UBATCH, max(dim, q_dim)) normed input / attention out */
+    float *q;                     /* (UBATCH, q_dim) */
+    float *k, *v;                 /* (UBATCH, kv_dim) */
+    float *att;                   /* (n_threads, n_ctx) scores */
+    float *hb, *hb2;              /* (UBATCH, ff) */
+    float *xo;                    /* (UBATCH, dim) matmul output */
+    float *logits;                /* (vocab) or (n_batch, vocab) with all_logits */
     float *norm_w;                /* dequantized norm weights: (2*n_layer+1, dim) */
     float *bias;                  /* dequantized biases: (n_layer, q_dim + 2*kv_dim) or NULL */
-    void *actq;                   /* activation quantized for vec_dot */
-    size_t actq_cap;
+    unsigned char *actq;          /* (UBATCH, act_stride) activations for vec_dot */
+    size_t act_stride;
 };
 
 /* ====================================================================
- * Matmul on the pool: y[r] = dot(W row r, x) for r in [0, rows)
+ * Matmul on the pool: y[t][r] = dot(W row r, act[t]) for every row r and
+ * the nb tokens t of a chunk; threads split the rows, and each row is
+ * multiplied with all nb activation rows while it is in L1.
  * ==================================================================== */
 
 typedef struct {
     const rvl_weight *w;
-    const void *act;              /* x in w's vec_dot_type */
+    const unsigned char *act;     /* nb rows in w's vec_dot_type */
+    size_t act_stride;            /* bytes between activation rows */
+    uint32_t nb;
     float *y;
+    size_t y_stride;              /* floats between output rows */
 } matmul_job;
 
 static void matmul_rows(void *arg, int ith, int nth)
 {
     const matmul_job *j = arg;
     const rvl_weight *w = j->w;
+    const rvl_vec_dot_fn dot = w->kf->vec_dot;
+    const int64_t n = (int64_t)w->ne0;
     uint64_t rows = w->ne1;
     uint64_t per = (rows + (uint64_t)nth - 1) / (uint64_t)nth;
     uint64_t r0 = per * (uint64_t)ith, r1 = r0 + per < rows ? r0 + per : rows;
     const char *base = w->data;
-    for (uint64_t r = r0; r < r1; r++)
-        j->y[r] = w->kf->vec_dot((int64_t)w->ne0, base + r * w->row_bytes, j->act);
+    for (uint64_t r = r0; r < r1; r++) {
+        const char *row = base + r * w->row_bytes;
+        for (uint32_t t = 0; t < j->nb; t++)
+            j->y[t * j->y_stride + r] = dot(n, row, j->act + t * j->act_stride);
+    }
 }
 
-/* Quantize x (n = w->ne0 floats) into w's activation format. */
-static const void *prepare_act(rvl_ctx *c, const rvl_weight *w, const float *x)
+/* The nb rows of x (x_stride floats apart) in w's activation format. */
+static void prepare_act(rvl_ctx *c, const rvl_weight *w, const float *x, size_t x_stride,
+                        uint32_t nb, const unsigned char **act, size_t *stride)
 {
     const rvl_kformat *af = rvl_kformat_get(w->kf->vec_dot_type);
-    if (af->type == RVL_K_F32)
-        return x;
-    af->quantize(x, c->actq, (int64_t)w->ne0, NULL);
-    return c->actq;
+    if (af->type == RVL_K_F32) {
+        *act = (const unsigned char *)x;
+        *stride = x_stride * sizeof(float);
+        return;
+    }
+    for (uint32_t t = 0; t < nb; t++)
+        af->quantize(x + t * x_stride, c->actq + t * c->act_stride, (int64_t)w->ne0, NULL);
+    *act = c->actq;
+    *stride = c->act_stride;
 }
 
-static void matmul_act(rvl_ctx *c, float *y, const rvl_weight *w, const void *act)
+static void matmul_act(rvl_ctx *c, float *y, size_t y_stride, const rvl_weight *w,
+                       const unsigned char *act, size_t act_stride, uint32_t nb)
 {
-    matmul_job j = {w, act, y};
+    matmul_job j = {w, act, act_stride, nb, y, y_stride};
     rvl_pool_run(c->pool, matmul_rows, &j);
 }
 
-static void matmul(rvl_ctx *c, float *y, const rvl_weight *w, const float *x)
+static void matmul(rvl_ctx *c, float *y, size_t y_stride, const rvl_weight *w, const float *x,
+                   size_t x_stride, uint32_t nb)
 {
-    matmul_act(c, y, w, prepare_act(c, w, x));
+    const unsigned char *act;
+    size_t as;
+    prepare_act(c, w, x, x_stride, nb, &act, &as);
+    matmul_act(c, y, y_stride, w, act, as, nb);
+}
+
+/* Several weights that read the same input (Q/K/V, gate/up) share one
+ * quantization of it when their activation formats agree. */
+static void matmul_shared(rvl_ctx *c, const float *x, size_t x_stride, uint32_t nb, int n,
+                          const rvl_weight *const *ws, float *const *ys, const size_t *y_strides)
+{
+    const unsigned char *act = NULL;
+    size_t as = 0;
+    uint32_t act_type = UINT32_MAX;
+    for (int i = 0; i < n; i++) {
+        if (ws[i]->kf->vec_dot_type != act_type) {
+            prepare_act(c, ws[i], x, x_stride, nb, &act, &as);
+            act_type = ws[i]->kf->vec_dot_type;
+        }
+        matmul_act(c, ys[i], y_strides[i], ws[i], act, as, nb);
+    }
 }
 
 /* ====================================================================
@@ -115,12 +159,13 @@ static void rope(const rvl_ctx *c, float *v, uint32_t n_heads, uint32_t pos)
 }
 
 /* ====================================================================
- * Attention for one token at position `pos`, heads split over threads.
+ * Causal attention for the nb tokens of a chunk at positions pos0..:
+ * (token, head) pairs are split over the threads.
  * ==================================================================== */
 
 typedef struct {
     rvl_ctx *c;
-    uint32_t layer, pos;
+    uint32_t layer, pos0, nb;
 } attn_job;
 
 static void attention_heads(void *arg, int ith, int nth)
@@ -128,38 +173,41 @@ static void attention_heads(void *arg, int ith, int nth)
     const attn_job *j = arg;
     rvl_ctx *c = j->c;
     const rvl_hparams *hp = &c->m->hp;
-    const uint32_t hd = hp->head_dim, kv_dim = hp->n_head_kv * hd;
+    const uint32_t hd = hp->head_dim, kv_dim = hp->n_head_kv * hd, q_dim = hp->n_head * hd;
     const uint32_t group = hp->n_head / hp->n_head_kv;
+    const size_t xb_stride = hp->n_embd > q_dim ? hp->n_embd : q_dim;
     const float scale = 1.0f / sqrtf((float)hd);
     const float *kc = c->k_cache + (size_t)j->layer * c->n_ctx * kv_dim;
     const float *vc = c->v_cache + (size_t)j->layer * c->n_ctx * kv_dim;
+    float *att = c->att + (size_t)ith * c->n_ctx;
 
-    for (uint32_t h = (uint32_t)ith; h < hp->n_head; h += (uint32_t)nth) {
-        const float *q = c->q + (size_t)h * hd;
-        float *att = c->att + (size_t)h * c->n_ctx;
+    for (uint32_t item = (uint32_t)ith; item < j->nb * hp->n_head; item += (uint32_t)nth) {
+        const uint32_t t = item / hp->n_head, h = item % hp->n_head;
+        const uint32_t pos = j->pos0 + t;
+        const float *q = c->q + (size_t)t * q_dim + (size_t)h * hd;
         const uint32_t kvh = h / group;
         float mx = -INFINITY;
-        for (uint32_t t = 0; t <= j->pos; t++) {
-            const float *k = kc + (size_t)t * kv_dim + (size_t)kvh * hd;
+        for (uint32_t p = 0; p <= pos; p++) {
+            const float *k = kc + (size_t)p * kv_dim + (size_t)kvh * hd;
             float s = 0;
             for (uint32_t i = 0; i < hd; i++)
                 s += q[i] * k[i];
             s *= scale;
-            att[t] = s;
+            att[p] = s;
             if (s > mx)
                 mx = s;
         }
         double sum = 0;
-        for (uint32_t t = 0; t <= j->pos; t++) {
-            att[t] = expf(att[t] - mx);
-            sum += att[t];
+        for (uint32_t p = 0; p <= pos; p++) {
+            att[p] = expf(att[p] - mx);
+            sum += att[p];
         }
         float inv = (float)(1.0 / sum);
-        float *out = c->xb + (size_t)h * hd;
+        float *out = c->xb + (size_t)t * xb_stride + (size_t)h * hd;
         memset(out, 0, hd * sizeof *out);
-        for (uint32_t t = 0; t <= j->pos; t++) {
-            const float *v = vc + (size_t)t * kv_dim + (size_t)kvh * hd;
-            float a = att[t] * inv;
+        for (uint32_t p = 0; p <= pos; p++) {
+            const float *v = vc + (size_t)p * kv_dim + (size_t)kvh * hd;
+            float a = att[p] * inv;
             for (uint32_t i = 0; i < hd; i++)
                 out[i] += a * v[i];
         }
@@ -167,75 +215,87 @@ static void attention_heads(void *arg, int ith, int nth)
 }
 
 /* ====================================================================
- * One token through the model
+ * One chunk of nb tokens through the model. `logits`: where the logits
+ * of every token go (vocab floats apart), or NULL for only the last
+ * token's into c->logits (want_last).
  * ==================================================================== */
 
-static void forward_token(rvl_ctx *c, int32_t token, uint32_t pos, bool want_logits)
+static void forward_chunk(rvl_ctx *c, const int32_t *tokens, uint32_t nb, uint32_t pos0,
+                          float *logits, bool want_last)
 {
     const rvl_model *m = c->m;
     const rvl_hparams *hp = &m->hp;
     const uint32_t dim = hp->n_embd, hd = hp->head_dim;
     const uint32_t q_dim = hp->n_head * hd, kv_dim = hp->n_head_kv * hd, ff = hp->n_ff;
+    const size_t xb_stride = dim > q_dim ? dim : q_dim;
 
-    /* embedding row, whatever its format */
-    m->tok_embd.kf->dequantize((const char *)m->tok_embd.data + (uint64_t)token * m->tok_embd.row_bytes,
-                               c->x, dim);
+    /* embedding rows, whatever their format */
+    for (uint32_t t = 0; t < nb; t++)
+        m->tok_embd.kf->dequantize((const char *)m->tok_embd.data +
+                                       (uint64_t)tokens[t] * m->tok_embd.row_bytes,
+                                   c->x + (size_t)t * dim, dim);
 
     for (uint32_t l = 0; l < hp->n_layer; l++) {
         const rvl_layer *L = &m->layers[l];
-        float *kc = c->k_cache + ((size_t)l * c->n_ctx + pos) * kv_dim;
-        float *vc = c->v_cache + ((size_t)l * c->n_ctx + pos) * kv_dim;
 
         /* attention block */
-        rmsnorm(c->xb, c->x, c->norm_w + (size_t)(2 * l) * dim, dim, hp->rms_eps);
-        const void *act = prepare_act(c, &L->wq, c->xb);
-        matmul_act(c, c->q, &L->wq, act);
-        if (L->wk.kf->vec_dot_type != L->wq.kf->vec_dot_type)
-            act = prepare_act(c, &L->wk, c->xb);
-        matmul_act(c, c->k, &L->wk, act);
-        if (L->wv.kf->vec_dot_type != L->wk.kf->vec_dot_type)
-            act = prepare_act(c, &L->wv, c->xb);
-        matmul_act(c, c->v, &L->wv, act);
-        if (c->bias) {
-            const float *b = c->bias + (size_t)l * (q_dim + 2 * kv_dim);
-            for (uint32_t i = 0; i < q_dim; i++)
-                c->q[i] += b[i];
-            for (uint32_t i = 0; i < kv_dim; i++) {
-                c->k[i] += b[q_dim + i];
-                c->v[i] += b[q_dim + kv_dim + i];
+        for (uint32_t t = 0; t < nb; t++)
+            rmsnorm(c->xb + t * xb_stride, c->x + (size_t)t * dim,
+                    c->norm_w + (size_t)(2 * l) * dim, dim, hp->rms_eps);
+        const rvl_weight *qkv[3] = {&L->wq, &L->wk, &L->wv};
+        float *qkv_out[3] = {c->q, c->k, c->v};
+        const size_t qkv_stride[3] = {q_dim, kv_dim, kv_dim};
+        matmul_shared(c, c->xb, xb_stride, nb, 3, qkv, qkv_out, qkv_stride);
+        for (uint32_t t = 0; t < nb; t++) {
+            float *q = c->q + (size_t)t * q_dim, *k = c->k + (size_t)t * kv_dim,
+                  *v = c->v + (size_t)t * kv_dim;
+            if (c->bias) {
+                const float *b = c->bias + (size_t)l * (q_dim + 2 * kv_dim);
+                for (uint32_t i = 0; i < q_dim; i++)
+                    q[i] += b[i];
+                for (uint32_t i = 0; i < kv_dim; i++) {
+                    k[i] += b[q_dim + i];
+                    v[i] += b[q_dim + kv_dim + i];
+                }
             }
+            rope(c, q, hp->n_head, pos0 + t);
+            rope(c, k, hp->n_head_kv, pos0 + t);
+            size_t at = ((size_t)l * c->n_ctx + pos0 + t) * kv_dim;
+            memcpy(c->k_cache + at, k, kv_dim * sizeof(float));
+            memcpy(c->v_cache + at, v, kv_dim * sizeof(float));
         }
-        rope(c, c->q, hp->n_head, pos);
-        rope(c, c->k, hp->n_head_kv, pos);
-        memcpy(kc, c->k, kv_dim * sizeof *kc);
-        memcpy(vc, c->v, kv_dim * sizeof *vc);
-
-        attn_job aj = {c, l, pos};
+        attn_job aj = {c, l, pos0, nb};
         rvl_pool_run(c->pool, attention_heads, &aj);
-        matmul(c, c->xo, &L->wo, c->xb);
-        for (uint32_t i = 0; i < dim; i++)
+        matmul(c, c->xo, dim, &L->wo, c->xb, xb_stride, nb);
+        for (size_t i = 0; i < (size_t)nb * dim; i++)
             c->x[i] += c->xo[i];
 
         /* SwiGLU feed-forward block */
-        rmsnorm(c->xb, c->x, c->norm_w + (size_t)(2 * l + 1) * dim, dim, hp->rms_eps);
-        act = prepare_act(c, &L->w_gate, c->xb);
-        matmul_act(c, c->hb, &L->w_gate, act);
-        if (L->w_up.kf->vec_dot_type != L->w_gate.kf->vec_dot_type)
-            act = prepare_act(c, &L->w_up, c->xb);
-        matmul_act(c, c->hb2, &L->w_up, act);
-        for (uint32_t i = 0; i < ff; i++) {
+        for (uint32_t t = 0; t < nb; t++)
+            rmsnorm(c->xb + t * xb_stride, c->x + (size_t)t * dim,
+                    c->norm_w + (size_t)(2 * l + 1) * dim, dim, hp->rms_eps);
+        const rvl_weight *gu[2] = {&L->w_gate, &L->w_up};
+        float *gu_out[2] = {c->hb, c->hb2};
+        const size_t gu_stride[2] = {ff, ff};
+        matmul_shared(c, c->xb, xb_stride, nb, 2, gu, gu_out, gu_stride);
+        for (size_t i = 0; i < (size_t)nb * ff; i++) {
             float g = c->hb[i];
             c->hb[i] = g / (1.0f + expf(-g)) * c->hb2[i];
         }
-        matmul(c, c->xo, &L->w_down, c->hb);
-        for (uint32_t i = 0; i < dim; i++)
+        matmul(c, c->xo, dim, &L->w_down, c->hb, ff, nb);
+        for (size_t i = 0; i < (size_t)nb * dim; i++)
             c->x[i] += c->xo[i];
     }
 
-    if (!want_logits)
-        return;
-    rmsnorm(c->xb, c->x, c->norm_w + (size_t)(2 * hp->n_layer) * dim, dim, hp->rms_eps);
-    matmul(c, c->logits, &m->output, c->xb);
+    const float *onorm = c->norm_w + (size_t)(2 * hp->n_layer) * dim;
+    if (logits) {
+        for (uint32_t t = 0; t < nb; t++)
+            rmsnorm(c->xb + t * xb_stride, c->x + (size_t)t * dim, onorm, dim, hp->rms_eps);
+        matmul(c, logits, hp->n_vocab, &m->output, c->xb, xb_stride, nb);
+    } else if (want_last) {
+        rmsnorm(c->xb, c->x + (size_t)(nb - 1) * dim, onorm, dim, hp->rms_eps);
+        matmul(c, c->logits, hp->n_vocab, &m->output, c->xb, xb_stride, 1);
+    }
 }
 
 int rvl_decode(rvl_ctx *c, const int32_t *tokens, uint32_t n, const float **logits)
@@ -247,15 +307,20 @@ int rvl_decode(rvl_ctx *c, const int32_t *tokens, uint32_t n, const float **logi
     if (n > c->n_ctx - c->pos)
         return rvl_seterr(RVL_ERANGE, "context full: %u tokens in the cache, %u more do not fit "
                           "in a context of %u", c->pos, n, c->n_ctx);
+    if (c->all_logits && n > c->n_batch)
+        return rvl_seterr(RVL_EINVAL, "%u tokens in one call exceed the context's batch of %u",
+                          n, c->n_batch);
     for (uint32_t i = 0; i < n; i++)
         if (tokens[i] < 0 || (uint32_t)tokens[i] >= hp->n_vocab)
             return rvl_seterr(RVL_EINVAL, "token id %d is outside the vocabulary (%u)", tokens[i],
                               hp->n_vocab);
-    for (uint32_t i = 0; i < n; i++) {
+    for (uint32_t i = 0; i < n; i += UBATCH) {
         if (rvl_interrupted())
             return rvl_seterr(RVL_EINTR, "interrupted");
-        forward_token(c, tokens[i], c->pos, i + 1 == n);
-        c->pos++;
+        uint32_t nb = n - i < UBATCH ? n - i : UBATCH;
+        forward_chunk(c, tokens + i, nb, c->pos,
+                      c->all_logits ? c->logits + (size_t)i * hp->n_vocab : NULL, i + nb == n);
+        c->pos += nb;
     }
     if (logits)
         *logits = c->logits;
@@ -279,8 +344,6 @@ int rvl_ctx_open(rvl_ctx **out, const rvl_model *m, const rvl_ctx_params *p)
     int rc;
 
     *out = NULL;
-    if (p && p->all_logits)
-        return rvl_seterr(RVL_EUNSUPPORTED, "logits of every token are not implemented yet");
     c = calloc(1, sizeof *c);
     if (!c)
         return rvl_seterr(RVL_ENOMEM, "out of memory");
@@ -291,45 +354,49 @@ int rvl_ctx_open(rvl_ctx **out, const rvl_model *m, const rvl_ctx_params *p)
         free(c);
         return rvl_seterr(RVL_ERANGE, "context size %u is too large (at most 1048576)", n);
     }
+    c->all_logits = p && p->all_logits;
+    c->n_batch = c->all_logits ? (p->n_batch && p->n_batch < c->n_ctx ? p->n_batch : c->n_ctx) : 1;
     if ((rc = rvl_pool_open(&c->pool, p ? (int)p->n_threads : 0)) < 0) {
         free(c);
         return rc;
     }
+    const int nth = rvl_pool_size(c->pool);
 
     const size_t dim = hp->n_embd, hd = hp->head_dim, ff = hp->n_ff;
     const size_t q_dim = hp->n_head * hd, kv_dim = hp->n_head_kv * hd;
     const size_t half = hp->rope_dim / 2;
     size_t kv_elems = (size_t)hp->n_layer * c->n_ctx * kv_dim;
     size_t xb = dim > q_dim ? dim : q_dim;
+    size_t maxn = dim > ff ? dim : ff;
+    if (q_dim > maxn)
+        maxn = q_dim;
+    /* activation rows: at most 4 bytes per element (f32) plus a row header */
+    c->act_stride = (maxn * 4 + 64 + 63) & ~(size_t)63;
 
     c->k_cache = calloc(kv_elems, sizeof(float));
     c->v_cache = calloc(kv_elems, sizeof(float));
     c->rope_cos = malloc((size_t)c->n_ctx * half * sizeof(float));
     c->rope_sin = malloc((size_t)c->n_ctx * half * sizeof(float));
-    c->x = calloc(dim, sizeof(float));
-    c->xb = calloc(xb, sizeof(float));
-    c->q = calloc(q_dim, sizeof(float));
-    c->k = calloc(kv_dim, sizeof(float));
-    c->v = calloc(kv_dim, sizeof(float));
-    c->att = calloc((size_t)hp->n_head * c->n_ctx, sizeof(float));
-    c->hb = calloc(ff, sizeof(float));
-    c->hb2 = calloc(ff, sizeof(float));
-    c->xo = calloc(dim, sizeof(float));
-    c->logits = calloc(hp->n_vocab, sizeof(float));
+    c->x = calloc(UBATCH * dim, sizeof(float));
+    c->xb = calloc(UBATCH * xb, sizeof(float));
+    c->q = calloc(UBATCH * q_dim, sizeof(float));
+    c->k = calloc(UBATCH * kv_dim, sizeof(float));
+    c->v = calloc(UBATCH * kv_dim, sizeof(float));
+    c->att = calloc((size_t)nth * c->n_ctx, sizeof(float));
+    c->hb = calloc(UBATCH * ff, sizeof(float));
+    c->hb2 = calloc(UBATCH * ff, sizeof(float));
+    c->xo = calloc(UBATCH * dim, sizeof(float));
+    c->logits = calloc((size_t)c->n_batch * hp->n_vocab, sizeof(float));
     c->norm_w = calloc((2 * (size_t)hp->n_layer + 1) * dim, sizeof(float));
     if (hp->has_qkv_bias)
         c->bias = calloc((size_t)hp->n_layer * (q_dim + 2 * kv_dim), sizeof(float));
-    /* activation buffer: the largest row of any activation format in use */
-    size_t maxn = dim > ff ? dim : ff;
-    if (q_dim > maxn)
-        maxn = q_dim;
-    c->actq_cap = maxn * 4 + 1024;
-    c->actq = malloc(c->actq_cap);
+    c->actq = malloc(UBATCH * c->act_stride);
     if (!c->k_cache || !c->v_cache || !c->rope_cos || !c->rope_sin || !c->x || !c->xb || !c->q ||
         !c->k || !c->v || !c->att || !c->hb || !c->hb2 || !c->xo || !c->logits || !c->norm_w ||
         (hp->has_qkv_bias && !c->bias) || !c->actq) {
+        uint32_t n = c->n_ctx;
         rvl_ctx_close(c);
-        return rvl_seterr(RVL_ENOMEM, "out of memory for a context of %u tokens", c->n_ctx);
+        return rvl_seterr(RVL_ENOMEM, "out of memory for a context of %u tokens", n);
     }
 
     /* RoPE tables: theta_i = pos * base^(-2i/rope_dim), / factor for

@@ -433,6 +433,8 @@ typedef struct {
     uint32_t n_ctx;         /* context length in tokens (0: min(4096, train)) */
     uint32_t n_threads;     /* 0: all cores */
     bool all_logits;        /* keep the logits of every token of a batch */
+    uint32_t n_batch;       /* with all_logits: most tokens per rvl_decode
+                               call (0: n_ctx) */
 } rvl_ctx_params;
 
 typedef struct rvl_ctx rvl_ctx;
@@ -445,8 +447,10 @@ uint32_t rvl_ctx_pos(const rvl_ctx *c);      /* tokens in the cache */
 void rvl_ctx_reset(rvl_ctx *c);              /* empty the cache */
 /* Run n tokens at the current position. *logits (borrowed, valid until the
  * next call) receives n_vocab logits of the last token, or n*n_vocab with
- * all_logits. RVL_ERANGE when the context would overflow; RVL_EINTR when
- * interrupted (the cache then holds the tokens completed so far). */
+ * all_logits (token i's row at i*n_vocab; n at most n_batch). Prompts are
+ * processed in chunks whose weight rows are reused across the chunk's
+ * tokens (GEMM). RVL_ERANGE when the context would overflow; RVL_EINTR when
+ * interrupted (the cache then holds the chunks completed so far). */
 int rvl_decode(rvl_ctx *c, const int32_t *tokens, uint32_t n, const float **logits);
 
 /* ======================================================================
