@@ -41,7 +41,7 @@ TEST_LIBS   = $(shell pkg-config --libs $(TEST_PKGS) 2>/dev/null)
 
 CFLAGS   ?= -g
 ALL_CFLAGS = -std=gnu11 $(OPT) $(WARN) $(CFLAGS) -pthread -Ilib -Ikernels -Icmd \
-             -D_GNU_SOURCE -DPCRE2_CODE_UNIT_WIDTH=8 -DRVL_GIT_REV='"$(GIT_REV)"' $(PKG_CFLAGS) -MMD -MP
+             -D_GNU_SOURCE -DPCRE2_CODE_UNIT_WIDTH=8 $(PKG_CFLAGS) -MMD -MP
 ALL_LDFLAGS = $(OPT) $(LDFLAGS) -pthread
 LIBS     = $(PKG_LIBS) -lm
 
@@ -58,7 +58,7 @@ REPLAY_BIN := $(FUZZ_SRC:tests/fuzz/fuzz_%.c=$(BUILD)/tests/replay_%)
 
 COMMANDS := run chat quantize dequant bench lora-merge kv-inspect info
 
-.PHONY: all check asan asan-replay fuzz model install uninstall clean deps tests man completions
+.PHONY: FORCE all check asan asan-replay fuzz model install uninstall clean deps tests man completions
 .DELETE_ON_ERROR:
 
 all: $(BUILD)/ruvllm
@@ -73,6 +73,16 @@ $(BUILD)/%.o: %.c
 $(BUILD)/libruvllm.a: $(LIB_OBJ)
 	@rm -f $@
 	$(AR) rcs $@ $^
+
+# The git revision for --version: rewritten only when it changes, so a new
+# commit recompiles main.c and nothing else.
+$(BUILD)/version.h: FORCE
+	@mkdir -p $(BUILD)
+	@echo '#define RVL_GIT_REV "$(GIT_REV)"' > $@.tmp
+	@cmp -s $@.tmp $@ 2>/dev/null && rm -f $@.tmp || mv -f $@.tmp $@
+$(BUILD)/cmd/main.o: $(BUILD)/version.h
+$(BUILD)/cmd/main.o: ALL_CFLAGS += -I$(BUILD)
+FORCE:
 
 $(BUILD)/ruvllm: $(CMD_OBJ) $(BUILD)/libruvllm.a
 	$(CC) $(ALL_LDFLAGS) -o $@ $(CMD_OBJ) $(BUILD)/libruvllm.a $(LIBS)
