@@ -14,7 +14,7 @@
  * The rule: at every step where llama.cpp's top-2 margin is at least TOL
  * (0.5, or $RVL_LLAMACPP_TOL) our argmax is llama.cpp's token. Steps with
  * a smaller margin are counted, not asserted. Why 0.5 and not 1e-3: our
- * logits and llama.cpp's differ by up to ~0.7 on this model (measured; see
+ * logits and llama.cpp's differ by up to ~1 on this model (measured; see
  * tests/ref/README.md), about as much as llama.cpp's own do between an f16
  * and an f32 KV cache, which changes its greedy choice at margins up to
  * 0.33. Under the sanitizers only the first steps of each prompt run.
@@ -121,7 +121,7 @@ static void test_forward_picks_llamacpps_token_at_every_clear_step(void **state)
     rvl_ctx *c = NULL;
     if (rvl_model_open(&m, path) < 0)
         fail_msg("%s: %s (for the default model: make model)", path, rvl_errmsg());
-    rvl_ctx_params cp = {2048, 0, false};
+    rvl_ctx_params cp = {.n_ctx = 2048, .n_threads = 0};
     assert_int_equal(rvl_ctx_open(&c, m, &cp), 0);
     const uint32_t n_vocab = rvl_model_hparams(m)->n_vocab;
 

@@ -26,14 +26,19 @@ It writes, under tests/ref/llamacpp/:
                     lists are space-separated; '#' lines are comments
                     (the versions used come first).
 
-tests/cli/t0030-run-llamacpp.sh compares `ruvllm run --tokenize` with the
-prompt ids and `ruvllm run --temp 0 --json` with the generated ids up to
-(not including) the first step whose margin is below TIE: at such a near
-tie either token is a correct greedy choice, and everything after it may
-legitimately differ.
+Checked in `make check` (no Python) by tests/cli/t0030-run-llamacpp.sh
+(`ruvllm run --tokenize` gives the prompt ids; `ruvllm run --temp 0 -n 64`
+gives the tokens, or first differs at a step whose margin is below a
+tolerance) and tests/test_forward_llamacpp.c (teacher forcing: llama.cpp's
+tokens are fed back, and at every step whose margin is at least the
+tolerance our argmax must be llama.cpp's token). tests/ref/README.md says
+why that tolerance is 0.5 rather than the 1e-3 (TIE) of an exact tie; the
+first_tie column still records the first step under 1e-3.
 
 --check regenerates in memory and compares with the committed greedy.tsv
-(tokens exactly, margins to 2e-3); exit 1 on a difference.
+(tokens exactly, margins to 2e-3); exit 1 on a difference. --kv-f32 runs
+llama.cpp with an f32 KV cache instead of its default f16 (for the
+measurements in the README; use with --out DIR, never over the goldens).
 """
 import argparse
 import json
@@ -141,11 +146,12 @@ def plain_cpu_backend():
     lc.llama_model_default_params = params
 
 
-def make_lines(model, n_max, threads):
+def make_lines(model, n_max, threads, kv_f32=False):
     plain_cpu_backend()
     from llama_cpp import Llama
+    kv = {"type_k": 0, "type_v": 0} if kv_f32 else {}  # GGML_TYPE_F32
     llm = Llama(model_path=model, n_ctx=2048, n_batch=512, logits_all=True,
-                n_threads=threads, n_threads_batch=threads, verbose=False)
+                n_threads=threads, n_threads_batch=threads, verbose=False, **kv)
     rows = []
     for pid, special, text in PROMPTS:
         ids, out, margins, seconds = greedy(llm, text, special, n_max)
@@ -180,17 +186,24 @@ def main():
     ap.add_argument("-n", type=int, default=64, help="tokens to generate per prompt")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--check", action="store_true", help="compare with the committed goldens")
+    ap.add_argument("--kv-f32", action="store_true", help="f32 KV cache in llama.cpp (default f16)")
+    ap.add_argument("--out", type=Path, default=OUT, help="output directory (default tests/ref/llamacpp)")
     a = ap.parse_args()
+    if a.kv_f32 and a.out == OUT and not a.check:
+        ap.error("--kv-f32 writes measurements, not the goldens: give --out DIR")
 
-    rows = make_lines(a.model, a.n, a.threads)
+    rows = make_lines(a.model, a.n, a.threads, a.kv_f32)
     header = ["# greedy continuations by llama.cpp of " + os.path.basename(a.model)
               + f", up to {a.n} tokens; made by tests/ref/gen_llamacpp_goldens.py"]
     header += ["# " + v for v in versions()]
+    header.append("# llama.cpp context: n_ctx 2048, n_batch 512, KV cache "
+                  + ("f32" if a.kv_f32 else "f16 (default)")
+                  + ", no flash attention, weights in plain CPU buffers (no repack/AMX)")
     header.append("# id\tspecial\tprompt\tprompt_ids\ttokens\tmargins\tsecond_ids\tfirst_tie")
     lines = [fmt(r) for r in rows]
 
     if a.check:
-        old = parse(OUT / "greedy.tsv")
+        old = parse(a.out / "greedy.tsv")
         bad = 0
         for r in rows:
             f = fmt(r).split("\t")
@@ -204,10 +217,10 @@ def main():
         print(f"{len(rows) - bad} same, {bad} different")
         return 1 if bad else 0
 
-    (OUT / "prompts").mkdir(parents=True, exist_ok=True)
+    (a.out / "prompts").mkdir(parents=True, exist_ok=True)
     for pid, _, text in PROMPTS:
-        (OUT / "prompts" / f"{pid}.txt").write_bytes(text.encode("utf-8"))
-    (OUT / "greedy.tsv").write_text("\n".join(header + lines) + "\n", encoding="utf-8")
+        (a.out / "prompts" / f"{pid}.txt").write_bytes(text.encode("utf-8"))
+    (a.out / "greedy.tsv").write_text("\n".join(header + lines) + "\n", encoding="utf-8")
     return 0
 
 
