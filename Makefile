@@ -46,7 +46,7 @@ ALL_LDFLAGS = $(OPT) $(LDFLAGS) -pthread
 LIBS     = $(PKG_LIBS) -lm
 
 LIB_SRC  := $(sort $(wildcard lib/*.c) $(wildcard kernels/*.c) $(wildcard kernels/ref/*.c) \
-              $(wildcard kernels/x86/*.c))
+              $(wildcard kernels/x86/*.c) $(wildcard kernels/arm/*.c))
 CMD_SRC  := $(sort $(wildcard cmd/*.c))
 TEST_SRC := $(sort $(wildcard tests/test_*.c))
 FUZZ_SRC := $(sort $(wildcard tests/fuzz/fuzz_*.c))
@@ -137,6 +137,43 @@ fuzz:
 	    $(FUZZ_BUILD)/fuzz_$$n -max_total_time=$(FUZZ_TIME) -timeout=5 -rss_limit_mb=2048 \
 	        $(FUZZ_BUILD)/corpus_$$n tests/fuzz/corpus/$$n || exit 1; \
 	done
+
+# NEON kernels (kernels/arm/) on any host. kernels/ needs libc only, so
+# kernels/*.c, ref/ and arm/ plus tests/neon/test_kernels_neon.c (no
+# cmocka) are cross-compiled for aarch64 into $(BUILD)/aarch64/ and linked
+# statically: qemu-aarch64 runs the program without a sysroot.
+# tests/cli/t0040-neon-qemu.sh runs it (make check) on a CPU model with
+# dotprod and one without; on an aarch64 host it is built natively and
+# runs directly. Packages: gcc-aarch64-linux-gnu, libc6-dev-arm64-cross,
+# qemu-user (scripts/bootstrap.sh). `make neon-check` runs just this.
+ifeq ($(shell uname -m),aarch64)
+NEON_CC  ?= $(CC)
+else
+NEON_CC  ?= aarch64-linux-gnu-gcc
+endif
+NEON_BUILD := $(BUILD)/aarch64
+NEON_SRC := $(sort $(wildcard kernels/*.c) $(wildcard kernels/ref/*.c) $(wildcard kernels/arm/*.c)) \
+            tests/neon/test_kernels_neon.c
+NEON_OBJ := $(NEON_SRC:%.c=$(NEON_BUILD)/%.o)
+NEON_TEST := $(NEON_BUILD)/test_kernels_neon
+NEON_CFLAGS = -std=gnu11 -O2 -g $(WARN) -D_GNU_SOURCE -Ikernels -MMD -MP
+
+$(NEON_BUILD)/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(NEON_CC) $(NEON_CFLAGS) -c $< -o $@
+
+$(NEON_TEST): $(NEON_OBJ)
+	$(NEON_CC) -static -pthread -o $@ $^ -lm
+
+# built with the tests when the compiler is there (t0040 fails otherwise,
+# naming the missing package)
+ifneq ($(shell command -v $(NEON_CC) 2>/dev/null),)
+tests: $(NEON_TEST)
+endif
+
+.PHONY: neon-check
+neon-check: $(NEON_TEST)
+	@BUILD=$(BUILD) sh tests/cli/t0040-neon-qemu.sh
 
 model:
 	@sh scripts/fetch-model.sh

@@ -4,14 +4,16 @@
  *
  * This is the one place that maps ISAs to kernels: the override lists
  * below. A table is built by copying the table of the ISA it extends
- * (ref for avx2, avx2 for avx512) and applying the list's entries whose
- * CPU needs are met; everything happens once, under pthread_once, before
- * any entry is handed out, and the tables are read-only afterwards.
+ * (ref for avx2 and neon, avx2 for avx512) and applying the list's
+ * entries whose CPU needs are met; everything happens once, under
+ * pthread_once, before any entry is handed out, and the tables are
+ * read-only afterwards.
  */
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "arm/arm.h"
 #include "dispatch.h"
 #include "x86/x86.h"
 
@@ -20,6 +22,18 @@
 #endif
 #if defined(__aarch64__) && defined(__linux__)
 #include <sys/auxv.h>
+/* older kernel headers */
+#ifndef HWCAP_FP
+#define HWCAP_FP (1ul << 0)
+#endif
+#ifndef HWCAP_ASIMD
+#define HWCAP_ASIMD (1ul << 1)
+#endif
+#ifndef HWCAP_ASIMDDP
+#define HWCAP_ASIMDDP (1ul << 20)
+#endif
+#elif defined(__aarch64__) && defined(__APPLE__)
+#include <sys/sysctl.h>
 #endif
 
 /* ======================================================================
@@ -34,7 +48,7 @@ typedef struct {
     rvl_vec_dot_fn vec_dot;
 } kover;
 
-#ifdef RVL_HAVE_X86
+/* The integer dot products every SIMD variant implements (x86.h, arm.h). */
 #define DOTS(isa, need)                                                            \
     { RVL_K_Q4_0, need, NULL, NULL, vec_dot_q4_0_q8_0_##isa },                      \
     { RVL_K_Q4_1, need, NULL, NULL, vec_dot_q4_1_q8_1_##isa },                      \
@@ -51,6 +65,7 @@ typedef struct {
     { RVL_K_Q6_K, need, NULL, NULL, vec_dot_q6_K_q8_K_##isa },                      \
     { RVL_K_IQ4_XS, need, NULL, NULL, vec_dot_iq4_xs_q8_K_##isa }
 
+#ifdef RVL_HAVE_X86
 static const kover avx2_kernels[] = {
     DOTS(avx2, 0),
     { RVL_K_F32, 0, NULL, NULL, vec_dot_f32_f32_avx2 },
@@ -74,8 +89,27 @@ static const kover avx512_kernels[] = {
     { RVL_K_BF16, 0, NULL, NULL, vec_dot_bf16_bf16_avx512 },
     { RVL_K_BF16, RVL_KCPU_BF16, NULL, NULL, vec_dot_bf16_bf16_avx512bf16 },
 };
-#undef DOTS
 #endif
+
+#ifdef RVL_HAVE_NEON
+/* On top of ref; with dotprod (sdot), the integer dots are those of
+ * dotprod.c instead of neon.c's widening multiplies. */
+static const kover neon_kernels[] = {
+    DOTS(neon, 0),
+    DOTS(dotprod, RVL_KCPU_DOTPROD),
+    { RVL_K_F32, 0, NULL, NULL, vec_dot_f32_f32_neon },
+    { RVL_K_F16, 0, quantize_f16_neon, dequantize_f16_neon, vec_dot_f16_f16_neon },
+    { RVL_K_BF16, 0, quantize_bf16_neon, dequantize_bf16_neon, vec_dot_bf16_bf16_neon },
+    { RVL_K_Q8_0, 0, quantize_q8_0_neon, dequantize_q8_0_neon, NULL },
+    { RVL_K_Q8_1, 0, quantize_q8_1_neon, NULL, NULL },
+    { RVL_K_Q8_K, 0, quantize_q8_K_neon, NULL, NULL },
+    { RVL_K_Q4_0, 0, NULL, dequantize_q4_0_neon, NULL },
+    { RVL_K_Q4_1, 0, NULL, dequantize_q4_1_neon, NULL },
+    { RVL_K_Q4_K, 0, NULL, dequantize_q4_K_neon, NULL },
+    { RVL_K_Q6_K, 0, NULL, dequantize_q6_K_neon, NULL },
+};
+#endif
+#undef DOTS
 
 /* What each ISA needs, extends, and overrides. */
 static const struct {
@@ -95,7 +129,12 @@ static const struct {
     [RVL_ISA_AVX2] = { "avx2", 0, -1, NULL, 0 },
     [RVL_ISA_AVX512] = { "avx512", 0, -1, NULL, 0 },
 #endif
+#ifdef RVL_HAVE_NEON
+    [RVL_ISA_NEON] = { "neon", RVL_KCPU_NEON, RVL_ISA_REF, neon_kernels,
+                       sizeof neon_kernels / sizeof neon_kernels[0] },
+#else
     [RVL_ISA_NEON] = { "neon", 0, -1, NULL, 0 },
+#endif
 };
 
 /* A variant exists in this binary when it has kernels of its own. */
@@ -147,12 +186,23 @@ static unsigned probe(void)
                 caps |= RVL_KCPU_BF16;
         }
     }
-#elif defined(__aarch64__)
-    caps |= RVL_KCPU_NEON;
-#if defined(__linux__)
-    if (getauxval(AT_HWCAP) & (1ul << 20))            /* HWCAP_ASIMDDP */
+#elif defined(__aarch64__) && defined(__linux__)
+    /* ASIMD needs the FP unit too (f16 conversions); sdot is optional
+     * until ARMv8.4 */
+    const unsigned long hw = getauxval(AT_HWCAP);
+    if ((hw & HWCAP_FP) && (hw & HWCAP_ASIMD)) {
+        caps |= RVL_KCPU_NEON;
+        if (hw & HWCAP_ASIMDDP)
+            caps |= RVL_KCPU_DOTPROD;
+    }
+#elif defined(__aarch64__) && defined(__APPLE__)
+    caps |= RVL_KCPU_NEON;                            /* every Apple core */
+    int dp = 0;
+    size_t len = sizeof dp;
+    if (!sysctlbyname("hw.optional.arm.FEAT_DotProd", &dp, &len, NULL, 0) && dp)
         caps |= RVL_KCPU_DOTPROD;
-#endif
+#elif defined(__aarch64__)
+    caps |= RVL_KCPU_NEON;                            /* no way to ask: ARMv8.0 */
 #endif
     return caps;
 }

@@ -5,8 +5,10 @@
  * kernel pointers are that ISA's: ref is kernels/ref/ alone; avx2 is ref
  * with the kernels/x86/ AVX2+FMA+F16C kernels on top; avx512 is avx2 with
  * the AVX-512 (F/BW/VL) kernels on top, plus the VNNI and BF16 ones when
- * the CPU has those extensions. A slot an ISA does not implement keeps the
- * kernel of the ISA below it, so every table is complete.
+ * the CPU has those extensions; neon is ref with the kernels/arm/ ASIMD
+ * kernels on top, whose integer dots use sdot when the CPU has dotprod
+ * (and return ref's bits: arm.h). A slot an ISA does not implement keeps
+ * the kernel of the ISA below it, so every table is complete.
  *
  * rvl_kformat_get()/rvl_kformat_at() (formats.h) return the selected ISA's
  * entries: RUVLLM_ISA=ref|avx2|avx512|neon when set, names a variant this
@@ -15,7 +17,8 @@
  * before any kernel runs; the library itself just ignores the request.)
  * The choice is made once, thread-safely, on first use.
  *
- * Numerical contract of the variants, checked by tests/test_kernels_simd.c:
+ * Numerical contract of the variants, checked by tests/test_kernels_simd.c
+ * (and, for neon under qemu, tests/neon/test_kernels_neon.c):
  *   - quantize gives ref's bytes exactly: the Q8_0/Q8_1/Q8_K activation
  *     quantizers for finite input (rounding like ref: Q8_0/Q8_1 half away
  *     from zero, Q8_K half to even), F16/BF16 for every input;

@@ -6,7 +6,8 @@ set -eu
 
 PKGS="build-essential pkg-config clang libclang-rt-14-dev
       libzstd-dev libxxhash-dev libreadline-dev libpcre2-dev libutf8proc-dev
-      libcjson-dev libcmocka-dev python3 python3-pip ca-certificates zsh fish"
+      libcjson-dev libcmocka-dev python3 python3-pip ca-certificates zsh fish
+      gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user"
 
 missing=""
 for p in $PKGS; do

@@ -491,7 +491,7 @@ static void test_variants_override_the_listed_kernels(void **state)
                                          RVL_K_Q4_1, RVL_K_Q4_K, RVL_K_Q6_K };
     int vs[RVL_ISA_COUNT], nv = variants(vs);
     for (int v = 0; v < nv; v++) {
-        if (vs[v] != RVL_ISA_AVX2 && vs[v] != RVL_ISA_AVX512)
+        if (vs[v] != RVL_ISA_AVX2 && vs[v] != RVL_ISA_AVX512 && vs[v] != RVL_ISA_NEON)
             continue;
         for (size_t i = 0; i < sizeof dots / sizeof dots[0]; i++)
             assert_ptr_not_equal(rvl_kformat_get_isa(dots[i], vs[v])->vec_dot,
@@ -670,6 +670,9 @@ static void test_isa_check_refuses_unknown_and_unrunnable_variants(void **state)
 #elif defined(__aarch64__)
     assert_int_equal(rvl_isa_check("avx2"), RVL_EUNSUPPORTED);
     assert_int_equal(rvl_isa_check("avx512"), RVL_EUNSUPPORTED);
+    /* agrees with lib/cpu.c's own HWCAP probe */
+    assert_int_equal(rvl_isa_check("neon"), rvl_cpu()->neon ? 0 : RVL_EUNSUPPORTED);
+    assert_int_equal(!!(rvl_dispatch_cpu() & RVL_KCPU_DOTPROD), !!rvl_cpu()->dotprod);
 #endif
     assert_string_equal(rvl_isa_selected(), rvl_dispatch_isa_name(rvl_dispatch_isa()));
     assert_int_equal(rvl_dispatch_isa_parse("avx512"), RVL_ISA_AVX512);
