@@ -58,7 +58,7 @@ REPLAY_BIN := $(FUZZ_SRC:tests/fuzz/fuzz_%.c=$(BUILD)/tests/replay_%)
 
 COMMANDS := run chat quantize dequant bench lora-merge kv-inspect info
 
-.PHONY: FORCE all check asan asan-replay fuzz model install uninstall clean deps tests man completions
+.PHONY: FORCE all check asan fuzz model install uninstall clean deps tests man completions
 .DELETE_ON_ERROR:
 
 all: $(BUILD)/ruvllm
@@ -100,25 +100,20 @@ $(BUILD)/tests/replay_%: tests/fuzz/fuzz_%.c tests/fuzz/replay.c $(BUILD)/libruv
 tests: $(BUILD)/ruvllm $(TEST_BIN) $(REPLAY_BIN)
 
 # The whole suite: installs missing packages (bootstrap), builds, fetches
-# the default model, runs every test, then replays the fuzz corpora under
-# ASan+UBSan. `make asan` runs the whole suite under the sanitizers.
+# the default model, and runs every test, including the fuzz corpora
+# replayed under ASan+UBSan (build-asan/). `make asan` runs the whole suite
+# under the sanitizers.
+ASAN_BUILD := build-asan
+ASAN_REPLAY := $(FUZZ_SRC:tests/fuzz/fuzz_%.c=$(ASAN_BUILD)/tests/replay_%)
+
 check: deps
 	@$(MAKE) --no-print-directory tests model
-	@BUILD=$(BUILD) sh tests/run.sh
 ifneq ($(SAN),1)
-	@$(MAKE) --no-print-directory asan-replay
+	@$(MAKE) --no-print-directory BUILD=$(ASAN_BUILD) SAN=1 $(ASAN_REPLAY)
+	@BUILD=$(BUILD) ASAN_REPLAY_DIR=$(ASAN_BUILD)/tests sh tests/run.sh
+else
+	@BUILD=$(BUILD) sh tests/run.sh
 endif
-
-ASAN_BUILD := build-asan
-asan-replay:
-	@$(MAKE) --no-print-directory BUILD=$(ASAN_BUILD) SAN=1 \
-	    $(FUZZ_SRC:tests/fuzz/fuzz_%.c=$(ASAN_BUILD)/tests/replay_%)
-	@fail=0; for f in $(FUZZ_SRC); do n=$$(basename $$f .c); n=$${n#fuzz_}; \
-	    if ASAN_OPTIONS=detect_leaks=1 $(ASAN_BUILD)/tests/replay_$$n tests/fuzz/corpus/$$n \
-	        > $(ASAN_BUILD)/replay_$$n.log 2>&1; then \
-	        echo "ok      asan-replay-$$n ($$(tail -n1 $(ASAN_BUILD)/replay_$$n.log))"; \
-	    else echo "FAILED  asan-replay-$$n"; tail -n 30 $(ASAN_BUILD)/replay_$$n.log; fail=1; fi; \
-	done; exit $$fail
 
 asan:
 	$(MAKE) BUILD=build-asan SAN=1 check

@@ -12,6 +12,7 @@
  * the KV issue replaces it with the paged, tiered cache.
  */
 #include <math.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -57,22 +58,34 @@ typedef struct {
     uint32_t nb;
     float *y;
     size_t y_stride;              /* floats between output rows */
+    atomic_uint_fast64_t next;    /* next chunk of rows to take */
+    uint64_t chunk;               /* rows per chunk */
 } matmul_job;
 
+/* Threads take chunks of contiguous rows from a shared counter, so a
+ * thread that was preempted (a busy machine) does not hold everyone up.
+ * Each row's result is computed the same way whoever takes it: the
+ * output does not depend on the thread count. */
 static void matmul_rows(void *arg, int ith, int nth)
 {
-    const matmul_job *j = arg;
+    matmul_job *j = arg;
     const rvl_weight *w = j->w;
     const rvl_vec_dot_fn dot = w->kf->vec_dot;
     const int64_t n = (int64_t)w->ne0;
-    uint64_t rows = w->ne1;
-    uint64_t per = (rows + (uint64_t)nth - 1) / (uint64_t)nth;
-    uint64_t r0 = per * (uint64_t)ith, r1 = r0 + per < rows ? r0 + per : rows;
+    const uint64_t rows = w->ne1;
     const char *base = w->data;
-    for (uint64_t r = r0; r < r1; r++) {
-        const char *row = base + r * w->row_bytes;
-        for (uint32_t t = 0; t < j->nb; t++)
-            j->y[t * j->y_stride + r] = dot(n, row, j->act + t * j->act_stride);
+    (void)ith;
+    (void)nth;
+    for (;;) {
+        uint64_t r0 = atomic_fetch_add_explicit(&j->next, j->chunk, memory_order_relaxed);
+        if (r0 >= rows)
+            break;
+        uint64_t r1 = r0 + j->chunk < rows ? r0 + j->chunk : rows;
+        for (uint64_t r = r0; r < r1; r++) {
+            const char *row = base + r * w->row_bytes;
+            for (uint32_t t = 0; t < j->nb; t++)
+                j->y[t * j->y_stride + r] = dot(n, row, j->act + t * j->act_stride);
+        }
     }
 }
 
@@ -95,7 +108,12 @@ static void prepare_act(rvl_ctx *c, const rvl_weight *w, const float *x, size_t 
 static void matmul_act(rvl_ctx *c, float *y, size_t y_stride, const rvl_weight *w,
                        const unsigned char *act, size_t act_stride, uint32_t nb)
 {
-    matmul_job j = {w, act, act_stride, nb, y, y_stride};
+    matmul_job j = {w, act, act_stride, nb, y, y_stride, 0, 0};
+    /* about 8 chunks per thread: fine enough to balance, coarse enough
+     * that the counter is not contended and rows stream in order */
+    uint64_t chunk = w->ne1 / ((uint64_t)rvl_pool_size(c->pool) * 8);
+    j.chunk = chunk < 16 ? 16 : chunk;
+    atomic_init(&j.next, 0);
     rvl_pool_run(c->pool, matmul_rows, &j);
 }
 

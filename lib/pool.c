@@ -51,6 +51,8 @@ static void *worker(void *varg)
 #if defined(__x86_64__) || defined(__i386__)
                 __builtin_ia32_pause();
 #endif
+                if ((spins & 1023) == 0)
+                    sched_yield();
                 continue;
             }
             pthread_mutex_lock(&p->mu);
@@ -119,12 +121,16 @@ void rvl_pool_run(rvl_pool *p, rvl_pool_fn fn, void *arg)
     pthread_cond_broadcast(&p->cv);
     pthread_mutex_unlock(&p->mu);
     fn(arg, 0, p->n);
-    while (atomic_load_explicit(&p->pending, memory_order_acquire) > 0) {
+    /* spin briefly, then yield: when the machine is oversubscribed a
+     * preempted worker must get the CPU back rather than watch us spin */
+    for (int spins = 0; atomic_load_explicit(&p->pending, memory_order_acquire) > 0; spins++) {
+        if (spins < 4096) {
 #if defined(__x86_64__) || defined(__i386__)
-        __builtin_ia32_pause();
-#else
-        sched_yield();
+            __builtin_ia32_pause();
 #endif
+        } else {
+            sched_yield();
+        }
     }
 }
 

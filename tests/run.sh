@@ -49,6 +49,16 @@ for r in "$BUILD"/tests/replay_*; do
     fi
 done
 
+# the same corpora under ASan+UBSan (make check builds these)
+if [ -n "${ASAN_REPLAY_DIR:-}" ]; then
+    for r in "$ASAN_REPLAY_DIR"/replay_*; do
+        [ -x "$r" ] || continue
+        n=$(basename "$r")
+        n=${n#replay_}
+        ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 run "asan-fuzz-replay-$n" "$r" "tests/fuzz/corpus/$n"
+    done
+fi
+
 for t in tests/cli/t*.sh; do
     [ -f "$t" ] || continue
     run "$(basename "$t" .sh)" sh "$t"
