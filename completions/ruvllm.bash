@@ -68,12 +68,27 @@ _ruvllm() {
     bench)
         case $prev in
             -m|--model) COMPREPLY=($(compgen -f -- "$cur")); return ;;
+            -t|--threads) return ;;
+            -r|--repetitions) return ;;
+            -o|--output) COMPREPLY=($(compgen -W "md csv json" -- "$cur")); return ;;
+            --filter) return ;;
+            --isa) return ;;
+            --tokens) return ;;
+            --mem-size) return ;;
+            -p|--n-prompt) return ;;
+            -n|--n-gen) return ;;
+            --synthetic) return ;;
+            --type) return ;;
+            -f|--file) COMPREPLY=($(compgen -f -- "$cur")); return ;;
+            -c|--ctx-size) return ;;
+            --chunks) return ;;
+            --kl-base) COMPREPLY=($(compgen -f -- "$cur")); return ;;
+            --kl) COMPREPLY=($(compgen -f -- "$cur")); return ;;
         esac
         if [[ $cur == -* ]]; then
-            COMPREPLY=($(compgen -W "-m --model -h --help " -- "$cur"))
+            COMPREPLY=($(compgen -W "-m --model -t --threads -r --repetitions -o --output -j --json --filter --isa --tokens --mem-size -p --n-prompt -n --n-gen --synthetic --type -f --file -c --ctx-size --chunks --kl-base --kl -h --help " -- "$cur"))
             return
         fi
-        COMPREPLY=($(compgen -f -- "$cur"))
         ;;
     lora-merge)
         case $prev in

@@ -481,6 +481,144 @@ void rvl_sampler_accept(rvl_sampler *s, int32_t id);
 void rvl_sampler_reset(rvl_sampler *s);
 
 /* ======================================================================
+ * Bench (lib/bench.c, lib/bench_ppl.c): the measuring behind `ruvllm
+ * bench`. Timing loops, memory bandwidth, peak FLOP/s, kernel calls,
+ * synthetic models and perplexity live here; cmd/bench.c chooses and
+ * prints.
+ * ====================================================================== */
+double rvl_bench_now(void);                  /* seconds, monotonic clock */
+
+typedef struct {
+    int n;
+    double mean, sd;                         /* sd: sample standard deviation */
+    double median, min, max;
+} rvl_bench_stat;
+void rvl_bench_stats(const double *x, int n, rvl_bench_stat *s);
+
+/* Size of the largest CPU cache (sysfs); 0 when unknown. */
+uint64_t rvl_bench_llc_bytes(void);
+
+/* A kernel bench: a thread pool and a working set of ws_bytes (0: twice
+ * the LLC, within [256 MiB, 1 GiB]) through which weight matrices cycle,
+ * so that GEMV reads them from memory, not from the cache.
+ * owned: close with rvl_bench_close. */
+typedef struct rvl_bench rvl_bench;
+int rvl_bench_open(rvl_bench **out, int n_threads, uint64_t ws_bytes);
+void rvl_bench_close(rvl_bench *b);
+int rvl_bench_n_threads(const rvl_bench *b);
+uint64_t rvl_bench_ws_bytes(const rvl_bench *b);
+
+/* STREAM-style bandwidth on the pool's threads over three arrays of
+ * ws_bytes/2: best of `reps` after a warm-up, in GB/s (1e9 bytes). */
+typedef struct {
+    uint64_t array_bytes;
+    double copy_gbs;                         /* c[i] = a[i]: 16 bytes/element */
+    double triad_gbs;                        /* a[i] = b[i] + s*c[i]: 24 bytes */
+    double read_gbs;                         /* sum of a[i]: 8 bytes */
+} rvl_bench_membw;
+int rvl_bench_mem(rvl_bench *b, int reps, rvl_bench_membw *out);
+/* Peak f32 GFLOP/s of independent FMA chains held in registers, on all
+ * the pool's threads, for an ISA ("ref": what the compiler makes of
+ * scalar C; NULL: the selected one). */
+int rvl_bench_peak(rvl_bench *b, const char *isa, double *gflops);
+
+typedef enum {
+    RVL_BENCH_GEMV, RVL_BENCH_GEMM, RVL_BENCH_QUANTIZE, RVL_BENCH_DEQUANTIZE,
+    RVL_BENCH_RMSNORM, RVL_BENCH_ROPE, RVL_BENCH_SOFTMAX,
+} rvl_bench_op;
+const char *rvl_bench_op_name(rvl_bench_op op);   /* "gemv", ... */
+
+typedef struct {
+    rvl_bench_op op;
+    uint32_t type;          /* weight format (rvl_type); ignored by rmsnorm/rope/softmax */
+    const char *isa;        /* kernel variant; NULL: the selected one */
+    uint64_t n, k;          /* n rows of k elements (GEMV/GEMM: outputs x inner dim;
+                               rope: tokens x (heads * 128)) */
+    uint32_t m;             /* GEMM: activation rows (tokens) reusing each weight row */
+    int reps;               /* timed repetitions after one warm-up (1..255) */
+} rvl_bench_kcase;
+
+typedef struct {
+    double median_s, min_s, max_s;           /* per operation */
+    double bytes;                            /* bytes read + written per operation */
+    double flops;                            /* 2*m*n*k for GEMV/GEMM; 0 for (de)quantize */
+    const char *impl;                        /* variant that ran ("avx512", "ref") */
+} rvl_bench_kresult;
+/* GEMV: y = W x with vec_dot over each row (x quantized to the format's
+ * activation type beforehand, not timed). GEMM: the same for m rows of x,
+ * each weight row reused m times. Weights come from the working set's
+ * ring, filled with rows quantized by the format's own quantizer. */
+int rvl_bench_kernel(rvl_bench *b, const rvl_bench_kcase *c, rvl_bench_kresult *r);
+
+/* Model speed: decode n random token ids in [0, n_vocab) from an empty
+ * cache, `batch` per call (n: one prompt batch, 1: generation), and
+ * return the wall time. The cache is emptied again afterwards. */
+int rvl_bench_decode(rvl_ctx *c, uint32_t n_vocab, uint32_t n, uint32_t batch, uint64_t seed,
+                     double *seconds);
+
+/* Synthetic llama models of random weights, for speed measurements. */
+typedef struct {
+    const char *name;                        /* "llama-7b", "smollm2-135m", ... */
+    uint32_t n_embd, n_layer, n_head, n_head_kv, n_ff, n_vocab, n_ctx_train;
+    float rope_base;
+    bool tied_output;                        /* no output.weight: token_embd is reused */
+} rvl_bench_shape;
+const rvl_bench_shape *rvl_bench_shape_at(size_t i);          /* NULL past the end */
+const rvl_bench_shape *rvl_bench_shape_find(const char *name); /* NULL if unknown */
+uint64_t rvl_bench_synth_size(const rvl_bench_shape *s, uint32_t type);  /* tensor bytes */
+uint64_t rvl_bench_synth_params(const rvl_bench_shape *s);
+typedef void (*rvl_bench_progress_fn)(void *ud, uint64_t done, uint64_t total);
+/* Write a GGUF: every matrix in `type` (or llama.cpp's fallback format
+ * where rows are not whole blocks of it), norms of ones, a placeholder
+ * gpt2 vocabulary. Atomic; progress (may be NULL) gets bytes written. */
+int rvl_bench_synth_write(const char *path, const rvl_bench_shape *s, uint32_t type,
+                          rvl_bench_progress_fn progress, void *ud);
+/* The same into a private directory under `dir` (NULL: /tmp), opened with
+ * rvl_model_open and unlinked at once (the mapping keeps the data).
+ * Checks the free space first. owned: close with rvl_model_close. */
+int rvl_bench_synth_open(rvl_model **out, const rvl_bench_shape *s, uint32_t type, const char *dir,
+                         rvl_bench_progress_fn progress, void *ud);
+
+/* Perplexity as llama-perplexity computes it: consecutive windows of
+ * n_ctx tokens, the first replaced by BOS when the model adds one, each
+ * scored on its second half (positions n_ctx/2 .. n_ctx-1). With
+ * save_path the log-probabilities of every scored position are written
+ * (atomically, by rvl_ppl_finish) for a later base_path run, which
+ * reports the KL divergence and top-token agreement against them; the
+ * file layout is in lib/bench_ppl.c and ruvllm-bench(1). */
+typedef struct {
+    uint32_t n_ctx;          /* window (0: 512, or the base file's) */
+    uint32_t n_threads;      /* 0: one per CPU */
+    uint32_t n_windows;      /* at most this many (0: all) */
+    const char *save_path;   /* --kl-base FILE, or NULL */
+    const char *base_path;   /* --kl FILE, or NULL: its windows and tokens are used */
+} rvl_ppl_params;
+
+typedef struct {
+    uint32_t n_windows;      /* scored so far */
+    uint64_t count;          /* scored tokens */
+    double ppl, ppl_err;     /* exp(mean NLL) and its standard error */
+    bool has_base;
+    double base_ppl, base_ppl_err;
+    double kl_mean, kl_err, kl_max;          /* KL(base || this model), nats */
+    double same_top, same_top_err;           /* fraction of equal argmax */
+} rvl_ppl_stats;
+
+typedef struct rvl_ppl rvl_ppl;
+/* tokens: the text's tokens (BOS included when the model adds one); may
+ * be NULL with base_path, and must match the base file's otherwise.
+ * owned: close with rvl_ppl_close. */
+int rvl_ppl_open(rvl_ppl **out, const rvl_model *m, const rvl_ppl_params *p,
+                 const int32_t *tokens, size_t n_tokens);
+uint32_t rvl_ppl_n_windows(const rvl_ppl *p);
+uint32_t rvl_ppl_n_ctx(const rvl_ppl *p);
+bool rvl_ppl_batched(const rvl_ppl *p);  /* one decode per window (all_logits) */
+int rvl_ppl_window(rvl_ppl *p);          /* score the next window */
+void rvl_ppl_get_stats(const rvl_ppl *p, rvl_ppl_stats *s);
+int rvl_ppl_finish(rvl_ppl *p);          /* commit the save file (all windows done) */
+void rvl_ppl_close(rvl_ppl *p);          /* discards an uncommitted save file */
+
+/* ======================================================================
  * JSON output (--json): a streaming writer to a caller-owned FILE*.
  * Invalid UTF-8 in strings becomes U+FFFD; integers print exactly.
  * ====================================================================== */
