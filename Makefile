@@ -151,7 +151,7 @@ NEON_SRC := $(sort $(wildcard kernels/*.c) $(wildcard kernels/ref/*.c) $(wildcar
             tests/neon/test_kernels_neon.c
 NEON_OBJ := $(NEON_SRC:%.c=$(NEON_BUILD)/%.o)
 NEON_TEST := $(NEON_BUILD)/test_kernels_neon
-NEON_CFLAGS = -std=gnu11 -O2 -g $(WARN) -D_GNU_SOURCE -Ikernels -MMD -MP
+NEON_CFLAGS = -std=gnu11 -O2 -g $(WARN) -D_GNU_SOURCE -Ikernels -Itests -MMD -MP
 
 $(NEON_BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
