@@ -42,6 +42,7 @@ struct rvl_ctx {
     float *norm_w;                /* dequantized norm weights: (2*n_layer+1, dim) */
     float *bias;                  /* dequantized biases: (n_layer, q_dim + 2*kv_dim) or NULL */
     unsigned char *actq;          /* (UBATCH, act_stride) activations for vec_dot */
+    rvl_vec_dot_fn dot_f32;       /* the selected ISA's f32 dot product */
     size_t act_stride;
 };
 
@@ -176,6 +177,19 @@ static void rope(const rvl_ctx *c, float *v, uint32_t n_heads, uint32_t pos)
     }
 }
 
+/* y += a * x over n floats. Compiled for several ISAs and chosen at load
+ * time (ifunc) until the attention kernels of the KV issue replace it. */
+#if defined(__x86_64__) && defined(__clang__)
+__attribute__((target_clones("avx512f", "avx2", "default")))
+#elif defined(__x86_64__) && defined(__GNUC__)
+__attribute__((target_clones("avx512f", "avx2", "default"), optimize("tree-vectorize")))
+#endif
+static void axpy(float *restrict y, float a, const float *restrict x, uint32_t n)
+{
+    for (uint32_t i = 0; i < n; i++)
+        y[i] += a * x[i];
+}
+
 /* ====================================================================
  * Causal attention for the nb tokens of a chunk at positions pos0..:
  * (token, head) pairs are split over the threads.
@@ -198,6 +212,7 @@ static void attention_heads(void *arg, int ith, int nth)
     const float *kc = c->k_cache + (size_t)j->layer * c->n_ctx * kv_dim;
     const float *vc = c->v_cache + (size_t)j->layer * c->n_ctx * kv_dim;
     float *att = c->att + (size_t)ith * c->n_ctx;
+    const rvl_vec_dot_fn dot = c->dot_f32;
 
     for (uint32_t item = (uint32_t)ith; item < j->nb * hp->n_head; item += (uint32_t)nth) {
         const uint32_t t = item / hp->n_head, h = item % hp->n_head;
@@ -207,10 +222,7 @@ static void attention_heads(void *arg, int ith, int nth)
         float mx = -INFINITY;
         for (uint32_t p = 0; p <= pos; p++) {
             const float *k = kc + (size_t)p * kv_dim + (size_t)kvh * hd;
-            float s = 0;
-            for (uint32_t i = 0; i < hd; i++)
-                s += q[i] * k[i];
-            s *= scale;
+            float s = dot(hd, k, q) * scale;
             att[p] = s;
             if (s > mx)
                 mx = s;
@@ -225,9 +237,7 @@ static void attention_heads(void *arg, int ith, int nth)
         memset(out, 0, hd * sizeof *out);
         for (uint32_t p = 0; p <= pos; p++) {
             const float *v = vc + (size_t)p * kv_dim + (size_t)kvh * hd;
-            float a = att[p] * inv;
-            for (uint32_t i = 0; i < hd; i++)
-                out[i] += a * v[i];
+            axpy(out, att[p] * inv, v, hd);
         }
     }
 }
@@ -409,6 +419,7 @@ int rvl_ctx_open(rvl_ctx **out, const rvl_model *m, const rvl_ctx_params *p)
     if (hp->has_qkv_bias)
         c->bias = calloc((size_t)hp->n_layer * (q_dim + 2 * kv_dim), sizeof(float));
     c->actq = malloc(UBATCH * c->act_stride);
+    c->dot_f32 = rvl_kformat_get(RVL_K_F32)->vec_dot;
     if (!c->k_cache || !c->v_cache || !c->rope_cos || !c->rope_sin || !c->x || !c->xb || !c->q ||
         !c->k || !c->v || !c->att || !c->hb || !c->hb2 || !c->xo || !c->logits || !c->norm_w ||
         (hp->has_qkv_bias && !c->bias) || !c->actq) {
