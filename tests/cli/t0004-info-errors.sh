@@ -44,4 +44,19 @@ out_has "tokenizer.ggml.model"
 out_has "tensors: 0"
 run 0 ruvllm info --all --no-tensors "$V"
 out_lacks "more]"
+# safetensors: a file, and a Hugging Face directory holding model.safetensors
+ST=tests/fuzz/corpus/safetensors/gen-valid-all-dtypes.safetensors
+run 0 ruvllm info "$ST"
+out_has "format: safetensors, 699 B"
+out_has "BOOL"
+out_has "totals: 10 tensors, 30 elements"
+mkdir "$TMP/hf"
+cp "$ST" "$TMP/hf/model.safetensors"
+run 0 ruvllm info --json --no-metadata "$TMP/hf"
+out_has '"format": "safetensors"'
+out_has '"name": "t9"'
+# a corrupt safetensors header names the file
+printf '\020\000\000\000\000\000\000\000{"t":{"dtype":1}}' >"$TMP/bad.safetensors"
+run 1 ruvllm info "$TMP/bad.safetensors"
+err_has "bad.safetensors"
 finish
