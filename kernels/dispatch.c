@@ -89,6 +89,18 @@ static const kover avx512_kernels[] = {
     { RVL_K_BF16, 0, NULL, NULL, vec_dot_bf16_bf16_avx512 },
     { RVL_K_BF16, RVL_KCPU_BF16, NULL, NULL, vec_dot_bf16_bf16_avx512bf16 },
 };
+
+/* Tiled GEMM kernels (formats.h gemm slot), avx512 table only. */
+static const struct {
+    uint32_t type;
+    unsigned need;
+    rvl_gemm_fn gemm;
+} avx512_gemms[] = {
+    { RVL_K_Q4_0, RVL_KCPU_VNNI, gemm_q4_0_q8_0_avx512vnni },
+    { RVL_K_RVL_I4S_G32, RVL_KCPU_VNNI, gemm_q4_0_q8_0_avx512vnni },
+    { RVL_K_Q4_1, RVL_KCPU_VNNI, gemm_q4_1_q8_1_avx512vnni },
+    { RVL_K_Q8_0, RVL_KCPU_VNNI, gemm_q8_0_q8_0_avx512vnni },
+};
 #endif
 
 #ifdef RVL_HAVE_NEON
@@ -253,6 +265,12 @@ static void build(int isa)
         if (o->vec_dot)
             f->vec_dot = o->vec_dot;
     }
+#ifdef RVL_HAVE_X86
+    if (isa == RVL_ISA_AVX512)
+        for (size_t i = 0; i < sizeof avx512_gemms / sizeof avx512_gemms[0]; i++)
+            if (!(avx512_gemms[i].need & ~cpu_caps))
+                t[rvl_kformat_slot(avx512_gemms[i].type)].gemm = avx512_gemms[i].gemm;
+#endif
 }
 
 static void init(void)

@@ -181,6 +181,14 @@ extern const int8_t rvl_kvalues_iq4nl[16];
 typedef void (*rvl_quantize_fn)(const float *x, void *y, int64_t n, const float *qw);
 typedef void (*rvl_dequantize_fn)(const void *x, float *y, int64_t n);
 typedef float (*rvl_vec_dot_fn)(int64_t n, const void *w, const void *a);
+/* y[t * y_stride + r] = vec_dot(n, w + r * w_stride, act + t * act_stride)
+ * for r < nr and t < nt (nr up to RVL_GEMM_ROWS, nt up to 32 are the tile
+ * sizes it is made for; any count works). Equal to vec_dot within the
+ * bound of dispatch.h; each (r, t) result is the same whatever nr, nt and
+ * the position of the row and token in the call. */
+typedef void (*rvl_gemm_fn)(int64_t n, const void *w, size_t w_stride, int nr, const void *act,
+                            size_t act_stride, int nt, float *y, size_t y_stride);
+#define RVL_GEMM_ROWS 4
 
 enum {
     RVL_KF_QUANTIZED = 1 << 0,   /* block-quantized (not a plain element type) */
@@ -199,6 +207,7 @@ typedef struct {
     rvl_quantize_fn quantize;    /* NULL: no quantizer */
     rvl_dequantize_fn dequantize;/* NULL: no dequantizer */
     rvl_vec_dot_fn vec_dot;      /* NULL: not a weight format we multiply */
+    rvl_gemm_fn gemm;            /* NULL: no tiled kernel, loop over vec_dot */
 } rvl_kformat;
 
 /* borrowed: static entry, or NULL for an unknown or removed type id. The

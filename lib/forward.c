@@ -72,6 +72,7 @@ static void matmul_rows(void *arg, int ith, int nth)
     matmul_job *j = arg;
     const rvl_weight *w = j->w;
     const rvl_vec_dot_fn dot = w->kf->vec_dot;
+    const rvl_gemm_fn gemm = j->nb > 1 ? w->kf->gemm : NULL;
     const int64_t n = (int64_t)w->ne0;
     const uint64_t rows = w->ne1;
     const char *base = w->data;
@@ -82,6 +83,16 @@ static void matmul_rows(void *arg, int ith, int nth)
         if (r0 >= rows)
             break;
         uint64_t r1 = r0 + j->chunk < rows ? r0 + j->chunk : rows;
+        if (gemm) {
+            /* tiles of RVL_GEMM_ROWS rows x all nb tokens; each result is
+             * the same whatever the grouping (formats.h) */
+            for (uint64_t r = r0; r < r1; r += RVL_GEMM_ROWS) {
+                const int nr = (int)(r1 - r < RVL_GEMM_ROWS ? r1 - r : RVL_GEMM_ROWS);
+                gemm(n, base + r * w->row_bytes, w->row_bytes, nr, j->act, j->act_stride,
+                     (int)j->nb, j->y + r, j->y_stride);
+            }
+            continue;
+        }
         for (uint64_t r = r0; r < r1; r++) {
             const char *row = base + r * w->row_bytes;
             for (uint32_t t = 0; t < j->nb; t++)

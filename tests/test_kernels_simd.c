@@ -20,6 +20,10 @@
  *    counted separately; on rows quantized by ref, on rows of random block
  *    bytes (every level, Q8_0's -128) and with sparse activations, from
  *    one block to 11008 values, at odd addresses;
+ *  - gemm (the tiled kernels) gives each (row, token) within the same
+ *    bound of ref's vec_dot, for 1..6 rows and 1..32 tokens at odd
+ *    addresses and strides, the same bits whatever the tile, and writes
+ *    nothing outside it; ref has no gemm;
  *  - the variant tables override what the kernel issue lists.
  *
  * Dispatch: RUVLLM_ISA selects the variant (checked in a fresh process,
@@ -325,6 +329,115 @@ static void test_every_variant_dot_product_matches_ref(void **state)
         printf("largest |simd - ref| / bound: %.3g\n", worst_ratio);
 }
 
+/* ======================================================================
+ * Tiled GEMM (formats.h gemm slot): every (row, token) result within the
+ * vec_dot bound of ref's vec_dot, and the same bits whatever the tile
+ * (so matmul output does not depend on how threads group rows)
+ * ====================================================================== */
+
+#define GEMM_ROWS 6   /* more than RVL_GEMM_ROWS: the kernel loops groups */
+#define GEMM_TOKENS 32
+
+static void check_gemm_format(const rvl_kformat *fx, const rvl_kformat *fr, const char *isa,
+                              int64_t n, int odd, bool random)
+{
+    const rvl_kformat *ar = rvl_kformat_get_isa(fr->vec_dot_type, RVL_ISA_REF);
+    const size_t rb = rowb(fr, n), ab = rowb(ar, n);
+    /* odd strides and offsets: rows at any byte address; exact-size
+     * buffers so ASan sees any read past the last row */
+    const size_t ws = rb + (size_t)odd, as = ab + 3 * (size_t)odd;
+    const size_t wo = (size_t)odd, ao = 5 * (size_t)odd;
+    uint8_t *wbuf = xmalloc(wo + (GEMM_ROWS - 1) * ws + rb);
+    uint8_t *abuf = xmalloc(ao + (GEMM_TOKENS - 1) * as + ab);
+    uint8_t *w = wbuf + wo, *act = abuf + ao;
+    float *x = xmalloc((size_t)n * sizeof(float));
+    for (int r = 0; r < GEMM_ROWS; r++) {
+        fill(x, n, D_WEIGHTS);
+        fr->quantize(x, w + r * ws, n, NULL);
+        if (random && fields_of(fr->type))
+            random_blocks(fr, w + r * ws, n);
+    }
+    for (int t = 0; t < GEMM_TOKENS; t++) {
+        fill(x, n, t % 5 == 4 ? D_SPARSE : D_HEAVY);
+        ar->quantize(x, act + t * as, n, NULL);
+    }
+    /* the whole tile once: each result against ref's vec_dot */
+    float full[GEMM_TOKENS][GEMM_ROWS];
+    fx->gemm(n, w, ws, GEMM_ROWS, act, as, GEMM_TOKENS, &full[0][0], GEMM_ROWS);
+    const double chain = (double)n / 32;
+    for (int t = 0; t < GEMM_TOKENS; t++)
+        for (int r = 0; r < GEMM_ROWS; r++) {
+            const double ref = fr->vec_dot(n, w + r * ws, act + t * as);
+            const double bound = (chain + 16) * ldexp(1.0, -22) *
+                                     magnitude(fr, ar, w + r * ws, act + t * as, n) + 1e-37;
+            const double diff = fabs((double)full[t][r] - ref);
+            if (!(diff <= bound))
+                fail_msg("%s gemm %s, n=%lld, row %d token %d: %.9g, ref %.9g (|diff| %.3g > %.3g)",
+                         fr->name, isa, (long long)n, r, t, full[t][r], ref, diff, bound);
+        }
+    /* every smaller tile, at every row and token offset it fits: the same
+     * bits, and nothing written outside it */
+    enum { YS = GEMM_ROWS + 3 };
+    float y[GEMM_TOKENS + 1][YS];
+    for (int nr = 1; nr <= GEMM_ROWS; nr++)
+        for (int nt = 1; nt <= GEMM_TOKENS; nt++) {
+            const int r0 = (nr + nt) % (GEMM_ROWS - nr + 1), t0 = (nr * nt) % (GEMM_TOKENS - nt + 1);
+            memset(y, 0x7f, sizeof y);
+            fx->gemm(n, w + r0 * ws, ws, nr, act + t0 * as, as, nt, &y[0][1], YS);
+            for (int t = 0; t <= GEMM_TOKENS; t++)
+                for (int r = 0; r < YS; r++) {
+                    const bool in = t < nt && r >= 1 && r <= nr;
+                    uint32_t got;
+                    memcpy(&got, &y[t][r], 4);
+                    if (in && memcmp(&y[t][r], &full[t0 + t][r0 + r - 1], 4))
+                        fail_msg("%s gemm %s, n=%lld, nr=%d nt=%d: row %d token %d %.9g, "
+                                 "full tile %.9g", fr->name, isa, (long long)n, nr, nt, r0 + r - 1,
+                                 t0 + t, y[t][r], full[t0 + t][r0 + r - 1]);
+                    if (!in && got != 0x7f7f7f7fu)
+                        fail_msg("%s gemm %s, nr=%d nt=%d wrote y[%d][%d] outside the tile",
+                                 fr->name, isa, nr, nt, t, r - 1);
+                }
+        }
+    free(wbuf);
+    free(abuf);
+    free(x);
+}
+
+static void test_every_gemm_matches_ref_dot_for_every_tile(void **state)
+{
+    (void)state;
+    int vs[RVL_ISA_COUNT], nv = variants(vs), checked = 0;
+    const rvl_kformat *f;
+    static const int64_t lens[] = { 32, 64, 96, 576 };
+    for (size_t i = 0; (f = rvl_kformat_at(i)) != NULL; i++) {
+        const rvl_kformat *fr = rvl_kformat_get_isa(f->type, RVL_ISA_REF);
+        assert_null(fr->gemm); /* ref has none: lib/ loops over vec_dot */
+    }
+    for (int v = 0; v < nv; v++) {
+        const char *isa = rvl_dispatch_isa_name(vs[v]);
+        for (size_t i = 0; (f = rvl_kformat_at(i)) != NULL; i++) {
+            const rvl_kformat *fx = rvl_kformat_get_isa(f->type, vs[v]);
+            if (!fx->gemm)
+                continue;
+            const rvl_kformat *fr = rvl_kformat_get_isa(f->type, RVL_ISA_REF);
+            assert_int_equal(fx->vec_dot_type, fr->vec_dot_type);
+            assert_int_equal(fr->block_size, 32);
+            checked++;
+            for (size_t k = 0; k < sizeof lens / sizeof lens[0]; k++) {
+                check_gemm_format(fx, fr, isa, lens[k], (int)(k & 1), false);
+                check_gemm_format(fx, fr, isa, lens[k], (int)(~k & 1), true);
+            }
+        }
+    }
+    /* the avx512 table has them where the CPU has VNNI */
+    if (rvl_dispatch_isa_runnable(RVL_ISA_AVX512) && (rvl_dispatch_cpu() & RVL_KCPU_VNNI)) {
+        static const uint32_t tiled[] = { RVL_K_Q4_0, RVL_K_Q4_1, RVL_K_Q8_0, RVL_K_RVL_I4S_G32 };
+        for (size_t k = 0; k < sizeof tiled / sizeof tiled[0]; k++)
+            assert_non_null(rvl_kformat_get_isa(tiled[k], RVL_ISA_AVX512)->gemm);
+        assert_true(checked > 0);
+    }
+}
+
 /* The kernel issue's list: on every variant that runs here, these slots
  * are not ref's. */
 static void test_variants_override_the_listed_kernels(void **state)
@@ -557,6 +670,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_plain_quantizers_round_special_values_like_ref),
         cmocka_unit_test(test_every_variant_dequantizes_like_ref),
         cmocka_unit_test(test_every_variant_dot_product_matches_ref),
+        cmocka_unit_test(test_every_gemm_matches_ref_dot_for_every_tile),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -63,6 +63,15 @@ float vec_dot_bf16_bf16_avx512bf16(int64_t n, const void *w, const void *a);
 
 #undef RVL_X86_DOTS
 
+/* gemm_avx512.c: tiled GEMM (formats.h, rvl_gemm_fn) with VNNI. */
+#define RVL_X86_GEMM(name)                                                         \
+    void name(int64_t n, const void *w, size_t w_stride, int nr, const void *act,  \
+              size_t act_stride, int nt, float *y, size_t y_stride);
+RVL_X86_GEMM(gemm_q4_0_q8_0_avx512vnni)
+RVL_X86_GEMM(gemm_q4_1_q8_1_avx512vnni)
+RVL_X86_GEMM(gemm_q8_0_q8_0_avx512vnni)
+#undef RVL_X86_GEMM
+
 /* Turn a target on for every function defined up to RVL_X86_TARGET_END
  * (static inline helpers included). */
 #define RVL_X86_PRAGMA(x) _Pragma(#x)

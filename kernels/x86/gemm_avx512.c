@@ -1,0 +1,235 @@
+/*
+ * gemm_avx512.c - register-tiled GEMM micro-kernels (formats.h, gemm slot)
+ * with AVX-512 VNNI, for prompt processing: a tile of up to 4 weight rows
+ * times 8 tokens is computed block by block, so each weight block is
+ * unpacked (nibbles -> levels, f16 scales -> float) once and multiplied
+ * with the blocks of 8 activation rows, and each activation block is
+ * loaded once for the 4 rows.
+ *
+ * Layout: a zmm holds the same 32-value block of two tokens (low 256
+ * bits: token t, high: token t+1); the weight block is broadcast to both
+ * halves, so one vpdpbusd gives 8 int32 lanes of each token. Two such
+ * products (4 tokens) are folded into one zmm of 4 lanes per token
+ * (exact integer adds), then per (row, token) the float math is that of
+ * int_dots.h's vec_dot: the block's integer lanes, converted, times
+ * (weight d * activation d), accumulated with FMA; summed at the end.
+ * Only the order of the float additions differs from vec_dot, within the
+ * bound of dispatch.h.
+ *
+ * Each (row, token) result is computed by the same operations whatever
+ * the tile shape (its lanes never mix with another token's or row's): the
+ * output does not depend on how callers group rows and tokens.
+ *
+ * Signed weight levels go through vpdpbusd (u8 x s8) with an offset: Q8_0
+ * as w + 128, Q4_0 as the stored nibble q (level q - 8); the offset times
+ * the activation's 4-value sums, computed once per token block, starts
+ * the accumulation (exact integers, the same lanes as vec_dot's).
+ */
+#include "x86/x86.h"
+
+#ifdef RVL_HAVE_X86
+
+#include <immintrin.h>
+
+RVL_X86_TARGET_BEGIN("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")
+
+#include "x86/common.h"
+
+enum { G_Q4_0, G_Q4_1, G_Q8_0 };
+
+#define AI static inline __attribute__((always_inline))
+
+AI float f16at(const uint8_t *p)
+{
+    rvl_f16 h;
+    memcpy(&h, p, sizeof h);
+    return f16s(h);
+}
+
+static inline int ld32(const uint8_t *p)
+{
+    int32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
+
+static inline uint16_t ld16(const uint8_t *p)
+{
+    uint16_t v;
+    memcpy(&v, p, 2);
+    return v;
+}
+
+/* Block i of two tokens' rows: the 32 quants of each, low and high half. */
+AI __m512i ld_pair(const uint8_t *p0, const uint8_t *p1)
+{
+    return _mm512_inserti64x4(_mm512_castsi256_si512(ld256(p0)), ld256(p1), 1);
+}
+
+/* The weight block's unsigned levels in element order, in both halves. */
+AI __m512i w_levels(int kind, const uint8_t *blk)
+{
+    if (kind == G_Q8_0)
+        return _mm512_xor_si512(_mm512_broadcast_i64x4(ld256(blk + 2)),
+                                _mm512_set1_epi8((char)0x80));
+    const __m512i v = _mm512_broadcast_i32x4(ld128(blk + (kind == G_Q4_1 ? 4 : 2)));
+    /* 128-bit lanes 1 and 3: the high nibbles (elements 16..31) */
+    return _mm512_and_si512(_mm512_mask_srli_epi16(v, (__mmask32)0xFF00FF00u, v, 4),
+                            _mm512_set1_epi8(0x0F));
+}
+
+/* Two token pairs' block products (a: tokens u, u+1; b: tokens v, v+1;
+ * 8 int32 lanes per token) folded into 4 lanes per token: in each 128-bit
+ * lane, [a0+a2, a1+a3, b0+b2, b1+b3]. Exact integer sums, each within one
+ * token's lanes; halves the float work. */
+AI __m512i fold(__m512i a, __m512i b)
+{
+    return _mm512_add_epi32(_mm512_unpacklo_epi64(a, b), _mm512_unpackhi_epi64(a, b));
+}
+
+/* NR rows (w_stride bytes apart) times NQ quads of tokens ap[4q..4q+3]
+ * (past the real tokens, ap repeats the last one: tn says how many are
+ * real). */
+AI void tile(int kind, int NR, int NQ, int64_t nb, const uint8_t *w, size_t w_stride,
+             const uint8_t *const ap[8], int tn, float *y, size_t y_stride)
+{
+    const size_t wsz = kind == G_Q4_0 ? sizeof(block_q4_0)
+                       : kind == G_Q4_1 ? sizeof(block_q4_1) : sizeof(block_q8_0);
+    const size_t asz = kind == G_Q4_1 ? sizeof(block_q8_1) : sizeof(block_q8_0);
+    const size_t aoff = kind == G_Q4_1 ? 4 : 2;
+    const __m512i zero = _mm512_setzero_si512();
+    /* the row and quad loops must be unrolled (GCC's -O2 does not on its
+     * own) for acc[][] and the per-block arrays to live in registers:
+     * twice the speed */
+    __m512 acc[4][2];
+    _Pragma("GCC unroll 4")
+    for (int r = 0; r < NR; r++)
+        _Pragma("GCC unroll 4")
+        for (int q = 0; q < NQ; q++)
+            acc[r][q] = _mm512_setzero_ps();
+    for (int64_t i = 0; i < nb; i++) {
+        __m512i lv[4];
+        __m512 dw[4], mw[4];
+        _Pragma("GCC unroll 4")
+        for (int r = 0; r < NR; r++) {
+            const uint8_t *wb = w + r * w_stride + (size_t)i * wsz;
+            if (kind == G_Q8_0 || (i & 1) == 0)
+                prefetch_ahead(wb);
+            lv[r] = w_levels(kind, wb);
+            if (kind == G_Q4_1) {
+                const __m128 dm = _mm_cvtph_ps(_mm_cvtsi32_si128(ld32(wb)));
+                dw[r] = _mm512_broadcastss_ps(dm);
+                mw[r] = _mm512_broadcastss_ps(_mm_movehdup_ps(dm));
+            } else {
+                dw[r] = _mm512_set1_ps(f16at(wb));
+            }
+        }
+        _Pragma("GCC unroll 4")
+        for (int q = 0; q < NQ; q++) {
+            const uint8_t *const b[4] = { ap[4 * q] + (size_t)i * asz, ap[4 * q + 1] + (size_t)i * asz,
+                                          ap[4 * q + 2] + (size_t)i * asz,
+                                          ap[4 * q + 3] + (size_t)i * asz };
+            __m512i a[2], start[2];
+            _Pragma("GCC unroll 4")
+            for (int h = 0; h < 2; h++) {
+                a[h] = ld_pair(b[2 * h] + aoff, b[2 * h + 1] + aoff);
+                if (kind == G_Q4_1) {
+                    start[h] = zero;
+                } else {
+                    const __m512i off = _mm512_set1_epi8(kind == G_Q8_0 ? (char)0x80 : 8);
+                    start[h] = _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, off, a[h]));
+                }
+            }
+            /* the 4 tokens' scales in fold()'s lane order: token k in the
+             * lanes that hold its sums (see the final reduction); Q8_1's
+             * a.s in one lane per token only: the block's m * s term */
+            __m512 dq, sq = _mm512_setzero_ps();
+            if (kind == G_Q4_1) {
+                const __m512 ds = _mm512_castps256_ps512(_mm256_cvtph_ps(
+                    _mm_setr_epi32(ld32(b[0]), ld32(b[1]), ld32(b[2]), ld32(b[3]))));
+                dq = _mm512_permutexvar_ps(_mm512_setr_epi32(0, 0, 4, 4, 0, 0, 4, 4, 2, 2, 6, 6, 2, 2, 6, 6), ds);
+                sq = _mm512_maskz_permutexvar_ps((__mmask16)0x0505,
+                                                 _mm512_setr_epi32(1, 0, 5, 0, 0, 0, 0, 0, 3, 0, 7, 0, 0, 0, 0, 0), ds);
+            } else {
+                const __m512 d = _mm512_castps128_ps512(_mm_cvtph_ps(
+                    _mm_setr_epi16((short)ld16(b[0]), (short)ld16(b[1]), (short)ld16(b[2]),
+                                   (short)ld16(b[3]), 0, 0, 0, 0)));
+                dq = _mm512_permutexvar_ps(_mm512_setr_epi32(0, 0, 2, 2, 0, 0, 2, 2, 1, 1, 3, 3, 1, 1, 3, 3), d);
+            }
+            _Pragma("GCC unroll 4")
+            for (int r = 0; r < NR; r++) {
+                const __m512i is = fold(_mm512_dpbusd_epi32(start[0], lv[r], a[0]),
+                                        _mm512_dpbusd_epi32(start[1], lv[r], a[1]));
+                acc[r][q] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is), _mm512_mul_ps(dw[r], dq),
+                                            acc[r][q]);
+                if (kind == G_Q4_1)
+                    acc[r][q] = _mm512_fmadd_ps(mw[r], sq, acc[r][q]);
+            }
+        }
+    }
+    /* token 4q + k: lanes of 128-bit lanes (k & 1) * 2 + {0, 1}, at
+     * offset (k >> 1) * 2 within them */
+    _Pragma("GCC unroll 4")
+    for (int r = 0; r < NR; r++)
+        _Pragma("GCC unroll 4")
+        for (int q = 0; q < NQ; q++) {
+            float l[16];
+            _mm512_storeu_ps(l, acc[r][q]);
+            for (int k = 0; k < 4 && 4 * q + k < tn; k++) {
+                const int o = (k & 1) * 8 + (k >> 1) * 2;
+                y[(size_t)(4 * q + k) * y_stride + r] = (l[o] + l[o + 1]) + (l[o + 4] + l[o + 5]);
+            }
+        }
+}
+
+#define T(R, P)                                                                    \
+    case (R - 1) * 2 + P - 1:                                                      \
+        tile(kind, R, P, nb, wr, w_stride, ap, tn, yt, y_stride);                  \
+        break;
+
+AI void gemm(int kind, int64_t n, const void *vw, size_t w_stride, int nr, const void *vact,
+             size_t act_stride, int nt, float *y, size_t y_stride)
+{
+    const int64_t nb = n / 32;
+    const uint8_t *w = vw, *act = vact;
+    for (int r0 = 0; r0 < nr; r0 += 4) {
+        const int rn = nr - r0 < 4 ? nr - r0 : 4;
+        const uint8_t *wr = w + (size_t)r0 * w_stride;
+        for (int t0 = 0; t0 < nt; t0 += 8) {
+            const int tn = nt - t0 < 8 ? nt - t0 : 8;
+            const uint8_t *ap[8];
+            for (int k = 0; k < 8; k++)
+                ap[k] = act + (size_t)(t0 + (k < tn ? k : tn - 1)) * act_stride;
+            float *yt = y + (size_t)t0 * y_stride + r0;
+            switch ((rn - 1) * 2 + (tn + 3) / 4 - 1) {
+                T(1, 1) T(1, 2) T(2, 1) T(2, 2) T(3, 1) T(3, 2) T(4, 1) T(4, 2)
+            }
+        }
+    }
+}
+#undef T
+
+void gemm_q4_0_q8_0_avx512vnni(int64_t n, const void *w, size_t w_stride, int nr,
+                               const void *act, size_t act_stride, int nt, float *y,
+                               size_t y_stride)
+{
+    gemm(G_Q4_0, n, w, w_stride, nr, act, act_stride, nt, y, y_stride);
+}
+
+void gemm_q4_1_q8_1_avx512vnni(int64_t n, const void *w, size_t w_stride, int nr,
+                               const void *act, size_t act_stride, int nt, float *y,
+                               size_t y_stride)
+{
+    gemm(G_Q4_1, n, w, w_stride, nr, act, act_stride, nt, y, y_stride);
+}
+
+void gemm_q8_0_q8_0_avx512vnni(int64_t n, const void *w, size_t w_stride, int nr,
+                               const void *act, size_t act_stride, int nt, float *y,
+                               size_t y_stride)
+{
+    gemm(G_Q8_0, n, w, w_stride, nr, act, act_stride, nt, y, y_stride);
+}
+
+RVL_X86_TARGET_END
+
+#endif
