@@ -286,4 +286,20 @@ float vec_dot_rvl_i8_g128_q8_0_ref(int64_t n, const void *w, const void *a);
 float vec_dot_mlx_a4_g64_q8_0_ref(int64_t n, const void *w, const void *a);
 float vec_dot_mlx_a8_g64_q8_0_ref(int64_t n, const void *w, const void *a);
 
+/* The integer dot products every SIMD variant implements (written once
+ * per ISA family in kernels/<arch>/int_dots.h, compiled per target). */
+#define RVL_DECL_INT_DOTS(isa)                                                     \
+    float vec_dot_q4_0_q8_0_##isa(int64_t n, const void *w, const void *a);        \
+    float vec_dot_q4_1_q8_1_##isa(int64_t n, const void *w, const void *a);        \
+    float vec_dot_q5_0_q8_0_##isa(int64_t n, const void *w, const void *a);        \
+    float vec_dot_q5_1_q8_1_##isa(int64_t n, const void *w, const void *a);        \
+    float vec_dot_q8_0_q8_0_##isa(int64_t n, const void *w, const void *a);        \
+    float vec_dot_iq4_nl_q8_0_##isa(int64_t n, const void *w, const void *a);      \
+    float vec_dot_q2_K_q8_K_##isa(int64_t n, const void *w, const void *a);        \
+    float vec_dot_q3_K_q8_K_##isa(int64_t n, const void *w, const void *a);        \
+    float vec_dot_q4_K_q8_K_##isa(int64_t n, const void *w, const void *a);        \
+    float vec_dot_q5_K_q8_K_##isa(int64_t n, const void *w, const void *a);        \
+    float vec_dot_q6_K_q8_K_##isa(int64_t n, const void *w, const void *a);        \
+    float vec_dot_iq4_xs_q8_K_##isa(int64_t n, const void *w, const void *a);
+
 #endif

@@ -27,24 +27,10 @@
 #if defined(__aarch64__) && defined(__ARM_NEON)
 #define RVL_HAVE_NEON 1
 
-#define RVL_ARM_DOTS(isa)                                                          \
-    float vec_dot_q4_0_q8_0_##isa(int64_t n, const void *w, const void *a);        \
-    float vec_dot_q4_1_q8_1_##isa(int64_t n, const void *w, const void *a);        \
-    float vec_dot_q5_0_q8_0_##isa(int64_t n, const void *w, const void *a);        \
-    float vec_dot_q5_1_q8_1_##isa(int64_t n, const void *w, const void *a);        \
-    float vec_dot_q8_0_q8_0_##isa(int64_t n, const void *w, const void *a);        \
-    float vec_dot_iq4_nl_q8_0_##isa(int64_t n, const void *w, const void *a);      \
-    float vec_dot_q2_K_q8_K_##isa(int64_t n, const void *w, const void *a);        \
-    float vec_dot_q3_K_q8_K_##isa(int64_t n, const void *w, const void *a);        \
-    float vec_dot_q4_K_q8_K_##isa(int64_t n, const void *w, const void *a);        \
-    float vec_dot_q5_K_q8_K_##isa(int64_t n, const void *w, const void *a);        \
-    float vec_dot_q6_K_q8_K_##isa(int64_t n, const void *w, const void *a);        \
-    float vec_dot_iq4_xs_q8_K_##isa(int64_t n, const void *w, const void *a);
 
 /* Integer dot products (int_dots.h, compiled once per target). */
-RVL_ARM_DOTS(neon)
-RVL_ARM_DOTS(dotprod)
-#undef RVL_ARM_DOTS
+RVL_DECL_INT_DOTS(neon)
+RVL_DECL_INT_DOTS(dotprod)
 
 /* neon.c: plain-type dots, activation quantizers, dequantizers. */
 float vec_dot_f32_f32_neon(int64_t n, const void *w, const void *a);

@@ -20,23 +20,10 @@
 #if defined(__x86_64__) || defined(__i386__)
 #define RVL_HAVE_X86 1
 
-#define RVL_X86_DOTS(isa)                                                          \
-    float vec_dot_q4_0_q8_0_##isa(int64_t n, const void *w, const void *a);        \
-    float vec_dot_q4_1_q8_1_##isa(int64_t n, const void *w, const void *a);        \
-    float vec_dot_q5_0_q8_0_##isa(int64_t n, const void *w, const void *a);        \
-    float vec_dot_q5_1_q8_1_##isa(int64_t n, const void *w, const void *a);        \
-    float vec_dot_q8_0_q8_0_##isa(int64_t n, const void *w, const void *a);        \
-    float vec_dot_iq4_nl_q8_0_##isa(int64_t n, const void *w, const void *a);      \
-    float vec_dot_q2_K_q8_K_##isa(int64_t n, const void *w, const void *a);        \
-    float vec_dot_q3_K_q8_K_##isa(int64_t n, const void *w, const void *a);        \
-    float vec_dot_q4_K_q8_K_##isa(int64_t n, const void *w, const void *a);        \
-    float vec_dot_q5_K_q8_K_##isa(int64_t n, const void *w, const void *a);        \
-    float vec_dot_q6_K_q8_K_##isa(int64_t n, const void *w, const void *a);        \
-    float vec_dot_iq4_xs_q8_K_##isa(int64_t n, const void *w, const void *a);
 
 /* Integer dot products (int_dots.h, compiled once per target). */
-RVL_X86_DOTS(avx2)
-RVL_X86_DOTS(avx512vnni)
+RVL_DECL_INT_DOTS(avx2)
+RVL_DECL_INT_DOTS(avx512vnni)
 
 /* avx2.c: plain-type dots, activation quantizers, dequantizers. */
 float vec_dot_f32_f32_avx2(int64_t n, const void *w, const void *a);
@@ -61,7 +48,6 @@ float vec_dot_f16_f16_avx512(int64_t n, const void *w, const void *a);
 float vec_dot_bf16_bf16_avx512(int64_t n, const void *w, const void *a);
 float vec_dot_bf16_bf16_avx512bf16(int64_t n, const void *w, const void *a);
 
-#undef RVL_X86_DOTS
 
 /* gemm_avx512.c: tiled GEMM (formats.h, rvl_gemm_fn) with VNNI. */
 #define RVL_X86_GEMM(name)                                                         \
