@@ -31,7 +31,7 @@ static rvl_opt opts[] = {
     {OPT_CHOICE, 'o', "output", "FORMAT", "output format", "md", &opt_output, 0, 0, "md|csv|json", COMPL_NONE},
     {OPT_FLAG, 'j', "json", NULL, "print JSON (the same as -o json)", NULL, &opt_json, 0, 0, NULL, COMPL_NONE},
     {OPT_STRING, 0, "filter", "REGEX", "kernels: only rows whose 'op type isa shape source' label matches (case-insensitive)", NULL, &opt_filter, 0, 0, NULL, COMPL_NONE},
-    {OPT_STRING, 0, "isa", "LIST", "kernels: kernel variants side by side: comma-separated ref, avx2, avx512, neon, or 'all' (default: the selected one)", NULL, &opt_isa, 0, 0, NULL, COMPL_NONE},
+    {OPT_STRING, 0, "isa", "LIST", "kernels: kernel variants side by side, a column each: comma-separated ref, avx2, avx512, neon, or 'all' (default: the selected one)", NULL, &opt_isa, 0, 0, NULL, COMPL_NONE},
     {OPT_INT, 0, "tokens", "M", "kernels: activation rows of the GEMM rows", "64", &opt_m, 1, 4096, NULL, COMPL_NONE},
     {OPT_INT, 0, "mem-size", "MIB", "kernels: working set the weights cycle through, of which each bandwidth array is half (0: twice the last-level cache, within 256..1024 MiB)", "0", &opt_mem, 0, 1 << 20, NULL, COMPL_NONE},
     {OPT_INT, 'p', "n-prompt", "N", "model: prompt tokens of the pp test (0: none)", "512", &opt_p, 0, 1 << 20, NULL, COMPL_NONE},
@@ -217,6 +217,8 @@ static int model_cases(kcases *cs, const char *path, const char *const *isas, in
     return 0;
 }
 
+#define MAX_COLS 5
+
 typedef struct {
     int fmt;
     rvl_jw jw;
@@ -224,6 +226,15 @@ typedef struct {
     const char *isa_names[8];
     double peak[8];
     int n_peak;
+    /* markdown with several variants: one row per (op, type, shape,
+     * source), one GB/s or GFLOP/s column per variant */
+    bool side;
+    const char *cols[MAX_COLS];
+    int n_cols;
+    const kcase *grp;         /* the row being gathered (NULL: none) */
+    double val[MAX_COLS];     /* its values per column (0: not measured) */
+    double frac[MAX_COLS];    /* and their roofline fractions */
+    int threads;
 } kout;
 
 static double peak_of(const kout *o, const char *isa)
@@ -241,10 +252,100 @@ static void md_sep(void)
     printf("| ---------- | ------- | ------ | ------------------ | -------------- | ------: | ---------: | --------: | --------: | ---------- |\n");
 }
 
+/* --- side by side (markdown, several variants) ---------------------- */
+
+static void side_header(const kout *o)
+{
+    printf("| %-10s | %-7s | %-18s | %-14s | %7s | %-7s |", "op", "type", "shape", "source", "threads", "unit");
+    for (int c = 0; c < o->n_cols; c++)
+        printf(" %9s |", o->cols[c]);
+    printf(" %-16s |\n", "best roofline");
+    printf("| ---------- | ------- | ------------------ | -------------- | ------: | ------- |");
+    for (int c = 0; c < o->n_cols; c++)
+        printf(" --------: |");
+    printf(" ---------------- |\n");
+}
+
+/* One side-by-side row: val[c] per column (0: not measured, "-"), the
+ * values with `prec` decimals, and the last column as given. */
+static void side_row(const kout *o, const char *op, const char *type, const char *shape, const char *source,
+                     const char *unit, const double *val, int prec, const char *last)
+{
+    printf("| %-10s | %-7s | %-18s | %-14s | %7d | %-7s |", op, type, shape, source, o->threads, unit);
+    for (int c = 0; c < o->n_cols; c++) {
+        if (val[c] > 0)
+            printf(" %9.*f |", prec, val[c]);
+        else
+            printf(" %9s |", "-");
+    }
+    printf(" %-16s |\n", last);
+    fflush(stdout);
+}
+
+static int side_col(const kout *o, const char *isa)
+{
+    for (int c = 0; c < o->n_cols; c++)
+        if (strcmp(o->cols[c], isa) == 0)
+            return c;
+    return -1;
+}
+
+/* Print the gathered row, if any: the best variant is the fastest one. */
+static void side_flush(kout *o)
+{
+    const kcase *k = o->grp;
+    if (!k)
+        return;
+    const bool vs_peak = k->c.op == RVL_BENCH_GEMM;
+    int best = -1;
+    for (int c = 0; c < o->n_cols; c++)
+        if (o->val[c] > 0 && (best < 0 || o->val[c] > o->val[best]))
+            best = c;
+    char last[48] = "";
+    if (best >= 0 && o->frac[best] > 0)
+        snprintf(last, sizeof last, "%s %.0f%% %s", o->cols[best], o->frac[best] * 100, vs_peak ? "peak" : "bw");
+    else if (best >= 0)
+        snprintf(last, sizeof last, "%s", o->cols[best]);
+    side_row(o, rvl_bench_op_name(k->c.op), k->type_name, k->shape, k->source, vs_peak ? "GFLOP/s" : "GB/s",
+             o->val, vs_peak ? 1 : 2, last);
+    o->grp = NULL;
+}
+
+static bool same_row(const kcase *a, const kcase *b)
+{
+    return a->c.op == b->c.op && strcmp(a->type_name, b->type_name) == 0 && strcmp(a->shape, b->shape) == 0 &&
+           strcmp(a->source, b->source) == 0;
+}
+
+/* One measurement into its row's column; a new row prints the last. */
+static void side_add(kout *o, const kcase *k, const char *isa, double value, double frac)
+{
+    if (o->grp && !same_row(o->grp, k))
+        side_flush(o);
+    if (!o->grp) {
+        o->grp = k;
+        memset(o->val, 0, sizeof o->val);
+        memset(o->frac, 0, sizeof o->frac);
+    }
+    int c = side_col(o, isa);
+    if (c >= 0) {
+        o->val[c] = value;
+        o->frac[c] = frac;
+    }
+}
+
 /* One machine row: bandwidth or peak. */
 static void print_machine_row(kout *o, const char *op, const char *type, const char *isa, const char *shape,
                               int threads, double gbs, double gflops)
 {
+    if (o->fmt == OUT_MD && o->side) {
+        /* the bandwidth is every variant's roofline: in every column */
+        double val[MAX_COLS] = {0};
+        for (int c = 0; c < o->n_cols; c++)
+            val[c] = gbs;
+        side_row(o, op, type, shape, "machine", "GB/s", val, 2, "");
+        return;
+    }
     if (o->fmt == OUT_MD) {
         char g[32] = "", f[32] = "";
         if (gbs > 0)
@@ -270,7 +371,9 @@ static void print_kernel_row(kout *o, const kcase *k, const rvl_bench_kresult *r
     const double frac = vs_peak ? (peak > 0 ? gflops / peak : 0) : (o->bw_gbs > 0 ? gbs / o->bw_gbs : 0);
     const char *op = rvl_bench_op_name(k->c.op);
 
-    if (o->fmt == OUT_MD) {
+    if (o->fmt == OUT_MD && o->side) {
+        side_add(o, k, r->impl, vs_peak ? gflops : gbs, frac);
+    } else if (o->fmt == OUT_MD) {
         char f[32] = "", roof[32] = "";
         if (gflops > 0)
             snprintf(f, sizeof f, "%.1f", gflops);
@@ -439,6 +542,19 @@ static int bench_kernels(const char *name)
         status = EXIT_RUNTIME;
         goto out;
     }
+    /* several variants in markdown: side by side, a column each (the
+     * elementwise operations only have ref, which gets a column too) */
+    o.side = o.fmt == OUT_MD && (n_isa > 1 || strcmp(opt_isa ? opt_isa : "", "all") == 0);
+    if (o.side) {
+        for (int i = 0; i < n_isa; i++)
+            o.cols[o.n_cols++] = isas[i];
+        for (size_t i = 0; i < cs.n; i++)
+            if (side_col(&o, cs.v[i].c.isa) < 0 && o.n_cols < MAX_COLS) {
+                memmove(o.cols + 1, o.cols, (size_t)o.n_cols * sizeof o.cols[0]);
+                o.cols[0] = cs.v[i].c.isa;
+                o.n_cols++;
+            }
+    }
 
     uint64_t ws = opt_mem > 0 ? (uint64_t)opt_mem << 20 : 0;
     if ((rc = rvl_bench_open(&b, (int)opt_threads, ws)) < 0) {
@@ -473,7 +589,10 @@ static int bench_kernels(const char *name)
 
     char arr[48];
     human_bytes(arr, sizeof arr, (double)bw.array_bytes);
-    if (o.fmt == OUT_MD) {
+    o.threads = threads;
+    if (o.side) {
+        side_header(&o);
+    } else if (o.fmt == OUT_MD) {
         md_sep();
     } else if (o.fmt == OUT_CSV) {
         printf("op,type,isa,shape,source,threads,median_ms,gbs,gflops,roofline_fraction,roofline\n");
@@ -506,8 +625,15 @@ static int bench_kernels(const char *name)
     print_machine_row(&o, "copy", "f64", "-", arr, threads, bw.copy_gbs, 0);
     print_machine_row(&o, "triad", "f64", "-", arr, threads, bw.triad_gbs, 0);
     print_machine_row(&o, "read", "u64", "-", arr, threads, bw.read_gbs, 0);
-    for (int i = 0; i < o.n_peak; i++)
-        print_machine_row(&o, "peak", "f32 fma", o.isa_names[i], "registers", threads, 0, o.peak[i]);
+    if (o.side && o.n_peak) {
+        double val[MAX_COLS] = {0};
+        for (int c = 0; c < o.n_cols; c++)
+            val[c] = peak_of(&o, o.cols[c]);
+        side_row(&o, "peak", "f32 fma", "registers", "machine", "GFLOP/s", val, 1, "");
+    } else {
+        for (int i = 0; i < o.n_peak; i++)
+            print_machine_row(&o, "peak", "f32 fma", o.isa_names[i], "registers", threads, 0, o.peak[i]);
+    }
 
     for (size_t i = 0; i < cs.n; i++) {
         rvl_bench_kresult r;
@@ -525,6 +651,7 @@ static int bench_kernels(const char *name)
         }
         print_kernel_row(&o, &cs.v[i], &r, threads);
     }
+    side_flush(&o);
     if (o.fmt == OUT_JSON) {
         rvl_jw_arr_end(&o.jw);
         rvl_jw_obj_end(&o.jw); /* pretty: ends the line */
@@ -955,7 +1082,8 @@ rvl_cmd cmd_bench_desc = {
         "warm-up; nothing here is a test with a pass mark.\n"
         "\n"
         "bench kernels times GEMV (one token) and GEMM (--tokens rows of activations reusing each "
-        "weight row, as prompt processing does) on every common weight format at Llama-7B's "
+        "weight row, as prompt processing does, through the variant's tiled kernel where it has one, "
+        "as the forward pass does) on every common weight format at Llama-7B's "
         "shapes (4096x4096, 11008x4096, 4096x11008) and, with -m, at the model's own matrix "
         "shapes; quantize and dequantize throughput; and RMSNorm, RoPE and softmax (scalar "
         "reference loops, shown as isa 'ref', until kernels/ has variants of them). Each row "
@@ -970,7 +1098,10 @@ rvl_cmd cmd_bench_desc = {
         "not FP32 FMAs, so their peak fraction is a guide, not a bound. Weights are cycled "
         "through the working set so that every GEMV reads its matrix from memory; activations "
         "are quantized to the format's activation type before timing. --isa compares kernel "
-        "variants side by side; --filter selects rows by their 'op type isa shape source' "
+        "variants side by side: with several (or 'all'), the table has one row per operation, "
+        "format and shape, one GB/s column (GFLOP/s for GEMM and the peak) per variant, and "
+        "the roofline fraction of the fastest; csv and json keep one record per measurement, "
+        "with its isa. --filter selects rows by their 'op type isa shape source' "
         "label, e.g. --filter 'gemv (Q4_0|Q4_K|Q8_0) .* 11008x4096' for the decode GEMV that "
         "bounds generation speed.\n"
         "\n"

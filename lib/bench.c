@@ -7,9 +7,10 @@
  *   - the machine: memory bandwidth (STREAM-style copy, triad and read over
  *     arrays larger than the last-level cache) and a peak FLOP/s per ISA
  *     from a register-only FMA loop;
- *   - kernels: GEMV/GEMM on a weight format with a given ISA's kernels, the
- *     weights cycled through a working set larger than the last-level
- *     cache; quantize, dequantize; RMSNorm, RoPE and softmax (scalar
+ *   - kernels: GEMV/GEMM on a weight format with a given ISA's kernels
+ *     (GEMM through the tiled kernel when the variant has one, as the
+ *     forward pass does), the weights cycled through a working set larger
+ *     than the last-level cache; quantize, dequantize; RMSNorm, RoPE and softmax (scalar
  *     reference loops until kernels/ has them);
  *   - models: a timed decode of random tokens from an empty cache, and
  *     synthetic llama GGUFs of random weights of a named shape
@@ -641,6 +642,23 @@ static void kjob_run(void *arg, int ith, int nth)
     switch (j->op) {
     case RVL_BENCH_GEMV:
     case RVL_BENCH_GEMM: {
+        /* forward.c's rule: the tiled kernel, when the variant has one
+         * and there is more than one token, on RVL_GEMM_ROWS rows x all
+         * tokens per call; otherwise vec_dot per (row, token) */
+        const rvl_gemm_fn gemm = j->m > 1 ? j->kf->gemm : NULL;
+        if (gemm) {
+            /* whole tiles per thread: split the tiles, not the rows */
+            uint64_t g0, g1;
+            split_rows((j->n + RVL_GEMM_ROWS - 1) / RVL_GEMM_ROWS, ith, nth, &g0, &g1);
+            r0 = g0 * RVL_GEMM_ROWS;
+            r1 = g1 * RVL_GEMM_ROWS < j->n ? g1 * RVL_GEMM_ROWS : j->n;
+            for (uint64_t r = r0; r < r1; r += RVL_GEMM_ROWS) {
+                const int nr = (int)(r1 - r < RVL_GEMM_ROWS ? r1 - r : RVL_GEMM_ROWS);
+                gemm((int64_t)j->k, j->w + r * j->row_bytes, j->row_bytes, nr, j->act,
+                     j->act_row_bytes, (int)j->m, j->y + r, j->n);
+            }
+            break;
+        }
         const rvl_vec_dot_fn dot = j->kf->vec_dot;
         for (uint64_t r = r0; r < r1; r++) {
             const char *wr = j->w + r * j->row_bytes;

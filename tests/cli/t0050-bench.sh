@@ -89,9 +89,26 @@ out_has "| rmsnorm    | F32     | ref    |"
 out_has "| rope       | F32     | ref    |"
 out_has "| softmax    | F32     | ref    |"
 
-# --isa: variants side by side; ref is always runnable
-run 0 ruvllm bench kernels --isa all --filter 'gemv Q8_0 \S+ 4096x4096 ' $SMALL
-out_has "| gemv       | Q8_0    | ref    | 4096x4096"
+# --isa: variants side by side, a column each; ref is always runnable
+run 0 ruvllm bench kernels --isa all --tokens 4 --filter '(gemv|gemm) Q8_0 \S+ 4096x4096 |rmsnorm' $SMALL
+out_has "| op         | type    | shape              | source         | threads | unit    |       ref |"
+out_has " best roofline    |"
+out_lacks "| isa "
+out_has "| peak       | f32 fma | registers          | machine        |"
+out_has "| gemv       | Q8_0    | 4096x4096          | llama-7b       |"
+out_has "| gemm       | Q8_0    | 4096x4096 m4       | llama-7b       |"
+out_has "| rmsnorm    | F32     | 512x4096           | -              |"
+assert "--isa all: one row per kernel, whatever the variants" \
+    "[ \$(grep -c '| gemv ' '$OUT') = 1 ] && [ \$(grep -c '| gemm ' '$OUT') = 1 ]"
+assert "--isa all: the ref column has a value, the best a roofline fraction" \
+    "awk -F'|' '/\\| gemv /{ n++; if (\$8 + 0 <= 0 || \$(NF-1) !~ /% bw/) bad = 1 } END { exit !(n == 1 && !bad) }' '$OUT'"
+out_has "GFLOP/s"
+out_has "% peak"
+# csv keeps one record per measurement, with its isa
+run 0 ruvllm bench kernels --isa all -o csv --filter 'gemv Q8_0 \S+ 4096x4096 ' $SMALL
+out_has "gemv,Q8_0,ref,4096x4096,"
+assert "csv --isa all: a record per variant, each variant once" \
+    "[ \$(grep -c '^gemv,' '$OUT') -ge 1 ] && [ \$(grep -c '^gemv,' '$OUT') = \$(grep '^gemv,' '$OUT' | cut -d, -f3 | sort -u | wc -l) ]"
 run 0 ruvllm bench kernels --isa ref,ref --filter 'gemv Q8_0 \S+ 4096x4096 ' $SMALL
 assert "--isa lists each variant once" "[ \$(grep -c '| gemv ' '$OUT') = 1 ]"
 
