@@ -90,16 +90,28 @@ static const kover avx512_kernels[] = {
     { RVL_K_BF16, RVL_KCPU_BF16, NULL, NULL, vec_dot_bf16_bf16_avx512bf16 },
 };
 
-/* Tiled GEMM kernels (formats.h gemm slot), avx512 table only. */
-static const struct {
+/* Tiled GEMM kernels (formats.h gemm slot): avx2's, inherited by avx512,
+ * whose own (VNNI) replace them where the CPU has VNNI. */
+typedef struct {
     uint32_t type;
     unsigned need;
     rvl_gemm_fn gemm;
-} avx512_gemms[] = {
+} kgemm;
+
+static const kgemm avx2_gemms[] = {
+    { RVL_K_Q4_0, 0, gemm_q4_0_q8_0_avx2 },
+    { RVL_K_RVL_I4S_G32, 0, gemm_q4_0_q8_0_avx2 },
+    { RVL_K_Q4_1, 0, gemm_q4_1_q8_1_avx2 },
+    { RVL_K_Q8_0, 0, gemm_q8_0_q8_0_avx2 },
+};
+
+static const kgemm avx512_gemms[] = {
     { RVL_K_Q4_0, RVL_KCPU_VNNI, gemm_q4_0_q8_0_avx512vnni },
     { RVL_K_RVL_I4S_G32, RVL_KCPU_VNNI, gemm_q4_0_q8_0_avx512vnni },
     { RVL_K_Q4_1, RVL_KCPU_VNNI, gemm_q4_1_q8_1_avx512vnni },
     { RVL_K_Q8_0, RVL_KCPU_VNNI, gemm_q8_0_q8_0_avx512vnni },
+    { RVL_K_Q4_K, RVL_KCPU_VNNI, gemm_q4_K_q8_K_avx512vnni },
+    { RVL_K_Q6_K, RVL_KCPU_VNNI, gemm_q6_K_q8_K_avx512vnni },
 };
 #endif
 
@@ -266,6 +278,10 @@ static void build(int isa)
             f->vec_dot = o->vec_dot;
     }
 #ifdef RVL_HAVE_X86
+    if (isa == RVL_ISA_AVX2)
+        for (size_t i = 0; i < sizeof avx2_gemms / sizeof avx2_gemms[0]; i++)
+            if (!(avx2_gemms[i].need & ~cpu_caps))
+                t[rvl_kformat_slot(avx2_gemms[i].type)].gemm = avx2_gemms[i].gemm;
     if (isa == RVL_ISA_AVX512)
         for (size_t i = 0; i < sizeof avx512_gemms / sizeof avx512_gemms[0]; i++)
             if (!(avx512_gemms[i].need & ~cpu_caps))

@@ -409,6 +409,7 @@ static void test_every_gemm_matches_ref_dot_for_every_tile(void **state)
     int vs[RVL_ISA_COUNT], nv = variants(vs), checked = 0;
     const rvl_kformat *f;
     static const int64_t lens[] = { 32, 64, 96, 576 };
+    static const int64_t klens[] = { 256, 512, 768, 2304 }; /* K-quants: 256-value blocks */
     for (size_t i = 0; (f = rvl_kformat_at(i)) != NULL; i++) {
         const rvl_kformat *fr = rvl_kformat_get_isa(f->type, RVL_ISA_REF);
         assert_null(fr->gemm); /* ref has none: lib/ loops over vec_dot */
@@ -421,17 +422,19 @@ static void test_every_gemm_matches_ref_dot_for_every_tile(void **state)
                 continue;
             const rvl_kformat *fr = rvl_kformat_get_isa(f->type, RVL_ISA_REF);
             assert_int_equal(fx->vec_dot_type, fr->vec_dot_type);
-            assert_int_equal(fr->block_size, 32);
+            assert_true(fr->block_size == 32 || fr->block_size == 256);
+            const int64_t *ls = fr->block_size == 256 ? klens : lens;
             checked++;
             for (size_t k = 0; k < sizeof lens / sizeof lens[0]; k++) {
-                check_gemm_format(fx, fr, isa, lens[k], (int)(k & 1), false);
-                check_gemm_format(fx, fr, isa, lens[k], (int)(~k & 1), true);
+                check_gemm_format(fx, fr, isa, ls[k], (int)(k & 1), false);
+                check_gemm_format(fx, fr, isa, ls[k], (int)(~k & 1), true);
             }
         }
     }
     /* the avx512 table has them where the CPU has VNNI */
     if (rvl_dispatch_isa_runnable(RVL_ISA_AVX512) && (rvl_dispatch_cpu() & RVL_KCPU_VNNI)) {
-        static const uint32_t tiled[] = { RVL_K_Q4_0, RVL_K_Q4_1, RVL_K_Q8_0, RVL_K_RVL_I4S_G32 };
+        static const uint32_t tiled[] = { RVL_K_Q4_0, RVL_K_Q4_1, RVL_K_Q8_0, RVL_K_RVL_I4S_G32,
+                                          RVL_K_Q4_K, RVL_K_Q6_K };
         for (size_t k = 0; k < sizeof tiled / sizeof tiled[0]; k++)
             assert_non_null(rvl_kformat_get_isa(tiled[k], RVL_ISA_AVX512)->gemm);
         assert_true(checked > 0);

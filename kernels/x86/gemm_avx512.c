@@ -24,6 +24,11 @@
  * as w + 128, Q4_0 as the stored nibble q (level q - 8); the offset times
  * the activation's 4-value sums, computed once per token block, starts
  * the accumulation (exact integers, the same lanes as vec_dot's).
+ *
+ * Q4_K and Q6_K (tile_k4, tile_q6): the same tile, token layout and
+ * reduction, one 256-value block at a time: per 32-value group, unsigned
+ * levels times activations with vpmaddubsw, times the integer scales with
+ * vpdpwssd; the min / -32 offset terms from the activation's bsums.
  */
 #include "x86/x86.h"
 
@@ -35,7 +40,7 @@ RVL_X86_TARGET_BEGIN("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")
 
 #include "x86/common.h"
 
-enum { G_Q4_0, G_Q4_1, G_Q8_0 };
+enum { G_Q4_0, G_Q4_1, G_Q8_0, G_Q4_K, G_Q6_K };
 
 #define AI static inline __attribute__((always_inline))
 
@@ -182,15 +187,221 @@ AI void tile(int kind, int NR, int NQ, int64_t nb, const uint8_t *w, size_t w_st
         }
 }
 
+/* Q4_K x Q8_K: NR rows times NQ quads of tokens, as tile() (same token
+ * layout, fold() and final reduction). Per block and (row, token): the
+ * 8 groups' u8 x s8 pair sums (vpmaddubsw: 2 * 15 * 127, no saturation)
+ * times the group's 6-bit scale (vpdpwssd) in 8 int32 lanes, and the
+ * mins times the activation's bsums (vpmaddwd) in 8 more, exactly the
+ * integers of int_dots.h's vec_dot; then d and dmin times the token's d,
+ * with FMA. Groups outermost within a block: each group's levels are
+ * unpacked once per row for the 8 tokens. */
+AI void tile_k4(int NR, int NQ, int64_t nb, const uint8_t *w, size_t w_stride,
+                const uint8_t *const ap[8], int tn, float *y, size_t y_stride)
+{
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    __m512 acc[4][2];
+    _Pragma("GCC unroll 4")
+    for (int r = 0; r < NR; r++)
+        _Pragma("GCC unroll 4")
+        for (int q = 0; q < NQ; q++)
+            acc[r][q] = _mm512_setzero_ps();
+    for (int64_t i = 0; i < nb; i++) {
+        const uint8_t *wb[4];
+        int32_t scs[4][8];
+        __m512i mn[4];
+        __m512 dw[4], mw[4];
+        _Pragma("GCC unroll 4")
+        for (int r = 0; r < NR; r++) {
+            wb[r] = w + r * w_stride + (size_t)i * sizeof(block_q4_K);
+            prefetch_ahead(wb[r]);
+            prefetch_ahead(wb[r] + 64);
+            prefetch_ahead(wb[r] + 128);
+            const __m128 dm = _mm_cvtph_ps(_mm_cvtsi32_si128(ld32(wb[r])));
+            dw[r] = _mm512_broadcastss_ps(dm);
+            mw[r] = _mm512_broadcastss_ps(_mm_movehdup_ps(dm));
+            uint32_t u[3];
+            memcpy(u, wb[r] + 4, 12);
+            const uint32_t sc_lo = u[0] & 0x3f3f3f3f, mn_lo = u[1] & 0x3f3f3f3f;
+            const uint32_t sc_hi = (u[2] & 0x0f0f0f0f) | ((u[0] >> 2) & 0x30303030);
+            const uint32_t mn_hi = ((u[2] >> 4) & 0x0f0f0f0f) | ((u[1] >> 2) & 0x30303030);
+            /* scale j as two int16 in int32 j; min j as int16 2j and 2j+1 */
+            const __m128i sc = _mm_cvtepu8_epi16(_mm_setr_epi32((int)sc_lo, (int)sc_hi, 0, 0));
+            _mm_storeu_si128((__m128i *)&scs[r][0], _mm_unpacklo_epi16(sc, sc));
+            _mm_storeu_si128((__m128i *)&scs[r][4], _mm_unpackhi_epi16(sc, sc));
+            const __m128i m8 = _mm_setr_epi32((int)mn_lo, (int)mn_hi, 0, 0);
+            mn[r] = _mm512_broadcast_i64x4(_mm256_cvtepu8_epi16(_mm_unpacklo_epi8(m8, m8)));
+        }
+        _Pragma("GCC unroll 4")
+        for (int q = 0; q < NQ; q++) {
+            const uint8_t *const b[4] = { ap[4 * q] + (size_t)i * sizeof(block_q8_K),
+                                          ap[4 * q + 1] + (size_t)i * sizeof(block_q8_K),
+                                          ap[4 * q + 2] + (size_t)i * sizeof(block_q8_K),
+                                          ap[4 * q + 3] + (size_t)i * sizeof(block_q8_K) };
+            __m512i is[4][2];
+            _Pragma("GCC unroll 4")
+            for (int r = 0; r < NR; r++)
+                is[r][0] = is[r][1] = _mm512_setzero_si512();
+            for (int j = 0; j < 8; j++) {
+                const __m512i a0 = ld_pair(b[0] + 4 + 32 * j, b[1] + 4 + 32 * j);
+                const __m512i a1 = ld_pair(b[2] + 4 + 32 * j, b[3] + 4 + 32 * j);
+                _Pragma("GCC unroll 4")
+                for (int r = 0; r < NR; r++) {
+                    __m512i lv = _mm512_broadcast_i64x4(ld256(wb[r] + 16 + 32 * (j >> 1)));
+                    if (j & 1)
+                        lv = _mm512_srli_epi16(lv, 4);
+                    lv = _mm512_and_si512(lv, m4);
+                    const __m512i s = _mm512_set1_epi32(scs[r][j]);
+                    is[r][0] = _mm512_dpwssd_epi32(is[r][0], _mm512_maddubs_epi16(lv, a0), s);
+                    is[r][1] = _mm512_dpwssd_epi32(is[r][1], _mm512_maddubs_epi16(lv, a1), s);
+                }
+            }
+            const __m512i bs0 = ld_pair(b[0] + 260, b[1] + 260);
+            const __m512i bs1 = ld_pair(b[2] + 260, b[3] + 260);
+            float ad[4];
+            for (int k = 0; k < 4; k++)
+                memcpy(&ad[k], b[k], 4);
+            const __m512 dq = _mm512_permutexvar_ps(
+                _mm512_setr_epi32(0, 0, 2, 2, 0, 0, 2, 2, 1, 1, 3, 3, 1, 1, 3, 3),
+                _mm512_castps128_ps512(_mm_loadu_ps(ad)));
+            _Pragma("GCC unroll 4")
+            for (int r = 0; r < NR; r++) {
+                const __m512i sm = fold(_mm512_madd_epi16(mn[r], bs0), _mm512_madd_epi16(mn[r], bs1));
+                acc[r][q] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(fold(is[r][0], is[r][1])),
+                                            _mm512_mul_ps(dw[r], dq), acc[r][q]);
+                acc[r][q] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(sm), _mm512_mul_ps(mw[r], dq),
+                                             acc[r][q]);
+            }
+        }
+    }
+    _Pragma("GCC unroll 4")
+    for (int r = 0; r < NR; r++)
+        _Pragma("GCC unroll 4")
+        for (int q = 0; q < NQ; q++) {
+            float l[16];
+            _mm512_storeu_ps(l, acc[r][q]);
+            for (int k = 0; k < 4 && 4 * q + k < tn; k++) {
+                const int o = (k & 1) * 8 + (k >> 1) * 2;
+                y[(size_t)(4 * q + k) * y_stride + r] = (l[o] + l[o + 1]) + (l[o + 4] + l[o + 5]);
+            }
+        }
+}
+
+/* Q6_K x Q8_K, as tile_k4(): the levels + 32 (0..63) of each row's block
+ * are unpacked once into lv[][] and each 32-value chunk (two groups of
+ * 16) gets its two 8-bit scales from sv[][]; the -32 offset is the
+ * scales times the bsums, times 32 (vec_dot's integers). */
+AI void tile_q6(int NR, int NQ, int64_t nb, const uint8_t *w, size_t w_stride,
+                const uint8_t *const ap[8], int tn, float *y, size_t y_stride)
+{
+    const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30);
+    __m512 acc[4][2];
+    _Pragma("GCC unroll 4")
+    for (int r = 0; r < NR; r++)
+        _Pragma("GCC unroll 4")
+        for (int q = 0; q < NQ; q++)
+            acc[r][q] = _mm512_setzero_ps();
+    for (int64_t i = 0; i < nb; i++) {
+        __m256i lv[4][8];
+        __m512i sv[4][8], sc16[4];
+        __m512 dw[4];
+        _Pragma("GCC unroll 4")
+        for (int r = 0; r < NR; r++) {
+            const uint8_t *wb = w + r * w_stride + (size_t)i * sizeof(block_q6_K);
+            prefetch_ahead(wb);
+            prefetch_ahead(wb + 64);
+            prefetch_ahead(wb + 128);
+            prefetch_ahead(wb + 192);
+            dw[r] = _mm512_set1_ps(f16at(wb + 208));
+            for (int h = 0; h < 2; h++) {
+                const __m256i l0 = ld256(wb + 64 * h), l1 = ld256(wb + 64 * h + 32);
+                const __m256i hq = ld256(wb + 128 + 32 * h);
+                lv[r][4 * h] = _mm256_or_si256(_mm256_and_si256(l0, m4),
+                                               _mm256_and_si256(_mm256_slli_epi16(hq, 4), m30));
+                lv[r][4 * h + 1] = _mm256_or_si256(_mm256_and_si256(l1, m4),
+                                                   _mm256_and_si256(_mm256_slli_epi16(hq, 2), m30));
+                lv[r][4 * h + 2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
+                                                   _mm256_and_si256(hq, m30));
+                lv[r][4 * h + 3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
+                                                   _mm256_and_si256(_mm256_srli_epi16(hq, 2), m30));
+            }
+            const __m128i s8 = ld128(wb + 192);
+            sc16[r] = _mm512_broadcast_i64x4(_mm256_cvtepi8_epi16(s8));
+            /* scale g as two int16 in int32 g */
+            const __m512i s32 = _mm512_cvtepi8_epi32(s8);
+            const __m512i sp = _mm512_or_si512(_mm512_and_si512(s32, _mm512_set1_epi32(0xFFFF)),
+                                               _mm512_slli_epi32(s32, 16));
+            for (int c = 0; c < 8; c++) {
+                const int g = 2 * c, g1 = 2 * c + 1;
+                sv[r][c] = _mm512_permutexvar_epi32(
+                    _mm512_setr_epi32(g, g, g, g, g1, g1, g1, g1, g, g, g, g, g1, g1, g1, g1), sp);
+            }
+        }
+        _Pragma("GCC unroll 4")
+        for (int q = 0; q < NQ; q++) {
+            const uint8_t *const b[4] = { ap[4 * q] + (size_t)i * sizeof(block_q8_K),
+                                          ap[4 * q + 1] + (size_t)i * sizeof(block_q8_K),
+                                          ap[4 * q + 2] + (size_t)i * sizeof(block_q8_K),
+                                          ap[4 * q + 3] + (size_t)i * sizeof(block_q8_K) };
+            __m512i is[4][2];
+            _Pragma("GCC unroll 4")
+            for (int r = 0; r < NR; r++)
+                is[r][0] = is[r][1] = _mm512_setzero_si512();
+            for (int c = 0; c < 8; c++) {
+                const __m512i a0 = ld_pair(b[0] + 4 + 32 * c, b[1] + 4 + 32 * c);
+                const __m512i a1 = ld_pair(b[2] + 4 + 32 * c, b[3] + 4 + 32 * c);
+                _Pragma("GCC unroll 4")
+                for (int r = 0; r < NR; r++) {
+                    const __m512i l = _mm512_broadcast_i64x4(lv[r][c]);
+                    is[r][0] = _mm512_dpwssd_epi32(is[r][0], _mm512_maddubs_epi16(l, a0), sv[r][c]);
+                    is[r][1] = _mm512_dpwssd_epi32(is[r][1], _mm512_maddubs_epi16(l, a1), sv[r][c]);
+                }
+            }
+            const __m512i bs0 = ld_pair(b[0] + 260, b[1] + 260);
+            const __m512i bs1 = ld_pair(b[2] + 260, b[3] + 260);
+            float ad[4];
+            for (int k = 0; k < 4; k++)
+                memcpy(&ad[k], b[k], 4);
+            const __m512 dq = _mm512_permutexvar_ps(
+                _mm512_setr_epi32(0, 0, 2, 2, 0, 0, 2, 2, 1, 1, 3, 3, 1, 1, 3, 3),
+                _mm512_castps128_ps512(_mm_loadu_ps(ad)));
+            _Pragma("GCC unroll 4")
+            for (int r = 0; r < NR; r++) {
+                const __m512i i0 = _mm512_sub_epi32(
+                    is[r][0], _mm512_slli_epi32(_mm512_madd_epi16(sc16[r], bs0), 5));
+                const __m512i i1 = _mm512_sub_epi32(
+                    is[r][1], _mm512_slli_epi32(_mm512_madd_epi16(sc16[r], bs1), 5));
+                acc[r][q] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(fold(i0, i1)),
+                                            _mm512_mul_ps(dw[r], dq), acc[r][q]);
+            }
+        }
+    }
+    _Pragma("GCC unroll 4")
+    for (int r = 0; r < NR; r++)
+        _Pragma("GCC unroll 4")
+        for (int q = 0; q < NQ; q++) {
+            float l[16];
+            _mm512_storeu_ps(l, acc[r][q]);
+            for (int k = 0; k < 4 && 4 * q + k < tn; k++) {
+                const int o = (k & 1) * 8 + (k >> 1) * 2;
+                y[(size_t)(4 * q + k) * y_stride + r] = (l[o] + l[o + 1]) + (l[o + 4] + l[o + 5]);
+            }
+        }
+}
+
 #define T(R, P)                                                                    \
     case (R - 1) * 2 + P - 1:                                                      \
-        tile(kind, R, P, nb, wr, w_stride, ap, tn, yt, y_stride);                  \
+        if (kind == G_Q4_K)                                                        \
+            tile_k4(R, P, nb, wr, w_stride, ap, tn, yt, y_stride);                 \
+        else if (kind == G_Q6_K)                                                   \
+            tile_q6(R, P, nb, wr, w_stride, ap, tn, yt, y_stride);                 \
+        else                                                                       \
+            tile(kind, R, P, nb, wr, w_stride, ap, tn, yt, y_stride);              \
         break;
 
 AI void gemm(int kind, int64_t n, const void *vw, size_t w_stride, int nr, const void *vact,
              size_t act_stride, int nt, float *y, size_t y_stride)
 {
-    const int64_t nb = n / 32;
+    const int64_t nb = n / (kind == G_Q4_K || kind == G_Q6_K ? 256 : 32);
     const uint8_t *w = vw, *act = vact;
     for (int r0 = 0; r0 < nr; r0 += 4) {
         const int rn = nr - r0 < 4 ? nr - r0 : 4;
@@ -228,6 +439,20 @@ void gemm_q8_0_q8_0_avx512vnni(int64_t n, const void *w, size_t w_stride, int nr
                                size_t y_stride)
 {
     gemm(G_Q8_0, n, w, w_stride, nr, act, act_stride, nt, y, y_stride);
+}
+
+void gemm_q4_K_q8_K_avx512vnni(int64_t n, const void *w, size_t w_stride, int nr,
+                               const void *act, size_t act_stride, int nt, float *y,
+                               size_t y_stride)
+{
+    gemm(G_Q4_K, n, w, w_stride, nr, act, act_stride, nt, y, y_stride);
+}
+
+void gemm_q6_K_q8_K_avx512vnni(int64_t n, const void *w, size_t w_stride, int nr,
+                               const void *act, size_t act_stride, int nt, float *y,
+                               size_t y_stride)
+{
+    gemm(G_Q6_K, n, w, w_stride, nr, act, act_stride, nt, y, y_stride);
 }
 
 RVL_X86_TARGET_END
