@@ -92,6 +92,33 @@ AI __m512i fold(__m512i a, __m512i b)
     return _mm512_add_epi32(_mm512_unpacklo_epi64(a, b), _mm512_unpackhi_epi64(a, b));
 }
 
+/* Every tile keeps NR x NQ accumulators, two tokens per 256-bit half. */
+AI void zero_acc(int NR, int NQ, __m512 acc[4][2])
+{
+    _Pragma("GCC unroll 4")
+    for (int r = 0; r < NR; r++)
+        _Pragma("GCC unroll 4")
+        for (int q = 0; q < NQ; q++)
+            acc[r][q] = _mm512_setzero_ps();
+}
+
+/* Reduce and store a tile: token 4q + k sits in lanes of 128-bit lanes
+ * (k & 1) * 2 + {0, 1}, at offset (k >> 1) * 2 within them. */
+AI void store_acc(int NR, int NQ, __m512 acc[4][2], int tn, float *y, size_t y_stride)
+{
+    _Pragma("GCC unroll 4")
+    for (int r = 0; r < NR; r++)
+        _Pragma("GCC unroll 4")
+        for (int q = 0; q < NQ; q++) {
+            float l[16];
+            _mm512_storeu_ps(l, acc[r][q]);
+            for (int k = 0; k < 4 && 4 * q + k < tn; k++) {
+                const int o = (k & 1) * 8 + (k >> 1) * 2;
+                y[(size_t)(4 * q + k) * y_stride + r] = (l[o] + l[o + 1]) + (l[o + 4] + l[o + 5]);
+            }
+        }
+}
+
 /* NR rows (w_stride bytes apart) times NQ quads of tokens ap[4q..4q+3]
  * (past the real tokens, ap repeats the last one: tn says how many are
  * real). */
@@ -107,11 +134,7 @@ AI void tile(int kind, int NR, int NQ, int64_t nb, const uint8_t *w, size_t w_st
      * own) for acc[][] and the per-block arrays to live in registers:
      * twice the speed */
     __m512 acc[4][2];
-    _Pragma("GCC unroll 4")
-    for (int r = 0; r < NR; r++)
-        _Pragma("GCC unroll 4")
-        for (int q = 0; q < NQ; q++)
-            acc[r][q] = _mm512_setzero_ps();
+    zero_acc(NR, NQ, acc);
     for (int64_t i = 0; i < nb; i++) {
         __m512i lv[4];
         __m512 dw[4], mw[4];
@@ -172,19 +195,7 @@ AI void tile(int kind, int NR, int NQ, int64_t nb, const uint8_t *w, size_t w_st
             }
         }
     }
-    /* token 4q + k: lanes of 128-bit lanes (k & 1) * 2 + {0, 1}, at
-     * offset (k >> 1) * 2 within them */
-    _Pragma("GCC unroll 4")
-    for (int r = 0; r < NR; r++)
-        _Pragma("GCC unroll 4")
-        for (int q = 0; q < NQ; q++) {
-            float l[16];
-            _mm512_storeu_ps(l, acc[r][q]);
-            for (int k = 0; k < 4 && 4 * q + k < tn; k++) {
-                const int o = (k & 1) * 8 + (k >> 1) * 2;
-                y[(size_t)(4 * q + k) * y_stride + r] = (l[o] + l[o + 1]) + (l[o + 4] + l[o + 5]);
-            }
-        }
+    store_acc(NR, NQ, acc, tn, y, y_stride);
 }
 
 /* Q4_K x Q8_K: NR rows times NQ quads of tokens, as tile() (same token
@@ -200,11 +211,7 @@ AI void tile_k4(int NR, int NQ, int64_t nb, const uint8_t *w, size_t w_stride,
 {
     const __m512i m4 = _mm512_set1_epi8(0x0F);
     __m512 acc[4][2];
-    _Pragma("GCC unroll 4")
-    for (int r = 0; r < NR; r++)
-        _Pragma("GCC unroll 4")
-        for (int q = 0; q < NQ; q++)
-            acc[r][q] = _mm512_setzero_ps();
+    zero_acc(NR, NQ, acc);
     for (int64_t i = 0; i < nb; i++) {
         const uint8_t *wb[4];
         int32_t scs[4][8];
@@ -273,17 +280,7 @@ AI void tile_k4(int NR, int NQ, int64_t nb, const uint8_t *w, size_t w_stride,
             }
         }
     }
-    _Pragma("GCC unroll 4")
-    for (int r = 0; r < NR; r++)
-        _Pragma("GCC unroll 4")
-        for (int q = 0; q < NQ; q++) {
-            float l[16];
-            _mm512_storeu_ps(l, acc[r][q]);
-            for (int k = 0; k < 4 && 4 * q + k < tn; k++) {
-                const int o = (k & 1) * 8 + (k >> 1) * 2;
-                y[(size_t)(4 * q + k) * y_stride + r] = (l[o] + l[o + 1]) + (l[o + 4] + l[o + 5]);
-            }
-        }
+    store_acc(NR, NQ, acc, tn, y, y_stride);
 }
 
 /* Q6_K x Q8_K, as tile_k4(): the levels + 32 (0..63) of each row's block
@@ -295,11 +292,7 @@ AI void tile_q6(int NR, int NQ, int64_t nb, const uint8_t *w, size_t w_stride,
 {
     const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30);
     __m512 acc[4][2];
-    _Pragma("GCC unroll 4")
-    for (int r = 0; r < NR; r++)
-        _Pragma("GCC unroll 4")
-        for (int q = 0; q < NQ; q++)
-            acc[r][q] = _mm512_setzero_ps();
+    zero_acc(NR, NQ, acc);
     for (int64_t i = 0; i < nb; i++) {
         __m256i lv[4][8];
         __m512i sv[4][8], sc16[4];
@@ -375,17 +368,7 @@ AI void tile_q6(int NR, int NQ, int64_t nb, const uint8_t *w, size_t w_stride,
             }
         }
     }
-    _Pragma("GCC unroll 4")
-    for (int r = 0; r < NR; r++)
-        _Pragma("GCC unroll 4")
-        for (int q = 0; q < NQ; q++) {
-            float l[16];
-            _mm512_storeu_ps(l, acc[r][q]);
-            for (int k = 0; k < 4 && 4 * q + k < tn; k++) {
-                const int o = (k & 1) * 8 + (k >> 1) * 2;
-                y[(size_t)(4 * q + k) * y_stride + r] = (l[o] + l[o + 1]) + (l[o + 4] + l[o + 5]);
-            }
-        }
+    store_acc(NR, NQ, acc, tn, y, y_stride);
 }
 
 #define T(R, P)                                                                    \
