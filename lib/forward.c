@@ -31,6 +31,7 @@ struct rvl_ctx {
     uint32_t n_batch;             /* most tokens per call with all_logits */
     float *k_cache, *v_cache;     /* (layer, n_ctx, kv_dim) */
     float *rope_cos, *rope_sin;   /* (n_ctx, rope_dim/2) */
+    float kq_scale;               /* 1/sqrt(head_dim), times YaRN's mscale^2 */
     float *x;                     /* (UBATCH, dim) residual stream */
     float *xb;                    /* (UBATCH, max(dim, q_dim)) normed input / attention out */
     float *q;                     /* (UBATCH, q_dim) */
@@ -219,7 +220,7 @@ static void attention_heads(void *arg, int ith, int nth)
     const uint32_t hd = hp->head_dim, kv_dim = hp->n_head_kv * hd, q_dim = hp->n_head * hd;
     const uint32_t group = hp->n_head / hp->n_head_kv;
     const size_t xb_stride = hp->n_embd > q_dim ? hp->n_embd : q_dim;
-    const float scale = 1.0f / sqrtf((float)hd);
+    const float scale = c->kq_scale;
     const float *kc = c->k_cache + (size_t)j->layer * c->n_ctx * kv_dim;
     const float *vc = c->v_cache + (size_t)j->layer * c->n_ctx * kv_dim;
     float *att = c->att + (size_t)ith * c->n_ctx;
@@ -439,19 +440,11 @@ int rvl_ctx_open(rvl_ctx **out, const rvl_model *m, const rvl_ctx_params *p)
         return rvl_seterr(RVL_ENOMEM, "out of memory for a context of %u tokens", n);
     }
 
-    /* RoPE tables: theta_i = pos * base^(-2i/rope_dim), / factor for
-     * linear scaling; computed by repeated multiplication as ggml does so
-     * the angles match llama.cpp's to the last bit. */
-    const float theta_scale = powf(hp->rope_base, -2.0f / (float)hp->rope_dim);
-    const float pos_scale = hp->rope_scaling == RVL_ROPE_SCALING_LINEAR ? 1.0f / hp->rope_factor : 1.0f;
-    for (uint32_t pos = 0; pos < c->n_ctx; pos++) {
-        float theta = (float)pos * pos_scale;
-        for (size_t i = 0; i < half; i++) {
-            c->rope_cos[pos * half + i] = cosf(theta);
-            c->rope_sin[pos * half + i] = sinf(theta);
-            theta *= theta_scale;
-        }
-    }
+    /* RoPE tables once per context; YaRN's mscale goes into the scale */
+    float attn_mul;
+    rvl_rope_tables(hp, m->rope_freqs.present ? m->rope_freqs.data : NULL, c->n_ctx, c->rope_cos,
+                    c->rope_sin, &attn_mul);
+    c->kq_scale = attn_mul / sqrtf((float)hp->head_dim);
 
     for (uint32_t l = 0; l < hp->n_layer; l++) {
         const rvl_layer *L = &m->layers[l];

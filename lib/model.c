@@ -132,6 +132,18 @@ static int load_weights(rvl_model *m)
         (rc = get_weight(m, &m->output, "output.weight", E, V, false)) < 0)
         return rc;
     hp->tied_output = !m->output.present;
+    if (hp->has_rope_freqs) {
+        if ((rc = get_weight(m, &m->rope_freqs, "rope_freqs.weight", hp->rope_dim / 2, 0, true)) < 0)
+            return rc;
+        if (m->rope_freqs.type != RVL_TYPE_F32)
+            return rvl_seterr(RVL_EFORMAT, "%s: tensor 'rope_freqs.weight' must be F32",
+                              rvl_file_path(m->file));
+        const float *fd = m->rope_freqs.data;
+        for (uint32_t i = 0; i < hp->rope_dim / 2; i++)
+            if (!(fd[i] > 0 && fd[i] < 1e9f))
+                return rvl_seterr(RVL_EFORMAT, "%s: tensor 'rope_freqs.weight' value %u (%g) is not "
+                                  "a positive divisor", rvl_file_path(m->file), i, (double)fd[i]);
+    }
     if (hp->tied_output)
         m->output = m->tok_embd;
 
@@ -242,30 +254,54 @@ static int load_hparams(rvl_model *m)
     CHECK(hp->rope_dim % 2 == 0 && hp->rope_dim <= hp->head_dim,
           "%s: %s.rope.dimension_count %u is invalid for head size %u", path, A, hp->rope_dim, hp->head_dim);
 
-    /* RoPE scaling: none or linear here; YaRN and Llama-3.1 rope_freqs are
-     * refused clearly until the KV issue implements them. */
+    /* RoPE scaling: none, linear, YaRN (rope.scaling.*), or Llama 3.1's
+     * per-frequency divisors (the tensor rope_freqs.weight, read with the
+     * weights). */
     char key[128];
     snprintf(key, sizeof key, "%s.rope.scaling.type", A);
     hp->rope_scaling = RVL_ROPE_SCALING_NONE;
     hp->rope_factor = 1.0f;
+    hp->yarn_ext_factor = 0.0f;
+    if ((rc = get_u32(f, A, "rope.scaling.original_context_length", &hp->rope_orig_ctx, false,
+                      hp->n_ctx_train)) < 0 ||
+        (rc = get_f32(f, A, "rope.scaling.yarn_beta_fast", &hp->yarn_beta_fast, false, 32.0f)) < 0 ||
+        (rc = get_f32(f, A, "rope.scaling.yarn_beta_slow", &hp->yarn_beta_slow, false, 1.0f)) < 0 ||
+        (rc = get_f32(f, A, "rope.scaling.attn_factor", &hp->rope_attn_factor, false, 1.0f)) < 0)
+        return rc;
+    CHECK(hp->rope_orig_ctx >= 1, "%s: %s.rope.scaling.original_context_length must be positive", path, A);
+    CHECK(hp->rope_attn_factor > 0 && hp->rope_attn_factor < 100,
+          "%s: %s.rope.scaling.attn_factor %g is out of range", path, A, (double)hp->rope_attn_factor);
+    CHECK(hp->yarn_beta_fast > 0 && hp->yarn_beta_slow > 0 && hp->yarn_beta_fast < 1e6f &&
+          hp->yarn_beta_slow < 1e6f, "%s: %s.rope.scaling.yarn_beta_fast/slow must be positive", path, A);
     const rvl_kv *st = rvl_file_find_kv(f, key);
     rvl_str sv = {0};
-    if (st && rvl_kv_get_str(st, &sv) == 0 && !rvl_str_eq(sv, "none")) {
+    if (st && rvl_kv_get_str(st, &sv) < 0)
+        return rvl_seterr(RVL_EFORMAT, "%s: metadata key '%s' is not a string", path, key);
+    if (st && !rvl_str_eq(sv, "none")) {
         float factor;
         if ((rc = get_f32(f, A, "rope.scaling.factor", &factor, true, 1.0f)) < 0)
             return rc;
+        CHECK(factor > 0 && factor < 1e6f, "%s: %s.rope.scaling.factor %g is out of range", path, A,
+              (double)factor);
+        hp->rope_factor = factor;
         if (rvl_str_eq(sv, "linear")) {
-            CHECK(factor > 0, "%s: %s.rope.scaling.factor must be positive", path, A);
             hp->rope_scaling = RVL_ROPE_SCALING_LINEAR;
-            hp->rope_factor = factor;
+        } else if (rvl_str_eq(sv, "yarn")) {
+            hp->rope_scaling = RVL_ROPE_SCALING_YARN;
+            /* llama.cpp's default: full ramp mixing when the model asks for YaRN */
+            if ((rc = get_f32(f, A, "rope.scaling.yarn_ext_factor", &hp->yarn_ext_factor, false,
+                              1.0f)) < 0)
+                return rc;
+            CHECK(hp->yarn_ext_factor >= 0 && hp->yarn_ext_factor <= 1,
+                  "%s: %s.rope.scaling.yarn_ext_factor %g is out of range", path, A,
+                  (double)hp->yarn_ext_factor);
         } else {
-            return rvl_seterr(RVL_EUNSUPPORTED, "%s: RoPE scaling '%.*s' is not implemented yet", path,
-                              (int)(sv.len > 32 ? 32 : sv.len), sv.ptr);
+            return rvl_seterr(RVL_EUNSUPPORTED, "%s: RoPE scaling '%.*s' in '%s' is not supported "
+                              "(supported: none, linear, yarn)", path,
+                              (int)(sv.len > 32 ? 32 : sv.len), sv.ptr, key);
         }
     }
-    if (rvl_file_find_tensor(f, "rope_freqs.weight"))
-        return rvl_seterr(RVL_EUNSUPPORTED, "%s: tensor 'rope_freqs.weight' (Llama 3.1 RoPE scaling) "
-                          "is not implemented yet", path);
+    hp->has_rope_freqs = rvl_file_find_tensor(f, "rope_freqs.weight") != NULL;
 
     /* vocabulary size: from the embedding matrix, cross-checked with the key */
     const rvl_tensor_info *te = rvl_file_find_tensor(f, "token_embd.weight");

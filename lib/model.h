@@ -35,8 +35,17 @@ struct rvl_model {
     rvl_weight tok_embd;              /* (vocab, dim) */
     rvl_weight output_norm;           /* (dim) */
     rvl_weight output;                /* (vocab, dim); == tok_embd when tied */
+    rvl_weight rope_freqs;            /* (rope_dim/2) f32, Llama 3.1; or absent */
     rvl_layer *layers;                /* owned: n_layer */
     struct rvl_tokenizer *tok;        /* owned */
 };
+
+/* RoPE tables for positions 0..n_ctx-1 (lib/rope.c): cos/sin of each
+ * pair's angle, (n_ctx, rope_dim/2), with linear, YaRN or Llama-3.1
+ * frequency scaling applied. *attn_mul receives the factor YaRN's mscale
+ * contributes to the attention scale (mscale^2; 1 otherwise): it is folded
+ * there instead of into q and k. */
+void rvl_rope_tables(const rvl_hparams *hp, const float *freq_div, uint32_t n_ctx, float *cos_t,
+                     float *sin_t, float *attn_mul);
 
 #endif

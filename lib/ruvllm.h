@@ -414,7 +414,12 @@ typedef struct {
     rvl_rope_type rope_type;
     rvl_rope_scaling rope_scaling;
     float rope_factor;      /* scaling factor (1: none) */
-    uint32_t rope_orig_ctx; /* original context for YaRN */
+    uint32_t rope_orig_ctx; /* YaRN: rope.scaling.original_context_length */
+    float yarn_beta_fast;   /* YaRN ramp, in rotations (default 32) */
+    float yarn_beta_slow;   /* (default 1) */
+    float yarn_ext_factor;  /* extrapolation mix (1 with YaRN, else 0) */
+    float rope_attn_factor; /* rope.scaling.attn_factor (default 1) */
+    bool has_rope_freqs;    /* Llama 3.1: per-frequency divisors in rope_freqs.weight */
     bool has_qkv_bias;      /* qwen2 */
     bool tied_output;       /* output.weight absent: reuse token_embd */
 } rvl_hparams;

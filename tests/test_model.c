@@ -33,6 +33,7 @@
 
 #include "formats.h"
 #include "ruvllm.h"
+#include "model.h"
 
 /* ======================================================================
  * The tiny model's geometry
@@ -298,6 +299,7 @@ typedef struct {
     float rope_base;          /* <arch>.rope.freq_base (0: 10000) */
     uint32_t rope_dim;        /* <arch>.rope.dimension_count (0: absent) */
     bool no_rope_base;        /* leave rope.freq_base out (default 10000) */
+    uint32_t yarn_orig_ctx;   /* <arch>.rope.scaling.original_context_length (0: absent) */
     uint32_t extra_tokens;    /* tokens beyond token_embd's rows */
 } spec;
 
@@ -423,6 +425,8 @@ static int write_model(const char *path, const tmodel *m, const spec *s)
         STR(KEY("rope.scaling.type"), s->rope_scaling);
     if (s->rope_factor)
         F32(KEY("rope.scaling.factor"), s->rope_factor);
+    if (s->yarn_orig_ctx)
+        U32(KEY("rope.scaling.original_context_length"), s->yarn_orig_ctx);
     if (s->vocab_size)
         U32(KEY("vocab_size"), s->vocab_size);
     STR("tokenizer.ggml.model", "gpt2");
@@ -902,14 +906,99 @@ static void test_model_head_count_kv_must_divide_head_count(void **state)
     tm_free(&m);
 }
 
-static void test_model_yarn_rope_scaling_is_unsupported(void **state)
+static void test_model_yarn_keys_are_read_and_unknown_scaling_is_named(void **state)
 {
     (void)state;
     tmodel m;
     tm_build(&m, RVL_TYPE_F32, false, false, 12);
-    spec s = {.rope_scaling = "yarn", .rope_factor = 4};
-    expect_open_error("yarn.gguf", &m, &s, RVL_EUNSUPPORTED, "yarn");
+    spec s = {.rope_scaling = "yarn", .rope_factor = 4, .yarn_orig_ctx = 32};
+    rvl_model *mod = open_model("yarn.gguf", &m, &s);
+    const rvl_hparams *hp = rvl_model_hparams(mod);
+    assert_int_equal(hp->rope_scaling, RVL_ROPE_SCALING_YARN);
+    assert_true(hp->rope_factor == 4.0f);
+    assert_int_equal(hp->rope_orig_ctx, 32);
+    assert_true(hp->yarn_beta_fast == 32.0f && hp->yarn_beta_slow == 1.0f);
+    assert_true(hp->yarn_ext_factor == 1.0f && hp->rope_attn_factor == 1.0f);
+    rvl_model_close(mod);
+
+    spec s2 = {.rope_scaling = "longrope", .rope_factor = 4};
+    expect_open_error("longrope.gguf", &m, &s2, RVL_EUNSUPPORTED, "longrope");
+    spec s3 = {.rope_scaling = "yarn", .rope_factor = -2};
+    expect_open_error("yarn-neg.gguf", &m, &s3, RVL_EFORMAT, "rope.scaling.factor");
+    spec s4 = {.rope_scaling = "yarn"};
+    expect_open_error("yarn-nofactor.gguf", &m, &s4, RVL_EFORMAT, "rope.scaling.factor");
     tm_free(&m);
+}
+
+/* The YaRN tables against the definition, in double: transformers'
+ * _compute_yarn_parameters (inv_freq mixed per pair by a linear ramp
+ * between the correction dims, cos/sin times mscale = 0.1 ln(s) + 1). */
+static void test_rope_yarn_tables_match_definition(void **state)
+{
+    (void)state;
+    rvl_hparams hp = {0};
+    hp.rope_dim = 64;
+    hp.head_dim = 64;
+    hp.rope_base = 10000.0f;
+    hp.rope_scaling = RVL_ROPE_SCALING_YARN;
+    hp.rope_factor = 8.0f;
+    hp.rope_orig_ctx = 256;
+    hp.yarn_beta_fast = 32.0f;
+    hp.yarn_beta_slow = 1.0f;
+    hp.yarn_ext_factor = 1.0f;
+    hp.rope_attn_factor = 1.0f;
+    enum { N = 3000, H = 32 };
+    float *cs = malloc(sizeof(float) * N * H), *sn = malloc(sizeof(float) * N * H);
+    float mul = 0;
+    rvl_rope_tables(&hp, NULL, N, cs, sn, &mul);
+
+    double d = 64, base = 10000, factor = 8, orig = 256;
+    double lo = floor(d * log(orig / (32 * 2 * M_PI)) / (2 * log(base)));
+    double hi = ceil(d * log(orig / (1 * 2 * M_PI)) / (2 * log(base)));
+    lo = lo < 0 ? 0 : lo;
+    hi = hi > d - 1 ? d - 1 : hi;
+    double mscale = 0.1 * log(factor) + 1;
+    assert_true(fabs(mul - mscale * mscale) < 1e-6);
+    double maxerr = 0;
+    for (int i = 0; i < H; i++) {
+        double f = pow(base, -2.0 * i / d);
+        double ramp = (i - lo) / (hi - lo);
+        ramp = ramp < 0 ? 0 : ramp > 1 ? 1 : ramp;
+        double extrap = 1 - ramp; /* weight of the unscaled frequency */
+        double inv = f / factor * (1 - extrap) + f * extrap;
+        for (int p = 0; p < N; p += 7) {
+            double e = fabs(cos(p * inv) - cs[p * H + i]) + fabs(sin(p * inv) - sn[p * H + i]);
+            if (e > maxerr)
+                maxerr = e;
+        }
+    }
+    print_message("yarn tables vs double: %.3g\n", maxerr);
+    /* float angles of up to ~3000 rad: a few ulp of 3000 is ~1e-3 */
+    assert_true(maxerr < 2e-3);
+    /* pairs below the ramp are interpolated (1/8 of the frequency), above it kept */
+    assert_true(fabs(cs[100 * H + 0] - cos(100.0)) < 1e-5);
+    assert_true(fabs(cs[100 * H + (H - 1)] - cos(100.0 * pow(base, -2.0 * (H - 1) / d) / 8)) < 1e-5);
+
+    /* Llama 3.1: each pair's angle divided by its rope_freqs entry */
+    rvl_hparams h3 = hp;
+    h3.rope_scaling = RVL_ROPE_SCALING_NONE;
+    float div[H];
+    for (int i = 0; i < H; i++)
+        div[i] = i < 8 ? 1.0f : i < 16 ? 1.0f + (float)(i - 8) : 8.0f;
+    rvl_rope_tables(&h3, div, N, cs, sn, &mul);
+    assert_true(mul == 1.0f);
+    maxerr = 0;
+    for (int i = 0; i < H; i++)
+        for (int p = 0; p < N; p += 11) {
+            double a = p * pow(base, -2.0 * i / d) / div[i];
+            double e = fabs(cos(a) - cs[p * H + i]) + fabs(sin(a) - sn[p * H + i]);
+            if (e > maxerr)
+                maxerr = e;
+        }
+    print_message("llama3 tables vs double: %.3g\n", maxerr);
+    assert_true(maxerr < 2e-3);
+    free(cs);
+    free(sn);
 }
 
 static void test_model_unusable_tensor_type_is_named(void **state)
@@ -1422,7 +1511,8 @@ int main(void)
         TEST(test_model_tokenizer_larger_than_embedding_is_refused),
         TEST(test_model_unsupported_architecture_is_named),
         TEST(test_model_head_count_kv_must_divide_head_count),
-        TEST(test_model_yarn_rope_scaling_is_unsupported),
+        TEST(test_model_yarn_keys_are_read_and_unknown_scaling_is_named),
+        TEST(test_rope_yarn_tables_match_definition),
         TEST(test_model_unusable_tensor_type_is_named),
         TEST(test_model_truncated_or_corrupt_file_is_refused),
         TEST(test_forward_llama_f32_matches_reference),
