@@ -84,9 +84,10 @@ _ruvllm() {
             --chunks) return ;;
             --kl-base) COMPREPLY=($(compgen -f -- "$cur")); return ;;
             --kl) COMPREPLY=($(compgen -f -- "$cur")); return ;;
+            --kv-type) COMPREPLY=($(compgen -W "f16 f32" -- "$cur")); return ;;
         esac
         if [[ $cur == -* ]]; then
-            COMPREPLY=($(compgen -W "-m --model -t --threads -r --repetitions -o --output -j --json --filter --isa --tokens --mem-size -p --n-prompt -n --n-gen --synthetic --type -f --file -c --ctx-size --chunks --kl-base --kl -h --help " -- "$cur"))
+            COMPREPLY=($(compgen -W "-m --model -t --threads -r --repetitions -o --output -j --json --filter --isa --tokens --mem-size -p --n-prompt -n --n-gen --synthetic --type -f --file -c --ctx-size --chunks --kl-base --kl --kv-type -h --help " -- "$cur"))
             return
         fi
         ;;

@@ -97,6 +97,7 @@ complete -c ruvllm -n '__fish_seen_subcommand_from bench' -s c -l ctx-size -x -d
 complete -c ruvllm -n '__fish_seen_subcommand_from bench' -l chunks -x -d 'ppl - score at most N windows (0 - all)'
 complete -c ruvllm -n '__fish_seen_subcommand_from bench' -l kl-base -r -F -d 'ppl - save every scored position`s log-probabilities to FILE'
 complete -c ruvllm -n '__fish_seen_subcommand_from bench' -l kl -r -F -d 'ppl - compare with a --kl-base FILE - KL divergence and top-token agreement'
+complete -c ruvllm -n '__fish_seen_subcommand_from bench' -l kv-type -x -a 'f16 f32' -d 'model, ppl - KV cache element type'
 complete -c ruvllm -n '__fish_seen_subcommand_from bench' -s h -l help -d 'show this help and exit'
 complete -c ruvllm-bench -s m -l model -r -F -d 'model file (default - $RUVLLM_MODEL, then the cached default model)'
 complete -c ruvllm-bench -s t -l threads -x -d 'threads (0 - one per CPU)'
@@ -116,6 +117,7 @@ complete -c ruvllm-bench -s c -l ctx-size -x -d 'ppl - window size in tokens (wi
 complete -c ruvllm-bench -l chunks -x -d 'ppl - score at most N windows (0 - all)'
 complete -c ruvllm-bench -l kl-base -r -F -d 'ppl - save every scored position`s log-probabilities to FILE'
 complete -c ruvllm-bench -l kl -r -F -d 'ppl - compare with a --kl-base FILE - KL divergence and top-token agreement'
+complete -c ruvllm-bench -l kv-type -x -a 'f16 f32' -d 'model, ppl - KV cache element type'
 complete -c ruvllm-bench -s h -l help -d 'show this help and exit'
 complete -c ruvllm-bench -f
 

@@ -248,7 +248,8 @@ int rvl_ppl_open(rvl_ppl **out, const rvl_model *m, const rvl_ppl_params *prm, c
     /* logits of every position when the forward pass offers them;
      * otherwise one decode per scored position */
     p->n_batch = p->n_ctx < 256 ? p->n_ctx : 256;
-    rvl_ctx_params cp = {p->n_ctx, prm->n_threads, true, p->n_batch};
+    rvl_ctx_params cp = {.n_ctx = p->n_ctx, .n_threads = prm->n_threads, .all_logits = true,
+                         .n_batch = p->n_batch, .kv_type = prm->kv_type};
     rc = rvl_ctx_open(&p->ctx, m, &cp);
     if (rc == RVL_EUNSUPPORTED) {
         cp.all_logits = false;

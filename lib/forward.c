@@ -8,14 +8,23 @@
  * output projection. Every buffer is allocated in rvl_ctx_open; rvl_decode
  * never allocates. Matmuls run on the context's thread pool, split by rows.
  *
- * The KV cache here is contiguous f32, per layer [n_ctx][n_head_kv*hd];
- * the KV issue replaces it with the paged, tiered cache.
+ * The KV cache here is contiguous f16, per layer [n_ctx][n_head_kv*hd];
+ * the KV issue replaces it with the paged, tiered cache. Attention rounds
+ * where llama.cpp's CPU path (no flash attention, f16 cache) rounds, so
+ * the two agree closely: q is rounded to f16 for the q.k dot products
+ * (f32 sums), the softmax is f32 (sum in double), and the probabilities
+ * are rounded to f16 before they weight the f16 values (f32 sums).
  */
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 #include <math.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "dispatch.h"
+#include "f16.h"
 #include "model.h"
 
 /* Tokens processed together: each weight row is read once per chunk and
@@ -29,7 +38,10 @@ struct rvl_ctx {
     uint32_t pos;                 /* tokens in the cache */
     bool all_logits;
     uint32_t n_batch;             /* most tokens per call with all_logits */
-    float *k_cache, *v_cache;     /* (layer, n_ctx, kv_dim) */
+    rvl_kv_type kv_type;
+    size_t kv_esize;              /* bytes per cached element: 2 (f16) or 4 (f32) */
+    void *k_cache, *v_cache;      /* (layer, n_ctx, kv_dim) */
+    void *qa;                     /* (UBATCH, q_dim) q in the cache's format */
     float *rope_cos, *rope_sin;   /* (n_ctx, rope_dim/2) */
     float kq_scale;               /* 1/sqrt(head_dim), times YaRN's mscale^2 */
     float *x;                     /* (UBATCH, dim) residual stream */
@@ -43,7 +55,8 @@ struct rvl_ctx {
     float *norm_w;                /* dequantized norm weights: (2*n_layer+1, dim) */
     float *bias;                  /* dequantized biases: (n_layer, q_dim + 2*kv_dim) or NULL */
     unsigned char *actq;          /* (UBATCH, act_stride) activations for vec_dot */
-    rvl_vec_dot_fn dot_f32;       /* the selected ISA's f32 dot product */
+    rvl_vec_dot_fn dot_kv;        /* the selected ISA's dot product in the cache's format */
+    void (*axpy_f16)(float *restrict, float, const rvl_f16 *restrict, uint32_t);
     size_t act_stride;
 };
 
@@ -189,8 +202,7 @@ static void rope(const rvl_ctx *c, float *v, uint32_t n_heads, uint32_t pos)
     }
 }
 
-/* y += a * x over n floats. Compiled for several ISAs and chosen at load
- * time (ifunc) until the attention kernels of the KV issue replace it. */
+/* y += a * x over n floats (the f32 cache). */
 #if defined(__x86_64__) && defined(__clang__)
 __attribute__((target_clones("avx512f", "avx2", "default")))
 #elif defined(__x86_64__) && defined(__GNUC__)
@@ -201,6 +213,28 @@ static void axpy(float *restrict y, float a, const float *restrict x, uint32_t n
     for (uint32_t i = 0; i < n; i++)
         y[i] += a * x[i];
 }
+
+/* y += a * x over n f16 values, summed in f32. */
+static void axpy_f16_ref(float *restrict y, float a, const rvl_f16 *restrict x, uint32_t n)
+{
+    for (uint32_t i = 0; i < n; i++)
+        y[i] += a * rvl_f16_to_f32(x[i]);
+}
+
+#if defined(__x86_64__)
+__attribute__((target("avx2,fma,f16c")))
+static void axpy_f16_avx2(float *restrict y, float a, const rvl_f16 *restrict x, uint32_t n)
+{
+    const __m256 va = _mm256_set1_ps(a);
+    uint32_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 vx = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(x + i)));
+        _mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, vx, _mm256_loadu_ps(y + i)));
+    }
+    for (; i < n; i++)
+        y[i] = fmaf(a, rvl_f16_to_f32(x[i]), y[i]);
+}
+#endif
 
 /* ====================================================================
  * Causal attention for the nb tokens of a chunk at positions pos0..:
@@ -221,19 +255,21 @@ static void attention_heads(void *arg, int ith, int nth)
     const uint32_t group = hp->n_head / hp->n_head_kv;
     const size_t xb_stride = hp->n_embd > q_dim ? hp->n_embd : q_dim;
     const float scale = c->kq_scale;
-    const float *kc = c->k_cache + (size_t)j->layer * c->n_ctx * kv_dim;
-    const float *vc = c->v_cache + (size_t)j->layer * c->n_ctx * kv_dim;
+    const size_t es = c->kv_esize;
+    const char *kc = (const char *)c->k_cache + (size_t)j->layer * c->n_ctx * kv_dim * es;
+    const char *vc = (const char *)c->v_cache + (size_t)j->layer * c->n_ctx * kv_dim * es;
     float *att = c->att + (size_t)ith * c->n_ctx;
-    const rvl_vec_dot_fn dot = c->dot_f32;
+    const rvl_vec_dot_fn dot = c->dot_kv;
+    const bool f16 = c->kv_type == RVL_KV_F16;
 
     for (uint32_t item = (uint32_t)ith; item < j->nb * hp->n_head; item += (uint32_t)nth) {
         const uint32_t t = item / hp->n_head, h = item % hp->n_head;
         const uint32_t pos = j->pos0 + t;
-        const float *q = c->q + (size_t)t * q_dim + (size_t)h * hd;
+        const char *q = (const char *)c->qa + ((size_t)t * q_dim + (size_t)h * hd) * es;
         const uint32_t kvh = h / group;
         float mx = -INFINITY;
         for (uint32_t p = 0; p <= pos; p++) {
-            const float *k = kc + (size_t)p * kv_dim + (size_t)kvh * hd;
+            const char *k = kc + ((size_t)p * kv_dim + (size_t)kvh * hd) * es;
             float s = dot(hd, k, q) * scale;
             att[p] = s;
             if (s > mx)
@@ -248,8 +284,12 @@ static void attention_heads(void *arg, int ith, int nth)
         float *out = c->xb + (size_t)t * xb_stride + (size_t)h * hd;
         memset(out, 0, hd * sizeof *out);
         for (uint32_t p = 0; p <= pos; p++) {
-            const float *v = vc + (size_t)p * kv_dim + (size_t)kvh * hd;
-            axpy(out, att[p] * inv, v, hd);
+            const char *v = vc + ((size_t)p * kv_dim + (size_t)kvh * hd) * es;
+            if (f16)
+                c->axpy_f16(out, rvl_f16_to_f32(rvl_f32_to_f16(att[p] * inv)),
+                            (const rvl_f16 *)v, hd);
+            else
+                axpy(out, att[p] * inv, (const float *)v, hd);
         }
     }
 }
@@ -268,6 +308,7 @@ static void forward_chunk(rvl_ctx *c, const int32_t *tokens, uint32_t nb, uint32
     const uint32_t dim = hp->n_embd, hd = hp->head_dim;
     const uint32_t q_dim = hp->n_head * hd, kv_dim = hp->n_head_kv * hd, ff = hp->n_ff;
     const size_t xb_stride = dim > q_dim ? dim : q_dim;
+    const rvl_kformat *kvf = rvl_kformat_get(c->kv_type == RVL_KV_F16 ? RVL_K_F16 : RVL_K_F32);
 
     /* embedding rows, whatever their format */
     for (uint32_t t = 0; t < nb; t++)
@@ -300,9 +341,10 @@ static void forward_chunk(rvl_ctx *c, const int32_t *tokens, uint32_t nb, uint32
             }
             rope(c, q, hp->n_head, pos0 + t);
             rope(c, k, hp->n_head_kv, pos0 + t);
-            size_t at = ((size_t)l * c->n_ctx + pos0 + t) * kv_dim;
-            memcpy(c->k_cache + at, k, kv_dim * sizeof(float));
-            memcpy(c->v_cache + at, v, kv_dim * sizeof(float));
+            size_t at = ((size_t)l * c->n_ctx + pos0 + t) * kv_dim * c->kv_esize;
+            kvf->quantize(k, (char *)c->k_cache + at, kv_dim, NULL);
+            kvf->quantize(v, (char *)c->v_cache + at, kv_dim, NULL);
+            kvf->quantize(q, (char *)c->qa + (size_t)t * q_dim * c->kv_esize, q_dim, NULL);
         }
         attn_job aj = {c, l, pos0, nb};
         rvl_pool_run(c->pool, attention_heads, &aj);
@@ -401,6 +443,12 @@ int rvl_ctx_open(rvl_ctx **out, const rvl_model *m, const rvl_ctx_params *p)
         return rc;
     }
     const int nth = rvl_pool_size(c->pool);
+    c->kv_type = p ? p->kv_type : RVL_KV_F16;
+    if (c->kv_type != RVL_KV_F16 && c->kv_type != RVL_KV_F32) {
+        rvl_ctx_close(c);
+        return rvl_seterr(RVL_EINVAL, "unknown KV cache type %d", (int)c->kv_type);
+    }
+    c->kv_esize = c->kv_type == RVL_KV_F16 ? sizeof(rvl_f16) : sizeof(float);
 
     const size_t dim = hp->n_embd, hd = hp->head_dim, ff = hp->n_ff;
     const size_t q_dim = hp->n_head * hd, kv_dim = hp->n_head_kv * hd;
@@ -413,8 +461,9 @@ int rvl_ctx_open(rvl_ctx **out, const rvl_model *m, const rvl_ctx_params *p)
     /* activation rows: at most 4 bytes per element (f32) plus a row header */
     c->act_stride = (maxn * 4 + 64 + 63) & ~(size_t)63;
 
-    c->k_cache = calloc(kv_elems, sizeof(float));
-    c->v_cache = calloc(kv_elems, sizeof(float));
+    c->k_cache = calloc(kv_elems, c->kv_esize);
+    c->v_cache = calloc(kv_elems, c->kv_esize);
+    c->qa = calloc(UBATCH * q_dim, c->kv_esize);
     c->rope_cos = malloc((size_t)c->n_ctx * half * sizeof(float));
     c->rope_sin = malloc((size_t)c->n_ctx * half * sizeof(float));
     c->x = calloc(UBATCH * dim, sizeof(float));
@@ -431,8 +480,13 @@ int rvl_ctx_open(rvl_ctx **out, const rvl_model *m, const rvl_ctx_params *p)
     if (hp->has_qkv_bias)
         c->bias = calloc((size_t)hp->n_layer * (q_dim + 2 * kv_dim), sizeof(float));
     c->actq = malloc(UBATCH * c->act_stride);
-    c->dot_f32 = rvl_kformat_get(RVL_K_F32)->vec_dot;
-    if (!c->k_cache || !c->v_cache || !c->rope_cos || !c->rope_sin || !c->x || !c->xb || !c->q ||
+    c->dot_kv = rvl_kformat_get(c->kv_type == RVL_KV_F16 ? RVL_K_F16 : RVL_K_F32)->vec_dot;
+    c->axpy_f16 = axpy_f16_ref;
+#if defined(__x86_64__)
+    if (rvl_cpu()->avx2 && rvl_cpu()->fma && rvl_cpu()->f16c && rvl_dispatch_isa() != RVL_ISA_REF)
+        c->axpy_f16 = axpy_f16_avx2;
+#endif
+    if (!c->k_cache || !c->v_cache || !c->qa || !c->rope_cos || !c->rope_sin || !c->x || !c->xb || !c->q ||
         !c->k || !c->v || !c->att || !c->hb || !c->hb2 || !c->xo || !c->logits || !c->norm_w ||
         (hp->has_qkv_bias && !c->bias) || !c->actq) {
         uint32_t n = c->n_ctx;
@@ -469,6 +523,7 @@ void rvl_ctx_close(rvl_ctx *c)
     rvl_pool_close(c->pool);
     free(c->k_cache);
     free(c->v_cache);
+    free(c->qa);
     free(c->rope_cos);
     free(c->rope_sin);
     free(c->x);

@@ -434,12 +434,19 @@ const rvl_hparams *rvl_model_hparams(const rvl_model *m);
 const rvl_file *rvl_model_file(const rvl_model *m);
 struct rvl_tokenizer *rvl_model_tokenizer(const rvl_model *m); /* borrowed */
 
+/* KV cache element formats (the KV issue adds quantized and tiered ones). */
+typedef enum {
+    RVL_KV_F16 = 0,         /* llama.cpp's default; attention rounds as its CPU path */
+    RVL_KV_F32 = 1,         /* exact: for comparisons with f32 references */
+} rvl_kv_type;
+
 typedef struct {
     uint32_t n_ctx;         /* context length in tokens (0: min(4096, train)) */
     uint32_t n_threads;     /* 0: all cores */
     bool all_logits;        /* keep the logits of every token of a batch */
     uint32_t n_batch;       /* with all_logits: most tokens per rvl_decode
                                call (0: n_ctx) */
+    rvl_kv_type kv_type;    /* RVL_KV_F16 by default */
 } rvl_ctx_params;
 
 typedef struct rvl_ctx rvl_ctx;
@@ -597,6 +604,7 @@ typedef struct {
     uint32_t n_windows;      /* at most this many (0: all) */
     const char *save_path;   /* --kl-base FILE, or NULL */
     const char *base_path;   /* --kl FILE, or NULL: its windows and tokens are used */
+    rvl_kv_type kv_type;     /* the context's KV cache */
 } rvl_ppl_params;
 
 typedef struct {
