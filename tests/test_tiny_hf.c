@@ -1,0 +1,326 @@
+/*
+ * test_tiny_hf.c - the forward pass gives Hugging Face transformers'
+ * logits on tiny random-weight models of the variants no shipped model
+ * covers: Llama (untied and tied output), Qwen2 (Q/K/V biases, NeoX
+ * RoPE), and Llama with linear, YaRN and Llama-3.1 RoPE scaling.
+ *
+ * tests/ref/gen_tiny_hf.py built each model with transformers (hidden 64,
+ * 2 layers, 4 query heads over 2 KV heads of 16, intermediate 128,
+ * vocabulary 272, f32 weights, seeded), wrote it as GGUF the way
+ * llama.cpp's converter would (tests/data/tiny/<name>.gguf) and stored
+ * transformers' logits for every position of one 64-token sequence
+ * (<name>.logits: little-endian f32, 64 x 272; the ids in tokens.txt).
+ *
+ * The criterion, per position t (row of logits):
+ *     max_i |ours[t][i] - ref[t][i]| <= 1e-4 * max_i |ref[t][i]|
+ * i.e. every logit within 1e-4 of the row's largest magnitude (the issue
+ * asks for 1e-3; this is ten times stricter). Both sides compute in f32
+ * from the same f32 weights, so they agree to 1-3e-6 when the model is
+ * computed right (llama.cpp too); the generator shows that each feature got
+ * wrong (no scaling, a wrong RoPE layout, YaRN's attention factor left
+ * out, biases dropped, a different theta) moves the logits by 0.4 or more
+ * in this metric (tests/data/tiny/manifest.tsv).
+ *
+ * That criterion is checked with an f32 KV cache (RVL_KV_F32), so that
+ * the whole computation is f32, through several decode paths: the whole
+ * sequence in one call (two internal chunks of 32), in calls of 5 tokens,
+ * and one token at a time; the latter two must also agree with the
+ * one-call logits to 1e-5 in the same metric (only summation order may
+ * differ). The default f16 cache, which rounds K, V, q and the attention
+ * weights to f16 as llama.cpp's CPU path does, is held to 1e-2 (it
+ * measures about 2e-3 here, against 0.4 and more for a real mistake).
+ *
+ * Run from the repository root (make check does). No Python needed.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ruvllm.h"
+
+#define DATA_DIR "tests/data/tiny"
+#define REF_TOL 1e-4      /* against transformers, f32 KV cache */
+#define PATH_TOL 1e-5     /* between decode paths of ruvllm */
+#define F16_TOL 1e-2      /* f16 KV cache against transformers */
+
+enum { MAX_TOKENS = 256 };
+
+/* ====================================================================
+ * Goldens
+ * ==================================================================== */
+
+static int read_tokens(int32_t *ids, int cap)
+{
+    FILE *f = fopen(DATA_DIR "/tokens.txt", "r");
+    if (!f)
+        fail_msg("%s/tokens.txt: cannot open (run from the repository root)", DATA_DIR);
+    int n = 0;
+    long v;
+    while (n < cap && fscanf(f, "%ld", &v) == 1)
+        ids[n++] = (int32_t)v;
+    fclose(f);
+    return n;
+}
+
+/* n_tok x n_vocab little-endian f32; the file's size must be exactly that. */
+static float *read_logits(const char *name, int n_tok, uint32_t n_vocab)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s.logits", DATA_DIR, name);
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        fail_msg("%s: cannot open", path);
+    const size_t n = (size_t)n_tok * n_vocab;
+    float *x = malloc(n * sizeof *x + 1);
+    assert_non_null(x);
+    size_t got = fread(x, 1, n * sizeof *x + 1, f);
+    fclose(f);
+    if (got != n * sizeof *x)
+        fail_msg("%s: %zu bytes, expected %zu (%d tokens x %u logits)", path, got, n * sizeof *x,
+                 n_tok, n_vocab);
+    /* the file is little-endian; so is every machine this runs on today */
+    const uint16_t one = 1;
+    assert_int_equal(*(const unsigned char *)&one, 1);
+    return x;
+}
+
+/* ====================================================================
+ * Comparison
+ * ==================================================================== */
+
+/* Row t's error: max |a - ref| / max |ref|. */
+static double row_err(const float *a, const float *ref, uint32_t n)
+{
+    double mx = 0, md = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        double r = fabs((double)ref[i]), d = fabs((double)a[i] - (double)ref[i]);
+        if (r > mx)
+            mx = r;
+        if (d > md || isnan(d))
+            md = isnan(d) ? INFINITY : d;
+    }
+    return mx > 0 ? md / mx : md;
+}
+
+/* Compares n_tok rows; returns the largest row error. When any row is
+ * above tol, prints every row's error (the pattern over positions tells
+ * a RoPE error, which grows with the position, from others). */
+static double compare(const char *what, const float *ours, const float *ref, int n_tok,
+                      uint32_t n_vocab, double tol)
+{
+    double worst = 0;
+    int at = 0, nbad = 0;
+    for (int t = 0; t < n_tok; t++) {
+        double e = row_err(ours + (size_t)t * n_vocab, ref + (size_t)t * n_vocab, n_vocab);
+        if (e > worst || isnan(e)) {
+            worst = isnan(e) ? INFINITY : e;
+            at = t;
+        }
+        nbad += !(e <= tol);
+    }
+    if (nbad) {
+        print_error("%s: %d of %d positions above %.0e; largest %.3e at position %d; "
+                    "per position:\n", what, nbad, n_tok, tol, worst, at);
+        for (int t = 0; t < n_tok; t++)
+            print_error("%s%8.1e%s", t % 8 ? "" : "  ", row_err(ours + (size_t)t * n_vocab,
+                        ref + (size_t)t * n_vocab, n_vocab), t % 8 == 7 || t + 1 == n_tok ? "\n" : "");
+    }
+    return worst;
+}
+
+/* ====================================================================
+ * Decode paths
+ * ==================================================================== */
+
+/* The sequence through rvl_decode in calls of `step` tokens (0: all at
+ * once) with a KV cache of type kv, every position's logits into out
+ * (n_tok x n_vocab). */
+static void decode(const rvl_model *m, const int32_t *ids, int n_tok, int step,
+                   uint32_t n_threads, rvl_kv_type kv, float *out)
+{
+    const uint32_t n_vocab = rvl_model_hparams(m)->n_vocab;
+    const uint32_t chunk = step ? (uint32_t)step : (uint32_t)n_tok;
+    rvl_ctx_params cp = {.n_ctx = (uint32_t)n_tok, .n_threads = n_threads,
+                         .all_logits = chunk > 1, .n_batch = chunk, .kv_type = kv};
+    rvl_ctx *c = NULL;
+    if (rvl_ctx_open(&c, m, &cp) < 0)
+        fail_msg("rvl_ctx_open: %s", rvl_errmsg());
+    for (int i = 0; i < n_tok; i += (int)chunk) {
+        const uint32_t n = (uint32_t)(n_tok - i) < chunk ? (uint32_t)(n_tok - i) : chunk;
+        const float *lg = NULL;
+        if (rvl_decode(c, ids + i, n, &lg) < 0)
+            fail_msg("rvl_decode at position %d: %s", i, rvl_errmsg());
+        assert_non_null(lg);
+        /* with all_logits every token's row; without, the last token's */
+        memcpy(out + (size_t)i * n_vocab, lg, (size_t)n * n_vocab * sizeof *out);
+    }
+    assert_int_equal(rvl_ctx_pos(c), n_tok);
+    rvl_ctx_close(c);
+}
+
+/* ====================================================================
+ * The check, per model
+ * ==================================================================== */
+
+typedef struct {
+    const char *name;
+    const char *arch;
+    bool tied, bias;
+    rvl_rope_type rope_type;
+} variant;
+
+static void check_variant(const variant *v)
+{
+    static int32_t ids[MAX_TOKENS];
+    const int n_tok = read_tokens(ids, MAX_TOKENS);
+    assert_true(n_tok >= 48 && n_tok < MAX_TOKENS);
+
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s.gguf", DATA_DIR, v->name);
+    rvl_model *m = NULL;
+    if (rvl_model_open(&m, path) < 0)
+        fail_msg("%s: %s", path, rvl_errmsg());
+    const rvl_hparams *hp = rvl_model_hparams(m);
+    assert_string_equal(hp->arch, v->arch);
+    assert_int_equal(hp->n_layer, 2);
+    assert_int_equal(hp->n_embd, 64);
+    assert_int_equal(hp->n_head, 4);
+    assert_int_equal(hp->n_head_kv, 2);
+    assert_int_equal(hp->head_dim, 16);
+    assert_int_equal(hp->n_ff, 128);
+    assert_int_equal(hp->rope_type, v->rope_type);
+    assert_int_equal(hp->tied_output, v->tied);
+    assert_int_equal(hp->has_qkv_bias, v->bias);
+    const uint32_t nv = hp->n_vocab;
+    assert_int_equal(nv, 272);
+
+    float *ref = read_logits(v->name, n_tok, nv);
+    const size_t n = (size_t)n_tok * nv;
+    float *batch = malloc(n * sizeof *batch), *other = malloc(n * sizeof *other);
+    assert_non_null(batch);
+    assert_non_null(other);
+    char what[128];
+
+    decode(m, ids, n_tok, 0, 2, RVL_KV_F32, batch);
+    snprintf(what, sizeof what, "%s: one call vs transformers", v->name);
+    const double e_ref = compare(what, batch, ref, n_tok, nv, REF_TOL);
+
+    static const int steps[] = {5, 1};
+    double e_path = 0, e_path_ref = 0;
+    for (size_t s = 0; s < sizeof steps / sizeof steps[0]; s++) {
+        decode(m, ids, n_tok, steps[s], 1, RVL_KV_F32, other);
+        snprintf(what, sizeof what, "%s: calls of %d vs one call", v->name, steps[s]);
+        double e = compare(what, other, batch, n_tok, nv, PATH_TOL);
+        e_path = e > e_path ? e : e_path;
+        snprintf(what, sizeof what, "%s: calls of %d vs transformers", v->name, steps[s]);
+        e = compare(what, other, ref, n_tok, nv, REF_TOL);
+        e_path_ref = e > e_path_ref ? e : e_path_ref;
+    }
+    /* the default cache (f16, rounded as llama.cpp's CPU path rounds) */
+    decode(m, ids, n_tok, 0, 2, RVL_KV_F16, other);
+    snprintf(what, sizeof what, "%s: f16 KV cache vs transformers", v->name);
+    const double e_f16 = compare(what, other, ref, n_tok, nv, F16_TOL);
+    print_message("%-13s max row error vs transformers %.2e (one call), %.2e (calls of 5 "
+                  "and 1), %.2e (f16 KV cache); between decode paths %.2e\n", v->name, e_ref,
+                  e_path_ref, e_f16, e_path);
+
+    free(ref);
+    free(batch);
+    free(other);
+    rvl_model_close(m);
+    assert_true(e_ref <= REF_TOL);
+    assert_true(e_path_ref <= REF_TOL);
+    assert_true(e_path <= PATH_TOL);
+    assert_true(e_f16 <= F16_TOL);
+}
+
+/* ====================================================================
+ * Tests
+ * ==================================================================== */
+
+static void test_llama_matches_transformers(void **state)
+{
+    (void)state;
+    check_variant(&(variant){"llama", "llama", false, false, RVL_ROPE_NORM});
+}
+
+static void test_llama_tied_output_matches_transformers(void **state)
+{
+    (void)state;
+    check_variant(&(variant){"llama-tied", "llama", true, false, RVL_ROPE_NORM});
+}
+
+static void test_qwen2_biases_and_neox_rope_match_transformers(void **state)
+{
+    (void)state;
+    check_variant(&(variant){"qwen2", "qwen2", false, true, RVL_ROPE_NEOX});
+}
+
+static void test_llama_linear_rope_scaling_matches_transformers(void **state)
+{
+    (void)state;
+    check_variant(&(variant){"llama-linear", "llama", false, false, RVL_ROPE_NORM});
+}
+
+static void test_llama_yarn_rope_scaling_matches_transformers(void **state)
+{
+    (void)state;
+    check_variant(&(variant){"llama-yarn", "llama", false, false, RVL_ROPE_NORM});
+}
+
+static void test_llama31_rope_freqs_match_transformers(void **state)
+{
+    (void)state;
+    check_variant(&(variant){"llama3", "llama", false, false, RVL_ROPE_NORM});
+}
+
+/* The metadata the loader must have read for the scaled variants. */
+static void test_scaled_variants_load_their_rope_scaling_metadata(void **state)
+{
+    (void)state;
+    rvl_model *m = NULL;
+    if (rvl_model_open(&m, DATA_DIR "/llama-linear.gguf") < 0)
+        fail_msg("llama-linear.gguf: %s", rvl_errmsg());
+    assert_int_equal(rvl_model_hparams(m)->rope_scaling, RVL_ROPE_SCALING_LINEAR);
+    assert_true(rvl_model_hparams(m)->rope_factor == 4.0f);
+    rvl_model_close(m);
+
+    if (rvl_model_open(&m, DATA_DIR "/llama-yarn.gguf") < 0)
+        fail_msg("llama-yarn.gguf: %s", rvl_errmsg());
+    assert_int_equal(rvl_model_hparams(m)->rope_scaling, RVL_ROPE_SCALING_YARN);
+    assert_true(rvl_model_hparams(m)->rope_factor == 4.0f);
+    assert_int_equal(rvl_model_hparams(m)->rope_orig_ctx, 32);
+    /* not in the file (the converter omits the defaults): 32 and 1 */
+    assert_true(rvl_model_hparams(m)->yarn_beta_fast == 32.0f);
+    assert_true(rvl_model_hparams(m)->yarn_beta_slow == 1.0f);
+    assert_false(rvl_model_hparams(m)->has_rope_freqs);
+    rvl_model_close(m);
+
+    /* Llama 3.1: the rope_freqs.weight tensor and no scaling keys */
+    if (rvl_model_open(&m, DATA_DIR "/llama3.gguf") < 0)
+        fail_msg("llama3.gguf: %s", rvl_errmsg());
+    assert_int_equal(rvl_model_hparams(m)->rope_scaling, RVL_ROPE_SCALING_NONE);
+    assert_true(rvl_model_hparams(m)->has_rope_freqs);
+    rvl_model_close(m);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_llama_matches_transformers),
+        cmocka_unit_test(test_llama_tied_output_matches_transformers),
+        cmocka_unit_test(test_qwen2_biases_and_neox_rope_match_transformers),
+        cmocka_unit_test(test_llama_linear_rope_scaling_matches_transformers),
+        cmocka_unit_test(test_llama_yarn_rope_scaling_matches_transformers),
+        cmocka_unit_test(test_llama31_rope_freqs_match_transformers),
+        cmocka_unit_test(test_scaled_variants_load_their_rope_scaling_metadata),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
