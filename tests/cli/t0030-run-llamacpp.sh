@@ -19,8 +19,8 @@
 # history (teacher forcing). RVL_LLAMACPP_TOL=0.001 runs the strict form.
 . tests/cli/lib.sh
 
-MODEL=${XDG_CACHE_HOME:-$HOME/.cache}/ruvllm/models/SmolLM2-135M-Instruct.Q4_1.gguf
-REF=tests/ref/llamacpp
+MODEL=${RVL_LLAMACPP_MODEL:-${XDG_CACHE_HOME:-$HOME/.cache}/ruvllm/models/SmolLM2-135M-Instruct.Q4_1.gguf}
+REF=${RVL_LLAMACPP_REF:-tests/ref/llamacpp}
 TOL=${RVL_LLAMACPP_TOL:-0.5}
 
 if [ ! -f "$MODEL" ]; then
@@ -53,7 +53,7 @@ total=0
 while IFS="$tab" read -r id special _ pids toks margins _; do
     flags=""
     [ "$special" = 1 ] && flags="--special"
-    file=$REF/prompts/$id.txt
+    file=tests/ref/llamacpp/prompts/$id.txt
     # shellcheck disable=SC2086 # $flags is empty or one word
     "$RUVLLM" run -m "$MODEL" $flags --tokenize -f "$file" >"$OUT" 2>"$ERR" </dev/null
     got=$(cat "$OUT")

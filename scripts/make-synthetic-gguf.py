@@ -1,0 +1,113 @@
+#!/usr/bin/env python3
+"""Write a GGUF model of a real architecture's shape with random weights, so
+that ruvllm and llama.cpp can be timed on the same 7B-class file without a
+multi-gigabyte download (README, Performance). Speed does not depend on the
+weights' values; the text it generates is noise.
+
+    scripts/make-synthetic-gguf.py OUT.gguf [--shape llama-7b] [--type Q4_0]
+        [--vocab-from MODEL.gguf]
+
+Shapes are Llama 2 7B's (32 layers, 4096 wide, 32 heads, FFN 11008) and
+Llama 3.2 1B's. The tokenizer (and so the vocabulary size) is copied from
+--vocab-from (default: the default model, SmolLM2's 49152 tokens), so
+prompts tokenize. Every matrix is Q4_0 (or Q8_0) with random quants and
+small random scales; norms are ones. Made with gguf-py 0.19.0, numpy.
+"""
+import argparse
+import os
+import sys
+
+import numpy as np
+import gguf
+
+SHAPES = {
+    "llama-7b": dict(n_layer=32, n_embd=4096, n_head=32, n_head_kv=32, n_ff=11008, ctx=4096, base=10000.0),
+    "llama-1b": dict(n_layer=16, n_embd=2048, n_head=32, n_head_kv=8, n_ff=8192, ctx=8192, base=500000.0),
+}
+
+
+def rand_quant(rng, rows, cols, qtype):
+    nb = cols // 32
+    if qtype == "Q4_0":
+        blk = np.empty((rows, nb, 18), dtype=np.uint8)
+        d = (rng.standard_normal((rows, nb)) * 0.002).astype(np.float16)
+        blk[:, :, 0:2] = d.view(np.uint8).reshape(rows, nb, 2)
+        blk[:, :, 2:] = rng.integers(0, 256, (rows, nb, 16), dtype=np.uint8)
+        return blk.reshape(rows, nb * 18), gguf.GGMLQuantizationType.Q4_0
+    blk = np.empty((rows, nb, 34), dtype=np.uint8)
+    d = (rng.standard_normal((rows, nb)) * 0.0002).astype(np.float16)
+    blk[:, :, 0:2] = d.view(np.uint8).reshape(rows, nb, 2)
+    blk[:, :, 2:] = rng.integers(0, 256, (rows, nb, 32), dtype=np.uint8)
+    return blk.reshape(rows, nb * 34), gguf.GGMLQuantizationType.Q8_0
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("out")
+    ap.add_argument("--shape", default="llama-7b", choices=sorted(SHAPES))
+    ap.add_argument("--type", default="Q4_0", choices=["Q4_0", "Q8_0"])
+    ap.add_argument("--vocab-from", default=os.path.expanduser(
+        "~/.cache/ruvllm/models/SmolLM2-135M-Instruct.Q4_1.gguf"))
+    a = ap.parse_args()
+    s = SHAPES[a.shape]
+    r = gguf.GGUFReader(a.vocab_from)
+    w = gguf.GGUFWriter(a.out + ".tmp", "llama")
+    w.add_name(f"synthetic {a.shape} {a.type}")
+    w.add_block_count(s["n_layer"])
+    w.add_context_length(s["ctx"])
+    w.add_embedding_length(s["n_embd"])
+    w.add_feed_forward_length(s["n_ff"])
+    w.add_head_count(s["n_head"])
+    w.add_head_count_kv(s["n_head_kv"])
+    w.add_layer_norm_rms_eps(1e-5)
+    w.add_rope_freq_base(s["base"])
+    w.add_file_type(2 if a.type == "Q4_0" else 7)
+    n_vocab = 0
+    for name, f in r.fields.items():
+        if not name.startswith("tokenizer."):
+            continue
+        t = f.types[0]
+        if t == gguf.GGUFValueType.STRING:
+            w.add_string(name, bytes(f.parts[f.data[0]]).decode("utf-8"))
+        elif t == gguf.GGUFValueType.ARRAY:
+            st = f.types[1]
+            if st == gguf.GGUFValueType.STRING:
+                vals = [bytes(f.parts[i]).decode("utf-8", errors="surrogateescape") for i in f.data]
+            else:
+                vals = [f.parts[i].tolist()[0] for i in f.data]
+            if name == "tokenizer.ggml.tokens":
+                n_vocab = len(vals)
+            w.add_key_value(name, vals, t, sub_type=st)
+        else:
+            w.add_key_value(name, f.parts[f.data[0]].tolist()[0], t)
+    rng = np.random.default_rng(7)
+    E, F, hd = s["n_embd"], s["n_ff"], s["n_embd"] // s["n_head"]
+    KV = s["n_head_kv"] * hd
+
+    def mat(name, rows, cols):
+        data, qt = rand_quant(rng, rows, cols, a.type)
+        w.add_tensor(name, data, raw_dtype=qt)  # shape from the byte shape
+
+    mat("token_embd.weight", n_vocab, E)
+    w.add_tensor("output_norm.weight", np.ones(E, dtype=np.float32))
+    mat("output.weight", n_vocab, E)
+    for i in range(s["n_layer"]):
+        w.add_tensor(f"blk.{i}.attn_norm.weight", np.ones(E, dtype=np.float32))
+        w.add_tensor(f"blk.{i}.ffn_norm.weight", np.ones(E, dtype=np.float32))
+        mat(f"blk.{i}.attn_q.weight", E, E)
+        mat(f"blk.{i}.attn_k.weight", KV, E)
+        mat(f"blk.{i}.attn_v.weight", KV, E)
+        mat(f"blk.{i}.attn_output.weight", E, E)
+        mat(f"blk.{i}.ffn_gate.weight", F, E)
+        mat(f"blk.{i}.ffn_up.weight", F, E)
+        mat(f"blk.{i}.ffn_down.weight", E, F)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    os.replace(a.out + ".tmp", a.out)
+    print(f"wrote {a.out} ({os.path.getsize(a.out) / 1e9:.2f} GB)", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
