@@ -14,11 +14,12 @@
 
 #include "cli.h"
 
-static const char *opt_model, *opt_file, *opt_sampling_seed;
+static const char *opt_model, *opt_file, *opt_sampling_seed, *opt_system, *opt_chat_template,
+                  *opt_kv_type;
 static long long opt_n = -1, opt_ctx = 0, opt_threads = 0, opt_top_k = 40, opt_last_n = 64;
 static double opt_temp = 0.8, opt_top_p = 0.95, opt_min_p = 0.05, opt_rep = 1.0, opt_freq = 0.0,
               opt_pres = 0.0;
-static bool opt_echo, opt_special, opt_no_bos, opt_tokenize, opt_json, opt_verbose, opt_stats;
+static bool opt_chat, opt_echo, opt_special, opt_no_bos, opt_tokenize, opt_json, opt_verbose, opt_stats;
 static opt_list opt_stop;
 
 static rvl_opt opts[] = {
@@ -37,6 +38,10 @@ static rvl_opt opts[] = {
     {OPT_FLOAT, 0, "presence-penalty", "X", "subtract X from tokens present in the window", "0", &opt_pres, -100, 100, NULL, COMPL_NONE},
     {OPT_STRING, 's', "seed", "N", "random seed for reproducible sampling (default: random)", NULL, &opt_sampling_seed, 0, 0, NULL, COMPL_NONE},
     {OPT_LIST, 0, "stop", "STR", "stop when STR is generated (repeatable; STR is not printed)", NULL, &opt_stop, 0, 0, NULL, COMPL_NONE},
+    {OPT_FLAG, 0, "chat", NULL, "wrap the prompt as one user turn in the model's chat template, with the generation prompt", NULL, &opt_chat, 0, 0, NULL, COMPL_NONE},
+    {OPT_STRING, 0, "system", "TEXT", "with --chat: a system message before the user turn", NULL, &opt_system, 0, 0, NULL, COMPL_NONE},
+    {OPT_STRING, 0, "chat-template", "NAME|FILE", "with --chat: a built-in template (chatml, llama2, llama3, mistral-v1, gemma, phi3, zephyr, ...) or a Jinja template file instead of the model's", NULL, &opt_chat_template, 0, 0, NULL, COMPL_FILE},
+    {OPT_CHOICE, 0, "kv-type", "TYPE", "KV cache element type (f16 rounds as llama.cpp does; f32 is exact)", "f16", &opt_kv_type, 0, 0, "f16|f32", COMPL_NONE},
     {OPT_FLAG, 'e', "echo", NULL, "print the prompt before the generated text", NULL, &opt_echo, 0, 0, NULL, COMPL_NONE},
     {OPT_FLAG, 0, "special", NULL, "parse special tokens (e.g. <|im_start|>) in the prompt and print them in the output", NULL, &opt_special, 0, 0, NULL, COMPL_NONE},
     {OPT_FLAG, 0, "no-bos", NULL, "do not add the beginning-of-sequence token", NULL, &opt_no_bos, 0, 0, NULL, COMPL_NONE},
@@ -176,10 +181,70 @@ static int out_write(const char *s, size_t n)
 }
 
 /* ====================================================================
+ * --chat: the prompt as one user turn (after an optional system message)
+ * rendered with the model's chat template and the generation prompt.
+ * The rendered text is tokenized with special tokens parsed, as llama.cpp
+ * does; BOS is added only when the tokenizer asks for it and the template
+ * did not already write it. The template's end-of-turn strings stop
+ * generation.
+ * ==================================================================== */
+
+static rvl_chat *chat;
+
+static int chat_wrap(const char *cmd, const rvl_file *f, const rvl_tokenizer *t, buf_t *prompt)
+{
+    char *warn = NULL, *out = NULL;
+    int rc = rvl_chat_open_model(&chat, f, t, opt_chat_template, &warn);
+    if (warn) {
+        cli_err(cmd, "%s", warn);
+        free(warn);
+        warn = NULL;
+    }
+    if (rc < 0)
+        return rc;
+    rvl_chat_msg msgs[2];
+    size_t n = 0;
+    if (opt_system)
+        msgs[n++] = (rvl_chat_msg){"system", opt_system};
+    msgs[n++] = (rvl_chat_msg){"user", prompt->p ? prompt->p : ""};
+    rc = rvl_chat_format(chat, msgs, n, true, &out, &warn);
+    if (warn) {
+        cli_err(cmd, "%s", warn);
+        free(warn);
+    }
+    if (rc < 0)
+        return rc;
+    prompt->n = 0;
+    rc = buf_add(prompt, out, strlen(out)) < 0 ? rvl_seterr(RVL_ENOMEM, "out of memory") : 0;
+    free(out);
+    opt_special = true;
+    if (!opt_no_bos && rvl_tok_add_bos(t) && rvl_tok_bos(t) >= 0) {
+        size_t bl = 0;
+        const char *bt = rvl_tok_text(t, rvl_tok_bos(t), &bl);
+        if (bt && bl && prompt->n >= bl && memcmp(prompt->p, bt, bl) == 0)
+            opt_no_bos = true;
+    }
+    return rc;
+}
+
+/* Does the token's text end the turn in the chat template? */
+static bool chat_stop_token(const rvl_tokenizer *t, int32_t id)
+{
+    if (!chat)
+        return false;
+    size_t len = 0;
+    const char *txt = rvl_tok_text(t, id, &len);
+    for (const char *const *st = rvl_chat_stops(chat); txt && st && *st; st++)
+        if (strlen(*st) == len && memcmp(*st, txt, len) == 0)
+            return true;
+    return false;
+}
+
+/* ====================================================================
  * --tokenize: needs only the vocabulary
  * ==================================================================== */
 
-static int do_tokenize(const char *cmd, const char *path, const buf_t *prompt)
+static int do_tokenize(const char *cmd, const char *path, buf_t *prompt)
 {
     rvl_file *f = NULL;
     rvl_tokenizer *t = NULL;
@@ -188,6 +253,7 @@ static int do_tokenize(const char *cmd, const char *path, const buf_t *prompt)
     int rc;
 
     if ((rc = rvl_file_open(&f, path)) < 0 || (rc = rvl_tokenizer_open(&t, f)) < 0 ||
+        (opt_chat && (rc = chat_wrap(cmd, f, t, prompt)) < 0) ||
         (rc = tokenize_all(t, prompt, &ids, &n)) < 0) {
         int st = cli_fail(cmd, rc);
         free(ids);
@@ -240,6 +306,8 @@ static int run_main(rvl_cmd *cmd, int argc, char **argv)
     for (int i = 0; i < opt_stop.n; i++)
         if (!opt_stop.items[i][0])
             cli_usage(name, "--stop: the stop string is empty");
+    if (!opt_chat && (opt_system || opt_chat_template))
+        cli_usage(name, "%s needs --chat", opt_system ? "--system" : "--chat-template");
     rvl_sampler_params sp;
     rvl_sampler_defaults(&sp);
     if (opt_sampling_seed) {
@@ -274,7 +342,9 @@ static int run_main(rvl_cmd *cmd, int argc, char **argv)
     }
     const rvl_hparams *hp = rvl_model_hparams(m);
     const rvl_tokenizer *tok = rvl_model_tokenizer(m);
-    rvl_ctx_params cp = {.n_ctx = (uint32_t)opt_ctx, .n_threads = (uint32_t)opt_threads};
+    rvl_ctx_params cp = {.n_ctx = (uint32_t)opt_ctx, .n_threads = (uint32_t)opt_threads,
+                         .kv_type = opt_kv_type && strcmp(opt_kv_type, "f32") == 0 ? RVL_KV_F32
+                                                                                 : RVL_KV_F16};
     if ((rc = rvl_ctx_open(&c, m, &cp)) < 0) {
         status = cli_fail(name, rc);
         goto out;
@@ -293,6 +363,10 @@ static int run_main(rvl_cmd *cmd, int argc, char **argv)
     }
     double t_load = now_ms() - t0;
 
+    if (opt_chat && (rc = chat_wrap(name, rvl_model_file(m), tok, &prompt)) < 0) {
+        status = cli_fail(name, rc);
+        goto out;
+    }
     if ((rc = tokenize_all(tok, &prompt, &ids, &n_prompt)) < 0) {
         status = cli_fail(name, rc);
         goto out;
@@ -346,7 +420,7 @@ static int run_main(rvl_cmd *cmd, int argc, char **argv)
             t_first = now_ms() - t1;
         rvl_sampler_accept(s, id);
         gen[n_gen++] = id;
-        if (rvl_tok_is_eog(tok, id)) {
+        if (rvl_tok_is_eog(tok, id) || chat_stop_token(tok, id)) {
             finish = "stop";
             break;
         }
@@ -463,6 +537,8 @@ out:
     rvl_ctx_close(c);
     rvl_model_close(m);
     free(opt_stop.items);
+    rvl_chat_close(chat);
+    chat = NULL;
     return status;
 }
 
