@@ -118,12 +118,13 @@ endif
 asan:
 	$(MAKE) BUILD=build-asan SAN=1 check
 
-# libFuzzer needs clang; one binary per parser.
+# libFuzzer needs clang; one binary per parser. FUZZ_ONLY="session jinja"
+# fuzzes only those harnesses.
 FUZZ_BUILD := build-fuzz
 fuzz:
 	$(MAKE) BUILD=$(FUZZ_BUILD) CC=clang OPT="-O1 -g -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined" \
 	    $(FUZZ_BUILD)/libruvllm.a
-	@for f in $(FUZZ_SRC); do \
+	@for f in $(if $(FUZZ_ONLY),$(FUZZ_ONLY:%=tests/fuzz/fuzz_%.c),$(FUZZ_SRC)); do \
 	    n=$$(basename $$f .c); n=$${n#fuzz_}; \
 	    clang -std=gnu11 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -DPCRE2_CODE_UNIT_WIDTH=8 -D_GNU_SOURCE -Ilib -Ikernels \
 	        $(PKG_CFLAGS) -o $(FUZZ_BUILD)/fuzz_$$n $$f $(FUZZ_BUILD)/libruvllm.a $(LIBS) || exit 1; \

@@ -543,5 +543,27 @@ void rvl_ctx_close(rvl_ctx *c)
 }
 
 uint32_t rvl_ctx_n_ctx(const rvl_ctx *c) { return c->n_ctx; }
+
+int rvl_ctx_truncate(rvl_ctx *c, uint32_t pos)
+{
+    if (pos > c->pos)
+        return rvl_seterr(RVL_ERANGE, "cannot truncate the cache to %u tokens: it holds %u", pos,
+                          c->pos);
+    c->pos = pos;
+    return 0;
+}
+
+void rvl_ctx_kv_layer(rvl_ctx *c, uint32_t layer, void **k, void **v)
+{
+    const rvl_hparams *hp = &c->m->hp;
+    size_t off = (size_t)layer * c->n_ctx * hp->n_head_kv * hp->head_dim * c->kv_esize;
+    *k = (char *)c->k_cache + off;
+    *v = (char *)c->v_cache + off;
+}
+
+size_t rvl_ctx_kv_esize(const rvl_ctx *c) { return c->kv_esize; }
+rvl_kv_type rvl_ctx_kv_type(const rvl_ctx *c) { return c->kv_type; }
+const rvl_model *rvl_ctx_model(const rvl_ctx *c) { return c->m; }
+void rvl_ctx_set_pos(rvl_ctx *c, uint32_t pos) { c->pos = pos <= c->n_ctx ? pos : c->n_ctx; }
 uint32_t rvl_ctx_pos(const rvl_ctx *c) { return c->pos; }
 void rvl_ctx_reset(rvl_ctx *c) { c->pos = 0; }

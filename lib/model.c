@@ -364,3 +364,45 @@ void rvl_model_close(rvl_model *m)
 const rvl_hparams *rvl_model_hparams(const rvl_model *m) { return &m->hp; }
 const rvl_file *rvl_model_file(const rvl_model *m) { return m->file; }
 struct rvl_tokenizer *rvl_model_tokenizer(const rvl_model *m) { return m->tok; }
+
+/* ====================================================================
+ * Fingerprint: what a session file must have been made with.
+ * ==================================================================== */
+
+#include <stdatomic.h>
+#include <xxhash.h>
+
+uint64_t rvl_model_fingerprint(const rvl_model *cm)
+{
+    rvl_model *m = (rvl_model *)cm; /* only the cached value changes */
+    uint64_t have = atomic_load(&m->fingerprint);
+    if (have)
+        return have;
+    XXH3_state_t *st = XXH3_createState();
+    if (!st)
+        return 0;
+    XXH3_64bits_reset(st);
+    const rvl_hparams *hp = &m->hp;
+    const uint32_t geo[] = {hp->n_layer, hp->n_embd, hp->n_ff, hp->n_head, hp->n_head_kv,
+                            hp->head_dim, hp->n_vocab, hp->rope_dim, (uint32_t)hp->rope_type,
+                            (uint32_t)hp->rope_scaling};
+    const float fp[] = {hp->rms_eps, hp->rope_base, hp->rope_factor};
+    XXH3_64bits_update(st, hp->arch, strlen(hp->arch));
+    XXH3_64bits_update(st, geo, sizeof geo);
+    XXH3_64bits_update(st, fp, sizeof fp);
+    uint64_t n = rvl_file_n_tensors(m->file);
+    for (uint64_t i = 0; i < n; i++) {
+        const rvl_tensor_info *t = rvl_file_tensor(m->file, i);
+        uint64_t meta[2 + RVL_MAX_DIMS] = {t->type, t->n_dims};
+        for (uint32_t d = 0; d < t->n_dims && d < RVL_MAX_DIMS; d++)
+            meta[2 + d] = t->ne[d];
+        XXH3_64bits_update(st, t->name.ptr, t->name.len);
+        XXH3_64bits_update(st, meta, sizeof meta);
+        XXH3_64bits_update(st, t->data, t->nbytes);
+    }
+    uint64_t h = XXH3_64bits_digest(st);
+    XXH3_freeState(st);
+    h = h ? h : 1;
+    atomic_store(&m->fingerprint, h);
+    return h;
+}

@@ -38,7 +38,26 @@ struct rvl_model {
     rvl_weight rope_freqs;            /* (rope_dim/2) f32, Llama 3.1; or absent */
     rvl_layer *layers;                /* owned: n_layer */
     struct rvl_tokenizer *tok;        /* owned */
+    _Atomic uint64_t fingerprint;     /* 0: not computed yet (then set once;
+                                         racing computations agree) */
 };
+
+/* Context internals for lib/session.c: the cache of one layer as rows of
+ * kv_dim elements (row p = position p), the element size, and the
+ * position setter (pos <= n_ctx; rows past it are ignored). */
+void rvl_ctx_kv_layer(rvl_ctx *c, uint32_t layer, void **k, void **v);
+size_t rvl_ctx_kv_esize(const rvl_ctx *c);
+rvl_kv_type rvl_ctx_kv_type(const rvl_ctx *c);
+const rvl_model *rvl_ctx_model(const rvl_ctx *c);
+void rvl_ctx_set_pos(rvl_ctx *c, uint32_t pos);
+/* xxh3-64 of the architecture, hyper-parameters, every tensor's name,
+ * type, shape and data: computed once per model (the first call reads all
+ * weights), then cached. */
+uint64_t rvl_model_fingerprint(const rvl_model *m);
+
+/* rvl_session_load from a buffer (the fuzz harness); path names it. */
+int rvl_session_load_mem(rvl_ctx *c, const char *path, const void *buf, size_t size,
+                         int32_t **ids, size_t *n_ids, char **extra_json);
 
 /* RoPE tables for positions 0..n_ctx-1 (lib/rope.c): cos/sin of each
  * pair's angle, (n_ctx, rope_dim/2), with linear, YaRN or Llama-3.1

@@ -349,6 +349,136 @@ int rvl_st_writer_finish(rvl_st_writer *w);  /* frees w */
 void rvl_st_writer_abort(rvl_st_writer *w);  /* frees w; accepts NULL */
 
 /* ======================================================================
+ * Conversion (lib/convert_*.c, lib/quant_mix.c): the offline work behind
+ * `ruvllm dequant` and `ruvllm quantize`. Outputs are written atomically
+ * (rvl_afile): on any failure, or RVL_EINTR when rvl_interrupted() turns
+ * true, nothing is left at the destination.
+ * ====================================================================== */
+typedef struct {
+    uint64_t tensor;        /* index of the tensor being converted (0-based) */
+    uint64_t n_tensors;
+    const char *name;       /* its name; borrowed, valid during the call */
+    uint32_t type_in, type_out;         /* its type in the input and the output */
+    uint32_t n_dims;
+    const uint64_t *ne;     /* its shape (GGUF order); borrowed, during the call */
+    uint64_t done, total;   /* input tensor bytes converted so far / in all */
+} rvl_convert_progress;
+/* Called before each tensor (tensor < n_tensors) and once at the end
+ * (tensor == n_tensors, name "", done == total). */
+typedef void (*rvl_convert_progress_fn)(void *ud, const rvl_convert_progress *p);
+
+/* Refuse writing `out` over `in` (the same file, through any path): 0 when
+ * they differ or `out` does not exist yet, RVL_EINVAL otherwise. */
+int rvl_convert_check_paths(const char *in, const char *out);
+
+typedef struct {
+    uint32_t type;          /* RVL_TYPE_F32, RVL_TYPE_F16 or RVL_TYPE_BF16 */
+    rvl_convert_progress_fn progress;   /* may be NULL */
+    void *ud;
+} rvl_dequant_params;
+
+/* GGUF in -> GGUF out with every float or quantized tensor of two or more
+ * dimensions in p->type and 1-D tensors (norms, biases) in F32, as
+ * llama.cpp keeps them; integer tensors are copied. Metadata is copied in
+ * order with general.file_type set to the new type (0, 1 or 32). Values are
+ * the format's dequantize kernel's floats, rounded to F16/BF16 as the F16/
+ * BF16 quantizers round. */
+int rvl_dequant_gguf(const char *in, const char *out, const rvl_dequant_params *p);
+
+/* Quantization mixes: llama.cpp's file types by llama-quantize's names
+ * (Q4_K_M, Q8_0, ...; the aliases Q3_K, Q4_K, Q5_K mean the _M mixes),
+ * F32/F16/BF16, and the project formats by type name (RVL_I4S_G64, ...;
+ * plain: no per-tensor rules). */
+typedef struct {
+    const char *name;       /* "Q4_K_M" */
+    uint32_t ftype;         /* general.file_type (llama_ftype); UINT32_MAX: none */
+    uint32_t type;          /* the tensor type most tensors get (rvl_type) */
+    bool llama_rules;       /* llama.cpp's per-tensor rules apply */
+    const char *desc;       /* "4.89 bpw mix (Q4_K, Q6_K for output, ...)" */
+} rvl_qmix;
+/* borrowed: static entry. NULL when unknown (case-insensitive name). */
+const rvl_qmix *rvl_qmix_find(const char *name);
+/* Iterate the supported mixes: i = 0.. until NULL. */
+const rvl_qmix *rvl_qmix_at(size_t i);
+
+/* What the per-tensor rules need to know about the model and the run. */
+typedef struct {
+    const rvl_qmix *mix;
+    const char *arch;       /* general.architecture */
+    uint32_t n_layer, n_head, n_head_kv, n_expert;
+    bool is_70b;            /* llama with 80 layers and GQA (attn_v gets Q5_K) */
+    bool has_imatrix;
+    bool pure;              /* --pure: the mix's type everywhere (still with fallbacks) */
+    bool leave_output;      /* --leave-output: output.weight is not quantized */
+    uint32_t output_type;   /* --output-tensor-type; UINT32_MAX: by the rules */
+    uint32_t embd_type;     /* --token-embedding-type; UINT32_MAX: by the rules */
+    const char *const *overrides;   /* --tensor-type "REGEX=TYPE": the first */
+    size_t n_overrides;             /* pattern found in a name (PCRE2) wins */
+} rvl_qmix_params;
+
+typedef struct {
+    const char *name;       /* NUL-terminated */
+    uint32_t type;          /* its type in the input */
+    uint32_t n_dims;
+    uint64_t ne[4];
+} rvl_qmix_tensor;
+
+/* The output type of each of n tensors (types[i] for t[i]) by llama.cpp's
+ * llama_tensor_get_type: quantizable tensors (2-D+, names ending in
+ * "weight", not norms, ...) get the mix's type adjusted per tensor (output
+ * and tied token_embd Q6_K, some attn_v / ffn_down higher, ...), evaluated
+ * in llama.cpp's tensor order (by layer, then name); rows that are not
+ * whole blocks fall back (Q4_K -> Q5_0, Q6_K -> Q8_0, ... then F16), counted
+ * in *n_fallback (may be NULL). Others keep their type. RVL_EINVAL for a
+ * bad override, naming it. */
+int rvl_qmix_plan(const rvl_qmix_params *p, const rvl_qmix_tensor *t, size_t n,
+                  uint32_t *types, size_t *n_fallback);
+/* Does the tensor need an importance matrix (llama.cpp's rule: IQ1/IQ2/
+ * IQ3_XXS types, Q2_K in a Q2_K_S file; never token_embd or output)? */
+bool rvl_qmix_needs_imatrix(const rvl_qmix *mix, const char *name, uint32_t type);
+
+typedef struct {
+    const char *mix;                    /* TYPE: a mix name (rvl_qmix_find) */
+    int n_threads;                      /* <= 0: one per CPU */
+    bool pure, leave_output, allow_requantize, dry_run, stats;
+    uint32_t output_type, embd_type;    /* UINT32_MAX: by the rules */
+    const char *const *overrides;       /* "REGEX=TYPE" */
+    size_t n_overrides;
+    const char *imatrix;                /* llama.cpp imatrix GGUF, or NULL */
+    rvl_convert_progress_fn progress;   /* may be NULL */
+    void *ud;
+} rvl_quantize_params;
+
+typedef struct {
+    char name[64];
+    uint32_t type_in, type_out;
+    uint64_t n_elements, bytes_in, bytes_out;
+    bool fallback;                      /* the rows forced another type */
+    bool imatrix;                       /* importance weights were used */
+    double rmse;                        /* with stats: RMS of (quantized - input), else 0 */
+    double rms;                         /* with stats: RMS of the input */
+} rvl_quantize_tensor_stat;
+
+typedef struct {
+    uint64_t n_tensors;
+    rvl_quantize_tensor_stat *tensors;  /* owned: free with rvl_quantize_report_free;
+                                           in output order */
+    uint64_t n_elements, bytes_in, bytes_out;   /* tensor data only */
+    uint64_t n_fallback, n_no_imatrix;  /* with an imatrix: tensors it had no entry for */
+    uint64_t file_bytes;                /* size of OUT (0 with dry_run) */
+    double seconds;
+} rvl_quantize_report;
+void rvl_quantize_report_free(rvl_quantize_report *r);
+
+/* GGUF (F32/F16/BF16 weights; quantized ones with allow_requantize) ->
+ * GGUF with the mix's types, metadata copied with general.file_type and
+ * general.quantization_version (2) set. Tensors in llama-quantize's order.
+ * `report` (may be NULL) is filled on success, also for dry_run (no
+ * output written). */
+int rvl_quantize_gguf(const char *in, const char *out, const rvl_quantize_params *p,
+                      rvl_quantize_report *report);
+
+/* ======================================================================
  * Default model location.
  * ====================================================================== */
 #define RVL_DEFAULT_MODEL_FILE "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -457,6 +587,10 @@ void rvl_ctx_close(rvl_ctx *c);
 uint32_t rvl_ctx_n_ctx(const rvl_ctx *c);
 uint32_t rvl_ctx_pos(const rvl_ctx *c);      /* tokens in the cache */
 void rvl_ctx_reset(rvl_ctx *c);              /* empty the cache */
+/* Keep the first pos tokens of the cache (pos <= rvl_ctx_pos; RVL_ERANGE
+ * otherwise): the next rvl_decode continues from there (/undo, /retry,
+ * a prompt that shares only a prefix with the cache). */
+int rvl_ctx_truncate(rvl_ctx *c, uint32_t pos);
 /* Run n tokens at the current position. *logits (borrowed, valid until the
  * next call) receives n_vocab logits of the last token, or n*n_vocab with
  * all_logits (token i's row at i*n_vocab; n at most n_batch). Prompts are
@@ -464,6 +598,25 @@ void rvl_ctx_reset(rvl_ctx *c);              /* empty the cache */
  * tokens (GEMM). RVL_ERANGE when the context would overflow; RVL_EINTR when
  * interrupted (the cache then holds the chunks completed so far). */
 int rvl_decode(rvl_ctx *c, const int32_t *tokens, uint32_t n, const float **logits);
+
+/* ======================================================================
+ * Session files (lib/session.c): a context's KV cache with the token ids
+ * it holds and an opaque JSON blob of the caller's (chat keeps its
+ * conversation there). Layout in lib/session.c and docs/formats.md:
+ * magic, version, byte-order mark, the model's fingerprint, the cache
+ * geometry and element type, then zstd-compressed blocks (tokens, extra,
+ * one per layer and page of 32 positions), each with its xxh3-64, and the
+ * xxh3-64 of the whole file. Written atomically (rvl_afile). Loading
+ * refuses, with a message that says why, a truncated or corrupted file,
+ * one made for another model (fingerprint), another cache element type
+ * or geometry, or more tokens than the context holds; the context is
+ * left empty (position 0) on any failure.
+ * ====================================================================== */
+int rvl_session_save(rvl_ctx *c, const char *path, const int32_t *ids, size_t n_ids,
+                     const char *extra_json);
+/* *ids and *extra_json are owned (free()); extra_json may be NULL. */
+int rvl_session_load(rvl_ctx *c, const char *path, int32_t **ids, size_t *n_ids,
+                     char **extra_json);
 
 /* ======================================================================
  * Sampler (lib/sampler.c). Order as llama.cpp: penalties, top-k, top-p,
@@ -763,6 +916,109 @@ int rvl_detok_push(rvl_detok *d, int32_t id, char *buf, size_t cap, size_t *n_ou
 int rvl_detok_push_bytes(rvl_detok *d, const char *bytes, size_t n,
                          char *buf, size_t cap, size_t *n_out);
 int rvl_detok_flush(rvl_detok *d, char *buf, size_t cap, size_t *n_out);
+
+/* ======================================================================
+ * Chat templates (lib/chat_template.c; engine in lib/jinja*.c)
+ *
+ * The model's tokenizer.chat_template is rendered by a Jinja2 engine that
+ * matches Python's jinja2 under transformers' settings byte for byte
+ * (ImmutableSandboxedEnvironment, trim_blocks, lstrip_blocks, loopcontrols;
+ * tojson = json.dumps(ensure_ascii=False); raise_exception, strftime_now).
+ * The context holds messages, add_generation_prompt, bos_token, eos_token,
+ * tools=None and documents=None, as transformers passes them. Errors name
+ * the template and the line (syntax errors also the column); hostile
+ * templates end in an error (bounded loops, recursion, output, memory).
+ * ====================================================================== */
+typedef struct {
+    const char *role;      /* "system", "user", "assistant", ... */
+    const char *content;   /* NULL renders as None */
+} rvl_chat_msg;
+
+typedef struct rvl_chat_tmpl rvl_chat_tmpl;
+
+/* Parse/compile a template once. name_for_errors appears in messages
+ * ("NAME:LINE:COL: ..."). owned: close with rvl_chat_tmpl_close. */
+int rvl_chat_tmpl_open(rvl_chat_tmpl **out, const char *src, size_t len, const char *name_for_errors);
+void rvl_chat_tmpl_close(rvl_chat_tmpl *t);   /* accepts NULL */
+
+/* Render n messages. bos/eos NULL: undefined in the template. *out is
+ * owned (free()), NUL-terminated. RVL_EFORMAT for a template error
+ * (raise_exception: "NAME:LINE: raise_exception: MESSAGE"), RVL_ERANGE
+ * when a limit is hit. */
+int rvl_chat_tmpl_render(const rvl_chat_tmpl *t, const rvl_chat_msg *msgs, size_t n,
+                         bool add_generation_prompt, const char *bos_token,
+                         const char *eos_token, char **out);
+
+typedef struct {
+    const rvl_chat_msg *msgs; size_t n_msgs;
+    bool add_generation_prompt;
+    const char *bos_token, *eos_token;   /* NULL: undefined */
+    /* optional JSON object of more variables (tools, documents,
+     * date_string, or messages with tool calls); its keys replace the
+     * fields above */
+    const char *context_json;
+    bool use_now; int64_t now;  /* strftime_now's clock in UTC seconds;
+                                   otherwise the current local time */
+    uint64_t limit_ops;         /* 0: defaults (20M loop iterations and */
+    size_t limit_output;        /*    element visits, 64 MiB of output, */
+    size_t limit_memory;        /*    512 MiB of render memory) */
+} rvl_chat_render_opts;
+/* *out_len (may be NULL) gets the length: output may contain NUL bytes. */
+int rvl_chat_tmpl_render_ex(const rvl_chat_tmpl *t, const rvl_chat_render_opts *o,
+                            char **out, size_t *out_len);
+
+/* Template families, detected by marker substrings, each with a built-in
+ * formatter that produces what the family's real template produces for a
+ * plain conversation (string contents; optional leading system message). */
+typedef enum {
+    RVL_CHAT_UNKNOWN = 0, RVL_CHAT_CHATML, RVL_CHAT_LLAMA2, RVL_CHAT_LLAMA3,
+    RVL_CHAT_MISTRAL_V1, RVL_CHAT_MISTRAL_V3, RVL_CHAT_MISTRAL_V3_TEKKEN,
+    RVL_CHAT_MISTRAL_V7, RVL_CHAT_MISTRAL_V7_TEKKEN, RVL_CHAT_GEMMA, RVL_CHAT_PHI3,
+    RVL_CHAT_PHI4, RVL_CHAT_ZEPHYR, RVL_CHAT_DEEPSEEK2, RVL_CHAT_DEEPSEEK3,
+    RVL_CHAT_DEEPSEEK_R1, RVL_CHAT_COMMAND_R, RVL_CHAT_GRANITE, RVL_CHAT_VICUNA,
+    RVL_CHAT_VICUNA_ORCA,
+    RVL_CHAT_FAMILY_COUNT
+} rvl_chat_family;
+const char *rvl_chat_family_name(rvl_chat_family f);         /* "chatml", "llama3", ... */
+rvl_chat_family rvl_chat_family_from_name(const char *name); /* UNKNOWN if none */
+rvl_chat_family rvl_chat_detect(const char *template_src);   /* NUL-terminated */
+/* End-of-turn strings that stop generation: static, NULL-terminated. */
+const char *const *rvl_chat_stop_strings(rvl_chat_family f);
+/* owned: free(*out). RVL_EINVAL for RVL_CHAT_UNKNOWN. */
+int rvl_chat_builtin_render(rvl_chat_family f, const rvl_chat_msg *msgs, size_t n,
+                            bool add_generation_prompt, const char *bos_token,
+                            const char *eos_token, char **out);
+
+/* Chat formatting for a model, with fallbacks. `override` (NULL or "":
+ * none) is a family name or a template file path (--chat-template);
+ * otherwise the model's template text (NULL: none -> chatml) is compiled,
+ * and one that fails to parse falls back to its family's built-in
+ * formatter. *warning (may be NULL) gets an owned message for stderr
+ * (free()) when a fallback happens, else NULL. owned: rvl_chat_close. */
+typedef struct rvl_chat rvl_chat;
+int rvl_chat_open(rvl_chat **out, const char *model_template, size_t len, const char *override,
+                  const char *bos_token, const char *eos_token, char **warning);
+/* The same from a model file (tokenizer.chat_template) and its tokenizer
+ * (BOS/EOS text; without a template, the family is guessed from special
+ * tokens of the vocabulary). f and tok may be closed afterwards. */
+int rvl_chat_open_model(rvl_chat **out, const rvl_file *f, const rvl_tokenizer *tok,
+                        const char *override, char **warning);
+/* Render; a template that fails at render time falls back to the
+ * built-in formatter with a *warning. owned: free(*out). */
+int rvl_chat_format(const rvl_chat *c, const rvl_chat_msg *msgs, size_t n,
+                    bool add_generation_prompt, char **out, char **warning);
+rvl_chat_family rvl_chat_family_of(const rvl_chat *c);
+const char *const *rvl_chat_stops(const rvl_chat *c);   /* borrowed: static */
+const char *rvl_chat_describe(const rvl_chat *c);  /* "model template (chatml)"...; borrowed */
+void rvl_chat_close(rvl_chat *c);                  /* accepts NULL */
+
+/* A conversation from JSON: an array of {"role": str, "content": str}
+ * (other keys ignored). Errors name the file, the message index and the
+ * problem (not an array, missing role/content, non-string, invalid
+ * UTF-8 with its byte offset). owned: free(*msgs) frees everything. */
+int rvl_chat_conv_load(const char *path, rvl_chat_msg **msgs, size_t *n);
+int rvl_chat_conv_parse(const char *json, size_t len, const char *name_for_errors,
+                        rvl_chat_msg **msgs, size_t *n);
 
 #ifdef __cplusplus
 }

@@ -1,0 +1,65 @@
+/*
+ * make_session_corpus.c - writes the seed corpus of fuzz_session.c into
+ * tests/fuzz/corpus/session/: valid session files of the tiny llama model
+ * with 0, 5, 33 and 40 tokens (f16 and f32 caches) and damaged copies
+ * (truncated, one flipped bit). Not built by make; run from the repo root:
+ *
+ *   cc -Ilib -Ikernels tests/fuzz/make_session_corpus.c build/libruvllm.a \
+ *      $(pkg-config --libs libzstd libxxhash libpcre2-8 libutf8proc libcjson) -lm -pthread \
+ *      -o /tmp/mksc && /tmp/mksc
+ */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "ruvllm.h"
+
+static void damage(const char *src, const char *dst, long cut, long flip)
+{
+    FILE *f = fopen(src, "rb");
+    if (!f)
+        exit(1);
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    unsigned char *b = malloc((size_t)n);
+    if (!b || fread(b, 1, (size_t)n, f) != (size_t)n)
+        exit(1);
+    fclose(f);
+    if (flip >= 0 && flip < n)
+        b[flip] ^= 0x04;
+    f = fopen(dst, "wb");
+    if (!f || fwrite(b, 1, (size_t)(cut >= 0 && cut < n ? cut : n), f) == 0)
+        exit(1);
+    fclose(f);
+    free(b);
+}
+
+int main(void)
+{
+    rvl_model *m;
+    if (rvl_model_open(&m, "tests/data/tiny/llama.gguf") < 0)
+        return 1;
+    int32_t ids[40];
+    for (int i = 0; i < 40; i++)
+        ids[i] = (i * 37 + 11) % 250;
+    const int counts[] = {0, 5, 33, 40};
+    char path[256];
+    for (int kt = 0; kt < 2; kt++)
+        for (int i = 0; i < 4; i++) {
+            rvl_ctx *c;
+            rvl_ctx_params p = {.n_ctx = 64, .n_threads = 1, .kv_type = (rvl_kv_type)kt};
+            const float *lg;
+            if (rvl_ctx_open(&c, m, &p) < 0 || (counts[i] && rvl_decode(c, ids, (uint32_t)counts[i], &lg) < 0))
+                return 1;
+            snprintf(path, sizeof path, "tests/fuzz/corpus/session/valid-%s-%d", kt ? "f32" : "f16", counts[i]);
+            if (rvl_session_save(c, path, ids, (size_t)counts[i], i & 1 ? "{\"messages\":[]}" : NULL) < 0)
+                return 1;
+            rvl_ctx_close(c);
+        }
+    damage("tests/fuzz/corpus/session/valid-f16-33", "tests/fuzz/corpus/session/cut-header", 40, -1);
+    damage("tests/fuzz/corpus/session/valid-f16-33", "tests/fuzz/corpus/session/cut-middle", 900, -1);
+    damage("tests/fuzz/corpus/session/valid-f16-5", "tests/fuzz/corpus/session/flip-tokens", -1, 60);
+    damage("tests/fuzz/corpus/session/valid-f32-5", "tests/fuzz/corpus/session/flip-count", -1, 44);
+    rvl_model_close(m);
+    return 0;
+}
