@@ -1,0 +1,204 @@
+/*
+ * gen.c - one reply's generation loop (see gen.h).
+ */
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "gen.h"
+
+int gen_buf_add(gen_buf *b, const char *s, size_t n)
+{
+    if (b->n + n + 1 > b->cap) {
+        size_t nc = b->cap ? b->cap : 256;
+        while (nc < b->n + n + 1)
+            nc *= 2;
+        char *np = realloc(b->p, nc);
+        if (!np)
+            return -1;
+        b->p = np;
+        b->cap = nc;
+    }
+    if (n)
+        memcpy(b->p + b->n, s, n);
+    b->n += n;
+    b->p[b->n] = 0;
+    return 0;
+}
+
+void gen_buf_free(gen_buf *b)
+{
+    free(b->p);
+    *b = (gen_buf){0};
+}
+
+double gen_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+const char *gen_finish_name(gen_finish f)
+{
+    switch (f) {
+    case GEN_STOP: return "stop";
+    case GEN_LENGTH: return "length";
+    case GEN_CONTEXT: return "context";
+    case GEN_INTERRUPTED: return "interrupted";
+    }
+    return "?";
+}
+
+void gen_result_free(gen_result *r)
+{
+    gen_buf_free(&r->text);
+    free(r->ids);
+    r->ids = NULL;
+    r->n_ids = 0;
+}
+
+/* Longest suffix of s[0..n) that is a proper prefix of a stop string. */
+static size_t stop_holdback(const char *const *stops, const char *s, size_t n)
+{
+    size_t keep = 0;
+    for (; stops && *stops; stops++) {
+        size_t sl = strlen(*stops);
+        for (size_t k = sl > 1 ? sl - 1 : 0; k > keep; k--)
+            if (k <= n && memcmp(s + n - k, *stops, k) == 0) {
+                keep = k;
+                break;
+            }
+    }
+    return keep;
+}
+
+/* Position of the earliest stop string in s[0..n), or -1. */
+static long stop_find(const char *const *stops, const char *s, size_t n)
+{
+    long best = -1;
+    for (; stops && *stops; stops++) {
+        if (!**stops)
+            continue;
+        const char *m = memmem(s, n, *stops, strlen(*stops));
+        if (m && (best < 0 || m - s < best))
+            best = m - s;
+    }
+    return best;
+}
+
+static bool is_stop_token(const gen_params *p, int32_t id)
+{
+    if (rvl_tok_is_eog(p->tok, id))
+        return true;
+    size_t len = 0;
+    const char *txt = rvl_tok_text(p->tok, id, &len);
+    for (const char *const *st = p->stop_tokens; txt && st && *st; st++)
+        if (strlen(*st) == len && memcmp(*st, txt, len) == 0)
+            return true;
+    return false;
+}
+
+/* Emit n bytes: to the caller and into the result's text. */
+static int emit(const gen_params *p, gen_result *r, const char *s, size_t n)
+{
+    if (!n)
+        return 0;
+    if (gen_buf_add(&r->text, s, n) < 0)
+        return rvl_seterr(RVL_ENOMEM, "out of memory");
+    return p->emit ? p->emit(p->ud, s, n) : 0;
+}
+
+int gen_reply(const gen_params *p, const float *logits, gen_result *r)
+{
+    *r = (gen_result){0};
+    const uint32_t n_ctx = rvl_ctx_n_ctx(p->ctx);
+    size_t pcap = rvl_detok_bound(p->tok), cap_ids = 64;
+    char *piece = malloc(pcap);
+    r->ids = malloc(cap_ids * sizeof *r->ids);
+    gen_buf pend = {0};
+    int rc = 0;
+    if (!piece || !r->ids) {
+        free(piece);
+        return rvl_seterr(RVL_ENOMEM, "out of memory");
+    }
+    rvl_detok dt;
+    rvl_detok_init(&dt, p->tok, p->special);
+    double t0 = gen_now_ms();
+    r->finish = GEN_LENGTH;
+
+    for (;;) {
+        if (rvl_interrupted()) {
+            r->finish = GEN_INTERRUPTED;
+            break;
+        }
+        if (r->n_ids >= p->max_tokens) {
+            r->finish = GEN_LENGTH;
+            break;
+        }
+        int32_t id = rvl_sampler_sample(p->smp, logits);
+        if (r->n_ids == 0)
+            r->first_ms = gen_now_ms() - t0;
+        rvl_sampler_accept(p->smp, id);
+        if (r->n_ids == cap_ids) {
+            int32_t *ni = realloc(r->ids, 2 * cap_ids * sizeof *ni);
+            if (!ni) {
+                rc = rvl_seterr(RVL_ENOMEM, "out of memory");
+                break;
+            }
+            r->ids = ni;
+            cap_ids *= 2;
+        }
+        r->ids[r->n_ids++] = id;
+        if (is_stop_token(p, id)) {
+            r->finish = GEN_STOP;
+            break;
+        }
+        size_t pn = 0;
+        if ((rc = rvl_detok_push(&dt, id, piece, pcap, &pn)) < 0)
+            break;
+        if (gen_buf_add(&pend, piece, pn) < 0) {
+            rc = rvl_seterr(RVL_ENOMEM, "out of memory");
+            break;
+        }
+        long at = stop_find(p->stop_strs, pend.p, pend.n);
+        if (at >= 0) {
+            rc = emit(p, r, pend.p, (size_t)at);
+            pend.n = 0;
+            r->finish = GEN_STOP;
+            break;
+        }
+        size_t out = pend.n - stop_holdback(p->stop_strs, pend.p, pend.n);
+        if ((rc = emit(p, r, pend.p, out)) < 0)
+            break;
+        memmove(pend.p, pend.p + out, pend.n - out);
+        pend.n -= out;
+        if (rvl_ctx_pos(p->ctx) >= n_ctx) {
+            r->finish = GEN_CONTEXT;
+            break;
+        }
+        rc = rvl_decode(p->ctx, &id, 1, &logits);
+        if (rc == RVL_EINTR) {
+            rc = 0;
+            r->finish = GEN_INTERRUPTED;
+            break;
+        }
+        if (rc < 0)
+            break;
+        r->n_decoded++;
+    }
+    /* what is still held back: a partial stop string, a partial character */
+    if (rc == 0 && (r->finish != GEN_STOP || pend.n)) {
+        size_t pn = 0;
+        if (rvl_detok_flush(&dt, piece, pcap, &pn) == 0 && gen_buf_add(&pend, piece, pn) < 0)
+            rc = rvl_seterr(RVL_ENOMEM, "out of memory");
+        if (rc == 0)
+            rc = emit(p, r, pend.p, pend.n);
+    }
+    r->gen_ms = gen_now_ms() - t0;
+    if (!r->text.p && gen_buf_add(&r->text, "", 0) < 0 && rc == 0)
+        rc = rvl_seterr(RVL_ENOMEM, "out of memory");
+    free(piece);
+    gen_buf_free(&pend);
+    return rc;
+}
