@@ -335,7 +335,7 @@ size_t *jstr_offsets(jr *r, const jv *s, size_t *ncp)
     if (n == s->n) return NULL;
     size_t *off = ja_alloc(r->ar, (n + 1) * sizeof *off);
     size_t i = 0, k = 0;
-    while (i < s->n) {
+    while (i < s->n && k < n) {   /* utf8_count walked the same steps */
         off[k++] = i;
         utf8_next(s->s, s->n, &i);
     }

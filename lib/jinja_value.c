@@ -157,11 +157,17 @@ void jv_fmt_float(char *buf, size_t cap, double f)
 }
 
 /* ---------------------------------------------------------------- UTF-8 */
+/* Code points as utf8_next walks them (an invalid byte counts as one). */
 size_t utf8_count(const char *s, size_t n)
 {
-    size_t c = 0;
-    for (size_t i = 0; i < n; i++)
-        c += ((unsigned char)s[i] & 0xC0) != 0x80;
+    size_t i = 0, c = 0;
+    while (i < n && (unsigned char)s[i] < 0x80) i++;
+    if (i == n) return n;
+    c = i;
+    while (i < n) {
+        utf8_next(s, n, &i);
+        c++;
+    }
     return c;
 }
 
