@@ -161,15 +161,21 @@ $(NEON_BUILD)/%.o: %.c
 $(NEON_TEST): $(NEON_OBJ)
 	$(NEON_CC) -static -pthread -o $@ $^ -lm
 
+# the attention kernels' NEON test (tests/cli/t0041-attn-neon-qemu.sh)
+NEON_ATTN_TEST := $(NEON_BUILD)/test_attn_neon
+$(NEON_ATTN_TEST): $(filter-out $(NEON_BUILD)/tests/%,$(NEON_OBJ)) $(NEON_BUILD)/tests/neon/test_attn_neon.o
+	$(NEON_CC) -static -pthread -o $@ $^ -lm
+
 # built with the tests when the compiler is there (t0040 fails otherwise,
 # naming the missing package)
 ifneq ($(shell command -v $(NEON_CC) 2>/dev/null),)
-tests: $(NEON_TEST)
+tests: $(NEON_TEST) $(NEON_ATTN_TEST)
 endif
 
 .PHONY: neon-check
-neon-check: $(NEON_TEST)
+neon-check: $(NEON_TEST) $(NEON_ATTN_TEST)
 	@BUILD=$(BUILD) sh tests/cli/t0040-neon-qemu.sh
+	@BUILD=$(BUILD) sh tests/cli/t0041-attn-neon-qemu.sh
 
 model:
 	@sh scripts/fetch-model.sh
