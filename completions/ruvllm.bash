@@ -31,36 +31,62 @@ _ruvllm() {
             --presence-penalty) return ;;
             -s|--seed) return ;;
             --stop) return ;;
+            --system) return ;;
+            --chat-template) COMPREPLY=($(compgen -f -- "$cur")); return ;;
+            --kv-type) COMPREPLY=($(compgen -W "f16 f32" -- "$cur")); return ;;
         esac
         if [[ $cur == -* ]]; then
-            COMPREPLY=($(compgen -W "-m --model -f --file -n --max-tokens -c --ctx-size -t --threads --temp --top-k --top-p --min-p --repeat-penalty --repeat-last-n --frequency-penalty --presence-penalty -s --seed --stop -e --echo --special --no-bos --tokenize -j --json --stats -v --verbose -h --help " -- "$cur"))
+            COMPREPLY=($(compgen -W "-m --model -f --file -n --max-tokens -c --ctx-size -t --threads --temp --top-k --top-p --min-p --repeat-penalty --repeat-last-n --frequency-penalty --presence-penalty -s --seed --stop --chat --system --chat-template --kv-type -e --echo --special --no-bos --tokenize -j --json --stats -v --verbose -h --help " -- "$cur"))
             return
         fi
         ;;
     chat)
         case $prev in
             -m|--model) COMPREPLY=($(compgen -f -- "$cur")); return ;;
+            --system) return ;;
+            --session) COMPREPLY=($(compgen -f -- "$cur")); return ;;
+            --chat-template) COMPREPLY=($(compgen -f -- "$cur")); return ;;
+            --render) COMPREPLY=($(compgen -f -- "$cur")); return ;;
+            -n|--max-tokens) return ;;
+            -c|--ctx-size) return ;;
+            -t|--threads) return ;;
+            --temp) return ;;
+            --top-k) return ;;
+            --top-p) return ;;
+            --min-p) return ;;
+            --repeat-penalty) return ;;
+            --repeat-last-n) return ;;
+            --frequency-penalty) return ;;
+            --presence-penalty) return ;;
+            -s|--seed) return ;;
+            --kv-type) COMPREPLY=($(compgen -W "f16 f32" -- "$cur")); return ;;
         esac
         if [[ $cur == -* ]]; then
-            COMPREPLY=($(compgen -W "-m --model -h --help " -- "$cur"))
+            COMPREPLY=($(compgen -W "-m --model --system --session --chat-template --render -n --max-tokens -c --ctx-size -t --threads --temp --top-k --top-p --min-p --repeat-penalty --repeat-last-n --frequency-penalty --presence-penalty -s --seed --kv-type -0 --null -j --json -h --help " -- "$cur"))
             return
         fi
-        COMPREPLY=($(compgen -f -- "$cur"))
         ;;
     quantize)
         case $prev in
+            --tensor-type) return ;;
+            --output-tensor-type) return ;;
+            --token-embedding-type) return ;;
+            --imatrix) COMPREPLY=($(compgen -f -- "$cur")); return ;;
+            -t|--threads) return ;;
         esac
         if [[ $cur == -* ]]; then
-            COMPREPLY=($(compgen -W "-h --help " -- "$cur"))
+            COMPREPLY=($(compgen -W "--tensor-type --pure --leave-output --output-tensor-type --token-embedding-type --imatrix --allow-requantize -t --threads --dry-run --stats -j --json -q --quiet -h --help " -- "$cur"))
             return
         fi
         COMPREPLY=($(compgen -f -- "$cur"))
         ;;
     dequant)
         case $prev in
+            --type) COMPREPLY=($(compgen -W "f32 f16 bf16" -- "$cur")); return ;;
+            --format) COMPREPLY=($(compgen -W "gguf safetensors" -- "$cur")); return ;;
         esac
         if [[ $cur == -* ]]; then
-            COMPREPLY=($(compgen -W "-h --help " -- "$cur"))
+            COMPREPLY=($(compgen -W "--type --format -q --quiet -h --help " -- "$cur"))
             return
         fi
         COMPREPLY=($(compgen -f -- "$cur"))

@@ -377,13 +377,24 @@ typedef struct {
     void *ud;
 } rvl_dequant_params;
 
-/* GGUF in -> GGUF out with every float or quantized tensor of two or more
+/* GGUF (or a Hugging Face directory, imported as by rvl_quantize_gguf) in
+ * -> GGUF out with every float or quantized tensor of two or more
  * dimensions in p->type and 1-D tensors (norms, biases) in F32, as
  * llama.cpp keeps them; integer tensors are copied. Metadata is copied in
  * order with general.file_type set to the new type (0, 1 or 32). Values are
  * the format's dequantize kernel's floats, rounded to F16/BF16 as the F16/
  * BF16 quantizers round. */
 int rvl_dequant_gguf(const char *in, const char *out, const rvl_dequant_params *p);
+/* GGUF in -> a Hugging Face model directory `out` (created; an existing
+ * one must be empty) holding config.json, model.safetensors (matrices in
+ * p->type, 1-D tensors in F32, Q/K rows back in Hugging Face's order for
+ * llama), tokenizer.json and tokenizer_config.json (with the chat
+ * template), which transformers loads. Architectures llama and qwen2 with
+ * a byte-level BPE vocabulary (gpt2: gpt-2, smollm/starcoder, llama-bpe,
+ * qwen2 pre-tokenizers) or a SentencePiece BPE one (llama: merges derived
+ * from the scores); others fail with RVL_EUNSUPPORTED. Written into a
+ * temporary directory renamed into place at the end. */
+int rvl_dequant_hf(const char *in, const char *out, const rvl_dequant_params *p);
 
 /* Quantization mixes: llama.cpp's file types by llama-quantize's names
  * (Q4_K_M, Q8_0, ...; the aliases Q3_K, Q4_K, Q5_K mean the _M mixes),
@@ -470,11 +481,15 @@ typedef struct {
 } rvl_quantize_report;
 void rvl_quantize_report_free(rvl_quantize_report *r);
 
-/* GGUF (F32/F16/BF16 weights; quantized ones with allow_requantize) ->
- * GGUF with the mix's types, metadata copied with general.file_type and
- * general.quantization_version (2) set. Tensors in llama-quantize's order.
- * `report` (may be NULL) is filled on success, also for dry_run (no
- * output written). */
+/* GGUF (F32/F16/BF16 weights; quantized ones with allow_requantize) or a
+ * Hugging Face directory (config.json, *.safetensors, tokenizer.json,
+ * tokenizer_config.json; llama/Mistral/qwen2 with a byte-level BPE or a
+ * SentencePiece-style BPE (byte_fallback) vocabulary: imported as
+ * convert_hf_to_gguf.py would, into a temporary
+ * file next to OUT) -> GGUF with the mix's types, metadata copied with
+ * general.file_type and general.quantization_version (2) set. Tensors in
+ * llama-quantize's order. `report` (may be NULL) is filled on success,
+ * also for dry_run (no output written). */
 int rvl_quantize_gguf(const char *in, const char *out, const rvl_quantize_params *p,
                       rvl_quantize_report *report);
 
