@@ -65,6 +65,14 @@ typedef struct {
     { RVL_K_Q6_K, need, NULL, NULL, vec_dot_q6_K_q8_K_##isa },                      \
     { RVL_K_IQ4_XS, need, NULL, NULL, vec_dot_iq4_xs_q8_K_##isa }
 
+/* Tiled GEMM kernels (formats.h gemm slot), per ISA, applied after the
+ * ISA's overrides (a table inherits its base's gemm slots). */
+typedef struct {
+    uint32_t type;
+    unsigned need;
+    rvl_gemm_fn gemm;
+} kgemm;
+
 #ifdef RVL_HAVE_X86
 static const kover avx2_kernels[] = {
     DOTS(avx2, 0),
@@ -90,19 +98,18 @@ static const kover avx512_kernels[] = {
     { RVL_K_BF16, RVL_KCPU_BF16, NULL, NULL, vec_dot_bf16_bf16_avx512bf16 },
 };
 
-/* Tiled GEMM kernels (formats.h gemm slot): avx2's, inherited by avx512,
- * whose own (VNNI) replace them where the CPU has VNNI. */
-typedef struct {
-    uint32_t type;
-    unsigned need;
-    rvl_gemm_fn gemm;
-} kgemm;
-
+/* avx2's tiles are inherited by avx512, whose own (VNNI) replace them
+ * where the CPU has VNNI. */
 static const kgemm avx2_gemms[] = {
     { RVL_K_Q4_0, 0, gemm_q4_0_q8_0_avx2 },
     { RVL_K_RVL_I4S_G32, 0, gemm_q4_0_q8_0_avx2 },
     { RVL_K_Q4_1, 0, gemm_q4_1_q8_1_avx2 },
     { RVL_K_Q8_0, 0, gemm_q8_0_q8_0_avx2 },
+    { RVL_K_Q4_K, 0, gemm_q4_K_q8_K_avx2 },
+    { RVL_K_Q6_K, 0, gemm_q6_K_q8_K_avx2 },
+    { RVL_K_Q5_0, 0, gemm_q5_0_q8_0_avx2 },
+    { RVL_K_Q5_1, 0, gemm_q5_1_q8_1_avx2 },
+    { RVL_K_Q5_K, 0, gemm_q5_K_q8_K_avx2 },
 };
 
 static const kgemm avx512_gemms[] = {
@@ -112,6 +119,9 @@ static const kgemm avx512_gemms[] = {
     { RVL_K_Q8_0, RVL_KCPU_VNNI, gemm_q8_0_q8_0_avx512vnni },
     { RVL_K_Q4_K, RVL_KCPU_VNNI, gemm_q4_K_q8_K_avx512vnni },
     { RVL_K_Q6_K, RVL_KCPU_VNNI, gemm_q6_K_q8_K_avx512vnni },
+    { RVL_K_Q5_0, RVL_KCPU_VNNI, gemm_q5_0_q8_0_avx512vnni },
+    { RVL_K_Q5_1, RVL_KCPU_VNNI, gemm_q5_1_q8_1_avx512vnni },
+    { RVL_K_Q5_K, RVL_KCPU_VNNI, gemm_q5_K_q8_K_avx512vnni },
 };
 #endif
 
@@ -132,6 +142,20 @@ static const kover neon_kernels[] = {
     { RVL_K_Q4_K, 0, NULL, dequantize_q4_K_neon, NULL },
     { RVL_K_Q6_K, 0, NULL, dequantize_q6_K_neon, NULL },
 };
+
+/* with dotprod, the sdot builds of the same tiles */
+#define ARM_GEMMS(isa, need)                                                       \
+    { RVL_K_Q4_0, need, gemm_q4_0_q8_0_##isa },                                    \
+    { RVL_K_RVL_I4S_G32, need, gemm_q4_0_q8_0_##isa },                             \
+    { RVL_K_Q4_1, need, gemm_q4_1_q8_1_##isa },                                    \
+    { RVL_K_Q8_0, need, gemm_q8_0_q8_0_##isa },                                    \
+    { RVL_K_Q4_K, need, gemm_q4_K_q8_K_##isa },                                    \
+    { RVL_K_Q6_K, need, gemm_q6_K_q8_K_##isa }
+static const kgemm neon_gemms[] = {
+    ARM_GEMMS(neon, 0),
+    ARM_GEMMS(dotprod, RVL_KCPU_DOTPROD),
+};
+#undef ARM_GEMMS
 #endif
 #undef DOTS
 
@@ -286,6 +310,12 @@ static void build(int isa)
         for (size_t i = 0; i < sizeof avx512_gemms / sizeof avx512_gemms[0]; i++)
             if (!(avx512_gemms[i].need & ~cpu_caps))
                 t[rvl_kformat_slot(avx512_gemms[i].type)].gemm = avx512_gemms[i].gemm;
+#endif
+#ifdef RVL_HAVE_NEON
+    if (isa == RVL_ISA_NEON)
+        for (size_t i = 0; i < sizeof neon_gemms / sizeof neon_gemms[0]; i++)
+            if (!(neon_gemms[i].need & ~cpu_caps))
+                t[rvl_kformat_slot(neon_gemms[i].type)].gemm = neon_gemms[i].gemm;
 #endif
 }
 

@@ -185,7 +185,11 @@ typedef float (*rvl_vec_dot_fn)(int64_t n, const void *w, const void *a);
  * for r < nr and t < nt (nr up to RVL_GEMM_ROWS, nt up to 32 are the tile
  * sizes it is made for; any count works). Equal to vec_dot within the
  * bound of dispatch.h; each (r, t) result is the same whatever nr, nt and
- * the position of the row and token in the call. */
+ * the position of the row and token in the call.
+ * nt = 1 is a GEMV (decode): RVL_GEMM_ROWS rows share the activation
+ * loads, faster than vec_dot row by row, and gives the same bits as any
+ * tile, so decode and prompt processing agree. Rows are best passed in
+ * order, RVL_GEMM_ROWS at a time: each call prefetches the next group. */
 typedef void (*rvl_gemm_fn)(int64_t n, const void *w, size_t w_stride, int nr, const void *act,
                             size_t act_stride, int nt, float *y, size_t y_stride);
 #define RVL_GEMM_ROWS 4

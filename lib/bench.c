@@ -227,8 +227,74 @@ typedef struct {
     double *a, *b, *c;
     uint64_t n;
     int op;                   /* 0 init, 1 copy, 2 triad, 3 read */
+    bool wide;                /* read with AVX2 loads (the CPU has them) */
     uint64_t sink[256];
 } stream_job;
+
+/* The read test is the roof a read-only kernel (a GEMV) is compared
+ * with, so it must be limited by memory alone: wide loads, eight
+ * independent accumulators (no add latency chain), and a software
+ * prefetch ahead of the stream as the kernels do (kernels/x86/common.h).
+ * Integer adds on the bits: no FP latency, no denormal stalls. */
+static uint64_t read_sum_scalar(const uint64_t *u, uint64_t i0, uint64_t i1)
+{
+    uint64_t s[8] = {0}, i = i0;
+    for (; i + 8 <= i1; i += 8)
+        for (int k = 0; k < 8; k++)
+            s[k] += u[i + k];
+    for (; i < i1; i++)
+        s[0] += u[i];
+    return s[0] + s[1] + s[2] + s[3] + s[4] + s[5] + s[6] + s[7];
+}
+
+#ifdef BENCH_X86
+#define READ_AHEAD 2048 /* bytes, as RVL_PREFETCH_AHEAD */
+__attribute__((target("avx2"))) static uint64_t read_sum_avx2(const uint64_t *u, uint64_t i0,
+                                                               uint64_t i1)
+{
+    __m256i s0 = _mm256_setzero_si256(), s1 = s0, s2 = s0, s3 = s0;
+    __m256i s4 = s0, s5 = s0, s6 = s0, s7 = s0;
+    uint64_t i = i0;
+    /* 256 bytes (four cache lines) per iteration */
+    for (; i + 32 <= i1; i += 32) {
+        const char *p = (const char *)(u + i);
+        _mm_prefetch(p + READ_AHEAD, _MM_HINT_T0);
+        _mm_prefetch(p + READ_AHEAD + 64, _MM_HINT_T0);
+        _mm_prefetch(p + READ_AHEAD + 128, _MM_HINT_T0);
+        _mm_prefetch(p + READ_AHEAD + 192, _MM_HINT_T0);
+        s0 = _mm256_add_epi64(s0, _mm256_loadu_si256((const __m256i *)p));
+        s1 = _mm256_add_epi64(s1, _mm256_loadu_si256((const __m256i *)(p + 32)));
+        s2 = _mm256_add_epi64(s2, _mm256_loadu_si256((const __m256i *)(p + 64)));
+        s3 = _mm256_add_epi64(s3, _mm256_loadu_si256((const __m256i *)(p + 96)));
+        s4 = _mm256_add_epi64(s4, _mm256_loadu_si256((const __m256i *)(p + 128)));
+        s5 = _mm256_add_epi64(s5, _mm256_loadu_si256((const __m256i *)(p + 160)));
+        s6 = _mm256_add_epi64(s6, _mm256_loadu_si256((const __m256i *)(p + 192)));
+        s7 = _mm256_add_epi64(s7, _mm256_loadu_si256((const __m256i *)(p + 224)));
+    }
+    const __m256i t = _mm256_add_epi64(_mm256_add_epi64(_mm256_add_epi64(s0, s1), _mm256_add_epi64(s2, s3)),
+                                       _mm256_add_epi64(_mm256_add_epi64(s4, s5), _mm256_add_epi64(s6, s7)));
+    uint64_t l[4];
+    _mm256_storeu_si256((__m256i *)l, t);
+    return l[0] + l[1] + l[2] + l[3] + read_sum_scalar(u, i, i1);
+}
+#endif
+
+#ifdef BENCH_ARM
+static uint64_t read_sum_neon(const uint64_t *u, uint64_t i0, uint64_t i1)
+{
+    uint64x2_t s0 = vdupq_n_u64(0), s1 = s0, s2 = s0, s3 = s0;
+    uint64_t i = i0;
+    /* 64 bytes (a cache line on most cores) per iteration */
+    for (; i + 8 <= i1; i += 8) {
+        __builtin_prefetch((const char *)(u + i) + 2048);
+        s0 = vaddq_u64(s0, vld1q_u64(u + i));
+        s1 = vaddq_u64(s1, vld1q_u64(u + i + 2));
+        s2 = vaddq_u64(s2, vld1q_u64(u + i + 4));
+        s3 = vaddq_u64(s3, vld1q_u64(u + i + 6));
+    }
+    return vaddvq_u64(vaddq_u64(vaddq_u64(s0, s1), vaddq_u64(s2, s3))) + read_sum_scalar(u, i, i1);
+}
+#endif
 
 static void stream_run(void *arg, int ith, int nth)
 {
@@ -252,21 +318,19 @@ static void stream_run(void *arg, int ith, int nth)
         for (uint64_t i = i0; i < i1; i++)
             a[i] = b[i] + 3.0 * c[i];
         break;
-    case 3: {
-        /* integer adds on the bits: no FP latency chain, vectorizable */
-        const uint64_t *u = (const uint64_t *)a;
-        uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0, i = i0;
-        for (; i + 4 <= i1; i += 4) {
-            s0 += u[i];
-            s1 += u[i + 1];
-            s2 += u[i + 2];
-            s3 += u[i + 3];
+    case 3:
+#ifdef BENCH_X86
+        if (j->wide) {
+            j->sink[ith & 255] = read_sum_avx2((const uint64_t *)a, i0, i1);
+            break;
         }
-        for (; i < i1; i++)
-            s0 += u[i];
-        j->sink[ith & 255] = s0 + s1 + s2 + s3;
+#endif
+#ifdef BENCH_ARM
+        j->sink[ith & 255] = read_sum_neon((const uint64_t *)a, i0, i1);
         break;
-    }
+#endif
+        j->sink[ith & 255] = read_sum_scalar((const uint64_t *)a, i0, i1);
+        break;
     }
 }
 
@@ -291,6 +355,7 @@ int rvl_bench_mem(rvl_bench *b, int reps, rvl_bench_membw *out)
                           (unsigned long long)(bytes >> 20));
     }
     out->array_bytes = j.n * sizeof(double);
+    j.wide = (rvl_dispatch_cpu() & RVL_KCPU_AVX2) != 0;
     j.op = 0; /* first touch on the threads that use the pages */
     rvl_pool_run(b->pool, stream_run, &j);
     const double sizes[4] = {0, 2.0 * 8 * (double)j.n, 3.0 * 8 * (double)j.n, 8.0 * (double)j.n};

@@ -22,8 +22,10 @@
  *    one block to 11008 values, at odd addresses;
  *  - gemm (the tiled kernels) gives each (row, token) within the same
  *    bound of ref's vec_dot, for 1..6 rows and 1..32 tokens at odd
- *    addresses and strides, the same bits whatever the tile, and writes
- *    nothing outside it; ref has no gemm;
+ *    addresses and strides, the same bits whatever the tile (one token,
+ *    the GEMV path decode takes, included), and writes nothing outside
+ *    it; ref has no gemm; avx2 and avx512 have the tiles the kernel issue
+ *    asks for;
  *  - the variant tables override what the kernel issue lists.
  *
  * Dispatch: RUVLLM_ISA selects the variant (checked in a fresh process,
@@ -434,9 +436,20 @@ static void test_every_gemm_matches_ref_dot_for_every_tile(void **state)
     /* the avx512 table has them where the CPU has VNNI */
     if (rvl_dispatch_isa_runnable(RVL_ISA_AVX512) && (rvl_dispatch_cpu() & RVL_KCPU_VNNI)) {
         static const uint32_t tiled[] = { RVL_K_Q4_0, RVL_K_Q4_1, RVL_K_Q8_0, RVL_K_RVL_I4S_G32,
-                                          RVL_K_Q4_K, RVL_K_Q6_K };
+                                          RVL_K_Q4_K, RVL_K_Q6_K, RVL_K_Q5_0, RVL_K_Q5_1,
+                                          RVL_K_Q5_K };
         for (size_t k = 0; k < sizeof tiled / sizeof tiled[0]; k++)
             assert_non_null(rvl_kformat_get_isa(tiled[k], RVL_ISA_AVX512)->gemm);
+        assert_true(checked > 0);
+    }
+    /* the avx2 table has them for what real models use (Q4_K_M files:
+     * Q4_K and Q6_K), and so does avx512 without VNNI, which inherits them */
+    if (rvl_dispatch_isa_runnable(RVL_ISA_AVX2)) {
+        static const uint32_t tiled2[] = { RVL_K_Q4_0, RVL_K_Q4_1, RVL_K_Q8_0, RVL_K_RVL_I4S_G32,
+                                           RVL_K_Q4_K, RVL_K_Q6_K, RVL_K_Q5_0, RVL_K_Q5_1,
+                                           RVL_K_Q5_K };
+        for (size_t k = 0; k < sizeof tiled2 / sizeof tiled2[0]; k++)
+            assert_non_null(rvl_kformat_get_isa(tiled2[k], RVL_ISA_AVX2)->gemm);
         assert_true(checked > 0);
     }
 }

@@ -32,6 +32,27 @@
 RVL_DECL_INT_DOTS(neon)
 RVL_DECL_INT_DOTS(dotprod)
 
+/* Tiled GEMM (formats.h gemm slot; gemm.h, compiled once per target):
+ * ref's bits for every (row, token), like the integer dots. */
+#define RVL_DECL_ARM_GEMM(isa)                                                     \
+    void gemm_q4_0_q8_0_##isa(int64_t n, const void *w, size_t w_stride, int nr,   \
+                              const void *act, size_t act_stride, int nt, float *y, \
+                              size_t y_stride);                                    \
+    void gemm_q4_1_q8_1_##isa(int64_t n, const void *w, size_t w_stride, int nr,   \
+                              const void *act, size_t act_stride, int nt, float *y, \
+                              size_t y_stride);                                    \
+    void gemm_q8_0_q8_0_##isa(int64_t n, const void *w, size_t w_stride, int nr,   \
+                              const void *act, size_t act_stride, int nt, float *y, \
+                              size_t y_stride);                                    \
+    void gemm_q4_K_q8_K_##isa(int64_t n, const void *w, size_t w_stride, int nr,   \
+                              const void *act, size_t act_stride, int nt, float *y, \
+                              size_t y_stride);                                    \
+    void gemm_q6_K_q8_K_##isa(int64_t n, const void *w, size_t w_stride, int nr,   \
+                              const void *act, size_t act_stride, int nt, float *y, \
+                              size_t y_stride);
+RVL_DECL_ARM_GEMM(neon)
+RVL_DECL_ARM_GEMM(dotprod)
+
 /* neon.c: plain-type dots, activation quantizers, dequantizers. */
 float vec_dot_f32_f32_neon(int64_t n, const void *w, const void *a);
 float vec_dot_f16_f16_neon(int64_t n, const void *w, const void *a);

@@ -33,6 +33,7 @@ static inline int32x4_t dot16(int32x4_t acc, int8x16_t x, int8x16_t y)
 
 #define RVL_ISA_SFX dotprod
 #include "arm/int_dots.h"
+#include "arm/gemm.h"
 #undef RVL_ISA_SFX
 
 #if defined(__clang__)

@@ -77,9 +77,10 @@ static inline float hmax_ps(__m256 v)
  * low nibble is element j, its high nibble element j + 16. */
 static inline __m256i nibbles32(const uint8_t *qs)
 {
-    const __m128i t = ld128(qs);
-    const __m256i v = _mm256_set_m128i(_mm_srli_epi16(t, 4), t);
-    return _mm256_and_si256(v, _mm256_set1_epi8(0x0F));
+    /* one broadcast load (no shuffle-port insert), the high half shifted */
+    const __m256i v = _mm256_broadcastsi128_si256(ld128(qs));
+    return _mm256_and_si256(_mm256_srlv_epi32(v, _mm256_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4)),
+                            _mm256_set1_epi8(0x0F));
 }
 
 /* 0xFF in byte j where bit j of the little-endian u32 at p is set. */

@@ -21,14 +21,18 @@
  * output does not depend on how callers group rows and tokens.
  *
  * Signed weight levels go through vpdpbusd (u8 x s8) with an offset: Q8_0
- * as w + 128, Q4_0 as the stored nibble q (level q - 8); the offset times
- * the activation's 4-value sums, computed once per token block, starts
- * the accumulation (exact integers, the same lanes as vec_dot's).
+ * as w + 128, Q4_0 as the stored nibble q (level q - 8), Q5_0 as the
+ * 5-bit q (level q - 16); the offset times the activation's 4-value sums,
+ * computed once per token block, starts the accumulation (exact integers,
+ * the same lanes as vec_dot's). Q4_1 and Q5_1 levels are unsigned.
  *
- * Q4_K and Q6_K (tile_k4, tile_q6): the same tile, token layout and
+ * Q4_K, Q5_K and Q6_K (tile_k4, tile_q6): the same tile, token layout and
  * reduction, one 256-value block at a time: per 32-value group, unsigned
  * levels times activations with vpmaddubsw, times the integer scales with
  * vpdpwssd; the min / -32 offset terms from the activation's bsums.
+ *
+ * One token (decode): rows1*, below, with the tile's lanes and float
+ * operations and rows in the place of tokens.
  */
 #include "x86/x86.h"
 
@@ -40,7 +44,27 @@ RVL_X86_TARGET_BEGIN("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")
 
 #include "x86/common.h"
 
-enum { G_Q4_0, G_Q4_1, G_Q8_0, G_Q4_K, G_Q6_K };
+enum { G_Q4_0, G_Q4_1, G_Q8_0, G_Q4_K, G_Q6_K, G_Q5_0, G_Q5_1, G_Q5_K };
+
+/* The 32-value formats: block and activation geometry, and the offset of
+ * the signed levels (weights go through vpdpbusd as unsigned levels;
+ * offset x the activation's 4-value sums starts the accumulation). */
+#define HAS_M(kind) ((kind) == G_Q4_1 || (kind) == G_Q5_1)   /* x = d*q + m */
+#define IS_Q5(kind) ((kind) == G_Q5_0 || (kind) == G_Q5_1)
+static inline size_t wsz32(int kind)
+{
+    return kind == G_Q4_0 ? sizeof(block_q4_0) : kind == G_Q4_1 ? sizeof(block_q4_1)
+           : kind == G_Q5_0 ? sizeof(block_q5_0) : kind == G_Q5_1 ? sizeof(block_q5_1)
+                            : sizeof(block_q8_0);
+}
+static inline size_t qs_off(int kind)  /* the nibbles (Q8_0: the quants) */
+{
+    return kind == G_Q4_1 ? 4 : kind == G_Q5_0 ? 6 : kind == G_Q5_1 ? 8 : 2;
+}
+static inline char level_off(int kind)
+{
+    return kind == G_Q8_0 ? (char)0x80 : kind == G_Q4_0 ? 8 : kind == G_Q5_0 ? 16 : 0;
+}
 
 #define AI static inline __attribute__((always_inline))
 
@@ -77,10 +101,15 @@ AI __m512i w_levels(int kind, const uint8_t *blk)
     if (kind == G_Q8_0)
         return _mm512_xor_si512(_mm512_broadcast_i64x4(ld256(blk + 2)),
                                 _mm512_set1_epi8((char)0x80));
-    const __m512i v = _mm512_broadcast_i32x4(ld128(blk + (kind == G_Q4_1 ? 4 : 2)));
+    const __m512i v = _mm512_broadcast_i32x4(ld128(blk + qs_off(kind)));
     /* 128-bit lanes 1 and 3: the high nibbles (elements 16..31) */
-    return _mm512_and_si512(_mm512_mask_srli_epi16(v, (__mmask32)0xFF00FF00u, v, 4),
-                            _mm512_set1_epi8(0x0F));
+    const __m512i lv = _mm512_and_si512(_mm512_mask_srli_epi16(v, (__mmask32)0xFF00FF00u, v, 4),
+                                        _mm512_set1_epi8(0x0F));
+    if (!IS_Q5(kind))
+        return lv;
+    /* Q5: bit j of qh is element j's bit 4, in both halves */
+    const uint64_t qh = (uint32_t)ld32(blk + (kind == G_Q5_0 ? 2 : 4));
+    return _mm512_mask_add_epi8(lv, _cvtu64_mask64(qh | qh << 32), lv, _mm512_set1_epi8(16));
 }
 
 /* Two token pairs' block products (a: tokens u, u+1; b: tokens v, v+1;
@@ -125,10 +154,9 @@ AI void store_acc(int NR, int NQ, __m512 acc[4][2], int tn, float *y, size_t y_s
 AI void tile(int kind, int NR, int NQ, int64_t nb, const uint8_t *w, size_t w_stride,
              const uint8_t *const ap[8], int tn, float *y, size_t y_stride)
 {
-    const size_t wsz = kind == G_Q4_0 ? sizeof(block_q4_0)
-                       : kind == G_Q4_1 ? sizeof(block_q4_1) : sizeof(block_q8_0);
-    const size_t asz = kind == G_Q4_1 ? sizeof(block_q8_1) : sizeof(block_q8_0);
-    const size_t aoff = kind == G_Q4_1 ? 4 : 2;
+    const size_t wsz = wsz32(kind);
+    const size_t asz = HAS_M(kind) ? sizeof(block_q8_1) : sizeof(block_q8_0);
+    const size_t aoff = HAS_M(kind) ? 4 : 2;
     const __m512i zero = _mm512_setzero_si512();
     /* the row and quad loops must be unrolled (GCC's -O2 does not on its
      * own) for acc[][] and the per-block arrays to live in registers:
@@ -144,7 +172,7 @@ AI void tile(int kind, int NR, int NQ, int64_t nb, const uint8_t *w, size_t w_st
             if (kind == G_Q8_0 || (i & 1) == 0)
                 prefetch_ahead(wb);
             lv[r] = w_levels(kind, wb);
-            if (kind == G_Q4_1) {
+            if (HAS_M(kind)) {
                 const __m128 dm = _mm_cvtph_ps(_mm_cvtsi32_si128(ld32(wb)));
                 dw[r] = _mm512_broadcastss_ps(dm);
                 mw[r] = _mm512_broadcastss_ps(_mm_movehdup_ps(dm));
@@ -161,10 +189,10 @@ AI void tile(int kind, int NR, int NQ, int64_t nb, const uint8_t *w, size_t w_st
             _Pragma("GCC unroll 4")
             for (int h = 0; h < 2; h++) {
                 a[h] = ld_pair(b[2 * h] + aoff, b[2 * h + 1] + aoff);
-                if (kind == G_Q4_1) {
+                if (HAS_M(kind)) {
                     start[h] = zero;
                 } else {
-                    const __m512i off = _mm512_set1_epi8(kind == G_Q8_0 ? (char)0x80 : 8);
+                    const __m512i off = _mm512_set1_epi8(level_off(kind));
                     start[h] = _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, off, a[h]));
                 }
             }
@@ -172,7 +200,7 @@ AI void tile(int kind, int NR, int NQ, int64_t nb, const uint8_t *w, size_t w_st
              * lanes that hold its sums (see the final reduction); Q8_1's
              * a.s in one lane per token only: the block's m * s term */
             __m512 dq, sq = _mm512_setzero_ps();
-            if (kind == G_Q4_1) {
+            if (HAS_M(kind)) {
                 const __m512 ds = _mm512_castps256_ps512(_mm256_cvtph_ps(
                     _mm_setr_epi32(ld32(b[0]), ld32(b[1]), ld32(b[2]), ld32(b[3]))));
                 dq = _mm512_permutexvar_ps(_mm512_setr_epi32(0, 0, 4, 4, 0, 0, 4, 4, 2, 2, 6, 6, 2, 2, 6, 6), ds);
@@ -190,7 +218,7 @@ AI void tile(int kind, int NR, int NQ, int64_t nb, const uint8_t *w, size_t w_st
                                         _mm512_dpbusd_epi32(start[1], lv[r], a[1]));
                 acc[r][q] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is), _mm512_mul_ps(dw[r], dq),
                                             acc[r][q]);
-                if (kind == G_Q4_1)
+                if (HAS_M(kind))
                     acc[r][q] = _mm512_fmadd_ps(mw[r], sq, acc[r][q]);
             }
         }
@@ -206,10 +234,12 @@ AI void tile(int kind, int NR, int NQ, int64_t nb, const uint8_t *w, size_t w_st
  * integers of int_dots.h's vec_dot; then d and dmin times the token's d,
  * with FMA. Groups outermost within a block: each group's levels are
  * unpacked once per row for the 8 tokens. */
-AI void tile_k4(int NR, int NQ, int64_t nb, const uint8_t *w, size_t w_stride,
+AI void tile_k4(int kind, int NR, int NQ, int64_t nb, const uint8_t *w, size_t w_stride,
                 const uint8_t *const ap[8], int tn, float *y, size_t y_stride)
 {
-    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    const __m512i m4 = _mm512_set1_epi8(0x0F), b4 = _mm512_set1_epi8(16);
+    const size_t wsz = kind == G_Q5_K ? sizeof(block_q5_K) : sizeof(block_q4_K);
+    const size_t qo = kind == G_Q5_K ? 48 : 16;
     __m512 acc[4][2];
     zero_acc(NR, NQ, acc);
     for (int64_t i = 0; i < nb; i++) {
@@ -219,10 +249,12 @@ AI void tile_k4(int NR, int NQ, int64_t nb, const uint8_t *w, size_t w_stride,
         __m512 dw[4], mw[4];
         _Pragma("GCC unroll 4")
         for (int r = 0; r < NR; r++) {
-            wb[r] = w + r * w_stride + (size_t)i * sizeof(block_q4_K);
+            wb[r] = w + r * w_stride + (size_t)i * wsz;
             prefetch_ahead(wb[r]);
             prefetch_ahead(wb[r] + 64);
             prefetch_ahead(wb[r] + 128);
+            if (kind == G_Q5_K)
+                prefetch_ahead(wb[r] + wsz - 1);
             const __m128 dm = _mm_cvtph_ps(_mm_cvtsi32_si128(ld32(wb[r])));
             dw[r] = _mm512_broadcastss_ps(dm);
             mw[r] = _mm512_broadcastss_ps(_mm_movehdup_ps(dm));
@@ -253,10 +285,15 @@ AI void tile_k4(int NR, int NQ, int64_t nb, const uint8_t *w, size_t w_stride,
                 const __m512i a1 = ld_pair(b[2] + 4 + 32 * j, b[3] + 4 + 32 * j);
                 _Pragma("GCC unroll 4")
                 for (int r = 0; r < NR; r++) {
-                    __m512i lv = _mm512_broadcast_i64x4(ld256(wb[r] + 16 + 32 * (j >> 1)));
+                    __m512i lv = _mm512_broadcast_i64x4(ld256(wb[r] + qo + 32 * (j >> 1)));
                     if (j & 1)
                         lv = _mm512_srli_epi16(lv, 4);
                     lv = _mm512_and_si512(lv, m4);
+                    if (kind == G_Q5_K) /* bit j of qh[l]: bit 4 of level l */
+                        lv = _mm512_mask_add_epi8(
+                            lv, _mm512_test_epi8_mask(_mm512_broadcast_i64x4(ld256(wb[r] + 16)),
+                                                      _mm512_set1_epi8((char)(1 << j))),
+                            lv, b4);
                     const __m512i s = _mm512_set1_epi32(scs[r][j]);
                     is[r][0] = _mm512_dpwssd_epi32(is[r][0], _mm512_maddubs_epi16(lv, a0), s);
                     is[r][1] = _mm512_dpwssd_epi32(is[r][1], _mm512_maddubs_epi16(lv, a1), s);
@@ -371,10 +408,321 @@ AI void tile_q6(int NR, int NQ, int64_t nb, const uint8_t *w, size_t w_stride,
     store_acc(NR, NQ, acc, tn, y, y_stride);
 }
 
+/* ======================================================================
+ * One token (GEMV, decode): up to 4 rows against one activation row.
+ *
+ * The tiles above for a single token would compute 4 copies of it. These
+ * put rows where the tiles put tokens instead: a zmm holds the same block
+ * of two rows (low 256 bits: row k, high: row k+1) against the activation
+ * block broadcast to both halves, and row k sits in the lanes where tile()
+ * keeps token k. Every (row, token) lane then receives the same exact
+ * integers and the same float operations in the same order as in a tile
+ * (products of two scales are commutative, and the min / m*s terms land
+ * in the same lanes), so a one-token call gives the bits of any other
+ * tile: the test compares them.
+ *
+ * Prefetch: callers walk the rows of a matrix in groups of 4 (forward.c,
+ * bench), so each row prefetches its block of the row 4 further on: one
+ * group ahead, as far ahead as the group takes to compute.
+ * ====================================================================== */
+
+/* Row k's level/scale vector pairs: rows k and k+1 in the two halves. */
+AI __m512i pair256(__m256i lo, __m256i hi)
+{
+    return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+}
+
+/* The f16 at byte offset off of the 4 rows' blocks, in tile()'s token
+ * lane order (row k where token k is). */
+AI __m512 f16_rows(const uint8_t *const wb[4], size_t off)
+{
+    /* packed in a general register: no vector shuffles for the gather */
+    const uint64_t h = (uint64_t)ld16(wb[0] + off) | (uint64_t)ld16(wb[1] + off) << 16 |
+                       (uint64_t)ld16(wb[2] + off) << 32 | (uint64_t)ld16(wb[3] + off) << 48;
+    const __m512 d = _mm512_castps128_ps512(_mm_cvtph_ps(_mm_cvtsi64_si128((long long)h)));
+    return _mm512_permutexvar_ps(_mm512_setr_epi32(0, 0, 2, 2, 0, 0, 2, 2, 1, 1, 3, 3, 1, 1, 3, 3), d);
+}
+
+/* Q4_1's d and m of the 4 rows' blocks, as f16_rows(wb, 0) and (wb, 2). */
+AI void f16_rows_dm(const uint8_t *const wb[4], __m512 *d, __m512 *m)
+{
+    const uint64_t lo = (uint64_t)(uint32_t)ld32(wb[0]) | (uint64_t)(uint32_t)ld32(wb[1]) << 32;
+    const uint64_t hi = (uint64_t)(uint32_t)ld32(wb[2]) | (uint64_t)(uint32_t)ld32(wb[3]) << 32;
+    const __m512 dm = _mm512_castps256_ps512(
+        _mm256_cvtph_ps(_mm_set_epi64x((long long)hi, (long long)lo)));
+    *d = _mm512_permutexvar_ps(_mm512_setr_epi32(0, 0, 4, 4, 0, 0, 4, 4, 2, 2, 6, 6, 2, 2, 6, 6), dm);
+    *m = _mm512_permutexvar_ps(_mm512_setr_epi32(1, 1, 5, 5, 1, 1, 5, 5, 3, 3, 7, 7, 3, 3, 7, 7), dm);
+}
+
+AI void store_rows(__m512 acc, int rn, float *y)
+{
+    float l[16];
+    _mm512_storeu_ps(l, acc);
+    for (int k = 0; k < rn; k++) {
+        const int o = (k & 1) * 8 + (k >> 1) * 2;
+        y[k] = (l[o] + l[o + 1]) + (l[o + 4] + l[o + 5]);
+    }
+}
+
+/* The 4 rows' integer block sums against the activation block at ab (in
+ * tile()'s lanes, folded), as floats. */
+AI __m512 rows1_block(int kind, const uint8_t *const wb[4], const uint8_t *ab)
+{
+    const __m512i zero = _mm512_setzero_si512(), m4 = _mm512_set1_epi8(0x0F);
+    const __m512i av = _mm512_broadcast_i64x4(ld256(ab + (HAS_M(kind) ? 4 : 2)));
+    __m512i start = zero;
+    if (!HAS_M(kind))
+        start = _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, _mm512_set1_epi8(level_off(kind)), av));
+    __m512i t[2];
+    _Pragma("GCC unroll 2")
+    for (int h = 0; h < 2; h++) {
+        __m512i lv;
+        if (kind == G_Q8_0) {
+            lv = _mm512_xor_si512(pair256(ld256(wb[2 * h] + 2), ld256(wb[2 * h + 1] + 2)),
+                                  _mm512_set1_epi8((char)0x80));
+        } else {
+            const size_t qo = qs_off(kind);
+            lv = _mm512_broadcast_i32x4(ld128(wb[2 * h] + qo));
+            lv = _mm512_mask_broadcast_i32x4(lv, (__mmask16)0xFF00, ld128(wb[2 * h + 1] + qo));
+            lv = _mm512_and_si512(_mm512_mask_srli_epi16(lv, (__mmask32)0xFF00FF00u, lv, 4), m4);
+            if (IS_Q5(kind)) {
+                const size_t ho = kind == G_Q5_0 ? 2 : 4;
+                const uint64_t qh = (uint32_t)ld32(wb[2 * h] + ho) |
+                                    (uint64_t)(uint32_t)ld32(wb[2 * h + 1] + ho) << 32;
+                lv = _mm512_mask_add_epi8(lv, _cvtu64_mask64(qh), lv, _mm512_set1_epi8(16));
+            }
+        }
+        t[h] = _mm512_dpbusd_epi32(start, lv, av);
+    }
+    return _mm512_cvtepi32_ps(fold(t[0], t[1]));
+}
+
+/* The d (f16 at offset 0) of the 4 rows' blocks, packed in 64 bits. */
+AI uint64_t d_rows(const uint8_t *const wb[4])
+{
+    return (uint64_t)ld16(wb[0]) | (uint64_t)ld16(wb[1]) << 16 | (uint64_t)ld16(wb[2]) << 32 |
+           (uint64_t)ld16(wb[3]) << 48;
+}
+
+/* Q4_0, Q4_1, Q5_0, Q5_1, Q8_0: rows wr[0..3] (past the real rows, wr
+ * repeats the last one: rn says how many are real) times the activation
+ * row a. */
+AI void rows1(int kind, int64_t nb, const uint8_t *const wr[4], size_t ahead, const uint8_t *a,
+              int rn, float *y)
+{
+    const size_t wsz = wsz32(kind);
+    const size_t asz = HAS_M(kind) ? sizeof(block_q8_1) : sizeof(block_q8_0);
+    __m512 acc = _mm512_setzero_ps();
+    int64_t i = 0;
+    if (!HAS_M(kind))
+        /* two blocks per pass: their 8 row scales and 2 activation scales
+         * converted at once (the same floats, fewer conversions) */
+        for (; i + 1 < nb; i += 2) {
+            const uint8_t *ab = a + (size_t)i * asz;
+            const uint8_t *wb[4], *wb1[4];
+            _Pragma("GCC unroll 4")
+            for (int k = 0; k < 4; k++) {
+                wb[k] = wr[k] + (size_t)i * wsz;
+                wb1[k] = wb[k] + wsz;
+                /* one prefetch per 34 to 44 bytes */
+                _mm_prefetch((const char *)wb[k] + ahead, _MM_HINT_T0);
+                if (kind == G_Q8_0)
+                    _mm_prefetch((const char *)wb1[k] + ahead, _MM_HINT_T0);
+            }
+            const uint64_t ha = (uint64_t)ld16(ab) | (uint64_t)ld16(ab + asz) << 16;
+            /* lanes 0-3: d of block i's rows, 4-7: block i+1's, 8, 9: a.d */
+            const __m512 dd = _mm512_cvtph_ps(_mm256_setr_epi64x((long long)d_rows(wb),
+                                                                 (long long)d_rows(wb1),
+                                                                 (long long)ha, 0));
+            const __m512i tok = _mm512_setr_epi32(0, 0, 2, 2, 0, 0, 2, 2, 1, 1, 3, 3, 1, 1, 3, 3);
+            const __m512 s0 = _mm512_mul_ps(_mm512_permutexvar_ps(tok, dd),
+                                            _mm512_permutexvar_ps(_mm512_set1_epi32(8), dd));
+            const __m512 s1 = _mm512_mul_ps(
+                _mm512_permutexvar_ps(_mm512_add_epi32(tok, _mm512_set1_epi32(4)), dd),
+                _mm512_permutexvar_ps(_mm512_set1_epi32(9), dd));
+            acc = _mm512_fmadd_ps(rows1_block(kind, wb, ab), s0, acc);
+            acc = _mm512_fmadd_ps(rows1_block(kind, wb1, ab + asz), s1, acc);
+        }
+    for (; i < nb; i++) {
+        const uint8_t *ab = a + (size_t)i * asz;
+        const uint8_t *wb[4];
+        _Pragma("GCC unroll 4")
+        for (int k = 0; k < 4; k++) {
+            wb[k] = wr[k] + (size_t)i * wsz;
+            /* every other block: one prefetch per 36 to 48 bytes */
+            if (kind == G_Q8_0 || (i & 1) == 0)
+                _mm_prefetch((const char *)wb[k] + ahead, _MM_HINT_T0);
+        }
+        const __m512 is = rows1_block(kind, wb, ab);
+        if (HAS_M(kind)) {
+            const __m128 ds = _mm_cvtph_ps(_mm_cvtsi32_si128(ld32(ab)));      /* d, s */
+            const __m512 da = _mm512_broadcastss_ps(ds);
+            const __m512 sa = _mm512_maskz_broadcastss_ps((__mmask16)0x0505, _mm_movehdup_ps(ds));
+            __m512 dw, mw;
+            f16_rows_dm(wb, &dw, &mw);
+            acc = _mm512_fmadd_ps(is, _mm512_mul_ps(dw, da), acc);
+            acc = _mm512_fmadd_ps(mw, sa, acc);
+        } else {
+            acc = _mm512_fmadd_ps(is, _mm512_mul_ps(f16_rows(wb, 0), _mm512_set1_ps(f16at(ab))), acc);
+        }
+    }
+    store_rows(acc, rn, y);
+}
+
+/* Q4_K, Q5_K: as tile_k4() with rows for tokens. */
+AI void rows1_k4(int kind, int64_t nb, const uint8_t *const wr[4], size_t ahead,
+                 const uint8_t *a, int rn, float *y)
+{
+    const __m512i m4 = _mm512_set1_epi8(0x0F), b4 = _mm512_set1_epi8(16);
+    const size_t wsz = kind == G_Q5_K ? sizeof(block_q5_K) : sizeof(block_q4_K);
+    const size_t qo0 = kind == G_Q5_K ? 48 : 16;
+    __m512 acc = _mm512_setzero_ps();
+    for (int64_t i = 0; i < nb; i++) {
+        const uint8_t *ab = a + (size_t)i * sizeof(block_q8_K);
+        const uint8_t *wb[4];
+        __m256i sc[4], mn[4];
+        _Pragma("GCC unroll 4")
+        for (int k = 0; k < 4; k++) {
+            wb[k] = wr[k] + (size_t)i * wsz;
+            _mm_prefetch((const char *)wb[k] + ahead, _MM_HINT_T0);
+            _mm_prefetch((const char *)wb[k] + ahead + 64, _MM_HINT_T0);
+            _mm_prefetch((const char *)wb[k] + ahead + 128, _MM_HINT_T0);
+            if (kind == G_Q5_K)
+                _mm_prefetch((const char *)wb[k] + ahead + wsz - 1, _MM_HINT_T0);
+            uint32_t u[3];
+            memcpy(u, wb[k] + 4, 12);
+            const uint32_t sc_lo = u[0] & 0x3f3f3f3f, mn_lo = u[1] & 0x3f3f3f3f;
+            const uint32_t sc_hi = (u[2] & 0x0f0f0f0f) | ((u[0] >> 2) & 0x30303030);
+            const uint32_t mn_hi = ((u[2] >> 4) & 0x0f0f0f0f) | ((u[1] >> 2) & 0x30303030);
+            /* scale j as two int16 in int32 j; min j as int16 2j and 2j+1 */
+            const __m128i s16 = _mm_cvtepu8_epi16(_mm_setr_epi32((int)sc_lo, (int)sc_hi, 0, 0));
+            sc[k] = _mm256_set_m128i(_mm_unpackhi_epi16(s16, s16), _mm_unpacklo_epi16(s16, s16));
+            const __m128i m8 = _mm_setr_epi32((int)mn_lo, (int)mn_hi, 0, 0);
+            mn[k] = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(m8, m8));
+        }
+        const __m512i sc01 = pair256(sc[0], sc[1]), sc23 = pair256(sc[2], sc[3]);
+        __m512i hb[2] = { _mm512_setzero_si512(), _mm512_setzero_si512() };
+        if (kind == G_Q5_K) /* bit j of qh[l]: bit 4 of level l of group j */
+            for (int h = 0; h < 2; h++)
+                hb[h] = pair256(ld256(wb[2 * h] + 16), ld256(wb[2 * h + 1] + 16));
+        __m512i is[2] = { _mm512_setzero_si512(), _mm512_setzero_si512() };
+        /* 32 bytes of qs per row hold groups 2c (low nibbles) and 2c+1 */
+        _Pragma("GCC unroll 4")
+        for (int c = 0; c < 4; c++) {
+            __m512i q[2];
+            _Pragma("GCC unroll 2")
+            for (int h = 0; h < 2; h++)
+                q[h] = pair256(ld256(wb[2 * h] + qo0 + 32 * c), ld256(wb[2 * h + 1] + qo0 + 32 * c));
+            _Pragma("GCC unroll 2")
+            for (int e = 0; e < 2; e++) {
+                const int j = 2 * c + e;
+                const __m512i av = _mm512_broadcast_i64x4(ld256(ab + 4 + 32 * j));
+                const __m512i sel = _mm512_setr_epi32(j, j, j, j, j, j, j, j, 8 + j, 8 + j, 8 + j,
+                                                      8 + j, 8 + j, 8 + j, 8 + j, 8 + j);
+                _Pragma("GCC unroll 2")
+                for (int h = 0; h < 2; h++) {
+                    __m512i lv = _mm512_and_si512(e ? _mm512_srli_epi16(q[h], 4) : q[h], m4);
+                    if (kind == G_Q5_K)
+                        lv = _mm512_mask_add_epi8(
+                            lv, _mm512_test_epi8_mask(hb[h], _mm512_set1_epi8((char)(1 << j))), lv,
+                            b4);
+                    const __m512i s = _mm512_permutexvar_epi32(sel, h ? sc23 : sc01);
+                    is[h] = _mm512_dpwssd_epi32(is[h], _mm512_maddubs_epi16(lv, av), s);
+                }
+            }
+        }
+        const __m512i bs = _mm512_broadcast_i64x4(ld256(ab + 260));
+        const __m512i sm = fold(_mm512_madd_epi16(pair256(mn[0], mn[1]), bs),
+                                _mm512_madd_epi16(pair256(mn[2], mn[3]), bs));
+        float adf;
+        memcpy(&adf, ab, 4);
+        const __m512 da = _mm512_set1_ps(adf);
+        acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(fold(is[0], is[1])),
+                              _mm512_mul_ps(f16_rows(wb, 0), da), acc);
+        acc = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(sm), _mm512_mul_ps(f16_rows(wb, 2), da), acc);
+    }
+    store_rows(acc, rn, y);
+}
+
+/* Q6_K: as tile_q6() with rows for tokens. */
+AI void rows1_q6(int64_t nb, const uint8_t *const wr[4], size_t ahead, const uint8_t *a, int rn,
+                 float *y)
+{
+    const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30);
+    __m512 acc = _mm512_setzero_ps();
+    for (int64_t i = 0; i < nb; i++) {
+        const uint8_t *ab = a + (size_t)i * sizeof(block_q8_K);
+        const uint8_t *wb[4];
+        __m256i sc16[4];
+        _Pragma("GCC unroll 4")
+        for (int k = 0; k < 4; k++) {
+            wb[k] = wr[k] + (size_t)i * sizeof(block_q6_K);
+            _mm_prefetch((const char *)wb[k] + ahead, _MM_HINT_T0);
+            _mm_prefetch((const char *)wb[k] + ahead + 64, _MM_HINT_T0);
+            _mm_prefetch((const char *)wb[k] + ahead + 128, _MM_HINT_T0);
+            _mm_prefetch((const char *)wb[k] + ahead + 192, _MM_HINT_T0);
+            const __m128i s8 = ld128(wb[k] + 192);
+            sc16[k] = _mm256_cvtepi8_epi16(s8);
+        }
+        __m512i is[2] = { _mm512_setzero_si512(), _mm512_setzero_si512() };
+        /* scale g as two int16 in int32 g, rows k and k+1 in the halves */
+        __m512i spair[2][2];
+        _Pragma("GCC unroll 2")
+        for (int h = 0; h < 2; h++) {
+            const __m512i s32a = _mm512_cvtepi16_epi32(sc16[2 * h]);
+            const __m512i s32b = _mm512_cvtepi16_epi32(sc16[2 * h + 1]);
+            const __m512i ma = _mm512_set1_epi32(0xFFFF);
+            spair[h][0] = _mm512_or_si512(_mm512_and_si512(s32a, ma), _mm512_slli_epi32(s32a, 16));
+            spair[h][1] = _mm512_or_si512(_mm512_and_si512(s32b, ma), _mm512_slli_epi32(s32b, 16));
+        }
+        _Pragma("GCC unroll 2")
+        for (int hh = 0; hh < 2; hh++) {
+            __m256i lv[4][4];
+            _Pragma("GCC unroll 4")
+            for (int k = 0; k < 4; k++) {
+                const __m256i l0 = ld256(wb[k] + 64 * hh), l1 = ld256(wb[k] + 64 * hh + 32);
+                const __m256i hq = ld256(wb[k] + 128 + 32 * hh);
+                lv[k][0] = _mm256_or_si256(_mm256_and_si256(l0, m4),
+                                           _mm256_and_si256(_mm256_slli_epi16(hq, 4), m30));
+                lv[k][1] = _mm256_or_si256(_mm256_and_si256(l1, m4),
+                                           _mm256_and_si256(_mm256_slli_epi16(hq, 2), m30));
+                lv[k][2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
+                                           _mm256_and_si256(hq, m30));
+                lv[k][3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
+                                           _mm256_and_si256(_mm256_srli_epi16(hq, 2), m30));
+            }
+            _Pragma("GCC unroll 4")
+            for (int cc = 0; cc < 4; cc++) {
+                const int c = 4 * hh + cc, g = 2 * c, g1 = 2 * c + 1;
+                const __m512i av = _mm512_broadcast_i64x4(ld256(ab + 4 + 32 * c));
+                const __m512i sel = _mm512_setr_epi32(g, g, g, g, g1, g1, g1, g1, 16 + g, 16 + g,
+                                                      16 + g, 16 + g, 16 + g1, 16 + g1, 16 + g1,
+                                                      16 + g1);
+                _Pragma("GCC unroll 2")
+                for (int h = 0; h < 2; h++) {
+                    const __m512i s = _mm512_permutex2var_epi32(spair[h][0], sel, spair[h][1]);
+                    const __m512i l = pair256(lv[2 * h][cc], lv[2 * h + 1][cc]);
+                    is[h] = _mm512_dpwssd_epi32(is[h], _mm512_maddubs_epi16(l, av), s);
+                }
+            }
+        }
+        const __m512i bs = _mm512_broadcast_i64x4(ld256(ab + 260));
+        const __m512i i0 = _mm512_sub_epi32(
+            is[0], _mm512_slli_epi32(_mm512_madd_epi16(pair256(sc16[0], sc16[1]), bs), 5));
+        const __m512i i1 = _mm512_sub_epi32(
+            is[1], _mm512_slli_epi32(_mm512_madd_epi16(pair256(sc16[2], sc16[3]), bs), 5));
+        float adf;
+        memcpy(&adf, ab, 4);
+        acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(fold(i0, i1)),
+                              _mm512_mul_ps(f16_rows(wb, 208), _mm512_set1_ps(adf)), acc);
+    }
+    store_rows(acc, rn, y);
+}
+
 #define T(R, P)                                                                    \
     case (R - 1) * 2 + P - 1:                                                      \
-        if (kind == G_Q4_K)                                                        \
-            tile_k4(R, P, nb, wr, w_stride, ap, tn, yt, y_stride);                 \
+        if (kind == G_Q4_K || kind == G_Q5_K)                                      \
+            tile_k4(kind, R, P, nb, wr, w_stride, ap, tn, yt, y_stride);           \
         else if (kind == G_Q6_K)                                                   \
             tile_q6(R, P, nb, wr, w_stride, ap, tn, yt, y_stride);                 \
         else                                                                       \
@@ -384,7 +732,7 @@ AI void tile_q6(int NR, int NQ, int64_t nb, const uint8_t *w, size_t w_stride,
 AI void gemm(int kind, int64_t n, const void *vw, size_t w_stride, int nr, const void *vact,
              size_t act_stride, int nt, float *y, size_t y_stride)
 {
-    const int64_t nb = n / (kind == G_Q4_K || kind == G_Q6_K ? 256 : 32);
+    const int64_t nb = n / (kind == G_Q4_K || kind == G_Q5_K || kind == G_Q6_K ? 256 : 32);
     const uint8_t *w = vw, *act = vact;
     for (int r0 = 0; r0 < nr; r0 += 4) {
         const int rn = nr - r0 < 4 ? nr - r0 : 4;
@@ -395,6 +743,19 @@ AI void gemm(int kind, int64_t n, const void *vw, size_t w_stride, int nr, const
             for (int k = 0; k < 8; k++)
                 ap[k] = act + (size_t)(t0 + (k < tn ? k : tn - 1)) * act_stride;
             float *yt = y + (size_t)t0 * y_stride + r0;
+            if (tn == 1) {
+                const uint8_t *wr4[4];
+                for (int k = 0; k < 4; k++)
+                    wr4[k] = wr + (size_t)(k < rn ? k : rn - 1) * w_stride;
+                const size_t ahead = 4 * w_stride;
+                if (kind == G_Q4_K || kind == G_Q5_K)
+                    rows1_k4(kind, nb, wr4, ahead, ap[0], rn, yt);
+                else if (kind == G_Q6_K)
+                    rows1_q6(nb, wr4, ahead, ap[0], rn, yt);
+                else
+                    rows1(kind, nb, wr4, ahead, ap[0], rn, yt);
+                continue;
+            }
             switch ((rn - 1) * 2 + (tn + 3) / 4 - 1) {
                 T(1, 1) T(1, 2) T(2, 1) T(2, 2) T(3, 1) T(3, 2) T(4, 1) T(4, 2)
             }
@@ -436,6 +797,27 @@ void gemm_q6_K_q8_K_avx512vnni(int64_t n, const void *w, size_t w_stride, int nr
                                size_t y_stride)
 {
     gemm(G_Q6_K, n, w, w_stride, nr, act, act_stride, nt, y, y_stride);
+}
+
+void gemm_q5_0_q8_0_avx512vnni(int64_t n, const void *w, size_t w_stride, int nr,
+                               const void *act, size_t act_stride, int nt, float *y,
+                               size_t y_stride)
+{
+    gemm(G_Q5_0, n, w, w_stride, nr, act, act_stride, nt, y, y_stride);
+}
+
+void gemm_q5_1_q8_1_avx512vnni(int64_t n, const void *w, size_t w_stride, int nr,
+                               const void *act, size_t act_stride, int nt, float *y,
+                               size_t y_stride)
+{
+    gemm(G_Q5_1, n, w, w_stride, nr, act, act_stride, nt, y, y_stride);
+}
+
+void gemm_q5_K_q8_K_avx512vnni(int64_t n, const void *w, size_t w_stride, int nr,
+                               const void *act, size_t act_stride, int nt, float *y,
+                               size_t y_stride)
+{
+    gemm(G_Q5_K, n, w, w_stride, nr, act, act_stride, nt, y, y_stride);
 }
 
 RVL_X86_TARGET_END

@@ -24,6 +24,10 @@
  *    sparse activations, from one block to 11008 values, at odd
  *    addresses; F32/F16/BF16 agree within dispatch.h's bound
  *    (n/8 + 16) * 2^-22 * sum |w_i a_i|;
+ *  - gemm (the tiled kernels: Q4_0, Q4_1, Q8_0, Q4_K, Q6_K) gives every
+ *    (row, token) ref's vec_dot bits, for 1..6 rows and 1..20 tokens at
+ *    odd addresses and strides (one token: decode), on quantized and
+ *    random block bytes, and writes nothing outside the tile;
  *  - the probe agrees with getauxval(AT_HWCAP), the neon table overrides
  *    what the kernel issue lists, with the sdot dots exactly when HWCAP
  *    has ASIMDDP, and keeps ref's geometry.
@@ -117,6 +121,19 @@ static const int_dot int_dots[] = {
 #undef ID
 #define N_INT_DOTS (sizeof int_dots / sizeof int_dots[0])
 
+typedef struct {
+    uint32_t type;
+    rvl_gemm_fn neon, dotprod;
+} int_gemm;
+
+#define IG(T, fn) { RVL_K_##T, fn##_neon, fn##_dotprod }
+static const int_gemm int_gemms[] = {
+    IG(Q4_0, gemm_q4_0_q8_0), IG(RVL_I4S_G32, gemm_q4_0_q8_0), IG(Q4_1, gemm_q4_1_q8_1),
+    IG(Q8_0, gemm_q8_0_q8_0), IG(Q4_K, gemm_q4_K_q8_K), IG(Q6_K, gemm_q6_K_q8_K),
+};
+#undef IG
+#define N_INT_GEMMS (sizeof int_gemms / sizeof int_gemms[0])
+
 static bool has_dotprod(void)
 {
     return rvl_dispatch_cpu() & RVL_KCPU_DOTPROD;
@@ -154,6 +171,8 @@ static void setup_ksets(void)
         nodp_table[rvl_kformat_slot(f->type)] = *get_neon(f->type);
     for (size_t i = 0; i < N_INT_DOTS; i++)
         nodp_table[rvl_kformat_slot(int_dots[i].type)].vec_dot = int_dots[i].neon;
+    for (size_t i = 0; i < N_INT_GEMMS; i++)
+        nodp_table[rvl_kformat_slot(int_gemms[i].type)].gemm = int_gemms[i].neon;
     ksets[nksets++] = (kset){ "neon (no dotprod)", get_nodp };
 }
 
@@ -487,6 +506,96 @@ static void test_dot_products_match_ref(void)
     printf("# plain dots: largest |neon - ref| / bound %.3g\n", worst_ratio);
 }
 
+/* ======================================================================
+ * Tiled GEMM: every (row, token) is ref's vec_dot, bit for bit (arm.h),
+ * for every tile shape, at odd addresses and strides, and nothing is
+ * written outside the tile
+ * ====================================================================== */
+
+#define GEMM_ROWS 6   /* more than RVL_GEMM_ROWS: the kernel loops groups */
+#define GEMM_TOKENS 20
+
+static void check_gemm(const rvl_kformat *fx, const rvl_kformat *fr, const char *set, int64_t n,
+                       int odd, bool random)
+{
+    const rvl_kformat *ar = ref_of(fr->vec_dot_type);
+    const size_t rb = rowb(fr, n), ab = rowb(ar, n);
+    const size_t ws = rb + (size_t)odd, as = ab + 3 * (size_t)odd;
+    const size_t wo = (size_t)odd, ao = 5 * (size_t)odd;
+    uint8_t *wbuf = xmalloc(wo + (GEMM_ROWS - 1) * ws + rb);
+    uint8_t *abuf = xmalloc(ao + (GEMM_TOKENS - 1) * as + ab);
+    uint8_t *w = wbuf + wo, *act = abuf + ao;
+    float *x = xmalloc((size_t)n * sizeof(float));
+    for (int r = 0; r < GEMM_ROWS; r++) {
+        fill(x, n, D_WEIGHTS);
+        fr->quantize(x, w + r * ws, n, NULL);
+        if (random)
+            random_blocks(fr, w + r * ws, n);
+    }
+    for (int t = 0; t < GEMM_TOKENS; t++) {
+        fill(x, n, t % 5 == 4 ? D_SPARSE : D_HEAVY);
+        ar->quantize(x, act + t * as, n, NULL);
+        if (random && t % 3 == 1)
+            random_blocks(ar, act + t * as, n);
+    }
+    float ref[GEMM_TOKENS][GEMM_ROWS];
+    for (int t = 0; t < GEMM_TOKENS; t++)
+        for (int r = 0; r < GEMM_ROWS; r++)
+            ref[t][r] = fr->vec_dot(n, w + r * ws, act + t * as);
+    static const int nts[] = { 1, 2, 3, 7, 8, 9, 16, 17, GEMM_TOKENS };
+    enum { YS = GEMM_ROWS + 3 };
+    float y[GEMM_TOKENS + 1][YS];
+    for (int nr = 1; nr <= GEMM_ROWS; nr++)
+        for (size_t k = 0; k < sizeof nts / sizeof nts[0]; k++) {
+            const int nt = nts[k];
+            const int r0 = (nr + nt) % (GEMM_ROWS - nr + 1), t0 = (nr * nt) % (GEMM_TOKENS - nt + 1);
+            memset(y, 0x7f, sizeof y);
+            fx->gemm(n, w + r0 * ws, ws, nr, act + t0 * as, as, nt, &y[0][1], YS);
+            ncompared++;
+            for (int t = 0; t <= GEMM_TOKENS; t++)
+                for (int r = 0; r < YS; r++) {
+                    const bool in = t < nt && r >= 1 && r <= nr;
+                    uint32_t got;
+                    memcpy(&got, &y[t][r], 4);
+                    if (in && memcmp(&y[t][r], &ref[t0 + t][r0 + r - 1], 4))
+                        failf("%s gemm %s, n=%lld, nr=%d nt=%d: row %d token %d %a, ref %a "
+                              "(not bit-exact)", fr->name, set, (long long)n, nr, nt,
+                              r0 + r - 1, t0 + t, y[t][r], ref[t0 + t][r0 + r - 1]);
+                    if (!in && got != 0x7f7f7f7fu)
+                        failf("%s gemm %s, nr=%d nt=%d wrote y[%d][%d] outside the tile",
+                              fr->name, set, nr, nt, t, r - 1);
+                }
+        }
+    free(wbuf);
+    free(abuf);
+    free(x);
+}
+
+static void test_gemm_gives_ref_dot_bits_for_every_tile(void)
+{
+    static const int64_t lens[] = { 32, 96, 576 };
+    static const int64_t klens[] = { 256, 768, 2304 };
+    for (size_t i = 0; i < N_INT_GEMMS; i++) {
+        const rvl_kformat *fr = ref_of(int_gemms[i].type);
+        const int64_t *ls = fr->block_size == 256 ? klens : lens;
+        for (int s = 0; s < nksets; s++) {
+            const rvl_kformat *fx = ksets[s].get(fr->type);
+            CHECK(fx->gemm != NULL);
+            if (!fx->gemm)
+                continue;
+            for (size_t k = 0; k < 3; k++) {
+                check_gemm(fx, fr, ksets[s].name, ls[k], (int)(k & 1), false);
+                check_gemm(fx, fr, ksets[s].name, ls[k], (int)(~k & 1), true);
+            }
+        }
+    }
+    /* the neon table has them, as sdot builds iff the CPU has dotprod */
+    for (size_t i = 0; i < N_INT_GEMMS; i++)
+        CHECK(get_neon(int_gemms[i].type)->gemm ==
+              (has_dotprod() ? int_gemms[i].dotprod : int_gemms[i].neon));
+    CHECK(ref_of(RVL_K_Q4_0)->gemm == NULL);
+}
+
 static int report_isa(void)
 {
     int best = RVL_ISA_REF;
@@ -513,6 +622,7 @@ int main(int argc, char **argv)
         test_plain_quantizers_round_special_values_like_ref);
     run("dequantizers give ref floats", test_dequantizers_give_ref_floats);
     run("dot products match ref (quantized: bit-exact)", test_dot_products_match_ref);
+    run("gemm gives ref's dot bits for every tile", test_gemm_gives_ref_dot_bits_for_every_tile);
     printf("# %ld kernel calls compared with ref\n", ncompared);
     if (nfailed)
         printf("# %d of %d failed\n", nfailed, ntests);
