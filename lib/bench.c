@@ -707,10 +707,10 @@ static void kjob_run(void *arg, int ith, int nth)
     switch (j->op) {
     case RVL_BENCH_GEMV:
     case RVL_BENCH_GEMM: {
-        /* forward.c's rule: the tiled kernel, when the variant has one
-         * and there is more than one token, on RVL_GEMM_ROWS rows x all
-         * tokens per call; otherwise vec_dot per (row, token) */
-        const rvl_gemm_fn gemm = j->m > 1 ? j->kf->gemm : NULL;
+        /* forward.c's rule: the tiled kernel whenever the variant has
+         * one (one token included), on RVL_GEMM_ROWS rows x all tokens
+         * per call; otherwise vec_dot per (row, token) */
+        const rvl_gemm_fn gemm = j->kf->gemm;
         if (gemm) {
             /* whole tiles per thread: split the tiles, not the rows */
             uint64_t g0, g1;

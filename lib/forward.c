@@ -86,7 +86,9 @@ static void matmul_rows(void *arg, int ith, int nth)
     matmul_job *j = arg;
     const rvl_weight *w = j->w;
     const rvl_vec_dot_fn dot = w->kf->vec_dot;
-    const rvl_gemm_fn gemm = j->nb > 1 ? w->kf->gemm : NULL;
+    /* the tiled kernel for every batch, one token included (its one-token
+     * path shares activation loads across 4 rows and prefetches ahead) */
+    const rvl_gemm_fn gemm = w->kf->gemm;
     const int64_t n = (int64_t)w->ne0;
     const uint64_t rows = w->ne1;
     const char *base = w->data;
@@ -138,7 +140,8 @@ static void matmul_act(rvl_ctx *c, float *y, size_t y_stride, const rvl_weight *
     /* about 8 chunks per thread: fine enough to balance, coarse enough
      * that the counter is not contended and rows stream in order */
     uint64_t chunk = w->ne1 / ((uint64_t)rvl_pool_size(c->pool) * 8);
-    j.chunk = chunk < 16 ? 16 : chunk;
+    chunk = chunk < 16 ? 16 : chunk;
+    j.chunk = (chunk + RVL_GEMM_ROWS - 1) / RVL_GEMM_ROWS * RVL_GEMM_ROWS; /* whole tiles */
     atomic_init(&j.next, 0);
     rvl_pool_run(c->pool, matmul_rows, &j);
 }
