@@ -57,6 +57,7 @@ struct rvl_ctx {
     unsigned char *actq;          /* (UBATCH, act_stride) activations for vec_dot */
     rvl_vec_dot_fn dot_kv;        /* the selected ISA's dot product in the cache's format */
     void (*axpy_f16)(float *restrict, float, const rvl_f16 *restrict, uint32_t);
+    void (*probs_f16)(float *, float, uint32_t);
     size_t act_stride;
 };
 
@@ -217,6 +218,29 @@ static void axpy(float *restrict y, float a, const float *restrict x, uint32_t n
         y[i] += a * x[i];
 }
 
+/* a[i] = f16(a[i] * inv) widened back to f32: the softmax weights as
+ * llama.cpp's P.V product sees them (round to nearest even, as F16C). */
+static void probs_f16_ref(float *a, float inv, uint32_t n)
+{
+    for (uint32_t i = 0; i < n; i++)
+        a[i] = rvl_f16_to_f32(rvl_f32_to_f16(a[i] * inv));
+}
+
+#if defined(__x86_64__)
+__attribute__((target("avx2,fma,f16c")))
+static void probs_f16_avx2(float *a, float inv, uint32_t n)
+{
+    const __m256 vi = _mm256_set1_ps(inv);
+    uint32_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m128i h = _mm256_cvtps_ph(_mm256_mul_ps(_mm256_loadu_ps(a + i), vi), _MM_FROUND_TO_NEAREST_INT);
+        _mm256_storeu_ps(a + i, _mm256_cvtph_ps(h));
+    }
+    for (; i < n; i++)
+        a[i] = rvl_f16_to_f32(rvl_f32_to_f16(a[i] * inv));
+}
+#endif
+
 /* y += a * x over n f16 values, summed in f32. */
 static void axpy_f16_ref(float *restrict y, float a, const rvl_f16 *restrict x, uint32_t n)
 {
@@ -286,13 +310,13 @@ static void attention_heads(void *arg, int ith, int nth)
         float inv = (float)(1.0 / sum);
         float *out = c->xb + (size_t)t * xb_stride + (size_t)h * hd;
         memset(out, 0, hd * sizeof *out);
-        for (uint32_t p = 0; p <= pos; p++) {
-            const char *v = vc + ((size_t)p * kv_dim + (size_t)kvh * hd) * es;
-            if (f16)
-                c->axpy_f16(out, rvl_f16_to_f32(rvl_f32_to_f16(att[p] * inv)),
-                            (const rvl_f16 *)v, hd);
-            else
-                axpy(out, att[p] * inv, (const float *)v, hd);
+        if (f16) {
+            c->probs_f16(att, inv, pos + 1);
+            for (uint32_t p = 0; p <= pos; p++)
+                c->axpy_f16(out, att[p], (const rvl_f16 *)(vc + ((size_t)p * kv_dim + (size_t)kvh * hd) * es), hd);
+        } else {
+            for (uint32_t p = 0; p <= pos; p++)
+                axpy(out, att[p] * inv, (const float *)(vc + ((size_t)p * kv_dim + (size_t)kvh * hd) * es), hd);
         }
     }
 }
@@ -485,9 +509,12 @@ int rvl_ctx_open(rvl_ctx **out, const rvl_model *m, const rvl_ctx_params *p)
     c->actq = malloc(UBATCH * c->act_stride);
     c->dot_kv = rvl_kformat_get(c->kv_type == RVL_KV_F16 ? RVL_K_F16 : RVL_K_F32)->vec_dot;
     c->axpy_f16 = axpy_f16_ref;
+    c->probs_f16 = probs_f16_ref;
 #if defined(__x86_64__)
-    if (rvl_cpu()->avx2 && rvl_cpu()->fma && rvl_cpu()->f16c && rvl_dispatch_isa() != RVL_ISA_REF)
+    if (rvl_cpu()->avx2 && rvl_cpu()->fma && rvl_cpu()->f16c && rvl_dispatch_isa() != RVL_ISA_REF) {
         c->axpy_f16 = axpy_f16_avx2;
+        c->probs_f16 = probs_f16_avx2;
+    }
 #endif
     if (!c->k_cache || !c->v_cache || !c->qa || !c->rope_cos || !c->rope_sin || !c->x || !c->xb || !c->q ||
         !c->k || !c->v || !c->att || !c->hb || !c->hb2 || !c->xo || !c->logits || !c->norm_w ||
