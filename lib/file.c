@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/mman.h>
 #include <string.h>
 #include <sys/stat.h>
 
@@ -147,3 +148,18 @@ const rvl_tensor_info *rvl_file_find_tensor(const rvl_file *f, const char *name)
             return &f->tensors[i];
     return NULL;
 }
+
+/* Map every page of a GGUF file into the page tables now, as llama.cpp's
+ * MAP_POPULATE does, so the first forward pass does not take ~25 000
+ * minor faults per 100 MB of weights (time to first token). Best effort:
+ * kernels without MADV_POPULATE_READ (Linux < 5.14) keep faulting lazily. */
+void rvl_file_prefault(const rvl_file *f)
+{
+#ifdef MADV_POPULATE_READ
+    if (f->fmt == RVL_FMT_GGUF && f->map.base && f->map.size)
+        (void)madvise(f->map.base, (size_t)f->map.size, MADV_POPULATE_READ);
+#else
+    (void)f;
+#endif
+}
+

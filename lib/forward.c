@@ -118,7 +118,25 @@ static void matmul_rows(void *arg, int ith, int nth)
     }
 }
 
-/* The nb rows of x (x_stride floats apart) in w's activation format. */
+typedef struct {
+    const rvl_kformat *af;
+    const float *x;
+    size_t x_stride;
+    unsigned char *out;
+    size_t out_stride;
+    int64_t n;
+    uint32_t nb;
+} quant_job;
+
+static void quant_rows(void *arg, int ith, int nth)
+{
+    const quant_job *j = arg;
+    for (uint32_t t = (uint32_t)ith; t < j->nb; t += (uint32_t)nth)
+        j->af->quantize(j->x + t * j->x_stride, j->out + t * j->out_stride, j->n, NULL);
+}
+
+/* The nb rows of x (x_stride floats apart) in w's activation format; a
+ * batch is quantized on the pool (row t is the same whoever does it). */
 static void prepare_act(rvl_ctx *c, const rvl_weight *w, const float *x, size_t x_stride,
                         uint32_t nb, const unsigned char **act, size_t *stride)
 {
@@ -128,8 +146,11 @@ static void prepare_act(rvl_ctx *c, const rvl_weight *w, const float *x, size_t 
         *stride = x_stride * sizeof(float);
         return;
     }
-    for (uint32_t t = 0; t < nb; t++)
-        af->quantize(x + t * x_stride, c->actq + t * c->act_stride, (int64_t)w->ne0, NULL);
+    quant_job qj = {af, x, x_stride, c->actq, c->act_stride, (int64_t)w->ne0, nb};
+    if (nb > 1)
+        rvl_pool_run(c->pool, quant_rows, &qj);
+    else
+        quant_rows(&qj, 0, 1);
     *act = c->actq;
     *stride = c->act_stride;
 }
@@ -321,6 +342,24 @@ static void attention_heads(void *arg, int ith, int nth)
     }
 }
 
+/* SwiGLU, g <- silu(g) * u, over contiguous slices per thread. */
+typedef struct {
+    float *g;
+    const float *u;
+    size_t n;
+} swiglu_job;
+
+static void swiglu_part(void *arg, int ith, int nth)
+{
+    const swiglu_job *j = arg;
+    size_t per = (j->n + (size_t)nth - 1) / (size_t)nth;
+    size_t i0 = (size_t)ith * per, i1 = i0 + per < j->n ? i0 + per : j->n;
+    for (size_t i = i0; i < i1; i++) {
+        float g = j->g[i];
+        j->g[i] = g / (1.0f + expf(-g)) * j->u[i];
+    }
+}
+
 /* ====================================================================
  * One chunk of nb tokens through the model. `logits`: where the logits
  * of every token go (vocab floats apart), or NULL for only the last
@@ -387,10 +426,11 @@ static void forward_chunk(rvl_ctx *c, const int32_t *tokens, uint32_t nb, uint32
         float *gu_out[2] = {c->hb, c->hb2};
         const size_t gu_stride[2] = {ff, ff};
         matmul_shared(c, c->xb, xb_stride, nb, 2, gu, gu_out, gu_stride);
-        for (size_t i = 0; i < (size_t)nb * ff; i++) {
-            float g = c->hb[i];
-            c->hb[i] = g / (1.0f + expf(-g)) * c->hb2[i];
-        }
+        swiglu_job sj = {c->hb, c->hb2, (size_t)nb * ff};
+        if (nb > 1)
+            rvl_pool_run(c->pool, swiglu_part, &sj);
+        else
+            swiglu_part(&sj, 0, 1);
         matmul(c, c->xo, dim, &L->w_down, c->hb, ff, nb);
         for (size_t i = 0; i < (size_t)nb * dim; i++)
             c->x[i] += c->xo[i];

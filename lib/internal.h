@@ -53,6 +53,8 @@ typedef struct {
     uint64_t size;
 } rvl_map;
 int rvl_map_file(rvl_map *m, const char *path);
+/* Populate the page tables of a GGUF file's mapping (best effort). */
+void rvl_file_prefault(const rvl_file *f);
 void rvl_map_unmap(rvl_map *m);
 
 #endif

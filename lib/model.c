@@ -336,6 +336,7 @@ int rvl_model_open(rvl_model **out, const char *path)
     }
     if ((rc = load_hparams(m)) < 0 || (rc = load_weights(m)) < 0)
         goto fail;
+    rvl_file_prefault(m->file);
     if ((rc = rvl_tokenizer_open(&m->tok, m->file)) < 0)
         goto fail;
     /* ids the model has no row for would fail in rvl_decode mid-chat */
