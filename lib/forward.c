@@ -67,15 +67,25 @@ struct rvl_ctx {
  * multiplied with all nb activation rows while it is in L1.
  * ==================================================================== */
 
+/* Up to 3 weights that read the same activations (Q/K/V, gate/up) run as
+ * one job: one fork/join instead of three. */
+#define MM_PARTS 3
 typedef struct {
     const rvl_weight *w;
-    const unsigned char *act;     /* nb rows in w's vec_dot_type */
-    size_t act_stride;            /* bytes between activation rows */
-    uint32_t nb;
     float *y;
     size_t y_stride;              /* floats between output rows */
-    atomic_uint_fast64_t next;    /* next chunk of rows to take */
-    uint64_t chunk;               /* rows per chunk */
+    uint64_t chunk;               /* rows per chunk (whole tiles) */
+    uint64_t first;               /* index of this part's first chunk */
+} matmul_part;
+
+typedef struct {
+    matmul_part part[MM_PARTS];
+    int n_parts;
+    const unsigned char *act;     /* nb rows in the weights' vec_dot_type */
+    size_t act_stride;            /* bytes between activation rows */
+    uint32_t nb;
+    uint64_t n_chunks;
+    atomic_uint_fast64_t next;    /* next chunk to take */
 } matmul_job;
 
 /* Threads take chunks of contiguous rows from a shared counter, so a
@@ -85,35 +95,41 @@ typedef struct {
 static void matmul_rows(void *arg, int ith, int nth)
 {
     matmul_job *j = arg;
-    const rvl_weight *w = j->w;
-    const rvl_vec_dot_fn dot = w->kf->vec_dot;
-    /* the tiled kernel for every batch, one token included (its one-token
-     * path shares activation loads across 4 rows and prefetches ahead) */
-    const rvl_gemm_fn gemm = w->kf->gemm;
-    const int64_t n = (int64_t)w->ne0;
-    const uint64_t rows = w->ne1;
-    const char *base = w->data;
     (void)ith;
     (void)nth;
     for (;;) {
-        uint64_t r0 = atomic_fetch_add_explicit(&j->next, j->chunk, memory_order_relaxed);
-        if (r0 >= rows)
+        uint64_t ci = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed);
+        if (ci >= j->n_chunks)
             break;
-        uint64_t r1 = r0 + j->chunk < rows ? r0 + j->chunk : rows;
+        int pi = 0;
+        while (pi + 1 < j->n_parts && ci >= j->part[pi + 1].first)
+            pi++;
+        const matmul_part *pt = &j->part[pi];
+        const rvl_weight *w = pt->w;
+        const int64_t n = (int64_t)w->ne0;
+        const uint64_t rows = w->ne1;
+        const char *base = w->data;
+        uint64_t r0 = (ci - pt->first) * pt->chunk;
+        uint64_t r1 = r0 + pt->chunk < rows ? r0 + pt->chunk : rows;
+        /* the tiled kernel for every batch, one token included (its
+         * one-token path shares activation loads across 4 rows and
+         * prefetches ahead) */
+        const rvl_gemm_fn gemm = w->kf->gemm;
         if (gemm) {
             /* tiles of RVL_GEMM_ROWS rows x all nb tokens; each result is
              * the same whatever the grouping (formats.h) */
             for (uint64_t r = r0; r < r1; r += RVL_GEMM_ROWS) {
                 const int nr = (int)(r1 - r < RVL_GEMM_ROWS ? r1 - r : RVL_GEMM_ROWS);
                 gemm(n, base + r * w->row_bytes, w->row_bytes, nr, j->act, j->act_stride,
-                     (int)j->nb, j->y + r, j->y_stride);
+                     (int)j->nb, pt->y + r, pt->y_stride);
             }
             continue;
         }
+        const rvl_vec_dot_fn dot = w->kf->vec_dot;
         for (uint64_t r = r0; r < r1; r++) {
             const char *row = base + r * w->row_bytes;
             for (uint32_t t = 0; t < j->nb; t++)
-                j->y[t * j->y_stride + r] = dot(n, row, j->act + t * j->act_stride);
+                pt->y[t * pt->y_stride + r] = dot(n, row, j->act + t * j->act_stride);
         }
     }
 }
@@ -155,15 +171,25 @@ static void prepare_act(rvl_ctx *c, const rvl_weight *w, const float *x, size_t 
     *stride = c->act_stride;
 }
 
-static void matmul_act(rvl_ctx *c, float *y, size_t y_stride, const rvl_weight *w,
-                       const unsigned char *act, size_t act_stride, uint32_t nb)
+/* n weights (at most MM_PARTS) times the same nb activation rows, as one
+ * pool job. */
+static void matmul_act_n(rvl_ctx *c, int n, const rvl_weight *const *ws, float *const *ys,
+                         const size_t *y_strides, const unsigned char *act, size_t act_stride,
+                         uint32_t nb)
 {
-    matmul_job j = {w, act, act_stride, nb, y, y_stride, 0, 0};
-    /* about 8 chunks per thread: fine enough to balance, coarse enough
-     * that the counter is not contended and rows stream in order */
-    uint64_t chunk = w->ne1 / ((uint64_t)rvl_pool_size(c->pool) * 8);
-    chunk = chunk < 16 ? 16 : chunk;
-    j.chunk = (chunk + RVL_GEMM_ROWS - 1) / RVL_GEMM_ROWS * RVL_GEMM_ROWS; /* whole tiles */
+    matmul_job j = {.n_parts = n, .act = act, .act_stride = act_stride, .nb = nb};
+    uint64_t total = 0;
+    for (int i = 0; i < n; i++) {
+        /* about 8 chunks per thread and weight: fine enough to balance,
+         * coarse enough that the counter is not contended and rows stream
+         * in order */
+        uint64_t chunk = ws[i]->ne1 / ((uint64_t)rvl_pool_size(c->pool) * 8);
+        chunk = chunk < 16 ? 16 : chunk;
+        chunk = (chunk + RVL_GEMM_ROWS - 1) / RVL_GEMM_ROWS * RVL_GEMM_ROWS; /* whole tiles */
+        j.part[i] = (matmul_part){ws[i], ys[i], y_strides[i], chunk, total};
+        total += (ws[i]->ne1 + chunk - 1) / chunk;
+    }
+    j.n_chunks = total;
     atomic_init(&j.next, 0);
     rvl_pool_run(c->pool, matmul_rows, &j);
 }
@@ -174,23 +200,24 @@ static void matmul(rvl_ctx *c, float *y, size_t y_stride, const rvl_weight *w, c
     const unsigned char *act;
     size_t as;
     prepare_act(c, w, x, x_stride, nb, &act, &as);
-    matmul_act(c, y, y_stride, w, act, as, nb);
+    matmul_act_n(c, 1, &w, &y, &y_stride, act, as, nb);
 }
 
 /* Several weights that read the same input (Q/K/V, gate/up) share one
- * quantization of it when their activation formats agree. */
+ * quantization of it and one pool job when their activation formats
+ * agree. */
 static void matmul_shared(rvl_ctx *c, const float *x, size_t x_stride, uint32_t nb, int n,
                           const rvl_weight *const *ws, float *const *ys, const size_t *y_strides)
 {
-    const unsigned char *act = NULL;
-    size_t as = 0;
-    uint32_t act_type = UINT32_MAX;
-    for (int i = 0; i < n; i++) {
-        if (ws[i]->kf->vec_dot_type != act_type) {
-            prepare_act(c, ws[i], x, x_stride, nb, &act, &as);
-            act_type = ws[i]->kf->vec_dot_type;
-        }
-        matmul_act(c, ys[i], y_strides[i], ws[i], act, as, nb);
+    for (int i = 0; i < n;) {
+        int k = i + 1;
+        while (k < n && k - i < MM_PARTS && ws[k]->kf->vec_dot_type == ws[i]->kf->vec_dot_type)
+            k++;
+        const unsigned char *act;
+        size_t as;
+        prepare_act(c, ws[i], x, x_stride, nb, &act, &as);
+        matmul_act_n(c, k - i, ws + i, ys + i, y_strides + i, act, as, nb);
+        i = k;
     }
 }
 
