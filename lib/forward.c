@@ -539,8 +539,9 @@ int rvl_ctx_open(rvl_ctx **out, const rvl_model *m, const rvl_ctx_params *p)
     const int nth = rvl_pool_size(c->pool);
     c->kv_type = p ? p->kv_type : RVL_KV_F16;
     if (c->kv_type != RVL_KV_F16 && c->kv_type != RVL_KV_F32) {
+        int kt = (int)c->kv_type;
         rvl_ctx_close(c);
-        return rvl_seterr(RVL_EINVAL, "unknown KV cache type %d", (int)c->kv_type);
+        return rvl_seterr(RVL_EINVAL, "unknown KV cache type %d", kt);
     }
     c->kv_esize = c->kv_type == RVL_KV_F16 ? sizeof(rvl_f16) : sizeof(float);
 
