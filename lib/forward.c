@@ -369,6 +369,35 @@ static void attention_heads(void *arg, int ith, int nth)
     }
 }
 
+/* RMSNorm of nb rows (tokens split over the threads; each row is summed
+ * in the same order whoever does it). */
+typedef struct {
+    float *y;
+    size_t y_stride;
+    const float *x;
+    size_t x_stride;
+    const float *w;
+    uint32_t n, nb;
+    float eps;
+} norm_job;
+
+static void norm_rows_part(void *arg, int ith, int nth)
+{
+    const norm_job *j = arg;
+    for (uint32_t t = (uint32_t)ith; t < j->nb; t += (uint32_t)nth)
+        rmsnorm(j->y + t * j->y_stride, j->x + t * j->x_stride, j->w, j->n, j->eps);
+}
+
+static void norm_rows(rvl_ctx *c, float *y, size_t y_stride, const float *x, size_t x_stride,
+                      const float *w, uint32_t n, uint32_t nb, float eps)
+{
+    norm_job j = {y, y_stride, x, x_stride, w, n, nb, eps};
+    if (nb > 1)
+        rvl_pool_run(c->pool, norm_rows_part, &j);
+    else
+        norm_rows_part(&j, 0, 1);
+}
+
 /* SwiGLU, g <- silu(g) * u, over contiguous slices per thread. */
 typedef struct {
     float *g;
@@ -413,9 +442,8 @@ static void forward_chunk(rvl_ctx *c, const int32_t *tokens, uint32_t nb, uint32
         const rvl_layer *L = &m->layers[l];
 
         /* attention block */
-        for (uint32_t t = 0; t < nb; t++)
-            rmsnorm(c->xb + t * xb_stride, c->x + (size_t)t * dim,
-                    c->norm_w + (size_t)(2 * l) * dim, dim, hp->rms_eps);
+        norm_rows(c, c->xb, xb_stride, c->x, dim, c->norm_w + (size_t)(2 * l) * dim, dim, nb,
+                  hp->rms_eps);
         const rvl_weight *qkv[3] = {&L->wq, &L->wk, &L->wv};
         float *qkv_out[3] = {c->q, c->k, c->v};
         const size_t qkv_stride[3] = {q_dim, kv_dim, kv_dim};
@@ -446,9 +474,8 @@ static void forward_chunk(rvl_ctx *c, const int32_t *tokens, uint32_t nb, uint32
             c->x[i] += c->xo[i];
 
         /* SwiGLU feed-forward block */
-        for (uint32_t t = 0; t < nb; t++)
-            rmsnorm(c->xb + t * xb_stride, c->x + (size_t)t * dim,
-                    c->norm_w + (size_t)(2 * l + 1) * dim, dim, hp->rms_eps);
+        norm_rows(c, c->xb, xb_stride, c->x, dim, c->norm_w + (size_t)(2 * l + 1) * dim, dim, nb,
+                  hp->rms_eps);
         const rvl_weight *gu[2] = {&L->w_gate, &L->w_up};
         float *gu_out[2] = {c->hb, c->hb2};
         const size_t gu_stride[2] = {ff, ff};
@@ -465,8 +492,7 @@ static void forward_chunk(rvl_ctx *c, const int32_t *tokens, uint32_t nb, uint32
 
     const float *onorm = c->norm_w + (size_t)(2 * hp->n_layer) * dim;
     if (logits) {
-        for (uint32_t t = 0; t < nb; t++)
-            rmsnorm(c->xb + t * xb_stride, c->x + (size_t)t * dim, onorm, dim, hp->rms_eps);
+        norm_rows(c, c->xb, xb_stride, c->x, dim, onorm, dim, nb, hp->rms_eps);
         matmul(c, logits, hp->n_vocab, &m->output, c->xb, xb_stride, nb);
     } else if (want_last) {
         rmsnorm(c->xb, c->x + (size_t)(nb - 1) * dim, onorm, dim, hp->rms_eps);
