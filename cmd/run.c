@@ -15,7 +15,7 @@
 #include "cli.h"
 
 static const char *opt_model, *opt_file, *opt_sampling_seed, *opt_system, *opt_chat_template,
-                  *opt_kv_type;
+                  *opt_kv_type, *opt_prompt_cache;
 static long long opt_n = -1, opt_ctx = 0, opt_threads = 0, opt_top_k = 40, opt_last_n = 64;
 static double opt_temp = 0.8, opt_top_p = 0.95, opt_min_p = 0.05, opt_rep = 1.0, opt_freq = 0.0,
               opt_pres = 0.0;
@@ -42,6 +42,7 @@ static rvl_opt opts[] = {
     {OPT_STRING, 0, "system", "TEXT", "with --chat: a system message before the user turn", NULL, &opt_system, 0, 0, NULL, COMPL_NONE},
     {OPT_STRING, 0, "chat-template", "NAME|FILE", "with --chat: a built-in template (chatml, llama2, llama3, mistral-v1, gemma, phi3, zephyr, ...) or a Jinja template file instead of the model's", NULL, &opt_chat_template, 0, 0, NULL, COMPL_FILE},
     {OPT_CHOICE, 0, "kv-type", "TYPE", "KV cache element type (f16 rounds as llama.cpp does; f32 is exact)", "f16", &opt_kv_type, 0, 0, "f16|f32", COMPL_NONE},
+    {OPT_STRING, 0, "prompt-cache", "FILE", "reuse the KV cache of the longest prompt prefix saved in FILE (a session file) and save this prompt's cache there", NULL, &opt_prompt_cache, 0, 0, NULL, COMPL_FILE},
     {OPT_FLAG, 'e', "echo", NULL, "print the prompt before the generated text", NULL, &opt_echo, 0, 0, NULL, COMPL_NONE},
     {OPT_FLAG, 0, "special", NULL, "parse special tokens (e.g. <|im_start|>) in the prompt and print them in the output", NULL, &opt_special, 0, 0, NULL, COMPL_NONE},
     {OPT_FLAG, 0, "no-bos", NULL, "do not add the beginning-of-sequence token", NULL, &opt_no_bos, 0, 0, NULL, COMPL_NONE},
@@ -407,7 +408,28 @@ static int run_main(rvl_cmd *cmd, int argc, char **argv)
     rvl_detok_init(&dt, tok, opt_special);
     const float *logits;
     double t1 = now_ms(), t_first = 0;
-    rc = rvl_decode(c, ids, (uint32_t)n_prompt, &logits);
+    /* --prompt-cache: restore the saved cache, keep its longest prefix in
+     * common with this prompt (at least one token is decoded, for its
+     * logits), and decode only the rest */
+    size_t n_reused = 0;
+    if (opt_prompt_cache && access(opt_prompt_cache, F_OK) == 0) {
+        int32_t *cids = NULL;
+        size_t n_c = 0;
+        if (rvl_session_load(c, opt_prompt_cache, &cids, &n_c, NULL) < 0) {
+            cli_err(name, "not using the prompt cache: %s", rvl_errmsg());
+        } else {
+            while (n_reused < n_c && n_reused + 1 < n_prompt && cids[n_reused] == ids[n_reused])
+                n_reused++;
+            rvl_ctx_truncate(c, (uint32_t)n_reused);
+        }
+        free(cids);
+    }
+    rc = rvl_decode(c, ids + n_reused, (uint32_t)(n_prompt - n_reused), &logits);
+    if (rc == 0 && opt_prompt_cache) {
+        int src = rvl_session_save(c, opt_prompt_cache, ids, n_prompt, NULL);
+        if (src < 0)
+            cli_err(name, "could not save the prompt cache: %s", rvl_errmsg());
+    }
     double t_prompt = now_ms() - t1;
     double t2 = now_ms();
     while (rc == 0) {
@@ -493,6 +515,8 @@ static int run_main(rvl_cmd *cmd, int argc, char **argv)
         rvl_jw_obj(&w);
         rvl_jw_key(&w, "load_ms");
         rvl_jw_f64(&w, t_load);
+        rvl_jw_key(&w, "prompt_tokens_reused");
+        rvl_jw_i64(&w, (int64_t)n_reused);
         rvl_jw_key(&w, "prompt_ms");
         rvl_jw_f64(&w, t_prompt);
         rvl_jw_key(&w, "prompt_tokens_per_s");
@@ -515,9 +539,10 @@ static int run_main(rvl_cmd *cmd, int argc, char **argv)
     }
     if (opt_stats)
         fprintf(stderr,
-                "ruvllm run: load %.1f ms | prompt %zu tokens in %.1f ms (%.1f tok/s) | "
+                "ruvllm run: load %.1f ms | prompt %zu tokens (%zu reused) in %.1f ms (%.1f tok/s) | "
                 "first token %.1f ms | generated %zu tokens in %.1f ms (%.1f tok/s) | finish: %s\n",
-                t_load, n_prompt, t_prompt, t_prompt > 0 ? (double)n_prompt * 1e3 / t_prompt : 0,
+                t_load, n_prompt, n_reused, t_prompt,
+                t_prompt > 0 ? (double)(n_prompt - n_reused) * 1e3 / t_prompt : 0,
                 t_first, n_gen, t_gen, t_gen > 0 && n_decoded ? (double)n_decoded * 1e3 / t_gen : 0,
                 finish);
     goto out;
