@@ -15,7 +15,9 @@
 #include "cli.h"
 
 static const char *opt_model, *opt_file, *opt_sampling_seed, *opt_system, *opt_chat_template,
-                  *opt_kv_type, *opt_prompt_cache;
+                  *opt_kv_type, *opt_prompt_cache, *opt_rope_scaling;
+static double opt_rope_scale = 0, opt_rope_base = 0;
+static long long opt_yarn_orig = 0;
 static long long opt_n = -1, opt_ctx = 0, opt_threads = 0, opt_top_k = 40, opt_last_n = 64;
 static double opt_temp = 0.8, opt_top_p = 0.95, opt_min_p = 0.05, opt_rep = 1.0, opt_freq = 0.0,
               opt_pres = 0.0;
@@ -42,6 +44,10 @@ static rvl_opt opts[] = {
     {OPT_STRING, 0, "system", "TEXT", "with --chat: a system message before the user turn", NULL, &opt_system, 0, 0, NULL, COMPL_NONE},
     {OPT_STRING, 0, "chat-template", "NAME|FILE", "with --chat: a built-in template (chatml, llama2, llama3, mistral-v1, gemma, phi3, zephyr, ...) or a Jinja template file instead of the model's", NULL, &opt_chat_template, 0, 0, NULL, COMPL_FILE},
     {OPT_CHOICE, 0, "kv-type", "TYPE", "KV cache element type (f16 rounds as llama.cpp does; f32 is exact)", "f16", &opt_kv_type, 0, 0, "f16|f32", COMPL_NONE},
+    {OPT_CHOICE, 0, "rope-scaling", "TYPE", "override the model's RoPE scaling (NTK-aware: the base raised by factor^(d/(d-2)))", NULL, &opt_rope_scaling, 0, 0, "none|linear|yarn|ntk", COMPL_NONE},
+    {OPT_FLOAT, 0, "rope-scale", "F", "override the RoPE scaling factor (context extension)", "0", &opt_rope_scale, 0, 1e6, NULL, COMPL_NONE},
+    {OPT_FLOAT, 0, "rope-freq-base", "B", "override the RoPE frequency base", "0", &opt_rope_base, 0, 1e12, NULL, COMPL_NONE},
+    {OPT_INT, 0, "yarn-orig-ctx", "N", "override YaRN's original context length", "0", &opt_yarn_orig, 0, 1 << 24, NULL, COMPL_NONE},
     {OPT_STRING, 0, "prompt-cache", "FILE", "reuse the KV cache of the longest prompt prefix saved in FILE (a session file) and save this prompt's cache there", NULL, &opt_prompt_cache, 0, 0, NULL, COMPL_FILE},
     {OPT_FLAG, 'e', "echo", NULL, "print the prompt before the generated text", NULL, &opt_echo, 0, 0, NULL, COMPL_NONE},
     {OPT_FLAG, 0, "special", NULL, "parse special tokens (e.g. <|im_start|>) in the prompt and print them in the output", NULL, &opt_special, 0, 0, NULL, COMPL_NONE},
@@ -345,7 +351,9 @@ static int run_main(rvl_cmd *cmd, int argc, char **argv)
     const rvl_tokenizer *tok = rvl_model_tokenizer(m);
     rvl_ctx_params cp = {.n_ctx = (uint32_t)opt_ctx, .n_threads = (uint32_t)opt_threads,
                          .kv_type = opt_kv_type && strcmp(opt_kv_type, "f32") == 0 ? RVL_KV_F32
-                                                                                 : RVL_KV_F16};
+                                                                                 : RVL_KV_F16,
+                         .rope_scaling = opt_rope_scaling, .rope_factor = (float)opt_rope_scale,
+                         .rope_base = (float)opt_rope_base, .rope_orig_ctx = (uint32_t)opt_yarn_orig};
     if ((rc = rvl_ctx_open(&c, m, &cp)) < 0) {
         status = cli_fail(name, rc);
         goto out;

@@ -34,10 +34,14 @@ _ruvllm() {
             --system) return ;;
             --chat-template) COMPREPLY=($(compgen -f -- "$cur")); return ;;
             --kv-type) COMPREPLY=($(compgen -W "f16 f32" -- "$cur")); return ;;
+            --rope-scaling) COMPREPLY=($(compgen -W "none linear yarn ntk" -- "$cur")); return ;;
+            --rope-scale) return ;;
+            --rope-freq-base) return ;;
+            --yarn-orig-ctx) return ;;
             --prompt-cache) COMPREPLY=($(compgen -f -- "$cur")); return ;;
         esac
         if [[ $cur == -* ]]; then
-            COMPREPLY=($(compgen -W "-m --model -f --file -n --max-tokens -c --ctx-size -t --threads --temp --top-k --top-p --min-p --repeat-penalty --repeat-last-n --frequency-penalty --presence-penalty -s --seed --stop --chat --system --chat-template --kv-type --prompt-cache -e --echo --special --no-bos --tokenize -j --json --stats -v --verbose -h --help " -- "$cur"))
+            COMPREPLY=($(compgen -W "-m --model -f --file -n --max-tokens -c --ctx-size -t --threads --temp --top-k --top-p --min-p --repeat-penalty --repeat-last-n --frequency-penalty --presence-penalty -s --seed --stop --chat --system --chat-template --kv-type --rope-scaling --rope-scale --rope-freq-base --yarn-orig-ctx --prompt-cache -e --echo --special --no-bos --tokenize -j --json --stats -v --verbose -h --help " -- "$cur"))
             return
         fi
         ;;

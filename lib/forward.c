@@ -570,6 +570,13 @@ int rvl_ctx_open(rvl_ctx **out, const rvl_model *m, const rvl_ctx_params *p)
         return rvl_seterr(RVL_EINVAL, "unknown KV cache type %d", kt);
     }
     c->kv_esize = c->kv_type == RVL_KV_F16 ? sizeof(rvl_f16) : sizeof(float);
+    if (p && ((p->rope_scaling && strcmp(p->rope_scaling, "none") && strcmp(p->rope_scaling, "linear") &&
+               strcmp(p->rope_scaling, "yarn") && strcmp(p->rope_scaling, "ntk")) ||
+              p->rope_factor < 0 || p->rope_base < 0)) {
+        rvl_ctx_close(c);
+        return rvl_seterr(RVL_EINVAL, "invalid RoPE override (scaling none|linear|yarn|ntk, "
+                          "positive factor and base)");
+    }
 
     const size_t dim = hp->n_embd, hd = hp->head_dim, ff = hp->n_ff;
     const size_t q_dim = hp->n_head * hd, kv_dim = hp->n_head_kv * hd;
@@ -620,7 +627,22 @@ int rvl_ctx_open(rvl_ctx **out, const rvl_model *m, const rvl_ctx_params *p)
 
     /* RoPE tables once per context; YaRN's mscale goes into the scale */
     float attn_mul;
-    rvl_rope_tables(hp, m->rope_freqs.present ? m->rope_freqs.data : NULL, c->n_ctx, c->rope_cos,
+    rvl_hparams rh = *hp; /* with the context's overrides (checked above) */
+    if (p && p->rope_scaling) {
+        static const char *const names[] = {"none", "linear", "yarn", "ntk"};
+        for (int i = 0; i < 4; i++)
+            if (strcmp(p->rope_scaling, names[i]) == 0 && i != (int)rh.rope_scaling) {
+                rh.rope_scaling = (rvl_rope_scaling)i;
+                rh.yarn_ext_factor = i == RVL_ROPE_SCALING_YARN ? 1.0f : 0.0f;
+            }
+    }
+    if (p && p->rope_factor > 0)
+        rh.rope_factor = p->rope_factor;
+    if (p && p->rope_base > 0)
+        rh.rope_base = p->rope_base;
+    if (p && p->rope_orig_ctx > 0)
+        rh.rope_orig_ctx = p->rope_orig_ctx;
+    rvl_rope_tables(&rh, m->rope_freqs.present ? m->rope_freqs.data : NULL, c->n_ctx, c->rope_cos,
                     c->rope_sin, &attn_mul);
     c->kq_scale = attn_mul / sqrtf((float)hp->head_dim);
 

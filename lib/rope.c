@@ -5,6 +5,8 @@
  * f_i = base^(-2i/rope_dim), the frequency modified by the model's scaling:
  *
  *   linear   f_i / factor
+ *   NTK      the base raised to base * factor^(d/(d-2)) ("NTK-aware"
+ *            scaling: low frequencies stretched, the highest kept)
  *   llama3   f_i / rope_freqs[i]  (Llama 3.1: the divisors are a tensor)
  *   YaRN     a per-pair mix of interpolation (f_i / factor) and
  *            extrapolation (f_i): pairs that turn fewer than beta_slow
@@ -33,7 +35,11 @@ void rvl_rope_tables(const rvl_hparams *hp, const float *freq_div, uint32_t n_ct
                      float *sin_t, float *attn_mul)
 {
     const uint32_t half = hp->rope_dim / 2;
-    const float theta_scale = powf(hp->rope_base, -2.0f / (float)hp->rope_dim);
+    float base = hp->rope_base;
+    if (hp->rope_scaling == RVL_ROPE_SCALING_NTK && hp->rope_dim > 2)
+        base = (float)((double)base * pow((double)hp->rope_factor,
+                                          (double)hp->rope_dim / (double)(hp->rope_dim - 2)));
+    const float theta_scale = powf(base, -2.0f / (float)hp->rope_dim);
     float freq_scale = 1.0f;
     float ramp_lo = 0, ramp_hi = 0, ext = 0, mscale = 1.0f;
 
@@ -42,8 +48,8 @@ void rvl_rope_tables(const rvl_hparams *hp, const float *freq_div, uint32_t n_ct
     } else if (hp->rope_scaling == RVL_ROPE_SCALING_YARN) {
         freq_scale = 1.0f / hp->rope_factor;
         ext = hp->yarn_ext_factor;
-        float lo = floorf(yarn_corr_dim(hp->rope_dim, hp->rope_orig_ctx, hp->yarn_beta_fast, hp->rope_base));
-        float hi = ceilf(yarn_corr_dim(hp->rope_dim, hp->rope_orig_ctx, hp->yarn_beta_slow, hp->rope_base));
+        float lo = floorf(yarn_corr_dim(hp->rope_dim, hp->rope_orig_ctx, hp->yarn_beta_fast, base));
+        float hi = ceilf(yarn_corr_dim(hp->rope_dim, hp->rope_orig_ctx, hp->yarn_beta_slow, base));
         ramp_lo = lo > 0 ? lo : 0;
         ramp_hi = hi < (float)(hp->rope_dim - 1) ? hi : (float)(hp->rope_dim - 1);
         mscale = hp->rope_attn_factor;

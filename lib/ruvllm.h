@@ -541,6 +541,7 @@ int rvl_pool_size(const rvl_pool *p);
 typedef enum { RVL_ROPE_NORM = 0, RVL_ROPE_NEOX = 2 } rvl_rope_type;
 typedef enum {
     RVL_ROPE_SCALING_NONE = 0, RVL_ROPE_SCALING_LINEAR, RVL_ROPE_SCALING_YARN,
+    RVL_ROPE_SCALING_NTK,   /* NTK-aware: base * factor^(d/(d-2)), positions unscaled */
 } rvl_rope_scaling;
 
 typedef struct {
@@ -592,6 +593,12 @@ typedef struct {
     uint32_t n_batch;       /* with all_logits: most tokens per rvl_decode
                                call (0: n_ctx) */
     rvl_kv_type kv_type;    /* RVL_KV_F16 by default */
+    /* RoPE overrides (llama.cpp's --rope-scaling/--rope-scale/--rope-freq-base/
+     * --yarn-orig-ctx); NULL / 0: the model's own */
+    const char *rope_scaling; /* "none", "linear", "yarn" or "ntk" */
+    float rope_factor;      /* 0: model's */
+    float rope_base;        /* 0: model's */
+    uint32_t rope_orig_ctx; /* 0: model's */
 } rvl_ctx_params;
 
 typedef struct rvl_ctx rvl_ctx;

@@ -1015,6 +1015,27 @@ static void test_rope_yarn_tables_match_definition(void **state)
         }
     print_message("llama3 tables vs double: %.3g\n", maxerr);
     assert_true(maxerr < 2e-3);
+
+    /* NTK-aware: the same table as plain RoPE with base * factor^(d/(d-2)) */
+    rvl_hparams hn = hp;
+    hn.rope_scaling = RVL_ROPE_SCALING_NTK;
+    hn.rope_factor = 4.0f;
+    float *cs2 = malloc(sizeof(float) * N * H), *sn2 = malloc(sizeof(float) * N * H);
+    rvl_rope_tables(&hn, NULL, N, cs, sn, &mul);
+    assert_true(mul == 1.0f);
+    rvl_hparams hb = hp;
+    hb.rope_scaling = RVL_ROPE_SCALING_NONE;
+    hb.rope_base = (float)(10000.0 * pow(4.0, 64.0 / 62.0));
+    rvl_rope_tables(&hb, NULL, N, cs2, sn2, &mul);
+    assert_memory_equal(cs, cs2, sizeof(float) * N * H);
+    assert_memory_equal(sn, sn2, sizeof(float) * N * H);
+    /* the highest frequency is untouched, the lowest stretched by about the factor */
+    assert_true(fabs(cs[100 * H] - cos(100.0)) < 1e-5);
+    double f_low = pow(10000.0, -2.0 * (H - 1) / 64.0);
+    double f_ntk = pow(hb.rope_base, -2.0 * (H - 1) / 64.0);
+    assert_true(f_low / f_ntk > 3.9 && f_low / f_ntk < 4.1);
+    free(cs2);
+    free(sn2);
     free(cs);
     free(sn);
 }
@@ -1426,6 +1447,11 @@ static void test_decode_context_overflow_leaves_state_usable(void **state)
     assert_int_equal(rvl_ctx_open(&c, mod, &bad), RVL_EINVAL);
     assert_null(c);
     assert_non_null(strstr(rvl_errmsg(), "KV cache type"));
+    rvl_ctx_params badr = {.n_ctx = 16, .rope_scaling = "longrope"};
+    c = (rvl_ctx *)1;
+    assert_int_equal(rvl_ctx_open(&c, mod, &badr), RVL_EINVAL);
+    assert_null(c);
+    assert_non_null(strstr(rvl_errmsg(), "RoPE"));
     rvl_model_close(mod);
     tm_free(&m);
 }

@@ -120,4 +120,15 @@ wait $pid
 st=$?
 assert "Ctrl-C exits 130 (got $st)" "[ $st = 130 ]"
 assert "text generated before Ctrl-C is kept" "[ -s '$OUT' ]"
+# RoPE overrides: NTK-aware x2 keeps short-context greedy text; linear x8 changes it
+run 0 ruvllm run --temp 0 -n 6 --json "The capital of France is"
+base=$(sed -n 's/.*"tokens":\[\([0-9,]*\)\].*/\1/p' "$OUT")
+run 0 ruvllm run --rope-scaling ntk --rope-scale 2 --temp 0 -n 6 --json "The capital of France is"
+ntk=$(sed -n 's/.*"tokens":\[\([0-9,]*\)\].*/\1/p' "$OUT")
+assert "NTK-aware x2 gives the same first tokens at a short context" '[ "$ntk" = "$base" ]'
+run 0 ruvllm run --rope-scaling linear --rope-scale 8 --temp 0 -n 6 --json "The capital of France is"
+lin=$(sed -n 's/.*"tokens":\[\([0-9,]*\)\].*/\1/p' "$OUT")
+assert "linear x8 changes them (the override is applied)" '[ "$lin" != "$base" ]'
+run 2 ruvllm run --rope-scaling bogus "x"
+err_has "none|linear|yarn|ntk"
 finish
