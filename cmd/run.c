@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "gen.h"
 
 static const char *opt_model, *opt_file, *opt_sampling_seed, *opt_system, *opt_chat_template,
                   *opt_kv_type, *opt_prompt_cache, *opt_rope_scaling;
@@ -63,48 +64,18 @@ static rvl_opt opts[] = {
  * Small helpers
  * ==================================================================== */
 
-typedef struct {
-    char *p;
-    size_t n, cap;
-} buf_t;
-
-static int buf_add(buf_t *b, const char *s, size_t n)
-{
-    if (b->n + n + 1 > b->cap) {
-        size_t nc = b->cap ? b->cap : 4096;
-        while (nc < b->n + n + 1)
-            nc *= 2;
-        char *np = realloc(b->p, nc);
-        if (!np)
-            return -1;
-        b->p = np;
-        b->cap = nc;
-    }
-    memcpy(b->p + b->n, s, n);
-    b->n += n;
-    b->p[b->n] = 0;
-    return 0;
-}
-
-static double now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
-
-static int read_all(FILE *f, buf_t *b)
+static int read_all(FILE *f, gen_buf *b)
 {
     char tmp[65536];
     size_t n;
     while ((n = fread(tmp, 1, sizeof tmp, f)) > 0)
-        if (buf_add(b, tmp, n) < 0)
+        if (gen_buf_add(b, tmp, n) < 0)
             return -1;
     return ferror(f) ? -1 : 0;
 }
 
 /* The prompt: -f FILE, the arguments joined by spaces, or stdin. */
-static int get_prompt(const char *cmd, int argc, char **argv, buf_t *prompt)
+static int get_prompt(const char *cmd, int argc, char **argv, gen_buf *prompt)
 {
     bool from_stdin = false;
     if (opt_file && argc > 0)
@@ -129,7 +100,7 @@ static int get_prompt(const char *cmd, int argc, char **argv, buf_t *prompt)
         from_stdin = true;
     } else {
         for (int i = 0; i < argc; i++)
-            if ((i && buf_add(prompt, " ", 1) < 0) || buf_add(prompt, argv[i], strlen(argv[i])) < 0)
+            if ((i && gen_buf_add(prompt, " ", 1) < 0) || gen_buf_add(prompt, argv[i], strlen(argv[i])) < 0)
                 return -1;
     }
     if (from_stdin) {
@@ -140,42 +111,15 @@ static int get_prompt(const char *cmd, int argc, char **argv, buf_t *prompt)
             return -1;
         }
     }
-    if (buf_add(prompt, "", 0) < 0)
+    if (gen_buf_add(prompt, "", 0) < 0)
         return -1;
     return 0;
 }
 
-static int tokenize_all(const rvl_tokenizer *t, const buf_t *prompt, int32_t **ids, size_t *n)
+static int tokenize_all(const rvl_tokenizer *t, const gen_buf *prompt, int32_t **ids, size_t *n)
 {
     return rvl_tokenize_alloc(t, prompt->p ? prompt->p : "", prompt->n, !opt_no_bos, opt_special,
                               ids, n);
-}
-
-/* Longest suffix of s[0..n) that is a proper prefix of a stop string. */
-static size_t stop_holdback(const char *s, size_t n)
-{
-    size_t keep = 0;
-    for (int i = 0; i < opt_stop.n; i++) {
-        size_t sl = strlen(opt_stop.items[i]);
-        for (size_t k = sl > 1 ? sl - 1 : 0; k > keep; k--)
-            if (k <= n && memcmp(s + n - k, opt_stop.items[i], k) == 0) {
-                keep = k;
-                break;
-            }
-    }
-    return keep;
-}
-
-/* Position of the earliest stop string in s[0..n), or -1. */
-static long stop_find(const char *s, size_t n)
-{
-    long best = -1;
-    for (int i = 0; i < opt_stop.n; i++) {
-        const char *m = memmem(s, n, opt_stop.items[i], strlen(opt_stop.items[i]));
-        if (m && (best < 0 || m - s < best))
-            best = m - s;
-    }
-    return best;
 }
 
 static int out_write(const char *s, size_t n)
@@ -184,6 +128,17 @@ static int out_write(const char *s, size_t n)
         return 0;
     if (fwrite(s, 1, n, stdout) != n || fflush(stdout) != 0)
         return -1;
+    return 0;
+}
+
+/* gen_reply's sink: stdout, flushed; a failed write (SIGPIPE ignored:
+ * EPIPE) stops generation and is reported by the caller. */
+static int emit_stdout(void *ud, const char *s, size_t n)
+{
+    if (out_write(s, n) < 0) {
+        *(bool *)ud = true;
+        return RVL_EIO;
+    }
     return 0;
 }
 
@@ -198,7 +153,7 @@ static int out_write(const char *s, size_t n)
 
 static rvl_chat *chat;
 
-static int chat_wrap(const char *cmd, const rvl_file *f, const rvl_tokenizer *t, buf_t *prompt)
+static int chat_wrap(const char *cmd, const rvl_file *f, const rvl_tokenizer *t, gen_buf *prompt)
 {
     char *warn = NULL, *out = NULL;
     int rc = rvl_chat_open_model(&chat, f, t, opt_chat_template, &warn);
@@ -222,7 +177,7 @@ static int chat_wrap(const char *cmd, const rvl_file *f, const rvl_tokenizer *t,
     if (rc < 0)
         return rc;
     prompt->n = 0;
-    rc = buf_add(prompt, out, strlen(out)) < 0 ? rvl_seterr(RVL_ENOMEM, "out of memory") : 0;
+    rc = gen_buf_add(prompt, out, strlen(out)) < 0 ? rvl_seterr(RVL_ENOMEM, "out of memory") : 0;
     free(out);
     opt_special = true;
     if (!opt_no_bos && rvl_tok_add_bos(t) && rvl_tok_bos(t) >= 0) {
@@ -234,24 +189,11 @@ static int chat_wrap(const char *cmd, const rvl_file *f, const rvl_tokenizer *t,
     return rc;
 }
 
-/* Does the token's text end the turn in the chat template? */
-static bool chat_stop_token(const rvl_tokenizer *t, int32_t id)
-{
-    if (!chat)
-        return false;
-    size_t len = 0;
-    const char *txt = rvl_tok_text(t, id, &len);
-    for (const char *const *st = rvl_chat_stops(chat); txt && st && *st; st++)
-        if (strlen(*st) == len && memcmp(*st, txt, len) == 0)
-            return true;
-    return false;
-}
-
 /* ====================================================================
  * --tokenize: needs only the vocabulary
  * ==================================================================== */
 
-static int do_tokenize(const char *cmd, const char *path, buf_t *prompt)
+static int do_tokenize(const char *cmd, const char *path, gen_buf *prompt)
 {
     rvl_file *f = NULL;
     rvl_tokenizer *t = NULL;
@@ -298,13 +240,14 @@ static int run_main(rvl_cmd *cmd, int argc, char **argv)
 {
     const char *name = cmd->name;
     char path[4096];
-    buf_t prompt = {0}, text = {0}, pend = {0};
+    gen_buf prompt = {0};
+    const char **stops = NULL;
+    gen_result res = {0};
     rvl_model *m = NULL;
     rvl_ctx *c = NULL;
     rvl_sampler *s = NULL;
-    int32_t *ids = NULL, *gen = NULL;
-    size_t n_prompt = 0, n_gen = 0;
-    char *piece = NULL;
+    int32_t *ids = NULL;
+    size_t n_prompt = 0;
     const char *finish = "length";
     int status = 0, rc;
 
@@ -342,7 +285,7 @@ static int run_main(rvl_cmd *cmd, int argc, char **argv)
         goto out;
     }
 
-    double t0 = now_ms();
+    double t0 = gen_now_ms();
     if ((rc = rvl_model_open(&m, path)) < 0) {
         status = cli_fail(name, rc);
         goto out;
@@ -370,7 +313,7 @@ static int run_main(rvl_cmd *cmd, int argc, char **argv)
         status = cli_fail(name, rc);
         goto out;
     }
-    double t_load = now_ms() - t0;
+    double t_load = gen_now_ms() - t0;
 
     if (opt_chat && (rc = chat_wrap(name, rvl_model_file(m), tok, &prompt)) < 0) {
         status = cli_fail(name, rc);
@@ -400,22 +343,19 @@ static int run_main(rvl_cmd *cmd, int argc, char **argv)
     if (opt_echo && out_write(prompt.p, prompt.n) < 0)
         goto pipe_err;
 
-    size_t max_gen = opt_n < 0 ? n_ctx : (size_t)opt_n;
-    gen = malloc((max_gen + 1) * sizeof *gen);
-    size_t pcap = rvl_detok_bound(tok);
-    piece = malloc(pcap);
-    if (!gen || !piece) {
+    stops = calloc((size_t)opt_stop.n + 1, sizeof *stops);
+    if (!stops) {
         cli_err(name, "out of memory");
         status = EXIT_RUNTIME;
         goto out;
     }
+    for (int i = 0; i < opt_stop.n; i++)
+        stops[i] = opt_stop.items[i];
     for (size_t i = 0; i < n_prompt; i++)
         rvl_sampler_accept(s, ids[i]);
 
-    rvl_detok dt;
-    rvl_detok_init(&dt, tok, opt_special);
     const float *logits;
-    double t1 = now_ms(), t_first = 0;
+    double t1 = gen_now_ms();
     /* --prompt-cache: restore the saved cache, keep its longest prefix in
      * common with this prompt (at least one token is decoded, for its
      * logits), and decode only the rest */
@@ -438,49 +378,21 @@ static int run_main(rvl_cmd *cmd, int argc, char **argv)
         if (src < 0)
             cli_err(name, "could not save the prompt cache: %s", rvl_errmsg());
     }
-    double t_prompt = now_ms() - t1;
-    double t2 = now_ms();
-    while (rc == 0) {
-        if (n_gen >= max_gen) {
-            finish = "length";
-            break;
-        }
-        int32_t id = rvl_sampler_sample(s, logits);
-        if (n_gen == 0)
-            t_first = now_ms() - t1;
-        rvl_sampler_accept(s, id);
-        gen[n_gen++] = id;
-        if (rvl_tok_is_eog(tok, id) || chat_stop_token(tok, id)) {
-            finish = "stop";
-            break;
-        }
-        size_t pn = 0;
-        if ((rc = rvl_detok_push(&dt, id, piece, pcap, &pn)) < 0)
-            break;
-        if (buf_add(&pend, piece, pn) < 0) {
-            rc = rvl_seterr(RVL_ENOMEM, "out of memory");
-            break;
-        }
-        long at = stop_find(pend.p, pend.n);
-        if (at >= 0) {
-            if (out_write(pend.p, (size_t)at) < 0 || buf_add(&text, pend.p, (size_t)at) < 0)
-                goto pipe_err;
-            pend.n = 0;
-            finish = "stop";
-            break;
-        }
-        size_t emit = pend.n - stop_holdback(pend.p, pend.n);
-        if (out_write(pend.p, emit) < 0 || buf_add(&text, pend.p, emit) < 0)
-            goto pipe_err;
-        memmove(pend.p, pend.p + emit, pend.n - emit);
-        pend.n -= emit;
-        if (rvl_ctx_pos(c) >= n_ctx) {
-            finish = "context";
+    double t_prompt = gen_now_ms() - t1;
+    bool pipe_failed = false;
+    if (rc == 0) {
+        gen_params gp = {
+            .ctx = c, .smp = s, .tok = tok, .stop_tokens = chat ? rvl_chat_stops(chat) : NULL,
+            .stop_strs = stops, .max_tokens = opt_n < 0 ? SIZE_MAX : (size_t)opt_n,
+            .special = opt_special, .emit = emit_stdout, .ud = &pipe_failed,
+        };
+        rc = gen_reply(&gp, logits, &res);
+        finish = gen_finish_name(res.finish);
+        if (res.finish == GEN_CONTEXT)
             cli_err(name, "context full (%u tokens): stopping; use -c for a larger context", n_ctx);
-            break;
-        }
-        rc = rvl_decode(c, &id, 1, &logits);
     }
+    if (pipe_failed)
+        goto pipe_err;
     if (rc == RVL_EINTR || rvl_interrupted()) {
         finish = "interrupted";
         rc = 0;
@@ -490,16 +402,9 @@ static int run_main(rvl_cmd *cmd, int argc, char **argv)
         status = cli_fail(name, rc);
         goto out;
     }
-    /* what is still held back (a partial stop string, a partial character) */
-    if (strcmp(finish, "stop") != 0 || pend.n) {
-        size_t pn = 0;
-        if (rvl_detok_flush(&dt, piece, pcap, &pn) == 0 && buf_add(&pend, piece, pn) < 0)
-            goto pipe_err;
-        if (out_write(pend.p, pend.n) < 0 || buf_add(&text, pend.p, pend.n) < 0)
-            goto pipe_err;
-    }
-    double t_gen = now_ms() - t2;
-    size_t n_decoded = n_gen > 0 ? n_gen - 1 : 0; /* tokens that went through decode */
+    const gen_buf text = res.text;
+    const size_t n_gen = res.n_ids, n_decoded = res.n_decoded;
+    const double t_first = t_prompt + res.first_ms, t_gen = res.gen_ms;
 
     if (opt_json) {
         rvl_jw w;
@@ -515,7 +420,7 @@ static int run_main(rvl_cmd *cmd, int argc, char **argv)
         rvl_jw_key(&w, "tokens");
         rvl_jw_arr(&w);
         for (size_t i = 0; i < n_gen; i++)
-            rvl_jw_i64(&w, gen[i]);
+            rvl_jw_i64(&w, res.ids[i]);
         rvl_jw_arr_end(&w);
         rvl_jw_key(&w, "finish_reason");
         rvl_jw_str(&w, finish);
@@ -561,11 +466,9 @@ pipe_err:
     status = EXIT_RUNTIME;
 out:
     free(prompt.p);
-    free(text.p);
-    free(pend.p);
+    gen_result_free(&res);
+    free(stops);
     free(ids);
-    free(gen);
-    free(piece);
     rvl_sampler_close(s);
     rvl_ctx_close(c);
     rvl_model_close(m);
