@@ -43,7 +43,7 @@ static rvl_opt opts[] = {
     {OPT_INT, 0, "chunks", "N", "ppl: score at most N windows (0: all)", "0", &opt_chunks, 0, 1 << 30, NULL, COMPL_NONE},
     {OPT_STRING, 0, "kl-base", "FILE", "ppl: save every scored position's log-probabilities to FILE", NULL, &opt_kl_base, 0, 0, NULL, COMPL_FILE},
     {OPT_STRING, 0, "kl", "FILE", "ppl: compare with a --kl-base FILE: KL divergence and top-token agreement", NULL, &opt_kl, 0, 0, NULL, COMPL_FILE},
-    {OPT_CHOICE, 0, "kv-type", "TYPE", "model, ppl: KV cache element type", "f16", &opt_kv_type, 0, 0, "f16|f32", COMPL_NONE},
+    OPT_KV_TYPE(opt_kv_type, "model, ppl: KV cache element type"),
     OPT_END
 };
 
@@ -720,11 +720,6 @@ static void describe_model(const rvl_model *m, const char *synth, const char *ty
     snprintf(d->backend, sizeof d->backend, "CPU %s", rvl_isa_selected());
 }
 
-static rvl_kv_type kv_type(void)
-{
-    return opt_kv_type && strcmp(opt_kv_type, "f32") == 0 ? RVL_KV_F32 : RVL_KV_F16;
-}
-
 static int bench_model(const char *name)
 {
     rvl_model *m = NULL;
@@ -784,7 +779,7 @@ static int bench_model(const char *name)
     }
     const rvl_hparams *hp = rvl_model_hparams(m);
     const uint32_t need = np > ng ? np : ng;
-    rvl_ctx_params cp = {.n_ctx = need, .n_threads = (uint32_t)opt_threads, .kv_type = kv_type()};
+    rvl_ctx_params cp = {.n_ctx = need, .n_threads = (uint32_t)opt_threads, .kv_type = cli_kv_type(opt_kv_type)};
     if ((rc = rvl_ctx_open(&c, m, &cp)) < 0) {
         status = cli_fail(name, rc);
         goto out;
@@ -978,7 +973,7 @@ static int bench_ppl(const char *name)
         .n_windows = (uint32_t)(opt_chunks > 0 ? opt_chunks : 0),
         .save_path = opt_kl_base,
         .base_path = opt_kl,
-        .kv_type = kv_type(),
+        .kv_type = cli_kv_type(opt_kv_type),
     };
     if ((rc = rvl_ppl_open(&p, m, &pp, ids, n_ids)) < 0) {
         status = cli_fail(name, rc);

@@ -50,16 +50,9 @@ static rvl_opt opts[] = {
     {OPT_INT, 'n', "max-tokens", "N", "generate at most N tokens per reply (-1: until the end of the turn)", "-1", &opt_n, -1, 1e9, NULL, COMPL_NONE},
     {OPT_INT, 'c', "ctx-size", "N", "context size in tokens (0: min(4096, the model's))", "0", &opt_ctx, 0, 1048576, NULL, COMPL_NONE},
     {OPT_INT, 't', "threads", "N", "threads (0: one per CPU)", "0", &opt_threads, 0, 256, NULL, COMPL_NONE},
-    {OPT_FLOAT, 0, "temp", "T", "sampling temperature (0: greedy)", "0.8", &opt_temp, 0, 100, NULL, COMPL_NONE},
-    {OPT_INT, 0, "top-k", "K", "keep the K most likely tokens (0: off)", "40", &opt_top_k, 0, 1e9, NULL, COMPL_NONE},
-    {OPT_FLOAT, 0, "top-p", "P", "keep the smallest set with probability >= P (1: off)", "0.95", &opt_top_p, 1e-9, 1, NULL, COMPL_NONE},
-    {OPT_FLOAT, 0, "min-p", "P", "drop tokens less likely than P times the top one (0: off)", "0.05", &opt_min_p, 0, 1, NULL, COMPL_NONE},
-    {OPT_FLOAT, 0, "repeat-penalty", "X", "penalize repeated tokens (1: off)", "1.0", &opt_rep, 1e-6, 100, NULL, COMPL_NONE},
-    {OPT_INT, 0, "repeat-last-n", "N", "window of tokens the penalties look at", "64", &opt_last_n, 0, 1e6, NULL, COMPL_NONE},
-    {OPT_FLOAT, 0, "frequency-penalty", "X", "subtract X times a token's count in the window", "0", &opt_freq, -100, 100, NULL, COMPL_NONE},
-    {OPT_FLOAT, 0, "presence-penalty", "X", "subtract X from tokens present in the window", "0", &opt_pres, -100, 100, NULL, COMPL_NONE},
+    OPT_SAMPLING(opt_temp, opt_top_k, opt_top_p, opt_min_p, opt_rep, opt_last_n, opt_freq, opt_pres),
     {OPT_STRING, 's', "seed", "N", "random seed: the same seed gives the same replies (default: random)", NULL, &opt_seed, 0, 0, NULL, COMPL_NONE},
-    {OPT_CHOICE, 0, "kv-type", "TYPE", "KV cache element type (f16 rounds as llama.cpp does; f32 is exact)", "f16", &opt_kv_type, 0, 0, "f16|f32", COMPL_NONE},
+    OPT_KV_TYPE(opt_kv_type, "KV cache element type (f16 rounds as llama.cpp does; f32 is exact)"),
     {OPT_FLAG, '0', "null", NULL, "with standard input not a terminal: messages are separated by NUL bytes, not newlines", NULL, &opt_null, 0, 0, NULL, COMPL_NONE},
     {OPT_FLAG, 'j', "json", NULL, "print one JSON object per turn instead of streaming the reply", NULL, &opt_json, 0, 0, NULL, COMPL_NONE},
     OPT_END
@@ -382,7 +375,7 @@ static uint32_t cache_n(void) { return ctx ? rvl_ctx_pos(ctx) : 0; }
 static size_t kv_bytes_per_token(void)
 {
     const rvl_hparams *hp = rvl_model_hparams(model);
-    size_t es = opt_kv_type && strcmp(opt_kv_type, "f32") == 0 ? 4 : 2;
+    size_t es = cli_kv_type(opt_kv_type) == RVL_KV_F32 ? 4 : 2;
     return 2 * (size_t)hp->n_layer * hp->n_head_kv * hp->head_dim * es;
 }
 
@@ -1254,8 +1247,7 @@ static int chat_main(rvl_cmd *cmd, int argc, char **argv)
         return cli_fail(CMD, rc);
     tok = rvl_model_tokenizer(model);
     rvl_ctx_params cp = {.n_ctx = (uint32_t)opt_ctx, .n_threads = (uint32_t)opt_threads,
-                         .kv_type = opt_kv_type && strcmp(opt_kv_type, "f32") == 0 ? RVL_KV_F32
-                                                                                 : RVL_KV_F16};
+                         .kv_type = cli_kv_type(opt_kv_type)};
     if ((rc = rvl_ctx_open(&ctx, model, &cp)) < 0 ||
         (rc = rvl_chat_open_model(&tmpl, rvl_model_file(model), tok, opt_chat_template, &w)) < 0) {
         if (w) {

@@ -96,6 +96,22 @@ rvl_cmd *cli_find(const char *name);
 #define OPT_MODEL(var) {OPT_STRING, 'm', "model", "FILE", \
     "model file (default: $RUVLLM_MODEL, then the cached default model)", NULL, &(var), 0, 0, NULL, COMPL_FILE}
 
+/* The sampling options run and chat share (same names, ranges, defaults
+ * as llama.cpp's), in this order. */
+#define OPT_SAMPLING(temp, top_k, top_p, min_p, rep, last_n, freq, pres) \
+    {OPT_FLOAT, 0, "temp", "T", "sampling temperature (0: greedy)", "0.8", &(temp), 0, 100, NULL, COMPL_NONE}, \
+    {OPT_INT, 0, "top-k", "K", "keep the K most likely tokens (0: off)", "40", &(top_k), 0, 1e9, NULL, COMPL_NONE}, \
+    {OPT_FLOAT, 0, "top-p", "P", "keep the smallest set with probability >= P (1: off)", "0.95", &(top_p), 1e-9, 1, NULL, COMPL_NONE}, \
+    {OPT_FLOAT, 0, "min-p", "P", "drop tokens less likely than P times the top one (0: off)", "0.05", &(min_p), 0, 1, NULL, COMPL_NONE}, \
+    {OPT_FLOAT, 0, "repeat-penalty", "X", "penalize repeated tokens (1: off)", "1.0", &(rep), 1e-6, 100, NULL, COMPL_NONE}, \
+    {OPT_INT, 0, "repeat-last-n", "N", "window of tokens the penalties look at", "64", &(last_n), 0, 1e6, NULL, COMPL_NONE}, \
+    {OPT_FLOAT, 0, "frequency-penalty", "X", "subtract X times a token's count in the window", "0", &(freq), -100, 100, NULL, COMPL_NONE}, \
+    {OPT_FLOAT, 0, "presence-penalty", "X", "subtract X from tokens present in the window", "0", &(pres), -100, 100, NULL, COMPL_NONE}
+
+/* --kv-type f16|f32, and its value as an rvl_kv_type (NULL: f16). */
+#define OPT_KV_TYPE(var, help) {OPT_CHOICE, 0, "kv-type", "TYPE", help, "f16", &(var), 0, 0, "f16|f32", COMPL_NONE}
+rvl_kv_type cli_kv_type(const char *choice);
+
 /* Helper for unimplemented commands. */
 int cli_not_implemented(rvl_cmd *cmd, int argc, char **argv);
 

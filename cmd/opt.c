@@ -487,3 +487,8 @@ void cli_print_man(const rvl_cmd *cmd, FILE *out)
                  ".TP\n.B NO_COLOR\nDisable colors.\n");
     fprintf(out, ".SH SEE ALSO\n.BR ruvllm (1)\n");
 }
+
+rvl_kv_type cli_kv_type(const char *choice)
+{
+    return choice && strcmp(choice, "f32") == 0 ? RVL_KV_F32 : RVL_KV_F16;
+}

@@ -31,20 +31,13 @@ static rvl_opt opts[] = {
     {OPT_INT, 'n', "max-tokens", "N", "generate at most N tokens (-1: until end of generation or a full context)", "-1", &opt_n, -1, 1e9, NULL, COMPL_NONE},
     {OPT_INT, 'c', "ctx-size", "N", "context size in tokens (0: min(4096, the model's))", "0", &opt_ctx, 0, 1048576, NULL, COMPL_NONE},
     {OPT_INT, 't', "threads", "N", "threads (0: one per CPU)", "0", &opt_threads, 0, 256, NULL, COMPL_NONE},
-    {OPT_FLOAT, 0, "temp", "T", "sampling temperature (0: greedy)", "0.8", &opt_temp, 0, 100, NULL, COMPL_NONE},
-    {OPT_INT, 0, "top-k", "K", "keep the K most likely tokens (0: off)", "40", &opt_top_k, 0, 1e9, NULL, COMPL_NONE},
-    {OPT_FLOAT, 0, "top-p", "P", "keep the smallest set with probability >= P (1: off)", "0.95", &opt_top_p, 1e-9, 1, NULL, COMPL_NONE},
-    {OPT_FLOAT, 0, "min-p", "P", "drop tokens less likely than P times the top one (0: off)", "0.05", &opt_min_p, 0, 1, NULL, COMPL_NONE},
-    {OPT_FLOAT, 0, "repeat-penalty", "X", "penalize repeated tokens (1: off)", "1.0", &opt_rep, 1e-6, 100, NULL, COMPL_NONE},
-    {OPT_INT, 0, "repeat-last-n", "N", "window of tokens the penalties look at", "64", &opt_last_n, 0, 1e6, NULL, COMPL_NONE},
-    {OPT_FLOAT, 0, "frequency-penalty", "X", "subtract X times a token's count in the window", "0", &opt_freq, -100, 100, NULL, COMPL_NONE},
-    {OPT_FLOAT, 0, "presence-penalty", "X", "subtract X from tokens present in the window", "0", &opt_pres, -100, 100, NULL, COMPL_NONE},
+    OPT_SAMPLING(opt_temp, opt_top_k, opt_top_p, opt_min_p, opt_rep, opt_last_n, opt_freq, opt_pres),
     {OPT_STRING, 's', "seed", "N", "random seed for reproducible sampling (default: random)", NULL, &opt_sampling_seed, 0, 0, NULL, COMPL_NONE},
     {OPT_LIST, 0, "stop", "STR", "stop when STR is generated (repeatable; STR is not printed)", NULL, &opt_stop, 0, 0, NULL, COMPL_NONE},
     {OPT_FLAG, 0, "chat", NULL, "wrap the prompt as one user turn in the model's chat template, with the generation prompt", NULL, &opt_chat, 0, 0, NULL, COMPL_NONE},
     {OPT_STRING, 0, "system", "TEXT", "with --chat: a system message before the user turn", NULL, &opt_system, 0, 0, NULL, COMPL_NONE},
     {OPT_STRING, 0, "chat-template", "NAME|FILE", "with --chat: a built-in template (chatml, llama2, llama3, mistral-v1, gemma, phi3, zephyr, ...) or a Jinja template file instead of the model's", NULL, &opt_chat_template, 0, 0, NULL, COMPL_FILE},
-    {OPT_CHOICE, 0, "kv-type", "TYPE", "KV cache element type (f16 rounds as llama.cpp does; f32 is exact)", "f16", &opt_kv_type, 0, 0, "f16|f32", COMPL_NONE},
+    OPT_KV_TYPE(opt_kv_type, "KV cache element type (f16 rounds as llama.cpp does; f32 is exact)"),
     {OPT_CHOICE, 0, "rope-scaling", "TYPE", "override the model's RoPE scaling (NTK-aware: the base raised by factor^(d/(d-2)))", NULL, &opt_rope_scaling, 0, 0, "none|linear|yarn|ntk", COMPL_NONE},
     {OPT_FLOAT, 0, "rope-scale", "F", "override the RoPE scaling factor (context extension)", "0", &opt_rope_scale, 0, 1e6, NULL, COMPL_NONE},
     {OPT_FLOAT, 0, "rope-freq-base", "B", "override the RoPE frequency base", "0", &opt_rope_base, 0, 1e12, NULL, COMPL_NONE},
@@ -293,8 +286,7 @@ static int run_main(rvl_cmd *cmd, int argc, char **argv)
     const rvl_hparams *hp = rvl_model_hparams(m);
     const rvl_tokenizer *tok = rvl_model_tokenizer(m);
     rvl_ctx_params cp = {.n_ctx = (uint32_t)opt_ctx, .n_threads = (uint32_t)opt_threads,
-                         .kv_type = opt_kv_type && strcmp(opt_kv_type, "f32") == 0 ? RVL_KV_F32
-                                                                                 : RVL_KV_F16,
+                         .kv_type = cli_kv_type(opt_kv_type),
                          .rope_scaling = opt_rope_scaling, .rope_factor = (float)opt_rope_scale,
                          .rope_base = (float)opt_rope_base, .rope_orig_ctx = (uint32_t)opt_yarn_orig};
     if ((rc = rvl_ctx_open(&c, m, &cp)) < 0) {
