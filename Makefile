@@ -177,6 +177,89 @@ neon-check: $(NEON_TEST) $(NEON_ATTN_TEST)
 	@BUILD=$(BUILD) sh tests/cli/t0040-neon-qemu.sh
 	@BUILD=$(BUILD) sh tests/cli/t0041-attn-neon-qemu.sh
 
+# The Metal emulator (tests/metal-emu/README.md): the shipped metal/*.metal
+# files, compiled unmodified by clang++-16 against a stand-in metal_stdlib
+# after a source pre-pass (metal-pp), run on the CPU with fibers for GPU
+# threads. Each tests/metal-emu/test_NAME.cpp names the .metal files it runs
+# on a line "// metal-emu-uses: metal/a.metal ..."; it is linked with their
+# objects, the emulator runtime, kernels/ (compiled with clang-16, the
+# oracle) and cmocka into $(BUILD)/tests/test_metal_NAME, which tests/run.sh
+# runs like every test_* program; under SAN=1 (make asan) everything here is
+# built with ASan+UBSan too. `make metal-emu-check` builds and runs just
+# these. Package: clang-16 (scripts/bootstrap.sh); tests/cli/t0085-metal-emu.sh
+# fails if the programs were not built.
+EMU_CXX  ?= clang++-16
+EMU_CC   ?= clang-16
+EMU_DIR  := $(BUILD)/metal-emu
+ifeq ($(SAN),1)
+EMU_OPT  := -O1 -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+else
+EMU_OPT  := -O2
+endif
+EMU_CXXFLAGS = -std=c++20 $(EMU_OPT) -g $(WARN) -Itests/metal-emu -Itests/metal-emu/include -Ikernels -MMD -MP
+EMU_CFLAGS   = -std=gnu11 $(EMU_OPT) -g $(WARN) -D_GNU_SOURCE -Ikernels -MMD -MP
+EMU_PP   := $(EMU_DIR)/metal-pp
+EMU_RT   := $(EMU_DIR)/runtime.o
+EMU_KLIB := $(EMU_DIR)/libkernels.a
+EMU_KOBJ := $(patsubst %.c,$(EMU_DIR)/%.o,$(sort $(wildcard kernels/*.c) $(wildcard kernels/ref/*.c) \
+              $(wildcard kernels/x86/*.c) $(wildcard kernels/arm/*.c)))
+EMU_TEST_SRC := $(sort $(wildcard tests/metal-emu/test_*.cpp))
+EMU_BIN  := $(EMU_TEST_SRC:tests/metal-emu/test_%.cpp=$(BUILD)/tests/test_metal_%)
+
+# the pre-pass runs at build time only: no sanitizers, quick to build
+$(EMU_PP): tests/metal-emu/metal-pp.cpp
+	@mkdir -p $(dir $@)
+	$(EMU_CXX) -std=c++20 -O1 -g $(WARN) -o $@ $<
+
+# kept after the build: compiler messages point into the .metal file, but
+# the generated code is worth reading when the pre-pass is in doubt
+.PRECIOUS: $(EMU_DIR)/gen/%.cpp
+$(EMU_DIR)/gen/%.cpp: %.metal $(EMU_PP)
+	@mkdir -p $(dir $@)
+	$(EMU_PP) $< $@
+
+# kernel code: quoted includes resolve next to the .metal file; unused kernel
+# parameters (thread attributes) are normal in MSL
+$(EMU_DIR)/gen/%.o: $(EMU_DIR)/gen/%.cpp
+	$(EMU_CXX) $(EMU_CXXFLAGS) -Wno-unused-parameter -iquote $(dir $*) -c $< -o $@
+
+$(EMU_DIR)/tests/%.o: tests/%.cpp
+	@mkdir -p $(dir $@)
+	$(EMU_CXX) $(EMU_CXXFLAGS) $(TEST_CFLAGS) -c $< -o $@
+
+$(EMU_RT): tests/metal-emu/runtime.cpp
+	@mkdir -p $(dir $@)
+	$(EMU_CXX) $(EMU_CXXFLAGS) -c $< -o $@
+
+$(EMU_DIR)/kernels/%.o: kernels/%.c
+	@mkdir -p $(dir $@)
+	$(EMU_CC) $(EMU_CFLAGS) -c $< -o $@
+
+$(EMU_KLIB): $(EMU_KOBJ)
+	@rm -f $@
+	$(AR) rcs $@ $^
+
+emu_uses = $(shell sed -n 's|^// *metal-emu-uses:||p' $(1))
+define EMU_TEST_RULE
+$(1:tests/metal-emu/test_%.cpp=$(BUILD)/tests/test_metal_%): $(EMU_DIR)/$(1:.cpp=.o) \
+    $(patsubst %.metal,$(EMU_DIR)/gen/%.o,$(call emu_uses,$(1))) $(EMU_RT) $(EMU_KLIB)
+	@mkdir -p $$(dir $$@)
+	$$(EMU_CXX) $$(EMU_OPT) -o $$@ $$^ $$(TEST_LIBS) -lm -pthread
+endef
+$(foreach t,$(EMU_TEST_SRC),$(eval $(call EMU_TEST_RULE,$(t))))
+
+ifneq ($(shell command -v $(EMU_CXX) 2>/dev/null),)
+tests: $(EMU_BIN)
+endif
+
+.PHONY: metal-emu-check
+metal-emu-check: $(EMU_BIN)
+	@ok=0; bad=0; for t in $(EMU_BIN); do \
+	    log=$(EMU_DIR)/$$(basename $$t).log; \
+	    if $$t > $$log 2>&1; then ok=$$((ok + 1)); echo "ok      $$t"; \
+	    else bad=$$((bad + 1)); echo "FAILED  $$t"; tail -n 30 $$log | sed 's/^/    | /'; fi; \
+	done; echo "metal-emu: $$ok passed, $$bad failed"; [ $$bad -eq 0 ]
+
 model:
 	@sh scripts/fetch-model.sh
 

@@ -4,7 +4,7 @@
 # Otherwise: prints the apt-get command to run.
 set -eu
 
-PKGS="build-essential pkg-config clang libclang-rt-14-dev
+PKGS="build-essential pkg-config clang libclang-rt-14-dev clang-16 libclang-rt-16-dev
       libzstd-dev libxxhash-dev libreadline-dev libpcre2-dev libutf8proc-dev
       libcjson-dev libcmocka-dev python3 python3-pip ca-certificates zsh fish
       gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user"
