@@ -110,6 +110,7 @@ static const kgemm avx2_gemms[] = {
     { RVL_K_Q5_0, 0, gemm_q5_0_q8_0_avx2 },
     { RVL_K_Q5_1, 0, gemm_q5_1_q8_1_avx2 },
     { RVL_K_Q5_K, 0, gemm_q5_K_q8_K_avx2 },
+    { RVL_K_IQ4_NL, 0, gemm_iq4_nl_q8_0_avx2 },
 };
 
 static const kgemm avx512_gemms[] = {
@@ -122,6 +123,7 @@ static const kgemm avx512_gemms[] = {
     { RVL_K_Q5_0, RVL_KCPU_VNNI, gemm_q5_0_q8_0_avx512vnni },
     { RVL_K_Q5_1, RVL_KCPU_VNNI, gemm_q5_1_q8_1_avx512vnni },
     { RVL_K_Q5_K, RVL_KCPU_VNNI, gemm_q5_K_q8_K_avx512vnni },
+    { RVL_K_IQ4_NL, RVL_KCPU_VNNI, gemm_iq4_nl_q8_0_avx512vnni },
 };
 #endif
 

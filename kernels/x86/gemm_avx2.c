@@ -20,7 +20,9 @@
  * output does not depend on how callers group rows and tokens. Past the
  * real tokens, a tile repeats the last one and drops its results.
  *
- * Formats: Q4_0 (and RVL_I4S_G32, its layout), Q4_1, Q8_0 (tile, rows1);
+ * Formats: Q4_0 (and RVL_I4S_G32, its layout), Q4_1, Q5_0, Q5_1, Q8_0 and
+ * IQ4_NL (its levels through a vpshufb table, widened like Q8_0's)
+ * (tile, rows1); Q5_K too (tile_kq, rows1_kq);
  * Q4_K and Q6_K (tile_kq, rows1_kq), what Q4_K_M files are made of. One
  * token (decode) goes to rows1*, with rows in the lanes instead of
  * tokens.
@@ -35,19 +37,24 @@ RVL_X86_TARGET_BEGIN("avx2,fma,f16c")
 
 #include "x86/common.h"
 
-enum { G_Q4_0, G_Q4_1, G_Q8_0, G_Q4_K, G_Q6_K, G_Q5_0, G_Q5_1, G_Q5_K };
+enum { G_Q4_0, G_Q4_1, G_Q8_0, G_Q4_K, G_Q6_K, G_Q5_0, G_Q5_1, G_Q5_K, G_IQ4_NL };
 
 #define HAS_M(kind) ((kind) == G_Q4_1 || (kind) == G_Q5_1)   /* x = d*q + m */
 #define IS_KQ(kind) ((kind) == G_Q4_K || (kind) == G_Q5_K || (kind) == G_Q6_K)
+/* 8-bit levels (Q8_0; IQ4_NL's -127..113): vpmaddubsw pairs up to
+ * 2 * 128 * 127, widened to int32 at once */
+#define WIDE(kind) ((kind) == G_Q8_0 || (kind) == G_IQ4_NL)
 static inline size_t wsz32(int kind)
 {
-    return kind == G_Q4_0 ? sizeof(block_q4_0) : kind == G_Q4_1 ? sizeof(block_q4_1)
+    return kind == G_Q4_0 || kind == G_IQ4_NL ? sizeof(block_q4_0)
+           : kind == G_Q4_1                   ? sizeof(block_q4_1)
            : kind == G_Q5_0 ? sizeof(block_q5_0) : kind == G_Q5_1 ? sizeof(block_q5_1)
                             : sizeof(block_q8_0);
 }
 
 /* The 32 levels of a 32-value block in element order: signed (Q4_0:
- * q - 8, Q5_0: q - 16, Q8_0) or unsigned (Q4_1, Q5_1: q). */
+ * q - 8, Q5_0: q - 16, Q8_0, IQ4_NL: kvalues[q]) or unsigned (Q4_1,
+ * Q5_1: q). */
 static inline __m256i levels32(int kind, const uint8_t *wb)
 {
     switch (kind) {
@@ -57,6 +64,9 @@ static inline __m256i levels32(int kind, const uint8_t *wb)
         return _mm256_sub_epi8(nibbles32(wb + 2), _mm256_set1_epi8(8));
     case G_Q4_1:
         return nibbles32(wb + 4);
+    case G_IQ4_NL:
+        return _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(ld128(rvl_kvalues_iq4nl)),
+                                   nibbles32(wb + 2));
     case G_Q5_0: /* bit clear: q - 16 = nibble | 0xF0 as int8 */
         return _mm256_or_si256(nibbles32(wb + 6),
                                _mm256_andnot_si256(bits32_mask(wb + 2), _mm256_set1_epi8((char)0xF0)));
@@ -160,10 +170,10 @@ AI void tile(int kind, int NR, int64_t nb, const uint8_t *w, size_t w_stride,
                 if (!HAS_M(kind))
                     a = _mm256_sign_epi8(a, lv);
                 p[k] = _mm256_maddubs_epi16(uw, a);
-                if (kind == G_Q8_0) /* pair sums up to 2 * 128 * 127 */
+                if (WIDE(kind)) /* pair sums up to 2 * 128 * 127 */
                     p[k] = _mm256_madd_epi16(p[k], ones);
             }
-            const __m256i is = kind == G_Q8_0 ? sum8(p) : sum8_16(p);
+            const __m256i is = WIDE(kind) ? sum8(p) : sum8_16(p);
             if (HAS_M(kind)) {
                 int32_t dmbits;
                 memcpy(&dmbits, wb, 4);
@@ -258,8 +268,8 @@ AI void rows1(int kind, int64_t nb, const uint8_t *const wr[4], size_t ahead, co
         __m256i p[4];
         _Pragma("GCC unroll 4")
         for (int k = 0; k < 4; k++) {
-            if (kind == G_Q8_0) {
-                const __m256i lv = ld256(wb[k] + 2);
+            if (WIDE(kind)) {
+                const __m256i lv = kind == G_Q8_0 ? ld256(wb[k] + 2) : levels32(kind, wb[k]);
                 p[k] = _mm256_madd_epi16(
                     _mm256_maddubs_epi16(_mm256_sign_epi8(lv, lv), _mm256_sign_epi8(av, lv)), ones);
             } else if (kind == G_Q5_0) {
@@ -277,7 +287,7 @@ AI void rows1(int kind, int64_t nb, const uint8_t *const wr[4], size_t ahead, co
                 p[k] = _mm256_sub_epi16(_mm256_maddubs_epi16(nib, av), off8);
             }
         }
-        const __m128 is = _mm_cvtepi32_ps(kind == G_Q8_0 ? rsum4_32(p) : rsum4_16(p));
+        const __m128 is = _mm_cvtepi32_ps(WIDE(kind) ? rsum4_32(p) : rsum4_16(p));
         if (HAS_M(kind)) {
             /* d, m of each row; d, s of the activation */
             const __m256 dm = _mm256_cvtph_ps(_mm_setr_epi32(ld32s(wb[0]), ld32s(wb[1]),
@@ -560,6 +570,12 @@ void gemm_q5_1_q8_1_avx2(int64_t n, const void *w, size_t w_stride, int nr, cons
                          size_t act_stride, int nt, float *y, size_t y_stride)
 {
     gemm(G_Q5_1, n, w, w_stride, nr, act, act_stride, nt, y, y_stride);
+}
+
+void gemm_iq4_nl_q8_0_avx2(int64_t n, const void *w, size_t w_stride, int nr, const void *act,
+                           size_t act_stride, int nt, float *y, size_t y_stride)
+{
+    gemm(G_IQ4_NL, n, w, w_stride, nr, act, act_stride, nt, y, y_stride);
 }
 
 void gemm_q5_K_q8_K_avx2(int64_t n, const void *w, size_t w_stride, int nr, const void *act,

@@ -22,9 +22,16 @@
  *
  * Signed weight levels go through vpdpbusd (u8 x s8) with an offset: Q8_0
  * as w + 128, Q4_0 as the stored nibble q (level q - 8), Q5_0 as the
- * 5-bit q (level q - 16); the offset times the activation's 4-value sums,
- * computed once per token block, starts the accumulation (exact integers,
- * the same lanes as vec_dot's). Q4_1 and Q5_1 levels are unsigned.
+ * 5-bit q (level q - 16), IQ4_NL as kvalues[q] + 128 (a vpshufb table);
+ * the offset times the activation's 4-value sums, computed once per token
+ * block, starts the accumulation (exact integers, the same lanes as
+ * vec_dot's). Q4_1 and Q5_1 levels are unsigned.
+ *
+ * Q4_0 and IQ4_NL fold their lanes differently (fold2, the N partition:
+ * elements 4j..4j+3 with 16+4j..16+4j+3) so that their one-token path,
+ * rows1_n, gets the same lanes with no fold at all: it puts four rows'
+ * nibbles in one zmm. Decode is memory-bound and that path is the one
+ * that must keep up with the memory bus.
  *
  * Q4_K, Q5_K and Q6_K (tile_k4, tile_q6): the same tile, token layout and
  * reduction, one 256-value block at a time: per 32-value group, unsigned
@@ -44,16 +51,19 @@ RVL_X86_TARGET_BEGIN("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")
 
 #include "x86/common.h"
 
-enum { G_Q4_0, G_Q4_1, G_Q8_0, G_Q4_K, G_Q6_K, G_Q5_0, G_Q5_1, G_Q5_K };
+enum { G_Q4_0, G_Q4_1, G_Q8_0, G_Q4_K, G_Q6_K, G_Q5_0, G_Q5_1, G_Q5_K, G_IQ4_NL };
 
 /* The 32-value formats: block and activation geometry, and the offset of
  * the signed levels (weights go through vpdpbusd as unsigned levels;
  * offset x the activation's 4-value sums starts the accumulation). */
 #define HAS_M(kind) ((kind) == G_Q4_1 || (kind) == G_Q5_1)   /* x = d*q + m */
 #define IS_Q5(kind) ((kind) == G_Q5_0 || (kind) == G_Q5_1)
+/* Q4_0 and IQ4_NL (16 nibble bytes after an f16 d): their lanes use the
+ * N partition (see fold2), the others fold()'s */
+#define IS_N(kind) ((kind) == G_Q4_0 || (kind) == G_IQ4_NL)
 static inline size_t wsz32(int kind)
 {
-    return kind == G_Q4_0 ? sizeof(block_q4_0) : kind == G_Q4_1 ? sizeof(block_q4_1)
+    return IS_N(kind) ? sizeof(block_q4_0) : kind == G_Q4_1 ? sizeof(block_q4_1)
            : kind == G_Q5_0 ? sizeof(block_q5_0) : kind == G_Q5_1 ? sizeof(block_q5_1)
                             : sizeof(block_q8_0);
 }
@@ -63,7 +73,10 @@ static inline size_t qs_off(int kind)  /* the nibbles (Q8_0: the quants) */
 }
 static inline char level_off(int kind)
 {
-    return kind == G_Q8_0 ? (char)0x80 : kind == G_Q4_0 ? 8 : kind == G_Q5_0 ? 16 : 0;
+    return kind == G_Q8_0 || kind == G_IQ4_NL ? (char)0x80
+           : kind == G_Q4_0                   ? 8
+           : kind == G_Q5_0                   ? 16
+                                              : 0;
 }
 
 #define AI static inline __attribute__((always_inline))
@@ -89,6 +102,18 @@ static inline uint16_t ld16(const uint8_t *p)
     return v;
 }
 
+AI __m512i ld512(const void *p)
+{
+    return _mm512_loadu_si512(p);
+}
+
+/* IQ4_NL's levels + 128 (all in 1..241) in every 128-bit lane, for
+ * vpshufb on nibbles: unsigned, like Q8_0's w + 128 */
+AI __m512i iq4nl_lut(void)
+{
+    return _mm512_broadcast_i32x4(_mm_xor_si128(ld128(rvl_kvalues_iq4nl), _mm_set1_epi8((char)0x80)));
+}
+
 /* Block i of two tokens' rows: the 32 quants of each, low and high half. */
 AI __m512i ld_pair(const uint8_t *p0, const uint8_t *p1)
 {
@@ -105,6 +130,8 @@ AI __m512i w_levels(int kind, const uint8_t *blk)
     /* 128-bit lanes 1 and 3: the high nibbles (elements 16..31) */
     const __m512i lv = _mm512_and_si512(_mm512_mask_srli_epi16(v, (__mmask32)0xFF00FF00u, v, 4),
                                         _mm512_set1_epi8(0x0F));
+    if (kind == G_IQ4_NL)
+        return _mm512_shuffle_epi8(iq4nl_lut(), lv);
     if (!IS_Q5(kind))
         return lv;
     /* Q5: bit j of qh is element j's bit 4, in both halves */
@@ -121,6 +148,16 @@ AI __m512i fold(__m512i a, __m512i b)
     return _mm512_add_epi32(_mm512_unpacklo_epi64(a, b), _mm512_unpackhi_epi64(a, b));
 }
 
+/* The N partition (Q4_0, IQ4_NL): the same two token pairs' products
+ * summed across the two 128-bit lanes of each token's half instead, so
+ * 128-bit lane k holds token k (u, u+1, v, v+1) and its lane j the
+ * elements 4j..4j+3 and 16+4j..16+4j+3 of the block: the lanes that the
+ * one-token path (rows1_n) gets with no fold at all. */
+AI __m512i fold2(__m512i a, __m512i b)
+{
+    return _mm512_add_epi32(_mm512_shuffle_i64x2(a, b, 0x88), _mm512_shuffle_i64x2(a, b, 0xDD));
+}
+
 /* Every tile keeps NR x NQ accumulators, two tokens per 256-bit half. */
 AI void zero_acc(int NR, int NQ, __m512 acc[4][2])
 {
@@ -132,8 +169,9 @@ AI void zero_acc(int NR, int NQ, __m512 acc[4][2])
 }
 
 /* Reduce and store a tile: token 4q + k sits in lanes of 128-bit lanes
- * (k & 1) * 2 + {0, 1}, at offset (k >> 1) * 2 within them. */
-AI void store_acc(int NR, int NQ, __m512 acc[4][2], int tn, float *y, size_t y_stride)
+ * (k & 1) * 2 + {0, 1}, at offset (k >> 1) * 2 within them; with the N
+ * partition, in 128-bit lane k. */
+AI void store_acc(int NR, int NQ, __m512 acc[4][2], int tn, float *y, size_t y_stride, bool n_part)
 {
     _Pragma("GCC unroll 4")
     for (int r = 0; r < NR; r++)
@@ -142,6 +180,11 @@ AI void store_acc(int NR, int NQ, __m512 acc[4][2], int tn, float *y, size_t y_s
             float l[16];
             _mm512_storeu_ps(l, acc[r][q]);
             for (int k = 0; k < 4 && 4 * q + k < tn; k++) {
+                if (n_part) {
+                    y[(size_t)(4 * q + k) * y_stride + r] =
+                        (l[4 * k] + l[4 * k + 1]) + (l[4 * k + 2] + l[4 * k + 3]);
+                    continue;
+                }
                 const int o = (k & 1) * 8 + (k >> 1) * 2;
                 y[(size_t)(4 * q + k) * y_stride + r] = (l[o] + l[o + 1]) + (l[o + 4] + l[o + 5]);
             }
@@ -210,12 +253,16 @@ AI void tile(int kind, int NR, int NQ, int64_t nb, const uint8_t *w, size_t w_st
                 const __m512 d = _mm512_castps128_ps512(_mm_cvtph_ps(
                     _mm_setr_epi16((short)ld16(b[0]), (short)ld16(b[1]), (short)ld16(b[2]),
                                    (short)ld16(b[3]), 0, 0, 0, 0)));
-                dq = _mm512_permutexvar_ps(_mm512_setr_epi32(0, 0, 2, 2, 0, 0, 2, 2, 1, 1, 3, 3, 1, 1, 3, 3), d);
+                dq = _mm512_permutexvar_ps(
+                    IS_N(kind) ? _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3)
+                               : _mm512_setr_epi32(0, 0, 2, 2, 0, 0, 2, 2, 1, 1, 3, 3, 1, 1, 3, 3),
+                    d);
             }
             _Pragma("GCC unroll 4")
             for (int r = 0; r < NR; r++) {
-                const __m512i is = fold(_mm512_dpbusd_epi32(start[0], lv[r], a[0]),
-                                        _mm512_dpbusd_epi32(start[1], lv[r], a[1]));
+                const __m512i p0 = _mm512_dpbusd_epi32(start[0], lv[r], a[0]);
+                const __m512i p1 = _mm512_dpbusd_epi32(start[1], lv[r], a[1]);
+                const __m512i is = IS_N(kind) ? fold2(p0, p1) : fold(p0, p1);
                 acc[r][q] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is), _mm512_mul_ps(dw[r], dq),
                                             acc[r][q]);
                 if (HAS_M(kind))
@@ -223,7 +270,7 @@ AI void tile(int kind, int NR, int NQ, int64_t nb, const uint8_t *w, size_t w_st
             }
         }
     }
-    store_acc(NR, NQ, acc, tn, y, y_stride);
+    store_acc(NR, NQ, acc, tn, y, y_stride, IS_N(kind));
 }
 
 /* Q4_K x Q8_K: NR rows times NQ quads of tokens, as tile() (same token
@@ -317,7 +364,7 @@ AI void tile_k4(int kind, int NR, int NQ, int64_t nb, const uint8_t *w, size_t w
             }
         }
     }
-    store_acc(NR, NQ, acc, tn, y, y_stride);
+    store_acc(NR, NQ, acc, tn, y, y_stride, false);
 }
 
 /* Q6_K x Q8_K, as tile_k4(): the levels + 32 (0..63) of each row's block
@@ -405,7 +452,7 @@ AI void tile_q6(int NR, int NQ, int64_t nb, const uint8_t *w, size_t w_stride,
             }
         }
     }
-    store_acc(NR, NQ, acc, tn, y, y_stride);
+    store_acc(NR, NQ, acc, tn, y, y_stride, false);
 }
 
 /* ======================================================================
@@ -567,6 +614,100 @@ AI void rows1(int kind, int64_t nb, const uint8_t *const wr[4], size_t ahead, co
         }
     }
     store_rows(acc, rn, y);
+}
+
+/* Q4_0, IQ4_NL: one block of the 4 rows at a time, row k's 16 nibble
+ * bytes in 128-bit lane k, its low nibbles (elements 0-15) and high
+ * nibbles (16-31) against the activation's two halves broadcast to every
+ * lane: one vpdpbusd each, and lane 4k + j holds row k's elements
+ * 4j..4j+3 and 16+4j..16+4j+3, the N partition of tile() (fold2) with no
+ * fold, no shuffle of the products and one conversion per 4 rows. The
+ * scales come four blocks at a time: the rows' from one 64-byte load per
+ * row (vpermw), the activation's from one f16 conversion (scalar gathers
+ * of f16 scales were a third of the time). */
+AI __m512i rows_n_qs(const uint8_t *const wb[4])
+{
+    __m512i v = _mm512_castsi128_si512(ld128(wb[0] + 2));
+    v = _mm512_inserti32x4(v, ld128(wb[1] + 2), 1);
+    v = _mm512_inserti32x4(v, ld128(wb[2] + 2), 2);
+    return _mm512_inserti32x4(v, ld128(wb[3] + 2), 3);
+}
+
+/* The 4 rows' exact block sums (lane 4k + j: row k, part j) against the
+ * activation block at ab, as floats. */
+AI __m512 rows_n_block(int kind, const uint8_t *const wb[4], const uint8_t *ab, __m512i lut)
+{
+    const __m512i zero = _mm512_setzero_si512(), m4 = _mm512_set1_epi8(0x0F);
+    const __m512i off = _mm512_set1_epi8(level_off(kind));
+    const __m512i v = rows_n_qs(wb);
+    __m512i lo = _mm512_and_si512(v, m4), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+    if (kind == G_IQ4_NL) {
+        lo = _mm512_shuffle_epi8(lut, lo);
+        hi = _mm512_shuffle_epi8(lut, hi);
+    }
+    const __m512i alo = _mm512_broadcast_i32x4(ld128(ab + 2));
+    const __m512i ahi = _mm512_broadcast_i32x4(ld128(ab + 18));
+    /* tile()'s start: minus the level offset times the activations */
+    const __m512i st = _mm512_sub_epi32(
+        zero, _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(zero, off, alo), off, ahi));
+    return _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(_mm512_dpbusd_epi32(st, lo, alo), hi, ahi));
+}
+
+AI void rows1_n(int kind, int64_t nb, const uint8_t *const wr[4], size_t ahead, const uint8_t *a,
+                int rn, float *y)
+{
+    const size_t wsz = sizeof(block_q4_0), asz = sizeof(block_q8_0);
+    const __m512i lut = kind == G_IQ4_NL ? iq4nl_lut() : _mm512_setzero_si512();
+    /* word 4e + k <- row k's d of block e: word 9e of a 64-byte load */
+    const __m512i d9 = _mm512_setr_epi32(0, 0, 9 | 9 << 16, 9 | 9 << 16, 18 | 18 << 16, 18 | 18 << 16,
+                                         27 | 27 << 16, 27 | 27 << 16, 0, 0, 0, 0, 0, 0, 0, 0);
+    const __m512i row = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
+    __m512 acc = _mm512_setzero_ps();
+    int64_t i = 0;
+    for (; i + 3 < nb; i += 4) {
+        const uint8_t *ab = a + (size_t)i * asz;
+        const uint8_t *wb[4][4];
+        _Pragma("GCC unroll 4")
+        for (int k = 0; k < 4; k++) {
+            wb[0][k] = wr[k] + (size_t)i * wsz;
+            _mm_prefetch((const char *)wb[0][k] + ahead, _MM_HINT_T0);
+            _mm_prefetch((const char *)wb[0][k] + ahead + 36, _MM_HINT_T0);
+            _Pragma("GCC unroll 4")
+            for (int e = 1; e < 4; e++)
+                wb[e][k] = wb[0][k] + e * wsz;
+        }
+        /* lane 4e + k: row k's d of block i + e times the block's a.d */
+        __m512i dw = _mm512_maskz_permutexvar_epi16(0x1111u, d9, ld512(wb[0][0]));
+        dw = _mm512_mask_permutexvar_epi16(dw, 0x2222u, d9, ld512(wb[0][1]));
+        dw = _mm512_mask_permutexvar_epi16(dw, 0x4444u, d9, ld512(wb[0][2]));
+        dw = _mm512_mask_permutexvar_epi16(dw, 0x8888u, d9, ld512(wb[0][3]));
+        const uint64_t ha = (uint64_t)ld16(ab) | (uint64_t)ld16(ab + asz) << 16 |
+                            (uint64_t)ld16(ab + 2 * asz) << 32 | (uint64_t)ld16(ab + 3 * asz) << 48;
+        const __m512 da = _mm512_castps128_ps512(_mm_cvtph_ps(_mm_cvtsi64_si128((long long)ha)));
+        const __m512 dd = _mm512_mul_ps(_mm512_cvtph_ps(_mm512_castsi512_si256(dw)),
+                                        _mm512_permutexvar_ps(row, da));
+        _Pragma("GCC unroll 4")
+        for (int e = 0; e < 4; e++) {
+            const __m512 s = _mm512_permutexvar_ps(_mm512_add_epi32(row, _mm512_set1_epi32(4 * e)), dd);
+            acc = _mm512_fmadd_ps(rows_n_block(kind, wb[e], ab + e * asz, lut), s, acc);
+        }
+    }
+    for (; i < nb; i++) {
+        const uint8_t *ab = a + (size_t)i * asz;
+        const uint8_t *wb[4];
+        _Pragma("GCC unroll 4")
+        for (int k = 0; k < 4; k++)
+            wb[k] = wr[k] + (size_t)i * wsz;
+        const __m512 dd = _mm512_cvtph_ps(_mm256_setr_epi64x((long long)d_rows(wb),
+                                                             (long long)ld16(ab), 0, 0));
+        const __m512 s = _mm512_mul_ps(_mm512_permutexvar_ps(row, dd),
+                                       _mm512_permutexvar_ps(_mm512_set1_epi32(4), dd));
+        acc = _mm512_fmadd_ps(rows_n_block(kind, wb, ab, lut), s, acc);
+    }
+    float l[16];
+    _mm512_storeu_ps(l, acc);
+    for (int k = 0; k < rn; k++)
+        y[k] = (l[4 * k] + l[4 * k + 1]) + (l[4 * k + 2] + l[4 * k + 3]);
 }
 
 /* Q4_K, Q5_K: as tile_k4() with rows for tokens. */
@@ -752,6 +893,8 @@ AI void gemm(int kind, int64_t n, const void *vw, size_t w_stride, int nr, const
                     rows1_k4(kind, nb, wr4, ahead, ap[0], rn, yt);
                 else if (kind == G_Q6_K)
                     rows1_q6(nb, wr4, ahead, ap[0], rn, yt);
+                else if (IS_N(kind))
+                    rows1_n(kind, nb, wr4, ahead, ap[0], rn, yt);
                 else
                     rows1(kind, nb, wr4, ahead, ap[0], rn, yt);
                 continue;
@@ -811,6 +954,13 @@ void gemm_q5_1_q8_1_avx512vnni(int64_t n, const void *w, size_t w_stride, int nr
                                size_t y_stride)
 {
     gemm(G_Q5_1, n, w, w_stride, nr, act, act_stride, nt, y, y_stride);
+}
+
+void gemm_iq4_nl_q8_0_avx512vnni(int64_t n, const void *w, size_t w_stride, int nr,
+                                 const void *act, size_t act_stride, int nt, float *y,
+                                 size_t y_stride)
+{
+    gemm(G_IQ4_NL, n, w, w_stride, nr, act, act_stride, nt, y, y_stride);
 }
 
 void gemm_q5_K_q8_K_avx512vnni(int64_t n, const void *w, size_t w_stride, int nr,
