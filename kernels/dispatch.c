@@ -124,6 +124,7 @@ static const kgemm avx512_gemms[] = {
     { RVL_K_Q5_1, RVL_KCPU_VNNI, gemm_q5_1_q8_1_avx512vnni },
     { RVL_K_Q5_K, RVL_KCPU_VNNI, gemm_q5_K_q8_K_avx512vnni },
     { RVL_K_IQ4_NL, RVL_KCPU_VNNI, gemm_iq4_nl_q8_0_avx512vnni },
+    { RVL_K_IQ4_XS, RVL_KCPU_VNNI, gemm_iq4_xs_q8_K_avx512vnni },
 };
 #endif
 

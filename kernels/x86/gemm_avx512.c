@@ -38,6 +38,10 @@
  * levels times activations with vpmaddubsw, times the integer scales with
  * vpdpwssd; the min / -32 offset terms from the activation's bsums.
  *
+ * IQ4_XS (tile_xs): tile_k4's layout; levels through a vpshufb table of
+ * their magnitudes with the signs moved onto the activations (vpmaddubsw
+ * needs one unsigned operand), times the group's 6-bit scale - 32.
+ *
  * One token (decode): rows1*, below, with the tile's lanes and float
  * operations and rows in the place of tokens.
  */
@@ -51,7 +55,7 @@ RVL_X86_TARGET_BEGIN("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")
 
 #include "x86/common.h"
 
-enum { G_Q4_0, G_Q4_1, G_Q8_0, G_Q4_K, G_Q6_K, G_Q5_0, G_Q5_1, G_Q5_K, G_IQ4_NL };
+enum { G_Q4_0, G_Q4_1, G_Q8_0, G_Q4_K, G_Q6_K, G_Q5_0, G_Q5_1, G_Q5_K, G_IQ4_NL, G_IQ4_XS };
 
 /* The 32-value formats: block and activation geometry, and the offset of
  * the signed levels (weights go through vpdpbusd as unsigned levels;
@@ -455,6 +459,118 @@ AI void tile_q6(int NR, int NQ, int64_t nb, const uint8_t *w, size_t w_stride,
     store_acc(NR, NQ, acc, tn, y, y_stride, false);
 }
 
+/* IQ4_XS x Q8_K, as tile_k4() (same token layout, fold() and final
+ * reduction): per 32-value group, the levels' magnitudes (a vpshufb
+ * table) times the activations with the levels' signs (vpmaddubsw:
+ * 2 * 127 * 127, no saturation, as int_dots.h's vec_dot), times the
+ * group's scale - 32 (vpdpwssd); then d times the token's d. */
+AI __m512i iq4xs_abs_lut(void)
+{
+    return _mm512_broadcast_i32x4(_mm_abs_epi8(ld128(rvl_kvalues_iq4nl)));
+}
+
+/* The 8 scales - 32 of 4 IQ4_XS blocks as int16, block k's in 128-bit
+ * lane k, from each block's first 8 bytes (d, scales_h, scales_l): in
+ * int16 lane ib, scales_l's word ib / 4 >> 4 (ib % 4) gives the low 4
+ * bits and scales_h >> 2 ib the high 2. */
+AI __m512i iq4xs_scales4(const uint8_t *const wb[4])
+{
+    uint64_t h[4];
+    for (int k = 0; k < 4; k++)
+        memcpy(&h[k], wb[k], 8);
+    const __m512i z = _mm512_permutexvar_epi64(
+        _mm512_setr_epi64(0, 0, 1, 1, 2, 2, 3, 3),
+        _mm512_castsi256_si512(_mm256_setr_epi64x((long long)h[0], (long long)h[1],
+                                                  (long long)h[2], (long long)h[3])));
+    const __m512i xl = _mm512_shuffle_epi8(
+        z, _mm512_broadcast_i32x4(_mm_setr_epi8(4, 5, 4, 5, 4, 5, 4, 5, 6, 7, 6, 7, 6, 7, 6, 7)));
+    const __m512i xh = _mm512_shuffle_epi8(z, _mm512_set1_epi16(0x0302));
+    const __m512i lo = _mm512_srlv_epi16(
+        xl, _mm512_broadcast_i32x4(_mm_setr_epi16(0, 4, 8, 12, 0, 4, 8, 12)));
+    const __m512i hi = _mm512_slli_epi16(
+        _mm512_srlv_epi16(xh, _mm512_broadcast_i32x4(_mm_setr_epi16(0, 2, 4, 6, 8, 10, 12, 14))), 4);
+    /* bits 0-3 from lo, 4-5 from hi */
+    const __m512i ls = _mm512_and_si512(_mm512_ternarylogic_epi32(lo, hi, _mm512_set1_epi16(0x0F), 0xE4),
+                                        _mm512_set1_epi16(0x3F));
+    return _mm512_sub_epi16(ls, _mm512_set1_epi16(32));
+}
+
+/* Group ib's nibbles (element order) in every 256-bit half, from its 16
+ * bytes broadcast (lanes 1 and 3: the high nibbles, elements 16..31). */
+AI __m512i xs_nibbles(__m512i v)
+{
+    return _mm512_and_si512(_mm512_mask_srli_epi16(v, (__mmask32)0xFF00FF00u, v, 4),
+                            _mm512_set1_epi8(0x0F));
+}
+
+AI void tile_xs(int NR, int NQ, int64_t nb, const uint8_t *w, size_t w_stride,
+                const uint8_t *const ap[8], int tn, float *y, size_t y_stride)
+{
+    const __m512i lut = iq4xs_abs_lut(), zero = _mm512_setzero_si512();
+    __m512 acc[4][2];
+    zero_acc(NR, NQ, acc);
+    for (int64_t i = 0; i < nb; i++) {
+        const uint8_t *wb[4];
+        __m512i sc16[4];
+        __m512 dw[4];
+        _Pragma("GCC unroll 4")
+        for (int r = 0; r < NR; r++) {
+            wb[r] = w + r * w_stride + (size_t)i * sizeof(block_iq4_xs);
+            prefetch_ahead(wb[r]);
+            prefetch_ahead(wb[r] + 64);
+            prefetch_ahead(wb[r] + 128);
+            dw[r] = _mm512_set1_ps(f16at(wb[r]));
+        }
+        {
+            const uint8_t *const w4[4] = { wb[0], wb[NR > 1 ? 1 : 0], wb[NR > 2 ? 2 : 0],
+                                           wb[NR > 3 ? 3 : 0] };
+            const __m512i s4 = iq4xs_scales4(w4);
+            sc16[0] = _mm512_shuffle_i64x2(s4, s4, 0x00);
+            sc16[1] = _mm512_shuffle_i64x2(s4, s4, 0x55);
+            sc16[2] = _mm512_shuffle_i64x2(s4, s4, 0xAA);
+            sc16[3] = _mm512_shuffle_i64x2(s4, s4, 0xFF);
+        }
+        _Pragma("GCC unroll 4")
+        for (int q = 0; q < NQ; q++) {
+            const uint8_t *const b[4] = { ap[4 * q] + (size_t)i * sizeof(block_q8_K),
+                                          ap[4 * q + 1] + (size_t)i * sizeof(block_q8_K),
+                                          ap[4 * q + 2] + (size_t)i * sizeof(block_q8_K),
+                                          ap[4 * q + 3] + (size_t)i * sizeof(block_q8_K) };
+            __m512i is[4][2];
+            _Pragma("GCC unroll 4")
+            for (int r = 0; r < NR; r++)
+                is[r][0] = is[r][1] = _mm512_setzero_si512();
+            for (int ib = 0; ib < 8; ib++) {
+                const __m512i a0 = ld_pair(b[0] + 4 + 32 * ib, b[1] + 4 + 32 * ib);
+                const __m512i a1 = ld_pair(b[2] + 4 + 32 * ib, b[3] + 4 + 32 * ib);
+                const __m512i sel = _mm512_set1_epi16((short)(0x0100 * (2 * ib + 1) + 2 * ib));
+                _Pragma("GCC unroll 4")
+                for (int r = 0; r < NR; r++) {
+                    const __m512i nib = xs_nibbles(_mm512_broadcast_i32x4(ld128(wb[r] + 8 + 16 * ib)));
+                    const __m512i mag = _mm512_shuffle_epi8(lut, nib);
+                    const __mmask64 neg = _mm512_testn_epi8_mask(nib, _mm512_set1_epi8(8));
+                    const __m512i s = _mm512_shuffle_epi8(sc16[r], sel);
+                    is[r][0] = _mm512_dpwssd_epi32(
+                        is[r][0], _mm512_maddubs_epi16(mag, _mm512_mask_sub_epi8(a0, neg, zero, a0)), s);
+                    is[r][1] = _mm512_dpwssd_epi32(
+                        is[r][1], _mm512_maddubs_epi16(mag, _mm512_mask_sub_epi8(a1, neg, zero, a1)), s);
+                }
+            }
+            float ad[4];
+            for (int k = 0; k < 4; k++)
+                memcpy(&ad[k], b[k], 4);
+            const __m512 dq = _mm512_permutexvar_ps(
+                _mm512_setr_epi32(0, 0, 2, 2, 0, 0, 2, 2, 1, 1, 3, 3, 1, 1, 3, 3),
+                _mm512_castps128_ps512(_mm_loadu_ps(ad)));
+            _Pragma("GCC unroll 4")
+            for (int r = 0; r < NR; r++)
+                acc[r][q] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(fold(is[r][0], is[r][1])),
+                                            _mm512_mul_ps(dw[r], dq), acc[r][q]);
+        }
+    }
+    store_acc(NR, NQ, acc, tn, y, y_stride, false);
+}
+
 /* ======================================================================
  * One token (GEMV, decode): up to 4 rows against one activation row.
  *
@@ -710,18 +826,51 @@ AI void rows1_n(int kind, int64_t nb, const uint8_t *const wr[4], size_t ahead, 
         y[k] = (l[4 * k] + l[4 * k + 1]) + (l[4 * k + 2] + l[4 * k + 3]);
 }
 
-/* Q4_K, Q5_K: as tile_k4() with rows for tokens. */
+/* Q4_K, Q5_K: as tile_k4() with rows for tokens. The 4 rows' d, dmin
+ * and 6-bit scales and mins (the first 16 bytes of a block) are decoded
+ * together, row k in 128-bit lane k, and the per-group scale vectors are
+ * byte shuffles of that (a scalar decode per row was half the time). */
+
+/* Row k's block header in 128-bit lane k: dwords [d|dmin, u0, u1, u2]. */
+AI __m512i k4_heads(const uint8_t *const wb[4])
+{
+    __m512i v = _mm512_castsi128_si512(ld128(wb[0]));
+    v = _mm512_inserti32x4(v, ld128(wb[1]), 1);
+    v = _mm512_inserti32x4(v, ld128(wb[2]), 2);
+    return _mm512_inserti32x4(v, ld128(wb[3]), 3);
+}
+
+/* The 6-bit scales and mins of k4_heads' lanes as bytes: in each lane,
+ * scales 0-7 in bytes 0-7, mins 0-7 in bytes 8-15 (llama.cpp's
+ * get_scale_min_k4 for all 8 groups). */
+AI __m512i k4_scales(__m512i h)
+{
+    /* [u0, u2, u1, u2 >> 4]: the low 6 bits of scales/mins 0-3, the low 4
+     * of 4-7 */
+    const __m512i a = _mm512_srlv_epi32(_mm512_shuffle_epi32(h, (_MM_PERM_ENUM)0xED),
+                                        _mm512_setr4_epi32(0, 0, 0, 4));
+    /* [u0, u0 >> 2, u1, u1 >> 2]: the top 2 bits of scales/mins 4-7 */
+    const __m512i b = _mm512_srlv_epi32(_mm512_shuffle_epi32(h, (_MM_PERM_ENUM)0xA5),
+                                        _mm512_setr4_epi32(0, 2, 0, 2));
+    const __m512i lo = _mm512_and_si512(a, _mm512_setr4_epi32(0x3f3f3f3f, 0x0f0f0f0f, 0x3f3f3f3f,
+                                                              0x0f0f0f0f));
+    /* lo | (b & [0, 0x30.., 0, 0x30..]) */
+    return _mm512_ternarylogic_epi32(lo, b, _mm512_setr4_epi32(0, 0x30303030, 0, 0x30303030), 0xF8);
+}
+
 AI void rows1_k4(int kind, int64_t nb, const uint8_t *const wr[4], size_t ahead,
                  const uint8_t *a, int rn, float *y)
 {
     const __m512i m4 = _mm512_set1_epi8(0x0F), b4 = _mm512_set1_epi8(16);
     const size_t wsz = kind == G_Q5_K ? sizeof(block_q5_K) : sizeof(block_q4_K);
     const size_t qo0 = kind == G_Q5_K ? 48 : 16;
+    /* d, dmin of row k: f16 2k, 2k+1 after the compress below; in
+     * tile()'s token lanes */
+    const __m512i dsel = _mm512_setr_epi32(0, 0, 4, 4, 0, 0, 4, 4, 2, 2, 6, 6, 2, 2, 6, 6);
     __m512 acc = _mm512_setzero_ps();
     for (int64_t i = 0; i < nb; i++) {
         const uint8_t *ab = a + (size_t)i * sizeof(block_q8_K);
         const uint8_t *wb[4];
-        __m256i sc[4], mn[4];
         _Pragma("GCC unroll 4")
         for (int k = 0; k < 4; k++) {
             wb[k] = wr[k] + (size_t)i * wsz;
@@ -730,18 +879,12 @@ AI void rows1_k4(int kind, int64_t nb, const uint8_t *const wr[4], size_t ahead,
             _mm_prefetch((const char *)wb[k] + ahead + 128, _MM_HINT_T0);
             if (kind == G_Q5_K)
                 _mm_prefetch((const char *)wb[k] + ahead + wsz - 1, _MM_HINT_T0);
-            uint32_t u[3];
-            memcpy(u, wb[k] + 4, 12);
-            const uint32_t sc_lo = u[0] & 0x3f3f3f3f, mn_lo = u[1] & 0x3f3f3f3f;
-            const uint32_t sc_hi = (u[2] & 0x0f0f0f0f) | ((u[0] >> 2) & 0x30303030);
-            const uint32_t mn_hi = ((u[2] >> 4) & 0x0f0f0f0f) | ((u[1] >> 2) & 0x30303030);
-            /* scale j as two int16 in int32 j; min j as int16 2j and 2j+1 */
-            const __m128i s16 = _mm_cvtepu8_epi16(_mm_setr_epi32((int)sc_lo, (int)sc_hi, 0, 0));
-            sc[k] = _mm256_set_m128i(_mm_unpackhi_epi16(s16, s16), _mm_unpacklo_epi16(s16, s16));
-            const __m128i m8 = _mm_setr_epi32((int)mn_lo, (int)mn_hi, 0, 0);
-            mn[k] = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(m8, m8));
         }
-        const __m512i sc01 = pair256(sc[0], sc[1]), sc23 = pair256(sc[2], sc[3]);
+        const __m512i hd = k4_heads(wb);
+        const __m512i sm8 = k4_scales(hd);
+        /* rows 2h, 2h, 2h+1, 2h+1 in the 128-bit lanes: the pairs' halves */
+        const __m512i r01 = _mm512_shuffle_i64x2(sm8, sm8, 0x50);
+        const __m512i r23 = _mm512_shuffle_i64x2(sm8, sm8, 0xFA);
         __m512i hb[2] = { _mm512_setzero_si512(), _mm512_setzero_si512() };
         if (kind == G_Q5_K) /* bit j of qh[l]: bit 4 of level l of group j */
             for (int h = 0; h < 2; h++)
@@ -758,8 +901,8 @@ AI void rows1_k4(int kind, int64_t nb, const uint8_t *const wr[4], size_t ahead,
             for (int e = 0; e < 2; e++) {
                 const int j = 2 * c + e;
                 const __m512i av = _mm512_broadcast_i64x4(ld256(ab + 4 + 32 * j));
-                const __m512i sel = _mm512_setr_epi32(j, j, j, j, j, j, j, j, 8 + j, 8 + j, 8 + j,
-                                                      8 + j, 8 + j, 8 + j, 8 + j, 8 + j);
+                /* scale j of the pair's rows as two int16 in every int32 */
+                const __m512i sel = _mm512_set1_epi16((short)(0x8000 | j));
                 _Pragma("GCC unroll 2")
                 for (int h = 0; h < 2; h++) {
                     __m512i lv = _mm512_and_si512(e ? _mm512_srli_epi16(q[h], 4) : q[h], m4);
@@ -767,20 +910,77 @@ AI void rows1_k4(int kind, int64_t nb, const uint8_t *const wr[4], size_t ahead,
                         lv = _mm512_mask_add_epi8(
                             lv, _mm512_test_epi8_mask(hb[h], _mm512_set1_epi8((char)(1 << j))), lv,
                             b4);
-                    const __m512i s = _mm512_permutexvar_epi32(sel, h ? sc23 : sc01);
+                    const __m512i s = _mm512_shuffle_epi8(h ? r23 : r01, sel);
                     is[h] = _mm512_dpwssd_epi32(is[h], _mm512_maddubs_epi16(lv, av), s);
                 }
             }
         }
+        /* min j of the pair's rows as int16 2j and 2j+1 */
+        const __m512i msel = _mm512_set_epi8(
+            -128, 15, -128, 15, -128, 14, -128, 14, -128, 13, -128, 13, -128, 12, -128, 12,
+            -128, 11, -128, 11, -128, 10, -128, 10, -128, 9, -128, 9, -128, 8, -128, 8,
+            -128, 15, -128, 15, -128, 14, -128, 14, -128, 13, -128, 13, -128, 12, -128, 12,
+            -128, 11, -128, 11, -128, 10, -128, 10, -128, 9, -128, 9, -128, 8, -128, 8);
         const __m512i bs = _mm512_broadcast_i64x4(ld256(ab + 260));
-        const __m512i sm = fold(_mm512_madd_epi16(pair256(mn[0], mn[1]), bs),
-                                _mm512_madd_epi16(pair256(mn[2], mn[3]), bs));
+        const __m512i sm = fold(_mm512_madd_epi16(_mm512_shuffle_epi8(r01, msel), bs),
+                                _mm512_madd_epi16(_mm512_shuffle_epi8(r23, msel), bs));
+        /* [d0, dmin0, d1, dmin1, ...] */
+        const __m512 dm = _mm512_cvtph_ps(_mm512_castsi512_si256(
+            _mm512_permutexvar_epi32(_mm512_setr_epi32(0, 4, 8, 12, 0, 4, 8, 12, 0, 4, 8, 12, 0, 4, 8, 12), hd)));
         float adf;
         memcpy(&adf, ab, 4);
         const __m512 da = _mm512_set1_ps(adf);
         acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(fold(is[0], is[1])),
-                              _mm512_mul_ps(f16_rows(wb, 0), da), acc);
-        acc = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(sm), _mm512_mul_ps(f16_rows(wb, 2), da), acc);
+                              _mm512_mul_ps(_mm512_permutexvar_ps(dsel, dm), da), acc);
+        acc = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(sm),
+                               _mm512_mul_ps(_mm512_permutexvar_ps(
+                                                 _mm512_add_epi32(dsel, _mm512_set1_epi32(1)), dm),
+                                             da),
+                               acc);
+    }
+    store_rows(acc, rn, y);
+}
+
+/* IQ4_XS: as tile_xs() with rows for tokens. */
+AI void rows1_xs(int64_t nb, const uint8_t *const wr[4], size_t ahead, const uint8_t *a, int rn,
+                 float *y)
+{
+    const __m512i lut = iq4xs_abs_lut(), zero = _mm512_setzero_si512();
+    __m512 acc = _mm512_setzero_ps();
+    for (int64_t i = 0; i < nb; i++) {
+        const uint8_t *ab = a + (size_t)i * sizeof(block_q8_K);
+        const uint8_t *wb[4];
+        _Pragma("GCC unroll 4")
+        for (int k = 0; k < 4; k++) {
+            wb[k] = wr[k] + (size_t)i * sizeof(block_iq4_xs);
+            _mm_prefetch((const char *)wb[k] + ahead, _MM_HINT_T0);
+            _mm_prefetch((const char *)wb[k] + ahead + 64, _MM_HINT_T0);
+            _mm_prefetch((const char *)wb[k] + ahead + 128, _MM_HINT_T0);
+        }
+        /* scales - 32 of rows 2h (low 256 bits) and 2h+1, 8 int16 a lane */
+        const __m512i s4 = iq4xs_scales4(wb);
+        const __m512i sc[2] = { _mm512_shuffle_i64x2(s4, s4, 0x50), _mm512_shuffle_i64x2(s4, s4, 0xFA) };
+        __m512i is[2] = { _mm512_setzero_si512(), _mm512_setzero_si512() };
+        _Pragma("GCC unroll 8")
+        for (int ib = 0; ib < 8; ib++) {
+            const __m512i av = _mm512_broadcast_i64x4(ld256(ab + 4 + 32 * ib));
+            const __m512i sel = _mm512_set1_epi16((short)(0x0100 * (2 * ib + 1) + 2 * ib));
+            _Pragma("GCC unroll 2")
+            for (int h = 0; h < 2; h++) {
+                __m512i v = _mm512_broadcast_i32x4(ld128(wb[2 * h] + 8 + 16 * ib));
+                v = _mm512_mask_broadcast_i32x4(v, (__mmask16)0xFF00, ld128(wb[2 * h + 1] + 8 + 16 * ib));
+                const __m512i nib = xs_nibbles(v);
+                const __m512i mag = _mm512_shuffle_epi8(lut, nib);
+                const __mmask64 neg = _mm512_testn_epi8_mask(nib, _mm512_set1_epi8(8));
+                is[h] = _mm512_dpwssd_epi32(
+                    is[h], _mm512_maddubs_epi16(mag, _mm512_mask_sub_epi8(av, neg, zero, av)),
+                    _mm512_shuffle_epi8(sc[h], sel));
+            }
+        }
+        float adf;
+        memcpy(&adf, ab, 4);
+        acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(fold(is[0], is[1])),
+                              _mm512_mul_ps(f16_rows(wb, 0), _mm512_set1_ps(adf)), acc);
     }
     store_rows(acc, rn, y);
 }
@@ -866,6 +1066,8 @@ AI void rows1_q6(int64_t nb, const uint8_t *const wr[4], size_t ahead, const uin
             tile_k4(kind, R, P, nb, wr, w_stride, ap, tn, yt, y_stride);           \
         else if (kind == G_Q6_K)                                                   \
             tile_q6(R, P, nb, wr, w_stride, ap, tn, yt, y_stride);                 \
+        else if (kind == G_IQ4_XS)                                                 \
+            tile_xs(R, P, nb, wr, w_stride, ap, tn, yt, y_stride);                 \
         else                                                                       \
             tile(kind, R, P, nb, wr, w_stride, ap, tn, yt, y_stride);              \
         break;
@@ -873,7 +1075,8 @@ AI void rows1_q6(int64_t nb, const uint8_t *const wr[4], size_t ahead, const uin
 AI void gemm(int kind, int64_t n, const void *vw, size_t w_stride, int nr, const void *vact,
              size_t act_stride, int nt, float *y, size_t y_stride)
 {
-    const int64_t nb = n / (kind == G_Q4_K || kind == G_Q5_K || kind == G_Q6_K ? 256 : 32);
+    const int64_t nb =
+        n / (kind == G_Q4_K || kind == G_Q5_K || kind == G_Q6_K || kind == G_IQ4_XS ? 256 : 32);
     const uint8_t *w = vw, *act = vact;
     for (int r0 = 0; r0 < nr; r0 += 4) {
         const int rn = nr - r0 < 4 ? nr - r0 : 4;
@@ -893,6 +1096,8 @@ AI void gemm(int kind, int64_t n, const void *vw, size_t w_stride, int nr, const
                     rows1_k4(kind, nb, wr4, ahead, ap[0], rn, yt);
                 else if (kind == G_Q6_K)
                     rows1_q6(nb, wr4, ahead, ap[0], rn, yt);
+                else if (kind == G_IQ4_XS)
+                    rows1_xs(nb, wr4, ahead, ap[0], rn, yt);
                 else if (IS_N(kind))
                     rows1_n(kind, nb, wr4, ahead, ap[0], rn, yt);
                 else
@@ -968,6 +1173,13 @@ void gemm_q5_K_q8_K_avx512vnni(int64_t n, const void *w, size_t w_stride, int nr
                                size_t y_stride)
 {
     gemm(G_Q5_K, n, w, w_stride, nr, act, act_stride, nt, y, y_stride);
+}
+
+void gemm_iq4_xs_q8_K_avx512vnni(int64_t n, const void *w, size_t w_stride, int nr,
+                                 const void *act, size_t act_stride, int nt, float *y,
+                                 size_t y_stride)
+{
+    gemm(G_IQ4_XS, n, w, w_stride, nr, act, act_stride, nt, y, y_stride);
 }
 
 RVL_X86_TARGET_END
