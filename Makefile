@@ -166,16 +166,22 @@ NEON_ATTN_TEST := $(NEON_BUILD)/test_attn_neon
 $(NEON_ATTN_TEST): $(filter-out $(NEON_BUILD)/tests/%,$(NEON_OBJ)) $(NEON_BUILD)/tests/neon/test_attn_neon.o
 	$(NEON_CC) -static -pthread -o $@ $^ -lm
 
+# the KV page readers' NEON test (tests/cli/t0042-kvq-neon-qemu.sh)
+NEON_KVQ_TEST := $(NEON_BUILD)/test_kvq_neon
+$(NEON_KVQ_TEST): $(filter-out $(NEON_BUILD)/tests/%,$(NEON_OBJ)) $(NEON_BUILD)/tests/neon/test_kvq_neon.o
+	$(NEON_CC) -static -pthread -o $@ $^ -lm
+
 # built with the tests when the compiler is there (t0040 fails otherwise,
 # naming the missing package)
 ifneq ($(shell command -v $(NEON_CC) 2>/dev/null),)
-tests: $(NEON_TEST) $(NEON_ATTN_TEST)
+tests: $(NEON_TEST) $(NEON_ATTN_TEST) $(NEON_KVQ_TEST)
 endif
 
 .PHONY: neon-check
-neon-check: $(NEON_TEST) $(NEON_ATTN_TEST)
+neon-check: $(NEON_TEST) $(NEON_ATTN_TEST) $(NEON_KVQ_TEST)
 	@BUILD=$(BUILD) sh tests/cli/t0040-neon-qemu.sh
 	@BUILD=$(BUILD) sh tests/cli/t0041-attn-neon-qemu.sh
+	@BUILD=$(BUILD) sh tests/cli/t0042-kvq-neon-qemu.sh
 
 # The Metal emulator (tests/metal-emu/README.md): the shipped metal/*.metal
 # files, compiled unmodified by clang++-16 against a stand-in metal_stdlib
@@ -239,6 +245,7 @@ $(EMU_KLIB): $(EMU_KOBJ)
 	@rm -f $@
 	$(AR) rcs $@ $^
 
+EMU_BACKEND_TEST := tests/metal-emu/test_backend.cpp
 emu_uses = $(shell sed -n 's|^// *metal-emu-uses:||p' $(1))
 define EMU_TEST_RULE
 $(1:tests/metal-emu/test_%.cpp=$(BUILD)/tests/test_metal_%): $(EMU_DIR)/$(1:.cpp=.o) \
@@ -246,7 +253,38 @@ $(1:tests/metal-emu/test_%.cpp=$(BUILD)/tests/test_metal_%): $(EMU_DIR)/$(1:.cpp
 	@mkdir -p $$(dir $$@)
 	$$(EMU_CXX) $$(EMU_OPT) -o $$@ $$^ $$(TEST_LIBS) -lm -pthread
 endef
-$(foreach t,$(EMU_TEST_SRC),$(eval $(call EMU_TEST_RULE,$(t))))
+$(foreach t,$(filter-out $(EMU_BACKEND_TEST),$(EMU_TEST_SRC)),$(eval $(call EMU_TEST_RULE,$(t))))
+
+# The Metal backend's forward pass in emulation (test_backend.cpp): the
+# portable host code metal/rvl_metal_backend.c on the emulator's device
+# API (device_emu.cpp), against the CPU forward of libruvllm. The library
+# is compiled again with clang-16 here (objects under $(EMU_DIR)/lib) so
+# that one compiler's sanitizer runtime serves the whole program.
+EMU_LIB      := $(EMU_DIR)/libruvllm.a
+EMU_LIB_CFLAGS = -std=gnu11 $(EMU_OPT) -g $(WARN) -pthread -Ilib -Ikernels -Imetal -D_GNU_SOURCE \
+                 -DPCRE2_CODE_UNIT_WIDTH=8 $(PKG_CFLAGS) -MMD -MP
+EMU_LIB_OBJ  := $(patsubst %.c,$(EMU_DIR)/%.o,$(sort $(wildcard lib/*.c))) $(EMU_KOBJ)
+
+$(EMU_DIR)/lib/%.o: lib/%.c
+	@mkdir -p $(dir $@)
+	$(EMU_CC) $(EMU_LIB_CFLAGS) -c $< -o $@
+
+$(EMU_DIR)/metal/%.o: metal/%.c
+	@mkdir -p $(dir $@)
+	$(EMU_CC) $(EMU_LIB_CFLAGS) -c $< -o $@
+
+$(EMU_LIB): $(EMU_LIB_OBJ)
+	@rm -f $@
+	$(AR) rcs $@ $^
+
+$(EMU_DIR)/tests/metal-emu/test_backend.o $(EMU_DIR)/tests/metal-emu/device_emu.o: \
+    EMU_CXXFLAGS += -Ilib -Imetal
+
+$(BUILD)/tests/test_metal_backend: $(EMU_DIR)/tests/metal-emu/test_backend.o \
+    $(EMU_DIR)/tests/metal-emu/device_emu.o $(EMU_DIR)/metal/rvl_metal_backend.o \
+    $(patsubst %.metal,$(EMU_DIR)/gen/%.o,$(call emu_uses,$(EMU_BACKEND_TEST))) $(EMU_RT) $(EMU_LIB)
+	@mkdir -p $(dir $@)
+	$(EMU_CXX) $(EMU_OPT) -o $@ $^ $(PKG_LIBS) $(TEST_LIBS) -lm -pthread
 
 ifneq ($(shell command -v $(EMU_CXX) 2>/dev/null),)
 tests: $(EMU_BIN)
@@ -259,6 +297,45 @@ metal-emu-check: $(EMU_BIN)
 	    if $$t > $$log 2>&1; then ok=$$((ok + 1)); echo "ok      $$t"; \
 	    else bad=$$((bad + 1)); echo "FAILED  $$t"; tail -n 30 $$log | sed 's/^/    | /'; fi; \
 	done; echo "metal-emu: $$ok passed, $$bad failed"; [ $$bad -eq 0 ]
+
+# The Metal backend on macOS: `make METAL=1` (and `make check METAL=1`)
+# adds metal/rvl_metal_backend.c and the Objective-C device layer
+# metal/rvl_mtl_device.m to libruvllm, builds $(BUILD)/ruvllm.metallib from
+# metal/*.metal with Apple's toolchain (found next to the binary at run
+# time), and the GPU test $(BUILD)/tests/test_metal_gpu: the emulator's
+# tests/metal-emu/test_backend.cpp against the real device. Linux: error.
+ifeq ($(METAL),1)
+ifneq ($(shell uname -s),Darwin)
+$(error METAL=1 builds the macOS Metal backend and needs macOS with Xcode's command-line tools; on Linux the shaders and the backend run in emulation: make metal-emu-check)
+endif
+METAL_LIB  := $(BUILD)/ruvllm.metallib
+METAL_AIR  := $(patsubst metal/%.metal,$(BUILD)/metal/%.air,$(sort $(wildcard metal/*.metal)))
+METAL_OBJ  := $(BUILD)/metal/rvl_metal_backend.o $(BUILD)/metal/rvl_mtl_device.o
+# IEEE-ish arithmetic as the emulated tests assume (metal/README.md)
+METAL_MSLFLAGS ?= -std=metal3.0 -fno-fast-math
+LIBS       += -framework Metal -framework Foundation
+
+$(BUILD)/libruvllm.a: $(METAL_OBJ)
+$(BUILD)/lib/backend.o $(BUILD)/cmd/main.o: ALL_CFLAGS += -DRVL_METAL
+$(METAL_OBJ): ALL_CFLAGS += -Imetal
+$(BUILD)/metal/%.o: metal/%.m
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -fobjc-arc -DRVL_METALLIB_DIR='"$(PREFIX)/share/ruvllm"' -c $< -o $@
+
+$(BUILD)/metal/%.air: metal/%.metal metal/rvl_metal_args.h metal/rvl_msl_common.h
+	@mkdir -p $(dir $@)
+	xcrun -sdk macosx metal $(METAL_MSLFLAGS) -Imetal -c $< -o $@
+$(METAL_LIB): $(METAL_AIR)
+	xcrun -sdk macosx metallib $^ -o $@
+
+$(BUILD)/tests/test_metal_gpu: tests/metal-emu/test_backend.cpp $(BUILD)/libruvllm.a $(METAL_LIB)
+	@mkdir -p $(dir $@)
+	$(CXX) -std=c++20 $(OPT) -g $(WARN) -Ilib -Imetal $(TEST_CFLAGS) -o $@ $< \
+	    $(BUILD)/libruvllm.a $(LIBS) $(TEST_LIBS)
+
+all: $(METAL_LIB)
+tests: $(METAL_LIB) $(BUILD)/tests/test_metal_gpu
+endif
 
 model:
 	@sh scripts/fetch-model.sh

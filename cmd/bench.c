@@ -18,10 +18,11 @@
 
 /* Integer options keep -1 ("not given") so that a subcommand can refuse
  * options that are not its own; the help shows the effective default. */
-static const char *opt_kv_type, *opt_model, *opt_output, *opt_filter, *opt_isa, *opt_synth, *opt_type, *opt_file,
+static cli_kv_opts opt_kv;
+static const char *opt_model, *opt_output, *opt_filter, *opt_isa, *opt_synth, *opt_type, *opt_file,
     *opt_kl_base, *opt_kl;
 static long long opt_threads = 0, opt_reps = -1, opt_m = -1, opt_mem = -1, opt_p = -1, opt_n = -1,
-                 opt_ctx = -1, opt_chunks = -1;
+                 opt_ctx = -1, opt_chunks = -1, opt_depth = -1;
 static bool opt_json;
 
 static rvl_opt opts[] = {
@@ -43,7 +44,8 @@ static rvl_opt opts[] = {
     {OPT_INT, 0, "chunks", "N", "ppl: score at most N windows (0: all)", "0", &opt_chunks, 0, 1 << 30, NULL, COMPL_NONE},
     {OPT_STRING, 0, "kl-base", "FILE", "ppl: save every scored position's log-probabilities to FILE", NULL, &opt_kl_base, 0, 0, NULL, COMPL_FILE},
     {OPT_STRING, 0, "kl", "FILE", "ppl: compare with a --kl-base FILE: KL divergence and top-token agreement", NULL, &opt_kl, 0, 0, NULL, COMPL_FILE},
-    OPT_KV_TYPE(opt_kv_type, "model, ppl: KV cache element type"),
+    {OPT_INT, 'd', "depth", "N", "model: context depth: the cache holds N positions (random keys and values) before each pp/tg test", "0", &opt_depth, 0, 1 << 20, NULL, COMPL_NONE},
+    OPT_KV(opt_kv),
     OPT_END
 };
 
@@ -73,6 +75,7 @@ static void only(const char *sub, const char *allowed)
         {"n-prompt", opt_p >= 0}, {"n-gen", opt_n >= 0}, {"synthetic", opt_synth != NULL},
         {"type", opt_type != NULL}, {"file", opt_file != NULL}, {"ctx-size", opt_ctx >= 0},
         {"chunks", opt_chunks >= 0}, {"kl-base", opt_kl_base != NULL}, {"kl", opt_kl != NULL},
+        {"depth", opt_depth >= 0},
     };
     for (size_t i = 0; i < sizeof given / sizeof given[0]; i++) {
         if (!given[i].given)
@@ -729,7 +732,7 @@ static int bench_model(const char *name)
     int type = RVL_TYPE_Q4_0;
     char path[4096];
 
-    only("model", " model repetitions n-prompt n-gen synthetic type ");
+    only("model", " model repetitions n-prompt n-gen synthetic type depth ");
     if (opt_synth && opt_model)
         cli_usage(name, "give -m MODEL or --synthetic SHAPE, not both");
     if (opt_type && !opt_synth)
@@ -778,8 +781,10 @@ static int bench_model(const char *name)
         }
     }
     const rvl_hparams *hp = rvl_model_hparams(m);
-    const uint32_t need = np > ng ? np : ng;
-    rvl_ctx_params cp = {.n_ctx = need, .n_threads = (uint32_t)opt_threads, .kv_type = cli_kv_type(opt_kv_type)};
+    const uint32_t depth = (uint32_t)(opt_depth > 0 ? opt_depth : 0);
+    const uint32_t need = (np > ng ? np : ng) + depth;
+    rvl_ctx_params cp = {.n_ctx = need, .n_threads = (uint32_t)opt_threads};
+    cli_kv_params(&opt_kv, &cp);
     if ((rc = rvl_ctx_open(&c, m, &cp)) < 0) {
         status = cli_fail(name, rc);
         goto out;
@@ -823,12 +828,16 @@ static int bench_model(const char *name)
             continue;
         double ts[256], ms[256];
         char tname[32];
-        snprintf(tname, sizeof tname, "%s%u", test == 0 ? "pp" : "tg", n);
+        if (depth)
+            snprintf(tname, sizeof tname, "%s%u@d%u", test == 0 ? "pp" : "tg", n, depth);
+        else
+            snprintf(tname, sizeof tname, "%s%u", test == 0 ? "pp" : "tg", n);
         for (int r = 0; r < reps; r++) {
             double sec;
             if (isatty(STDERR_FILENO))
                 fprintf(stderr, "\r\033[Kruvllm %s: %s [%d/%d]", name, tname, r + 1, reps);
-            rc = rvl_bench_decode(c, hp->n_vocab, n, test == 0 ? n : 1, 100 + (uint64_t)r, &sec);
+            rc = rvl_bench_decode_at(c, hp->n_vocab, depth, n, test == 0 ? n : 1, 100 + (uint64_t)r,
+                                     &sec);
             if (rc < 0) {
                 progress_done();
                 status = cli_fail(name, rc);
@@ -973,8 +982,10 @@ static int bench_ppl(const char *name)
         .n_windows = (uint32_t)(opt_chunks > 0 ? opt_chunks : 0),
         .save_path = opt_kl_base,
         .base_path = opt_kl,
-        .kv_type = cli_kv_type(opt_kv_type),
     };
+    rvl_ctx_params kvp = {0};
+    cli_kv_params(&opt_kv, &kvp);
+    pp.kv = &kvp;
     if ((rc = rvl_ppl_open(&p, m, &pp, ids, n_ids)) < 0) {
         status = cli_fail(name, rc);
         goto out;

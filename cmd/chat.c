@@ -34,12 +34,17 @@
  * ==================================================================== */
 
 static const char *opt_model, *opt_system, *opt_session, *opt_chat_template, *opt_render,
-                  *opt_seed, *opt_kv_type;
+                  *opt_seed;
+static cli_kv_opts opt_kv;
+static bool opt_shift;
+static long long opt_keep = 0;
 static long long opt_ctx = 0, opt_threads = 0;
 static long long opt_n = LLONG_MIN, opt_top_k = LLONG_MIN, opt_last_n = LLONG_MIN;
 static double opt_temp = NAN, opt_top_p = NAN, opt_min_p = NAN, opt_rep = NAN, opt_freq = NAN,
               opt_pres = NAN;
 static bool opt_null, opt_json;
+
+static opt_list opt_lora;
 
 static rvl_opt opts[] = {
     OPT_MODEL(opt_model),
@@ -52,7 +57,9 @@ static rvl_opt opts[] = {
     {OPT_INT, 't', "threads", "N", "threads (0: one per CPU)", "0", &opt_threads, 0, 256, NULL, COMPL_NONE},
     OPT_SAMPLING(opt_temp, opt_top_k, opt_top_p, opt_min_p, opt_rep, opt_last_n, opt_freq, opt_pres),
     {OPT_STRING, 's', "seed", "N", "random seed: the same seed gives the same replies (default: random)", NULL, &opt_seed, 0, 0, NULL, COMPL_NONE},
-    OPT_KV_TYPE(opt_kv_type, "KV cache element type (f16 rounds as llama.cpp does; f32 is exact)"),
+    OPT_KV(opt_kv),
+    OPT_CONTEXT_SHIFT(opt_shift, opt_keep),
+    OPT_LORA(opt_lora),
     {OPT_FLAG, '0', "null", NULL, "with standard input not a terminal: messages are separated by NUL bytes, not newlines", NULL, &opt_null, 0, 0, NULL, COMPL_NONE},
     {OPT_FLAG, 'j', "json", NULL, "print one JSON object per turn instead of streaming the reply", NULL, &opt_json, 0, 0, NULL, COMPL_NONE},
     OPT_END
@@ -349,6 +356,7 @@ static int conv_set_system(const char *text)
 
 static rvl_model *model;
 static rvl_ctx *ctx;
+static rvl_lora *lora;
 static rvl_chat *tmpl;
 static const rvl_tokenizer *tok;
 static char model_path[4096];
@@ -360,6 +368,7 @@ static uint64_t retry_salt;     /* /retry draws another reply */
 
 static struct {
     size_t turns, prompt_tokens, gen_tokens;
+    size_t prompt_all, prompt_reused; /* prompt tokens of every turn; of them reused */
     double prompt_ms, gen_ms;
 } total;
 static struct {
@@ -372,11 +381,11 @@ static struct {
 
 static uint32_t cache_n(void) { return ctx ? rvl_ctx_pos(ctx) : 0; }
 
+/* Of the coldest tier the formats use (the steady state of a long
+ * context; the newest page and tiered's hot tokens take more). */
 static size_t kv_bytes_per_token(void)
 {
-    const rvl_hparams *hp = rvl_model_hparams(model);
-    size_t es = cli_kv_type(opt_kv_type) == RVL_KV_F32 ? 4 : 2;
-    return 2 * (size_t)hp->n_layer * hp->n_head_kv * hp->head_dim * es;
+    return (size_t)(rvl_ctx_kv_token_bytes(ctx, 2) + 0.5);
 }
 
 static rvl_chat_msg *conv_view(void)
@@ -613,13 +622,13 @@ static int reply_turn(const char *user)
         warn("context: dropped the %zu oldest message%s to make room (-c sets a larger context)",
              dropped, dropped == 1 ? "" : "s");
 
-    /* decode only what the cache lacks (at least one token: the logits) */
-    size_t reuse = common_prefix(cached, cache_n(), ids, n);
-    if (reuse == n)
-        reuse = n - 1;
-    if (reuse < cache_n())
-        rvl_ctx_truncate(ctx, (uint32_t)reuse);
-    memcpy(cached + reuse, ids + reuse, (n - reuse) * sizeof *ids);
+    /* decode only what the cache lacks (at least one token: the logits):
+     * its longest prefix in common, or pages of it dropped recently (a
+     * system prompt after /clear; lib/kvcache.c's prefix reuse) */
+    size_t reuse = rvl_ctx_reuse(ctx, ids, (uint32_t)n);
+    memcpy(cached, ids, n * sizeof *ids);
+    total.prompt_all += n;
+    total.prompt_reused += reuse;
     const float *logits = NULL;
     double t0 = gen_now_ms();
     rc = rvl_decode(ctx, ids + reuse, (uint32_t)(n - reuse), &logits);
@@ -669,12 +678,16 @@ static int reply_turn(const char *user)
         .ctx = ctx, .smp = smp, .tok = tok, .stop_tokens = stops, .stop_strs = stops,
         .max_tokens = opt_n < 0 ? SIZE_MAX : (size_t)opt_n, .special = false,
         .emit = opt_json ? NULL : emit_stream,
+        .context_shift = opt_shift,
+        .shift_keep = opt_keep < 0 ? (uint32_t)n : (uint32_t)opt_keep,
     };
     gen_result r;
     rc = gen_reply(&gp, logits, &r);
     rvl_sampler_close(smp);
     uint32_t pos = rvl_ctx_pos(ctx);
-    if (pos > n)
+    if (r.n_shifted)
+        rvl_ctx_reset(ctx); /* shifted: the next turn renders the conversation afresh */
+    else if (pos > n)
         memcpy(cached + n, r.ids, (pos - n) * sizeof *cached);
     dirty = true;
     total.turns++;
@@ -1018,7 +1031,7 @@ static cmd_status cmd_stats(const char *arg)
     fprintf(info, "context    %u of %u tokens used (%.1f%%)\n", pos, n_ctx, 100.0 * pos / n_ctx);
     fprintf(info, "KV cache   %.2f MiB used of %.2f MiB (%s, %zu bytes per token)\n",
             (double)pos * per / 1048576.0, (double)n_ctx * per / 1048576.0,
-            opt_kv_type ? opt_kv_type : "f16", per);
+            cli_kv_describe(&opt_kv), per);
     if (last.valid) {
         size_t np = last.n_prompt - last.n_reused;
         fprintf(info, "last turn  prompt %zu tokens (%zu reused from the cache, %zu decoded in "
@@ -1034,6 +1047,7 @@ static cmd_status cmd_stats(const char *arg)
             total.turns, total.prompt_tokens,
             total.prompt_ms > 0 ? total.prompt_tokens * 1e3 / total.prompt_ms : 0, total.gen_tokens,
             total.gen_ms > 0 ? total.gen_tokens * 1e3 / total.gen_ms : 0);
+    fprintf(info, "prompt tokens reused: %zu of %zu\n", total.prompt_reused, total.prompt_all);
     return CMD_OK;
 }
 
@@ -1238,6 +1252,9 @@ static int chat_main(rvl_cmd *cmd, int argc, char **argv)
     }
     if (opt_render && opt_session)
         cli_usage(CMD, "--render prints a prompt and exits: it takes no --session");
+    if (opt_lora.n && opt_session)
+        cli_usage(CMD, "--session cannot be combined with --lora (a session file does not record "
+                  "the adapters its cache was computed with)");
     if ((rc = rvl_model_path(opt_model, model_path, sizeof model_path)) < 0)
         return cli_fail(CMD, rc);
     if (opt_render)
@@ -1246,9 +1263,12 @@ static int chat_main(rvl_cmd *cmd, int argc, char **argv)
     if ((rc = rvl_model_open(&model, model_path)) < 0)
         return cli_fail(CMD, rc);
     tok = rvl_model_tokenizer(model);
-    rvl_ctx_params cp = {.n_ctx = (uint32_t)opt_ctx, .n_threads = (uint32_t)opt_threads,
-                         .kv_type = cli_kv_type(opt_kv_type)};
-    if ((rc = rvl_ctx_open(&ctx, model, &cp)) < 0 ||
+    rvl_ctx_params cp = {.n_ctx = (uint32_t)opt_ctx, .n_threads = (uint32_t)opt_threads};
+    cli_kv_params(&opt_kv, &cp);
+    if ((rc = rvl_ctx_open(&ctx, model, &cp)) == 0 &&
+        (status = cli_lora_attach(CMD, &opt_lora, model, ctx, &lora)) != 0)
+        goto out;
+    if (rc < 0 ||
         (rc = rvl_chat_open_model(&tmpl, rvl_model_file(model), tok, opt_chat_template, &w)) < 0) {
         if (w) {
             cli_err(CMD, "%s", w);
@@ -1360,6 +1380,8 @@ out:
     free(cached);
     rvl_chat_close(tmpl);
     rvl_ctx_close(ctx);
+    rvl_lora_close(lora);
+    free(opt_lora.items);
     rvl_model_close(model);
     return status;
 }
@@ -1417,7 +1439,8 @@ rvl_cmd cmd_chat_desc = {
         ".TP\n.B /undo\nDrop the last exchange: the last message and its reply.\n"
         ".TP\n.B /retry\nGenerate the last reply again (with another seed).\n"
         ".TP\n.B /stats\nMessages, context used, KV cache memory, the last turn's prompt and "
-        "generation speeds and time to first token, and totals.\n"
+        "generation speeds and time to first token, and totals (with the prompt tokens reused from "
+        "the cache: kept, or restored from pages a /clear or reset dropped).\n"
         ".TP\n.BI /set \" NAME VALUE\"\nChange a sampling setting: temp, top\\-k, top\\-p, "
         "min\\-p, repeat\\-penalty, repeat\\-last\\-n, frequency\\-penalty, presence\\-penalty, "
         "max\\-tokens, seed; values are checked as the options' are. Without arguments, list "

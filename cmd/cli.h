@@ -108,9 +108,42 @@ rvl_cmd *cli_find(const char *name);
     {OPT_FLOAT, 0, "frequency-penalty", "X", "subtract X times a token's count in the window", "0", &(freq), -100, 100, NULL, COMPL_NONE}, \
     {OPT_FLOAT, 0, "presence-penalty", "X", "subtract X from tokens present in the window", "0", &(pres), -100, 100, NULL, COMPL_NONE}
 
-/* --kv-type f16|f32, and its value as an rvl_kv_type (NULL: f16). */
-#define OPT_KV_TYPE(var, help) {OPT_CHOICE, 0, "kv-type", "TYPE", help, "f16", &(var), 0, 0, "f16|f32", COMPL_NONE}
+/* The KV cache options run, chat and bench share (lib/kvcache.h), in
+ * this order: --kv-type, --kv-type-k, --kv-type-v, --kv-hot, --kv-warm,
+ * --kv-cold. cli_kv_params puts them into a context's parameters;
+ * cli_kv_type turns one --kv-type value into an rvl_kv_type (NULL: f16). */
+typedef struct {
+    const char *type, *type_k, *type_v, *cold;
+    long long hot, warm;                  /* 0: the library's default */
+} cli_kv_opts;
+#define CLI_KV_TYPES "f16|f32|q8|q4|tq4|tq3|tiered"
+#define OPT_KV(kv) \
+    {OPT_CHOICE, 0, "kv-type", "TYPE", "KV cache format: f16 (as llama.cpp), f32 (exact), q8, q4 (KIVI), tq4, tq3 (TurboQuant), tiered (f16, then q8, then --kv-cold)", "f16", &(kv).type, 0, 0, CLI_KV_TYPES, COMPL_NONE}, \
+    {OPT_CHOICE, 0, "kv-type-k", "TYPE", "KV cache format of the keys only (default: --kv-type)", NULL, &(kv).type_k, 0, 0, CLI_KV_TYPES, COMPL_NONE}, \
+    {OPT_CHOICE, 0, "kv-type-v", "TYPE", "KV cache format of the values only (default: --kv-type)", NULL, &(kv).type_v, 0, 0, CLI_KV_TYPES, COMPL_NONE}, \
+    {OPT_INT, 0, "kv-hot", "N", "tiered: the newest N tokens stay in f16 (whole pages of 32)", "256", &(kv).hot, 1, 1 << 20, NULL, COMPL_NONE}, \
+    {OPT_INT, 0, "kv-warm", "N", "tiered: the next N tokens are kept in q8, older ones in --kv-cold", "2048", &(kv).warm, 1, 1 << 20, NULL, COMPL_NONE}, \
+    {OPT_CHOICE, 0, "kv-cold", "TYPE", "tiered: format of the oldest tokens", "tq4", &(kv).cold, 0, 0, "q4|tq4", COMPL_NONE}
 rvl_kv_type cli_kv_type(const char *choice);
+void cli_kv_params(const cli_kv_opts *kv, rvl_ctx_params *cp);
+/* "f16", "q8/f16", "tiered (256 f16, 2048 q8, tq4)": what a context's
+ * options chose, for logs. Static buffer. */
+const char *cli_kv_describe(const cli_kv_opts *kv);
+
+/* --context-shift and --keep N (run and chat). */
+#define OPT_CONTEXT_SHIFT(shift, keep) \
+    {OPT_FLAG, 0, "context-shift", NULL, "when the context fills, drop the oldest half of the tokens after the first --keep and continue (instead of stopping)", NULL, &(shift), 0, 0, NULL, COMPL_NONE}, \
+    {OPT_INT, 0, "keep", "N", "with --context-shift: the first N tokens are never dropped (-1: the whole prompt)", "0", &(keep), -1, 1 << 20, NULL, COMPL_NONE}
+
+/* --lora FILE[:SCALE], repeatable (cmd/cli_lora.c). */
+#define OPT_LORA(var) {OPT_LIST, 0, "lora", "FILE[:SCALE]", \
+    "apply a LoRA adapter (PEFT directory or GGUF LoRA file) at run time, times SCALE (default 1; repeatable)", \
+    NULL, &(var), 0, 0, NULL, COMPL_FILE}
+/* Load the --lora adapters for m and attach them to c (*out: the set, to
+ * close after c; NULL without --lora). 0, or the exit status after
+ * printing the error. */
+int cli_lora_attach(const char *cmd, const opt_list *specs, const rvl_model *m, rvl_ctx *c,
+                    rvl_lora **out);
 
 /* Helper for unimplemented commands. */
 int cli_not_implemented(rvl_cmd *cmd, int argc, char **argv);

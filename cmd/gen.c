@@ -174,8 +174,16 @@ int gen_reply(const gen_params *p, const float *logits, gen_result *r)
         memmove(pend.p, pend.p + out, pend.n - out);
         pend.n -= out;
         if (rvl_ctx_pos(p->ctx) >= n_ctx) {
-            r->finish = GEN_CONTEXT;
-            break;
+            const uint32_t pos = rvl_ctx_pos(p->ctx);
+            const uint32_t keep = p->shift_keep < pos ? p->shift_keep : pos;
+            const uint32_t drop = (pos - keep) / 2;
+            if (!p->context_shift || drop == 0) {
+                r->finish = GEN_CONTEXT;
+                break;
+            }
+            if ((rc = rvl_ctx_shift(p->ctx, keep, drop)) < 0)
+                break;
+            r->n_shifted += drop;
         }
         rc = rvl_decode(p->ctx, &id, 1, &logits);
         if (rc == RVL_EINTR) {

@@ -40,6 +40,11 @@ typedef struct {
     /* streamed text; a negative return stops generation with that code */
     int (*emit)(void *ud, const char *s, size_t n);
     void *ud;
+    /* when the context is full: stop (GEN_CONTEXT), or with context_shift
+     * drop the oldest half of the positions after the first shift_keep
+     * (rvl_ctx_shift) and go on */
+    bool context_shift;
+    uint32_t shift_keep;
 } gen_params;
 
 typedef enum {
@@ -58,13 +63,15 @@ typedef struct {
     double first_ms;       /* from the call to the first sampled token */
     double gen_ms;         /* the whole loop */
     size_t n_decoded;      /* tokens that went through rvl_decode */
+    size_t n_shifted;      /* positions dropped by context shifts */
 } gen_result;
 void gen_result_free(gen_result *r);
 
 /* Generate from `logits` (the prompt's last row). 0 also when stopped by
  * max_tokens, a full context or Ctrl-C (see r->finish); a negative RVL_E*
  * code for a decode failure, or emit's code. The cache's position says
- * which tokens it holds: r->ids[0 .. rvl_ctx_pos - prompt) went in. */
+ * which tokens it holds: r->ids[0 .. rvl_ctx_pos - prompt) went in
+ * (minus r->n_shifted positions dropped after the first shift_keep). */
 int gen_reply(const gen_params *p, const float *logits, gen_result *r);
 
 #endif

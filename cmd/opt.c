@@ -490,5 +490,39 @@ void cli_print_man(const rvl_cmd *cmd, FILE *out)
 
 rvl_kv_type cli_kv_type(const char *choice)
 {
-    return choice && strcmp(choice, "f32") == 0 ? RVL_KV_F32 : RVL_KV_F16;
+    int t = rvl_kv_type_parse(choice);
+    return t < 0 ? RVL_KV_F16 : (rvl_kv_type)t;
+}
+
+void cli_kv_params(const cli_kv_opts *kv, rvl_ctx_params *cp)
+{
+    cp->kv_type = cli_kv_type(kv->type);
+    cp->kv_split = kv->type_k || kv->type_v;
+    cp->kv_type_k = kv->type_k ? cli_kv_type(kv->type_k) : cp->kv_type;
+    cp->kv_type_v = kv->type_v ? cli_kv_type(kv->type_v) : cp->kv_type;
+    cp->kv_hot = (uint32_t)kv->hot;
+    cp->kv_warm = (uint32_t)kv->warm;
+    cp->kv_cold = kv->cold && strcmp(kv->cold, "q4") == 0 ? RVL_KV_Q4 : RVL_KV_TQ4;
+}
+
+const char *cli_kv_describe(const cli_kv_opts *kv)
+{
+    static char buf[160];
+    rvl_ctx_params cp = {0};
+    cli_kv_params(kv, &cp);
+    char part[2][72];
+    const rvl_kv_type t[2] = {cp.kv_type_k, cp.kv_type_v};
+    for (int i = 0; i < 2; i++) {
+        if (t[i] == RVL_KV_TIERED)
+            snprintf(part[i], sizeof part[i], "tiered (%u f16, %u q8, %s)",
+                     cp.kv_hot ? cp.kv_hot : 256, cp.kv_warm ? cp.kv_warm : 2048,
+                     cp.kv_cold == RVL_KV_Q4 ? "q4" : "tq4");
+        else
+            snprintf(part[i], sizeof part[i], "%s", rvl_kv_type_name(t[i]));
+    }
+    if (strcmp(part[0], part[1]) == 0)
+        snprintf(buf, sizeof buf, "%s", part[0]);
+    else
+        snprintf(buf, sizeof buf, "keys %s, values %s", part[0], part[1]);
+    return buf;
 }

@@ -12,18 +12,22 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "backend.h"
 #include "cli.h"
 #include "gen.h"
 
 static const char *opt_model, *opt_file, *opt_sampling_seed, *opt_system, *opt_chat_template,
-                  *opt_kv_type, *opt_prompt_cache, *opt_rope_scaling;
+                  *opt_prompt_cache, *opt_rope_scaling, *opt_backend;
+static cli_kv_opts opt_kv;
+static bool opt_shift;
+static long long opt_keep = 0;
 static double opt_rope_scale = 0, opt_rope_base = 0;
 static long long opt_yarn_orig = 0;
 static long long opt_n = -1, opt_ctx = 0, opt_threads = 0, opt_top_k = 40, opt_last_n = 64;
 static double opt_temp = 0.8, opt_top_p = 0.95, opt_min_p = 0.05, opt_rep = 1.0, opt_freq = 0.0,
               opt_pres = 0.0;
 static bool opt_chat, opt_echo, opt_special, opt_no_bos, opt_tokenize, opt_json, opt_verbose, opt_stats;
-static opt_list opt_stop;
+static opt_list opt_stop, opt_lora;
 
 static rvl_opt opts[] = {
     OPT_MODEL(opt_model),
@@ -31,13 +35,16 @@ static rvl_opt opts[] = {
     {OPT_INT, 'n', "max-tokens", "N", "generate at most N tokens (-1: until end of generation or a full context)", "-1", &opt_n, -1, 1e9, NULL, COMPL_NONE},
     {OPT_INT, 'c', "ctx-size", "N", "context size in tokens (0: min(4096, the model's))", "0", &opt_ctx, 0, 1048576, NULL, COMPL_NONE},
     {OPT_INT, 't', "threads", "N", "threads (0: one per CPU)", "0", &opt_threads, 0, 256, NULL, COMPL_NONE},
+    {OPT_CHOICE, 0, "backend", "NAME", "compute backend: cpu, or metal (Apple GPUs; builds made with make METAL=1 on macOS)", "cpu", &opt_backend, 0, 0, "cpu|metal", COMPL_NONE},
     OPT_SAMPLING(opt_temp, opt_top_k, opt_top_p, opt_min_p, opt_rep, opt_last_n, opt_freq, opt_pres),
     {OPT_STRING, 's', "seed", "N", "random seed for reproducible sampling (default: random)", NULL, &opt_sampling_seed, 0, 0, NULL, COMPL_NONE},
     {OPT_LIST, 0, "stop", "STR", "stop when STR is generated (repeatable; STR is not printed)", NULL, &opt_stop, 0, 0, NULL, COMPL_NONE},
     {OPT_FLAG, 0, "chat", NULL, "wrap the prompt as one user turn in the model's chat template, with the generation prompt", NULL, &opt_chat, 0, 0, NULL, COMPL_NONE},
     {OPT_STRING, 0, "system", "TEXT", "with --chat: a system message before the user turn", NULL, &opt_system, 0, 0, NULL, COMPL_NONE},
     {OPT_STRING, 0, "chat-template", "NAME|FILE", "with --chat: a built-in template (chatml, llama2, llama3, mistral-v1, gemma, phi3, zephyr, ...) or a Jinja template file instead of the model's", NULL, &opt_chat_template, 0, 0, NULL, COMPL_FILE},
-    OPT_KV_TYPE(opt_kv_type, "KV cache element type (f16 rounds as llama.cpp does; f32 is exact)"),
+    OPT_KV(opt_kv),
+    OPT_CONTEXT_SHIFT(opt_shift, opt_keep),
+    OPT_LORA(opt_lora),
     {OPT_CHOICE, 0, "rope-scaling", "TYPE", "override the model's RoPE scaling (NTK-aware: the base raised by factor^(d/(d-2)))", NULL, &opt_rope_scaling, 0, 0, "none|linear|yarn|ntk", COMPL_NONE},
     {OPT_FLOAT, 0, "rope-scale", "F", "override the RoPE scaling factor (context extension)", "0", &opt_rope_scale, 0, 1e6, NULL, COMPL_NONE},
     {OPT_FLOAT, 0, "rope-freq-base", "B", "override the RoPE frequency base", "0", &opt_rope_base, 0, 1e12, NULL, COMPL_NONE},
@@ -48,7 +55,7 @@ static rvl_opt opts[] = {
     {OPT_FLAG, 0, "no-bos", NULL, "do not add the beginning-of-sequence token", NULL, &opt_no_bos, 0, 0, NULL, COMPL_NONE},
     {OPT_FLAG, 0, "tokenize", NULL, "print the prompt's token ids on one line and exit (works on vocab-only files)", NULL, &opt_tokenize, 0, 0, NULL, COMPL_NONE},
     {OPT_FLAG, 'j', "json", NULL, "print one JSON object: text, token ids, finish reason, timings", NULL, &opt_json, 0, 0, NULL, COMPL_NONE},
-    {OPT_FLAG, 0, "stats", NULL, "print load time, speeds and time to first token to stderr", NULL, &opt_stats, 0, 0, NULL, COMPL_NONE},
+    {OPT_FLAG, 0, "stats", NULL, "print load time, speeds, time to first token and prompt tokens reused to stderr", NULL, &opt_stats, 0, 0, NULL, COMPL_NONE},
     {OPT_FLAG, 'v', "verbose", NULL, "print model and context details to stderr (implies --stats)", NULL, &opt_verbose, 0, 0, NULL, COMPL_NONE},
     OPT_END
 };
@@ -238,6 +245,7 @@ static int run_main(rvl_cmd *cmd, int argc, char **argv)
     gen_result res = {0};
     rvl_model *m = NULL;
     rvl_ctx *c = NULL;
+    rvl_lora *lora = NULL;
     rvl_sampler *s = NULL;
     int32_t *ids = NULL;
     size_t n_prompt = 0;
@@ -251,6 +259,9 @@ static int run_main(rvl_cmd *cmd, int argc, char **argv)
             cli_usage(name, "--stop: the stop string is empty");
     if (!opt_chat && (opt_system || opt_chat_template))
         cli_usage(name, "%s needs --chat", opt_system ? "--system" : "--chat-template");
+    if (opt_lora.n && opt_prompt_cache)
+        cli_usage(name, "--prompt-cache cannot be combined with --lora (a session file does not "
+                  "record the adapters its cache was computed with)");
     rvl_sampler_params sp;
     rvl_sampler_defaults(&sp);
     if (opt_sampling_seed) {
@@ -277,6 +288,16 @@ static int run_main(rvl_cmd *cmd, int argc, char **argv)
         status = do_tokenize(name, path, &prompt);
         goto out;
     }
+    if (opt_backend && strcmp(opt_backend, "cpu") != 0) {
+        /* the generation loop drives rvl_ctx (lib/forward.c); the Metal
+         * backend (lib/backend.h) is not wired into it yet */
+        if (!rvl_backend_find(opt_backend))
+            status = cli_fail(name, RVL_EUNSUPPORTED);
+        else
+            status = cli_fail(name, rvl_seterr(RVL_EUNSUPPORTED, "--backend %s: generation does "
+                                               "not run on this backend yet", opt_backend));
+        goto out;
+    }
 
     double t0 = gen_now_ms();
     if ((rc = rvl_model_open(&m, path)) < 0) {
@@ -286,13 +307,15 @@ static int run_main(rvl_cmd *cmd, int argc, char **argv)
     const rvl_hparams *hp = rvl_model_hparams(m);
     const rvl_tokenizer *tok = rvl_model_tokenizer(m);
     rvl_ctx_params cp = {.n_ctx = (uint32_t)opt_ctx, .n_threads = (uint32_t)opt_threads,
-                         .kv_type = cli_kv_type(opt_kv_type),
                          .rope_scaling = opt_rope_scaling, .rope_factor = (float)opt_rope_scale,
                          .rope_base = (float)opt_rope_base, .rope_orig_ctx = (uint32_t)opt_yarn_orig};
+    cli_kv_params(&opt_kv, &cp);
     if ((rc = rvl_ctx_open(&c, m, &cp)) < 0) {
         status = cli_fail(name, rc);
         goto out;
     }
+    if ((status = cli_lora_attach(name, &opt_lora, m, c, &lora)) != 0)
+        goto out;
     sp.temp = (float)opt_temp;
     sp.top_k = (int32_t)opt_top_k;
     sp.top_p = (float)opt_top_p;
@@ -358,9 +381,7 @@ static int run_main(rvl_cmd *cmd, int argc, char **argv)
         if (rvl_session_load(c, opt_prompt_cache, &cids, &n_c, NULL) < 0) {
             cli_err(name, "not using the prompt cache: %s", rvl_errmsg());
         } else {
-            while (n_reused < n_c && n_reused + 1 < n_prompt && cids[n_reused] == ids[n_reused])
-                n_reused++;
-            rvl_ctx_truncate(c, (uint32_t)n_reused);
+            n_reused = rvl_ctx_reuse(c, ids, (uint32_t)n_prompt);
         }
         free(cids);
     }
@@ -377,11 +398,16 @@ static int run_main(rvl_cmd *cmd, int argc, char **argv)
             .ctx = c, .smp = s, .tok = tok, .stop_tokens = chat ? rvl_chat_stops(chat) : NULL,
             .stop_strs = stops, .max_tokens = opt_n < 0 ? SIZE_MAX : (size_t)opt_n,
             .special = opt_special, .emit = emit_stdout, .ud = &pipe_failed,
+            .context_shift = opt_shift,
+            .shift_keep = opt_keep < 0 ? (uint32_t)n_prompt : (uint32_t)opt_keep,
         };
         rc = gen_reply(&gp, logits, &res);
         finish = gen_finish_name(res.finish);
         if (res.finish == GEN_CONTEXT)
-            cli_err(name, "context full (%u tokens): stopping; use -c for a larger context", n_ctx);
+            cli_err(name, "context full (%u tokens): stopping; use -c for a larger context or "
+                    "--context-shift", n_ctx);
+        if (res.n_shifted && opt_verbose)
+            fprintf(stderr, "ruvllm run: context shifts dropped %zu tokens\n", res.n_shifted);
     }
     if (pipe_failed)
         goto pipe_err;
@@ -450,6 +476,8 @@ static int run_main(rvl_cmd *cmd, int argc, char **argv)
                 t_prompt > 0 ? (double)(n_prompt - n_reused) * 1e3 / t_prompt : 0,
                 t_first, n_gen, t_gen, t_gen > 0 && n_decoded ? (double)n_decoded * 1e3 / t_gen : 0,
                 finish);
+    if (opt_stats)
+        fprintf(stderr, "ruvllm run: prompt tokens reused: %zu of %zu\n", n_reused, n_prompt);
     goto out;
 
 pipe_err:
@@ -463,6 +491,8 @@ out:
     free(ids);
     rvl_sampler_close(s);
     rvl_ctx_close(c);
+    rvl_lora_close(lora);
+    free(opt_lora.items);
     rvl_model_close(m);
     free(opt_stop.items);
     rvl_chat_close(chat);

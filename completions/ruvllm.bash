@@ -21,6 +21,7 @@ _ruvllm() {
             -n|--max-tokens) return ;;
             -c|--ctx-size) return ;;
             -t|--threads) return ;;
+            --backend) COMPREPLY=($(compgen -W "cpu metal" -- "$cur")); return ;;
             --temp) return ;;
             --top-k) return ;;
             --top-p) return ;;
@@ -33,7 +34,14 @@ _ruvllm() {
             --stop) return ;;
             --system) return ;;
             --chat-template) COMPREPLY=($(compgen -f -- "$cur")); return ;;
-            --kv-type) COMPREPLY=($(compgen -W "f16 f32" -- "$cur")); return ;;
+            --kv-type) COMPREPLY=($(compgen -W "f16 f32 q8 q4 tq4 tq3 tiered" -- "$cur")); return ;;
+            --kv-type-k) COMPREPLY=($(compgen -W "f16 f32 q8 q4 tq4 tq3 tiered" -- "$cur")); return ;;
+            --kv-type-v) COMPREPLY=($(compgen -W "f16 f32 q8 q4 tq4 tq3 tiered" -- "$cur")); return ;;
+            --kv-hot) return ;;
+            --kv-warm) return ;;
+            --kv-cold) COMPREPLY=($(compgen -W "q4 tq4" -- "$cur")); return ;;
+            --keep) return ;;
+            --lora) COMPREPLY=($(compgen -f -- "$cur")); return ;;
             --rope-scaling) COMPREPLY=($(compgen -W "none linear yarn ntk" -- "$cur")); return ;;
             --rope-scale) return ;;
             --rope-freq-base) return ;;
@@ -41,7 +49,7 @@ _ruvllm() {
             --prompt-cache) COMPREPLY=($(compgen -f -- "$cur")); return ;;
         esac
         if [[ $cur == -* ]]; then
-            COMPREPLY=($(compgen -W "-m --model -f --file -n --max-tokens -c --ctx-size -t --threads --temp --top-k --top-p --min-p --repeat-penalty --repeat-last-n --frequency-penalty --presence-penalty -s --seed --stop --chat --system --chat-template --kv-type --rope-scaling --rope-scale --rope-freq-base --yarn-orig-ctx --prompt-cache -e --echo --special --no-bos --tokenize -j --json --stats -v --verbose -h --help " -- "$cur"))
+            COMPREPLY=($(compgen -W "-m --model -f --file -n --max-tokens -c --ctx-size -t --threads --backend --temp --top-k --top-p --min-p --repeat-penalty --repeat-last-n --frequency-penalty --presence-penalty -s --seed --stop --chat --system --chat-template --kv-type --kv-type-k --kv-type-v --kv-hot --kv-warm --kv-cold --context-shift --keep --lora --rope-scaling --rope-scale --rope-freq-base --yarn-orig-ctx --prompt-cache -e --echo --special --no-bos --tokenize -j --json --stats -v --verbose -h --help " -- "$cur"))
             return
         fi
         ;;
@@ -64,10 +72,17 @@ _ruvllm() {
             --frequency-penalty) return ;;
             --presence-penalty) return ;;
             -s|--seed) return ;;
-            --kv-type) COMPREPLY=($(compgen -W "f16 f32" -- "$cur")); return ;;
+            --kv-type) COMPREPLY=($(compgen -W "f16 f32 q8 q4 tq4 tq3 tiered" -- "$cur")); return ;;
+            --kv-type-k) COMPREPLY=($(compgen -W "f16 f32 q8 q4 tq4 tq3 tiered" -- "$cur")); return ;;
+            --kv-type-v) COMPREPLY=($(compgen -W "f16 f32 q8 q4 tq4 tq3 tiered" -- "$cur")); return ;;
+            --kv-hot) return ;;
+            --kv-warm) return ;;
+            --kv-cold) COMPREPLY=($(compgen -W "q4 tq4" -- "$cur")); return ;;
+            --keep) return ;;
+            --lora) COMPREPLY=($(compgen -f -- "$cur")); return ;;
         esac
         if [[ $cur == -* ]]; then
-            COMPREPLY=($(compgen -W "-m --model --system --session --chat-template --render -n --max-tokens -c --ctx-size -t --threads --temp --top-k --top-p --min-p --repeat-penalty --repeat-last-n --frequency-penalty --presence-penalty -s --seed --kv-type -0 --null -j --json -h --help " -- "$cur"))
+            COMPREPLY=($(compgen -W "-m --model --system --session --chat-template --render -n --max-tokens -c --ctx-size -t --threads --temp --top-k --top-p --min-p --repeat-penalty --repeat-last-n --frequency-penalty --presence-penalty -s --seed --kv-type --kv-type-k --kv-type-v --kv-hot --kv-warm --kv-cold --context-shift --keep --lora -0 --null -j --json -h --help " -- "$cur"))
             return
         fi
         ;;
@@ -115,18 +130,27 @@ _ruvllm() {
             --chunks) return ;;
             --kl-base) COMPREPLY=($(compgen -f -- "$cur")); return ;;
             --kl) COMPREPLY=($(compgen -f -- "$cur")); return ;;
-            --kv-type) COMPREPLY=($(compgen -W "f16 f32" -- "$cur")); return ;;
+            -d|--depth) return ;;
+            --kv-type) COMPREPLY=($(compgen -W "f16 f32 q8 q4 tq4 tq3 tiered" -- "$cur")); return ;;
+            --kv-type-k) COMPREPLY=($(compgen -W "f16 f32 q8 q4 tq4 tq3 tiered" -- "$cur")); return ;;
+            --kv-type-v) COMPREPLY=($(compgen -W "f16 f32 q8 q4 tq4 tq3 tiered" -- "$cur")); return ;;
+            --kv-hot) return ;;
+            --kv-warm) return ;;
+            --kv-cold) COMPREPLY=($(compgen -W "q4 tq4" -- "$cur")); return ;;
         esac
         if [[ $cur == -* ]]; then
-            COMPREPLY=($(compgen -W "-m --model -t --threads -r --repetitions -o --output -j --json --filter --isa --tokens --mem-size -p --n-prompt -n --n-gen --synthetic --type -f --file -c --ctx-size --chunks --kl-base --kl --kv-type -h --help " -- "$cur"))
+            COMPREPLY=($(compgen -W "-m --model -t --threads -r --repetitions -o --output -j --json --filter --isa --tokens --mem-size -p --n-prompt -n --n-gen --synthetic --type -f --file -c --ctx-size --chunks --kl-base --kl -d --depth --kv-type --kv-type-k --kv-type-v --kv-hot --kv-warm --kv-cold -h --help " -- "$cur"))
             return
         fi
         ;;
     lora-merge)
         case $prev in
+            -o|--output) COMPREPLY=($(compgen -f -- "$cur")); return ;;
+            --type) return ;;
+            -t|--threads) return ;;
         esac
         if [[ $cur == -* ]]; then
-            COMPREPLY=($(compgen -W "-h --help " -- "$cur"))
+            COMPREPLY=($(compgen -W "-o --output --type -t --threads -j --json -q --quiet -h --help " -- "$cur"))
             return
         fi
         COMPREPLY=($(compgen -f -- "$cur"))
@@ -134,9 +158,11 @@ _ruvllm() {
     kv-inspect)
         case $prev in
             -m|--model) COMPREPLY=($(compgen -f -- "$cur")); return ;;
+            --diff) COMPREPLY=($(compgen -f -- "$cur")); return ;;
+            --outlier-factor) return ;;
         esac
         if [[ $cur == -* ]]; then
-            COMPREPLY=($(compgen -W "-m --model -h --help " -- "$cur"))
+            COMPREPLY=($(compgen -W "-m --model -j --json --diff --no-heads --outlier-factor -h --help " -- "$cur"))
             return
         fi
         COMPREPLY=($(compgen -f -- "$cur"))

@@ -217,7 +217,7 @@ static inline int rvl_attn_tile_tokens(const rvl_attn_params *p)
 static inline const void *rvl_attn_row(const rvl_attn_params *p, int kind, int kh, int t)
 {
     const size_t es = p->kv_type == RVL_ATTN_F16 ? 2 : 4;
-    const char *base = kind ? p->v : p->k;
+    const char *base = (const char *)(kind ? p->v : p->k);
     const int pg = t / p->page_tokens;
     return base + (size_t)p->page_table[pg] * p->page_stride + (size_t)kh * p->head_stride +
            (size_t)(t - pg * p->page_tokens) * (size_t)p->head_dim * es;

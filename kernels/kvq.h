@@ -135,15 +135,18 @@ void rvl_kvq_rotate(float *x, int n);
 void rvl_kvq_unrotate(float *x, int n);
 
 /*
- * Page readers, rows j0 .. j1 (0 <= j0 <= j1 < 32) of one page:
- *   scores: s[j] = q . k^_j for j in [j0, j1] (unscaled; s indexed by row;
- *           q rotated for TQ pages);
- *   accum:  acc[d] += sum_j p[j] v^_j[d] (rotated domain for TQ pages).
+ * Page readers, rows j0 .. j1 (0 <= j0 <= j1 < 32) of one page, for the nq
+ * >= 1 query heads that share its kv head (GQA), so that a page's codes are
+ * decoded once per step and used nq times:
+ *   scores: s[h * 32 + j] = q_h . k^_j for j in [j0, j1], q_h = q + h * head_dim
+ *           (unscaled; q rotated for TQ pages; other entries untouched);
+ *   accum:  acc_h[d] += sum_j p[h * 32 + j] v^_j[d], acc_h = acc + h * head_dim
+ *           (rotated domain for TQ pages).
  */
 typedef void (*rvl_kvq_scores_fn)(int fmt, int head_dim, const void *page, int j0, int j1,
-                                  const float *q, float *s);
+                                  const float *q, int nq, float *s);
 typedef void (*rvl_kvq_accum_fn)(int fmt, int head_dim, const void *page, int j0, int j1,
-                                 const float *p, float *acc);
+                                 const float *p, int nq, float *acc);
 
 typedef struct {
     const char *name;           /* "ref", "avx2", "avx512", "neon" */
@@ -185,9 +188,9 @@ static inline const uint16_t *rvl_kvq_side(int fmt, int hd, const void *page)
 
 #define RVL_KVQ_DECL(isa)                                                                    \
     void rvl_kvq_scores_##isa(int fmt, int head_dim, const void *page, int j0, int j1,       \
-                              const float *q, float *s);                                     \
+                              const float *q, int nq, float *s);                             \
     void rvl_kvq_accum_##isa(int fmt, int head_dim, const void *page, int j0, int j1,        \
-                             const float *p, float *acc);
+                             const float *p, int nq, float *acc);
 
 RVL_KVQ_DECL(ref)
 RVL_KVQ_DECL(avx2)

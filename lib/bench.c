@@ -19,6 +19,7 @@
  */
 #include <errno.h>
 #include <math.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -653,6 +654,8 @@ typedef struct {
     const char *act;          /* activations in kf->vec_dot_type */
     uint64_t act_row_bytes;
     float *x, *y, *aux;       /* float input, output, weights / tables */
+    uint64_t chunk;           /* GEMV/GEMM: rows per chunk (whole tiles) */
+    atomic_uint_fast64_t next; /* GEMV/GEMM: the next chunk to take */
 } kjob;
 
 /* RMSNorm, RoPE and softmax: scalar reference loops (what forward.c does
@@ -699,30 +702,35 @@ static void softmax_row(float *y, const float *x, uint64_t n)
         y[i] *= inv;
 }
 
-static void kjob_run(void *arg, int ith, int nth)
+/* GEMV/GEMM as forward.c's matmul: threads take chunks of contiguous
+ * rows (about 8 per thread, whole tiles) from a shared counter, so that a
+ * thread preempted on a busy machine does not hold the others up; the
+ * tiled kernel whenever the variant has one (one token included), on
+ * RVL_GEMM_ROWS rows x all tokens per call; otherwise vec_dot per (row,
+ * token). */
+static uint64_t matmul_chunk(uint64_t n, int nth)
 {
-    const kjob *j = arg;
-    uint64_t r0, r1;
-    split_rows(j->n, ith, nth, &r0, &r1);
-    switch (j->op) {
-    case RVL_BENCH_GEMV:
-    case RVL_BENCH_GEMM: {
-        /* forward.c's rule: the tiled kernel whenever the variant has
-         * one (one token included), on RVL_GEMM_ROWS rows x all tokens
-         * per call; otherwise vec_dot per (row, token) */
+    uint64_t chunk = n / ((uint64_t)nth * 8);
+    chunk = chunk < 16 ? 16 : chunk;
+    return (chunk + RVL_GEMM_ROWS - 1) / RVL_GEMM_ROWS * RVL_GEMM_ROWS;
+}
+
+static void matmul_run(kjob *j)
+{
+    const uint64_t n_chunks = (j->n + j->chunk - 1) / j->chunk;
+    for (;;) {
+        const uint64_t ci = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed);
+        if (ci >= n_chunks)
+            break;
+        const uint64_t r0 = ci * j->chunk, r1 = r0 + j->chunk < j->n ? r0 + j->chunk : j->n;
         const rvl_gemm_fn gemm = j->kf->gemm;
         if (gemm) {
-            /* whole tiles per thread: split the tiles, not the rows */
-            uint64_t g0, g1;
-            split_rows((j->n + RVL_GEMM_ROWS - 1) / RVL_GEMM_ROWS, ith, nth, &g0, &g1);
-            r0 = g0 * RVL_GEMM_ROWS;
-            r1 = g1 * RVL_GEMM_ROWS < j->n ? g1 * RVL_GEMM_ROWS : j->n;
             for (uint64_t r = r0; r < r1; r += RVL_GEMM_ROWS) {
                 const int nr = (int)(r1 - r < RVL_GEMM_ROWS ? r1 - r : RVL_GEMM_ROWS);
                 gemm((int64_t)j->k, j->w + r * j->row_bytes, j->row_bytes, nr, j->act,
                      j->act_row_bytes, (int)j->m, j->y + r, j->n);
             }
-            break;
+            continue;
         }
         const rvl_vec_dot_fn dot = j->kf->vec_dot;
         for (uint64_t r = r0; r < r1; r++) {
@@ -730,8 +738,19 @@ static void kjob_run(void *arg, int ith, int nth)
             for (uint32_t t = 0; t < j->m; t++)
                 j->y[(uint64_t)t * j->n + r] = dot((int64_t)j->k, wr, j->act + t * j->act_row_bytes);
         }
-        break;
     }
+}
+
+static void kjob_run(void *arg, int ith, int nth)
+{
+    kjob *j = arg;
+    uint64_t r0, r1;
+    split_rows(j->n, ith, nth, &r0, &r1);
+    switch (j->op) {
+    case RVL_BENCH_GEMV:
+    case RVL_BENCH_GEMM:
+        matmul_run(j);
+        break;
     case RVL_BENCH_QUANTIZE:
         for (uint64_t r = r0; r < r1; r++)
             j->kf->quantize(j->x + r * j->k, (char *)j->y + r * j->row_bytes, (int64_t)j->k, NULL);
@@ -799,6 +818,8 @@ int rvl_bench_kernel(rvl_bench *b, const rvl_bench_kcase *c, rvl_bench_kresult *
     j.n = c->n;
     j.k = c->k;
     j.m = c->op == RVL_BENCH_GEMM ? (c->m ? c->m : 1) : 1;
+    j.chunk = matmul_chunk(c->n, rvl_pool_size(b->pool));
+    atomic_init(&j.next, 0);
 
     const rvl_kformat *kf = rvl_kformat_get_isa(elementwise ? RVL_K_F32 : c->type, isa);
     const rvl_type_info *ti = rvl_type_get(c->type);
@@ -928,6 +949,7 @@ int rvl_bench_kernel(rvl_bench *b, const rvl_bench_kcase *c, rvl_bench_kresult *
         for (uint64_t i = 0; i < inner; i++) {
             if (c->op == RVL_BENCH_GEMV || c->op == RVL_BENCH_GEMM || c->op == RVL_BENCH_DEQUANTIZE)
                 j.w = ring_next(b, mat_bytes);
+            atomic_store_explicit(&j.next, 0, memory_order_relaxed);
             rvl_pool_run(b->pool, kjob_run, &j);
         }
         double t = (rvl_bench_now() - t0) / (double)inner;
@@ -954,27 +976,43 @@ out:
 int rvl_bench_decode(rvl_ctx *c, uint32_t n_vocab, uint32_t n, uint32_t batch, uint64_t seed,
                      double *seconds)
 {
+    return rvl_bench_decode_at(c, n_vocab, 0, n, batch, seed, seconds);
+}
+
+int rvl_bench_decode_at(rvl_ctx *c, uint32_t n_vocab, uint32_t depth, uint32_t n, uint32_t batch,
+                        uint64_t seed, double *seconds)
+{
     *seconds = 0;
     if (n == 0 || n_vocab == 0)
         return rvl_seterr(RVL_EINVAL, "nothing to decode");
     if (batch == 0 || batch > n)
         batch = n;
-    if (n > rvl_ctx_n_ctx(c))
-        return rvl_seterr(RVL_ERANGE, "%u tokens do not fit in a context of %u", n, rvl_ctx_n_ctx(c));
+    if (n > rvl_ctx_n_ctx(c) || depth > rvl_ctx_n_ctx(c) - n)
+        return rvl_seterr(RVL_ERANGE, "%u tokens at depth %u do not fit in a context of %u", n,
+                          depth, rvl_ctx_n_ctx(c));
     int32_t *ids = malloc((size_t)n * sizeof *ids);
     if (!ids)
         return rvl_seterr(RVL_ENOMEM, "out of memory");
     for (uint32_t i = 0; i < n; i++)
         ids[i] = (int32_t)(rng_next(&seed) % n_vocab);
-    rvl_ctx_reset(c);
     int rc = 0;
+    /* the depth: reused when the cache already holds it */
+    if (rvl_ctx_pos(c) >= depth && depth > 0)
+        rc = rvl_ctx_truncate(c, depth);
+    else if ((rvl_ctx_reset(c), depth > 0))
+        rc = rvl_ctx_fill_random(c, depth, seed);
+    if (rc < 0) {
+        free(ids);
+        return rc;
+    }
     const float *logits;
     double t0 = rvl_bench_now();
     for (uint32_t i = 0; i < n && rc == 0; i += batch)
         rc = rvl_decode(c, ids + i, n - i < batch ? n - i : batch, &logits);
     *seconds = rvl_bench_now() - t0;
     free(ids);
-    rvl_ctx_reset(c);
+    if (depth == 0)
+        rvl_ctx_reset(c);
     return rc;
 }
 

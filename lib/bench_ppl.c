@@ -250,6 +250,15 @@ int rvl_ppl_open(rvl_ppl **out, const rvl_model *m, const rvl_ppl_params *prm, c
     p->n_batch = p->n_ctx < 256 ? p->n_ctx : 256;
     rvl_ctx_params cp = {.n_ctx = p->n_ctx, .n_threads = prm->n_threads, .all_logits = true,
                          .n_batch = p->n_batch, .kv_type = prm->kv_type};
+    if (prm->kv) {
+        cp.kv_type = prm->kv->kv_type;
+        cp.kv_split = prm->kv->kv_split;
+        cp.kv_type_k = prm->kv->kv_type_k;
+        cp.kv_type_v = prm->kv->kv_type_v;
+        cp.kv_hot = prm->kv->kv_hot;
+        cp.kv_warm = prm->kv->kv_warm;
+        cp.kv_cold = prm->kv->kv_cold;
+    }
     rc = rvl_ctx_open(&p->ctx, m, &cp);
     if (rc == RVL_EUNSUPPORTED) {
         cp.all_logits = false;

@@ -526,6 +526,24 @@ static uint64_t hf_row(uint64_t g, uint32_t heads, uint64_t n_rows)
     return h * hd + (k % 2) * half + k / 2;
 }
 
+/* The name map for others (lib/lora.c maps PEFT adapters' targets). */
+int rvl_convert_hf_tensor_name(const char *arch, uint32_t n_layer, uint32_t n_head,
+                               uint32_t n_head_kv, const char *hf, char *out, size_t cap,
+                               uint32_t *perm_heads)
+{
+    hparams h = {0};
+    h.arch = arch;
+    h.n_layer = n_layer;
+    h.n_head = n_head;
+    h.n_head_kv = n_head_kv;
+    return gguf_name(&h, hf, out, cap, perm_heads);
+}
+
+uint64_t rvl_convert_hf_row(uint64_t g, uint32_t heads, uint64_t n_rows)
+{
+    return hf_row(g, heads, n_rows);
+}
+
 static int stream_tensor(rvl_gguf_writer *w, uint64_t idx, const imp_tensor *x, float *f32, void *obuf)
 {
     const rvl_tensor_info *t = x->t;

@@ -53,6 +53,15 @@ int rvl_convert_open_input(const char *in, const char *out, rvl_file **f);
  * tokenizer_config.json) from memory; for tests/fuzz/fuzz_hf_import.c. */
 int rvl_convert_hf_parse(const void *config, size_t n_config, const void *tokenizer,
                          size_t n_tokenizer, const void *tok_config, size_t n_tok_config);
+/* The GGUF name of a Hugging Face tensor of a llama/qwen2 model (the
+ * import's map, convert_hf_in.c): 1 mapped into out, 0 a tensor the import
+ * skips, -1 unknown. *perm_heads: for llama's Q/K, the head count whose
+ * rows the import reorders (rvl_convert_hf_row), else 0. */
+int rvl_convert_hf_tensor_name(const char *arch, uint32_t n_layer, uint32_t n_head,
+                               uint32_t n_head_kv, const char *hf, char *out, size_t cap,
+                               uint32_t *perm_heads);
+/* The Hugging Face row of GGUF row g of a reordered Q/K tensor of n_rows. */
+uint64_t rvl_convert_hf_row(uint64_t g, uint32_t heads, uint64_t n_rows);
 /* The ggml quantization version llama-quantize writes. */
 #define RVL_GGML_QNT_VERSION 2
 

@@ -8,12 +8,11 @@
  * output projection. Every buffer is allocated in rvl_ctx_open; rvl_decode
  * never allocates. Matmuls run on the context's thread pool, split by rows.
  *
- * The KV cache here is contiguous f16, per layer [n_ctx][n_head_kv*hd];
- * the KV issue replaces it with the paged, tiered cache. Attention rounds
- * where llama.cpp's CPU path (no flash attention, f16 cache) rounds, so
- * the two agree closely: q is rounded to f16 for the q.k dot products
- * (f32 sums), the softmax is f32 (sum in double), and the probabilities
- * are rounded to f16 before they weight the f16 values (f32 sums).
+ * The KV cache is lib/kvcache.c's paged, tiered cache (keys cached after
+ * RoPE); attention runs over its pages: kernels/attn.h's flash kernels
+ * over the f16/f32 pages (q rounded to f16 against f16 keys as llama.cpp
+ * does; the probabilities stay f32, as in llama.cpp's flash-attention
+ * path) and kernels/kvq.h's page readers over the quantized ones.
  */
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -25,6 +24,8 @@
 
 #include "dispatch.h"
 #include "f16.h"
+#include "kvcache.h"
+#include "lora_int.h"
 #include "model.h"
 
 /* Tokens processed together: each weight row is read once per chunk and
@@ -38,27 +39,22 @@ struct rvl_ctx {
     uint32_t pos;                 /* tokens in the cache */
     bool all_logits;
     uint32_t n_batch;             /* most tokens per call with all_logits */
-    rvl_kv_type kv_type;
-    size_t kv_esize;              /* bytes per cached element: 2 (f16) or 4 (f32) */
-    void *k_cache, *v_cache;      /* (layer, n_ctx, kv_dim) */
-    void *qa;                     /* (UBATCH, q_dim) q in the cache's format */
+    rvl_kv_type kv_type_k, kv_type_v;
+    rvl_kvc *kv;                  /* the paged KV cache (lib/kvcache.h) */
     float *rope_cos, *rope_sin;   /* (n_ctx, rope_dim/2) */
     float kq_scale;               /* 1/sqrt(head_dim), times YaRN's mscale^2 */
     float *x;                     /* (UBATCH, dim) residual stream */
     float *xb;                    /* (UBATCH, max(dim, q_dim)) normed input / attention out */
     float *q;                     /* (UBATCH, q_dim) */
     float *k, *v;                 /* (UBATCH, kv_dim) */
-    float *att;                   /* (n_threads, n_ctx) scores */
     float *hb, *hb2;              /* (UBATCH, ff) */
     float *xo;                    /* (UBATCH, dim) matmul output */
     float *logits;                /* (vocab) or (n_batch, vocab) with all_logits */
     float *norm_w;                /* dequantized norm weights: (2*n_layer+1, dim) */
     float *bias;                  /* dequantized biases: (n_layer, q_dim + 2*kv_dim) or NULL */
     unsigned char *actq;          /* (UBATCH, act_stride) activations for vec_dot */
-    rvl_vec_dot_fn dot_kv;        /* the selected ISA's dot product in the cache's format */
-    void (*axpy_f16)(float *restrict, float, const rvl_f16 *restrict, uint32_t);
-    void (*probs_f16)(float *, float, uint32_t);
     size_t act_stride;
+    const rvl_lora *lora;         /* run-time LoRA adapters (borrowed), or NULL */
 };
 
 /* ====================================================================
@@ -254,121 +250,6 @@ static void rope(const rvl_ctx *c, float *v, uint32_t n_heads, uint32_t pos)
     }
 }
 
-/* y += a * x over n floats (the f32 cache). */
-#if defined(__x86_64__) && defined(__clang__)
-__attribute__((target_clones("avx512f", "avx2", "default")))
-#elif defined(__x86_64__) && defined(__GNUC__)
-__attribute__((target_clones("avx512f", "avx2", "default"), optimize("tree-vectorize")))
-#endif
-static void axpy(float *restrict y, float a, const float *restrict x, uint32_t n)
-{
-    for (uint32_t i = 0; i < n; i++)
-        y[i] += a * x[i];
-}
-
-/* a[i] = f16(a[i] * inv) widened back to f32: the softmax weights as
- * llama.cpp's P.V product sees them (round to nearest even, as F16C). */
-static void probs_f16_ref(float *a, float inv, uint32_t n)
-{
-    for (uint32_t i = 0; i < n; i++)
-        a[i] = rvl_f16_to_f32(rvl_f32_to_f16(a[i] * inv));
-}
-
-#if defined(__x86_64__)
-__attribute__((target("avx2,fma,f16c")))
-static void probs_f16_avx2(float *a, float inv, uint32_t n)
-{
-    const __m256 vi = _mm256_set1_ps(inv);
-    uint32_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        __m128i h = _mm256_cvtps_ph(_mm256_mul_ps(_mm256_loadu_ps(a + i), vi), _MM_FROUND_TO_NEAREST_INT);
-        _mm256_storeu_ps(a + i, _mm256_cvtph_ps(h));
-    }
-    for (; i < n; i++)
-        a[i] = rvl_f16_to_f32(rvl_f32_to_f16(a[i] * inv));
-}
-#endif
-
-/* y += a * x over n f16 values, summed in f32. */
-static void axpy_f16_ref(float *restrict y, float a, const rvl_f16 *restrict x, uint32_t n)
-{
-    for (uint32_t i = 0; i < n; i++)
-        y[i] += a * rvl_f16_to_f32(x[i]);
-}
-
-#if defined(__x86_64__)
-__attribute__((target("avx2,fma,f16c")))
-static void axpy_f16_avx2(float *restrict y, float a, const rvl_f16 *restrict x, uint32_t n)
-{
-    const __m256 va = _mm256_set1_ps(a);
-    uint32_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        __m256 vx = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(x + i)));
-        _mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, vx, _mm256_loadu_ps(y + i)));
-    }
-    for (; i < n; i++)
-        y[i] = fmaf(a, rvl_f16_to_f32(x[i]), y[i]);
-}
-#endif
-
-/* ====================================================================
- * Causal attention for the nb tokens of a chunk at positions pos0..:
- * (token, head) pairs are split over the threads.
- * ==================================================================== */
-
-typedef struct {
-    rvl_ctx *c;
-    uint32_t layer, pos0, nb;
-} attn_job;
-
-static void attention_heads(void *arg, int ith, int nth)
-{
-    const attn_job *j = arg;
-    rvl_ctx *c = j->c;
-    const rvl_hparams *hp = &c->m->hp;
-    const uint32_t hd = hp->head_dim, kv_dim = hp->n_head_kv * hd, q_dim = hp->n_head * hd;
-    const uint32_t group = hp->n_head / hp->n_head_kv;
-    const size_t xb_stride = hp->n_embd > q_dim ? hp->n_embd : q_dim;
-    const float scale = c->kq_scale;
-    const size_t es = c->kv_esize;
-    const char *kc = (const char *)c->k_cache + (size_t)j->layer * c->n_ctx * kv_dim * es;
-    const char *vc = (const char *)c->v_cache + (size_t)j->layer * c->n_ctx * kv_dim * es;
-    float *att = c->att + (size_t)ith * c->n_ctx;
-    const rvl_vec_dot_fn dot = c->dot_kv;
-    const bool f16 = c->kv_type == RVL_KV_F16;
-
-    for (uint32_t item = (uint32_t)ith; item < j->nb * hp->n_head; item += (uint32_t)nth) {
-        const uint32_t t = item / hp->n_head, h = item % hp->n_head;
-        const uint32_t pos = j->pos0 + t;
-        const char *q = (const char *)c->qa + ((size_t)t * q_dim + (size_t)h * hd) * es;
-        const uint32_t kvh = h / group;
-        float mx = -INFINITY;
-        for (uint32_t p = 0; p <= pos; p++) {
-            const char *k = kc + ((size_t)p * kv_dim + (size_t)kvh * hd) * es;
-            float s = dot(hd, k, q) * scale;
-            att[p] = s;
-            if (s > mx)
-                mx = s;
-        }
-        double sum = 0;
-        for (uint32_t p = 0; p <= pos; p++) {
-            att[p] = expf(att[p] - mx);
-            sum += att[p];
-        }
-        float inv = (float)(1.0 / sum);
-        float *out = c->xb + (size_t)t * xb_stride + (size_t)h * hd;
-        memset(out, 0, hd * sizeof *out);
-        if (f16) {
-            c->probs_f16(att, inv, pos + 1);
-            for (uint32_t p = 0; p <= pos; p++)
-                c->axpy_f16(out, att[p], (const rvl_f16 *)(vc + ((size_t)p * kv_dim + (size_t)kvh * hd) * es), hd);
-        } else {
-            for (uint32_t p = 0; p <= pos; p++)
-                axpy(out, att[p] * inv, (const float *)(vc + ((size_t)p * kv_dim + (size_t)kvh * hd) * es), hd);
-        }
-    }
-}
-
 /* RMSNorm of nb rows (tokens split over the threads; each row is summed
  * in the same order whoever does it). */
 typedef struct {
@@ -430,7 +311,6 @@ static void forward_chunk(rvl_ctx *c, const int32_t *tokens, uint32_t nb, uint32
     const uint32_t dim = hp->n_embd, hd = hp->head_dim;
     const uint32_t q_dim = hp->n_head * hd, kv_dim = hp->n_head_kv * hd, ff = hp->n_ff;
     const size_t xb_stride = dim > q_dim ? dim : q_dim;
-    const rvl_kformat *kvf = rvl_kformat_get(c->kv_type == RVL_KV_F16 ? RVL_K_F16 : RVL_K_F32);
 
     /* embedding rows, whatever their format */
     for (uint32_t t = 0; t < nb; t++)
@@ -448,6 +328,9 @@ static void forward_chunk(rvl_ctx *c, const int32_t *tokens, uint32_t nb, uint32
         float *qkv_out[3] = {c->q, c->k, c->v};
         const size_t qkv_stride[3] = {q_dim, kv_dim, kv_dim};
         matmul_shared(c, c->xb, xb_stride, nb, 3, qkv, qkv_out, qkv_stride);
+        rvl_lora_apply(c->lora, c->pool, l, RVL_LORA_Q, c->xb, xb_stride, nb, c->q, q_dim);
+        rvl_lora_apply(c->lora, c->pool, l, RVL_LORA_K, c->xb, xb_stride, nb, c->k, kv_dim);
+        rvl_lora_apply(c->lora, c->pool, l, RVL_LORA_V, c->xb, xb_stride, nb, c->v, kv_dim);
         for (uint32_t t = 0; t < nb; t++) {
             float *q = c->q + (size_t)t * q_dim, *k = c->k + (size_t)t * kv_dim,
                   *v = c->v + (size_t)t * kv_dim;
@@ -462,14 +345,12 @@ static void forward_chunk(rvl_ctx *c, const int32_t *tokens, uint32_t nb, uint32
             }
             rope(c, q, hp->n_head, pos0 + t);
             rope(c, k, hp->n_head_kv, pos0 + t);
-            size_t at = ((size_t)l * c->n_ctx + pos0 + t) * kv_dim * c->kv_esize;
-            kvf->quantize(k, (char *)c->k_cache + at, kv_dim, NULL);
-            kvf->quantize(v, (char *)c->v_cache + at, kv_dim, NULL);
-            kvf->quantize(q, (char *)c->qa + (size_t)t * q_dim * c->kv_esize, q_dim, NULL);
         }
-        attn_job aj = {c, l, pos0, nb};
-        rvl_pool_run(c->pool, attention_heads, &aj);
+        /* keys after RoPE into the cache, then attention over its pages */
+        rvl_kvc_write(c->kv, l, pos0, nb, c->k, kv_dim, c->v, kv_dim);
+        rvl_kvc_attend(c->kv, c->pool, l, c->q, q_dim, pos0, nb, c->xb, xb_stride);
         matmul(c, c->xo, dim, &L->wo, c->xb, xb_stride, nb);
+        rvl_lora_apply(c->lora, c->pool, l, RVL_LORA_O, c->xb, xb_stride, nb, c->xo, dim);
         for (size_t i = 0; i < (size_t)nb * dim; i++)
             c->x[i] += c->xo[i];
 
@@ -480,12 +361,15 @@ static void forward_chunk(rvl_ctx *c, const int32_t *tokens, uint32_t nb, uint32
         float *gu_out[2] = {c->hb, c->hb2};
         const size_t gu_stride[2] = {ff, ff};
         matmul_shared(c, c->xb, xb_stride, nb, 2, gu, gu_out, gu_stride);
+        rvl_lora_apply(c->lora, c->pool, l, RVL_LORA_GATE, c->xb, xb_stride, nb, c->hb, ff);
+        rvl_lora_apply(c->lora, c->pool, l, RVL_LORA_UP, c->xb, xb_stride, nb, c->hb2, ff);
         swiglu_job sj = {c->hb, c->hb2, (size_t)nb * ff};
         if (nb > 1)
             rvl_pool_run(c->pool, swiglu_part, &sj);
         else
             swiglu_part(&sj, 0, 1);
         matmul(c, c->xo, dim, &L->w_down, c->hb, ff, nb);
+        rvl_lora_apply(c->lora, c->pool, l, RVL_LORA_DOWN, c->hb, ff, nb, c->xo, dim);
         for (size_t i = 0; i < (size_t)nb * dim; i++)
             c->x[i] += c->xo[i];
     }
@@ -520,8 +404,11 @@ int rvl_decode(rvl_ctx *c, const int32_t *tokens, uint32_t n, const float **logi
         if (rvl_interrupted())
             return rvl_seterr(RVL_EINTR, "interrupted");
         uint32_t nb = n - i < UBATCH ? n - i : UBATCH;
+        rvl_kvc_begin(c->kv, nb);
         forward_chunk(c, tokens + i, nb, c->pos,
                       c->all_logits ? c->logits + (size_t)i * hp->n_vocab : NULL, i + nb == n);
+        rvl_kvc_set_ids(c->kv, c->pos, tokens + i, nb); /* names full pages for reuse */
+        rvl_kvc_commit(c->kv, nb); /* ages pages past a tier boundary */
         c->pos += nb;
     }
     if (logits)
@@ -563,13 +450,40 @@ int rvl_ctx_open(rvl_ctx **out, const rvl_model *m, const rvl_ctx_params *p)
         return rc;
     }
     const int nth = rvl_pool_size(c->pool);
-    c->kv_type = p ? p->kv_type : RVL_KV_F16;
-    if (c->kv_type != RVL_KV_F16 && c->kv_type != RVL_KV_F32) {
-        int kt = (int)c->kv_type;
+    c->kv_type_k = c->kv_type_v = p ? p->kv_type : RVL_KV_F16;
+    if (p && p->kv_split) {
+        c->kv_type_k = p->kv_type_k;
+        c->kv_type_v = p->kv_type_v;
+    }
+    /* the cache's tier formats (kvcache.h) */
+    rvl_kvc_params kp = {.n_layer = hp->n_layer, .n_head = hp->n_head, .n_head_kv = hp->n_head_kv,
+                         .head_dim = hp->head_dim, .n_ctx = c->n_ctx, .q_f16 = 1};
+    const rvl_kv_type cold = p && p->kv_cold == RVL_KV_Q4 ? RVL_KV_Q4 : RVL_KV_TQ4;
+    if (p && p->kv_cold && p->kv_cold != RVL_KV_Q4 && p->kv_cold != RVL_KV_TQ4) {
+        rvl_ctx_close(c);
+        return rvl_seterr(RVL_EINVAL, "the cold KV tier is q4 or tq4, not %s",
+                          rvl_kv_type_name(p->kv_cold) ? rvl_kv_type_name(p->kv_cold) : "unknown");
+    }
+    const int tk = rvl_kvc_type_formats(c->kv_type_k, cold, kp.fmt_k);
+    const int tv = rvl_kvc_type_formats(c->kv_type_v, cold, kp.fmt_v);
+    if (tk < 0 || tv < 0) {
+        int kt = tk < 0 ? (int)c->kv_type_k : (int)c->kv_type_v;
         rvl_ctx_close(c);
         return rvl_seterr(RVL_EINVAL, "unknown KV cache type %d", kt);
     }
-    c->kv_esize = c->kv_type == RVL_KV_F16 ? sizeof(rvl_f16) : sizeof(float);
+    if (kp.fmt_k[0] == RVL_KVF_F32 || kp.fmt_v[0] == RVL_KVF_F32) /* one hot-tier type */
+        kp.fmt_k[0] = kp.fmt_v[0] = RVL_KVF_F32;
+    if (tk || tv) {
+        kp.hot = p->kv_hot ? p->kv_hot : 256;
+        kp.warm = p->kv_warm ? p->kv_warm : 2048;
+    } else if (kp.fmt_k[1] != kp.fmt_k[0] || kp.fmt_v[1] != kp.fmt_v[0]) {
+        kp.hot = 0; /* a fixed quantized format: all but the page being filled */
+        kp.warm = RVL_KVC_UNBOUNDED;
+    } else {
+        kp.hot = kp.warm = RVL_KVC_UNBOUNDED;
+    }
+    /* attention sinks (kvcache.h): a quantized cache keeps its first page in f16 */
+    kp.sink = kp.hot == RVL_KVC_UNBOUNDED ? 0 : RVL_KVQ_PAGE;
     if (p && ((p->rope_scaling && strcmp(p->rope_scaling, "none") && strcmp(p->rope_scaling, "linear") &&
                strcmp(p->rope_scaling, "yarn") && strcmp(p->rope_scaling, "ntk")) ||
               p->rope_factor < 0 || p->rope_base < 0)) {
@@ -581,7 +495,6 @@ int rvl_ctx_open(rvl_ctx **out, const rvl_model *m, const rvl_ctx_params *p)
     const size_t dim = hp->n_embd, hd = hp->head_dim, ff = hp->n_ff;
     const size_t q_dim = hp->n_head * hd, kv_dim = hp->n_head_kv * hd;
     const size_t half = hp->rope_dim / 2;
-    size_t kv_elems = (size_t)hp->n_layer * c->n_ctx * kv_dim;
     size_t xb = dim > q_dim ? dim : q_dim;
     size_t maxn = dim > ff ? dim : ff;
     if (q_dim > maxn)
@@ -589,9 +502,6 @@ int rvl_ctx_open(rvl_ctx **out, const rvl_model *m, const rvl_ctx_params *p)
     /* activation rows: at most 4 bytes per element (f32) plus a row header */
     c->act_stride = (maxn * 4 + 64 + 63) & ~(size_t)63;
 
-    c->k_cache = calloc(kv_elems, c->kv_esize);
-    c->v_cache = calloc(kv_elems, c->kv_esize);
-    c->qa = calloc(UBATCH * q_dim, c->kv_esize);
     c->rope_cos = malloc((size_t)c->n_ctx * half * sizeof(float));
     c->rope_sin = malloc((size_t)c->n_ctx * half * sizeof(float));
     c->x = calloc(UBATCH * dim, sizeof(float));
@@ -599,7 +509,6 @@ int rvl_ctx_open(rvl_ctx **out, const rvl_model *m, const rvl_ctx_params *p)
     c->q = calloc(UBATCH * q_dim, sizeof(float));
     c->k = calloc(UBATCH * kv_dim, sizeof(float));
     c->v = calloc(UBATCH * kv_dim, sizeof(float));
-    c->att = calloc((size_t)nth * c->n_ctx, sizeof(float));
     c->hb = calloc(UBATCH * ff, sizeof(float));
     c->hb2 = calloc(UBATCH * ff, sizeof(float));
     c->xo = calloc(UBATCH * dim, sizeof(float));
@@ -608,17 +517,8 @@ int rvl_ctx_open(rvl_ctx **out, const rvl_model *m, const rvl_ctx_params *p)
     if (hp->has_qkv_bias)
         c->bias = calloc((size_t)hp->n_layer * (q_dim + 2 * kv_dim), sizeof(float));
     c->actq = malloc(UBATCH * c->act_stride);
-    c->dot_kv = rvl_kformat_get(c->kv_type == RVL_KV_F16 ? RVL_K_F16 : RVL_K_F32)->vec_dot;
-    c->axpy_f16 = axpy_f16_ref;
-    c->probs_f16 = probs_f16_ref;
-#if defined(__x86_64__)
-    if (rvl_cpu()->avx2 && rvl_cpu()->fma && rvl_cpu()->f16c && rvl_dispatch_isa() != RVL_ISA_REF) {
-        c->axpy_f16 = axpy_f16_avx2;
-        c->probs_f16 = probs_f16_avx2;
-    }
-#endif
-    if (!c->k_cache || !c->v_cache || !c->qa || !c->rope_cos || !c->rope_sin || !c->x || !c->xb || !c->q ||
-        !c->k || !c->v || !c->att || !c->hb || !c->hb2 || !c->xo || !c->logits || !c->norm_w ||
+    if (!c->rope_cos || !c->rope_sin || !c->x || !c->xb || !c->q ||
+        !c->k || !c->v || !c->hb || !c->hb2 || !c->xo || !c->logits || !c->norm_w ||
         (hp->has_qkv_bias && !c->bias) || !c->actq) {
         uint32_t n = c->n_ctx;
         rvl_ctx_close(c);
@@ -645,6 +545,11 @@ int rvl_ctx_open(rvl_ctx **out, const rvl_model *m, const rvl_ctx_params *p)
     rvl_rope_tables(&rh, m->rope_freqs.present ? m->rope_freqs.data : NULL, c->n_ctx, c->rope_cos,
                     c->rope_sin, &attn_mul);
     c->kq_scale = attn_mul / sqrtf((float)hp->head_dim);
+    kp.scale = c->kq_scale;
+    if ((rc = rvl_kvc_open(&c->kv, &kp, nth)) < 0) {
+        rvl_ctx_close(c);
+        return rc;
+    }
 
     for (uint32_t l = 0; l < hp->n_layer; l++) {
         const rvl_layer *L = &m->layers[l];
@@ -667,9 +572,7 @@ void rvl_ctx_close(rvl_ctx *c)
     if (!c)
         return;
     rvl_pool_close(c->pool);
-    free(c->k_cache);
-    free(c->v_cache);
-    free(c->qa);
+    rvl_kvc_close(c->kv);
     free(c->rope_cos);
     free(c->rope_sin);
     free(c->x);
@@ -677,7 +580,6 @@ void rvl_ctx_close(rvl_ctx *c)
     free(c->q);
     free(c->k);
     free(c->v);
-    free(c->att);
     free(c->hb);
     free(c->hb2);
     free(c->xo);
@@ -692,24 +594,89 @@ uint32_t rvl_ctx_n_ctx(const rvl_ctx *c) { return c->n_ctx; }
 
 int rvl_ctx_truncate(rvl_ctx *c, uint32_t pos)
 {
-    if (pos > c->pos)
-        return rvl_seterr(RVL_ERANGE, "cannot truncate the cache to %u tokens: it holds %u", pos,
-                          c->pos);
-    c->pos = pos;
-    return 0;
+    int rc = rvl_kvc_truncate(c->kv, pos);
+    if (rc == 0)
+        c->pos = pos;
+    return rc;
 }
 
-void rvl_ctx_kv_layer(rvl_ctx *c, uint32_t layer, void **k, void **v)
+uint32_t rvl_ctx_reuse(rvl_ctx *c, const int32_t *ids, uint32_t n)
+{
+    c->pos = rvl_kvc_reuse(c->kv, ids, n ? n - 1 : 0);
+    return c->pos;
+}
+
+int rvl_ctx_shift(rvl_ctx *c, uint32_t keep, uint32_t n_discard)
 {
     const rvl_hparams *hp = &c->m->hp;
-    size_t off = (size_t)layer * c->n_ctx * hp->n_head_kv * hp->head_dim * c->kv_esize;
-    *k = (char *)c->k_cache + off;
-    *v = (char *)c->v_cache + off;
+    if (keep > c->pos || n_discard > c->pos - keep)
+        return rvl_seterr(RVL_ERANGE, "context shift: cannot keep %u and drop %u of %u tokens",
+                          keep, n_discard, c->pos);
+    /* the angles of a distance of n_discard positions (row 0 when no key
+     * moves: everything after keep is dropped) */
+    const size_t half = hp->rope_dim / 2;
+    const size_t row = n_discard < c->n_ctx ? n_discard : 0;
+    int rc = rvl_kvc_shift(c->kv, keep, n_discard, c->rope_cos + row * half,
+                           c->rope_sin + row * half, hp->rope_dim, hp->rope_type == RVL_ROPE_NEOX);
+    if (rc == 0)
+        c->pos -= n_discard;
+    return rc;
 }
 
-size_t rvl_ctx_kv_esize(const rvl_ctx *c) { return c->kv_esize; }
-rvl_kv_type rvl_ctx_kv_type(const rvl_ctx *c) { return c->kv_type; }
+double rvl_ctx_kv_token_bytes(const rvl_ctx *c, int tier)
+{
+    return tier >= 0 && tier < 3 ? rvl_kvc_tier_token_bytes(c->kv, tier) : 0;
+}
+
+struct rvl_kvc *rvl_ctx_kvc(rvl_ctx *c) { return c->kv; }
 const rvl_model *rvl_ctx_model(const rvl_ctx *c) { return c->m; }
+
+int rvl_ctx_set_lora(rvl_ctx *c, const rvl_lora *l)
+{
+    if (l && rvl_lora_model(l) != c->m)
+        return rvl_seterr(RVL_EINVAL, "the LoRA adapters were loaded for another model");
+    if (l != c->lora)
+        rvl_kvc_forget(c->kv); /* keys and values computed without these adapters */
+    c->lora = l;
+    return 0;
+}
 void rvl_ctx_set_pos(rvl_ctx *c, uint32_t pos) { c->pos = pos <= c->n_ctx ? pos : c->n_ctx; }
 uint32_t rvl_ctx_pos(const rvl_ctx *c) { return c->pos; }
-void rvl_ctx_reset(rvl_ctx *c) { c->pos = 0; }
+void rvl_ctx_reset(rvl_ctx *c)
+{
+    c->pos = 0;
+    rvl_kvc_reset(c->kv);
+}
+
+int rvl_ctx_fill_random(rvl_ctx *c, uint32_t n, uint64_t seed)
+{
+    const rvl_hparams *hp = &c->m->hp;
+    const uint32_t kv_dim = hp->n_head_kv * hp->head_dim;
+    if (n > c->n_ctx - c->pos)
+        return rvl_seterr(RVL_ERANGE, "%u more positions do not fit in a context of %u holding %u",
+                          n, c->n_ctx, c->pos);
+    uint64_t s = seed * 0x9e3779b97f4a7c15ull + 1;
+    for (uint32_t i = 0; i < n; i += UBATCH) {
+        const uint32_t nb = n - i < UBATCH ? n - i : UBATCH;
+        rvl_kvc_begin(c->kv, nb);
+        for (uint32_t l = 0; l < hp->n_layer; l++) {
+            for (size_t e = 0; e < (size_t)nb * kv_dim; e++) {
+                /* Box-Muller on two splitmix64 draws */
+                uint64_t a = (s += 0x9e3779b97f4a7c15ull), b = (s += 0x9e3779b97f4a7c15ull);
+                a = (a ^ (a >> 30)) * 0xbf58476d1ce4e5b9ull;
+                a = (a ^ (a >> 27)) * 0x94d049bb133111ebull;
+                b = (b ^ (b >> 30)) * 0xbf58476d1ce4e5b9ull;
+                b = (b ^ (b >> 27)) * 0x94d049bb133111ebull;
+                const double u = ((a ^ (a >> 31)) >> 11) * 0x1.0p-53 + 0x1.0p-54;
+                const double v = ((b ^ (b >> 31)) >> 11) * 0x1.0p-53;
+                const double r = sqrt(-2 * log(u));
+                c->k[e] = (float)(r * cos(6.283185307179586 * v));
+                c->v[e] = (float)(r * sin(6.283185307179586 * v));
+            }
+            rvl_kvc_write(c->kv, l, c->pos, nb, c->k, kv_dim, c->v, kv_dim);
+        }
+        rvl_kvc_commit(c->kv, nb);
+        c->pos += nb;
+    }
+    return 0;
+}

@@ -42,12 +42,9 @@ struct rvl_model {
                                          racing computations agree) */
 };
 
-/* Context internals for lib/session.c: the cache of one layer as rows of
- * kv_dim elements (row p = position p), the element size, and the
- * position setter (pos <= n_ctx; rows past it are ignored). */
-void rvl_ctx_kv_layer(rvl_ctx *c, uint32_t layer, void **k, void **v);
-size_t rvl_ctx_kv_esize(const rvl_ctx *c);
-rvl_kv_type rvl_ctx_kv_type(const rvl_ctx *c);
+/* Context internals for lib/session.c: the paged KV cache (lib/kvcache.h)
+ * and the position setter (after loading the cache: pos = its length). */
+struct rvl_kvc *rvl_ctx_kvc(rvl_ctx *c);
 const rvl_model *rvl_ctx_model(const rvl_ctx *c);
 void rvl_ctx_set_pos(rvl_ctx *c, uint32_t pos);
 /* xxh3-64 of the architecture, hyper-parameters, every tensor's name,

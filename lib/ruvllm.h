@@ -494,6 +494,86 @@ int rvl_quantize_gguf(const char *in, const char *out, const rvl_quantize_params
                       rvl_quantize_report *report);
 
 /* ======================================================================
+ * LoRA adapters (lib/lora.c, lib/lora_merge.c): low-rank updates of a
+ * model's weight matrices, W' = W + scale * (alpha/r) * B A (alpha/sqrt(r)
+ * with rsLoRA), B (n_out x r), A (r x n_in). An adapter is
+ *  - a PEFT directory: adapter_config.json (peft_type LORA, r, lora_alpha,
+ *    use_rslora, target_modules) and adapter_model.safetensors with
+ *    "base_model.model.<Hugging Face name>.lora_A.weight" / ".lora_B.weight";
+ *    names map to GGUF names as the Hugging Face import maps them, and B's
+ *    rows of llama's q_proj/k_proj get the import's row order. Refused,
+ *    naming the feature: DoRA (use_dora), modules_to_save, embedding
+ *    LoRA, bias training, fan_in_fan_out, alpha_pattern, layer_replication;
+ *  - or a llama.cpp GGUF LoRA (convert_lora_to_gguf.py): general.type
+ *    "adapter", adapter.type "lora", adapter.lora.alpha (0 or absent: the
+ *    scale alone), general.architecture of the base, tensors "<base
+ *    tensor>.lora_a" (ne = n_in, r) and "<base tensor>.lora_b" (ne = r, n_out).
+ * "FILE[:SCALE]": SCALE multiplies the adapter (default 1). A target that is
+ * not in the base, not a matrix, or of another shape is an error naming it.
+ * ====================================================================== */
+
+/* Split "FILE[:SCALE]" (SCALE a finite number after the last ':'; a
+ * path that itself ends in ":<number>" needs an explicit ":1"). RVL_EINVAL
+ * when path does not fit in cap. */
+int rvl_lora_parse_spec(const char *spec, char *path, size_t cap, float *scale);
+
+typedef struct {
+    const char *path;       /* borrowed: valid until the set is closed */
+    const char *form;       /* "peft" or "gguf" (static) */
+    float scale;            /* the user's */
+    double alpha;           /* lora_alpha / adapter.lora.alpha (0: none) */
+    bool rslora;
+    uint32_t rank_min, rank_max;
+    uint64_t n_targets;     /* weight matrices it changes */
+    uint64_t n_params;      /* elements of its A and B matrices */
+} rvl_lora_info;
+
+/* A set of adapters for one model, applied at run time (rvl_ctx_set_lora).
+ * owned: close with rvl_lora_close (after every context using it). */
+typedef struct rvl_lora rvl_lora;
+typedef struct rvl_model rvl_model;     /* declared again below (C11 allows it) */
+typedef struct rvl_ctx rvl_ctx;
+int rvl_lora_open(rvl_lora **out, const rvl_model *m);
+/* Load an adapter into the set (kept in f32) and check it against the
+ * model; several adapters add up. RVL_EUNSUPPORTED for a target the forward
+ * pass cannot hook (only the per-layer attn_q/k/v/output and ffn_gate/up/
+ * down), or a rank above 1024 (merge those with rvl_lora_merge). */
+int rvl_lora_add(rvl_lora *l, const char *path, float scale);
+size_t rvl_lora_n_adapters(const rvl_lora *l);
+const rvl_lora_info *rvl_lora_adapter_info(const rvl_lora *l, size_t i);  /* borrowed */
+void rvl_lora_close(rvl_lora *l);          /* accepts NULL */
+/* Apply the set in every following rvl_decode: y = W x + sum s B (A x)
+ * after each target matmul (NULL: none). l is borrowed and must have been
+ * opened for the context's model (RVL_EINVAL otherwise). */
+int rvl_ctx_set_lora(rvl_ctx *c, const rvl_lora *l);
+
+typedef struct {
+    const char *type;       /* NULL: every tensor keeps its own type (merged
+                               ones requantized to it); else a mix name as
+                               rvl_quantize_gguf takes, applied to all tensors */
+    int n_threads;          /* <= 0: one per CPU */
+    rvl_convert_progress_fn progress;   /* may be NULL */
+    void *ud;
+} rvl_lora_merge_params;
+
+typedef struct {
+    rvl_quantize_report q;  /* per-tensor types and sizes, as quantize's */
+    size_t n_adapters;
+    rvl_lora_info *adapters;/* owned: freed by rvl_lora_merge_report_free
+                               (paths borrowed from the caller's specs) */
+    uint64_t n_merged;      /* tensors that received an update */
+} rvl_lora_merge_report;
+void rvl_lora_merge_report_free(rvl_lora_merge_report *r);
+
+/* Merge n adapters ("FILE[:SCALE]" specs) into the GGUF base and write
+ * out atomically: every targeted tensor dequantized to f32, the updates of
+ * all adapters added, requantized to its type (or p->type's); the other
+ * tensors copied (or converted to p->type's); metadata copied (general.
+ * file_type updated for p->type). report may be NULL. */
+int rvl_lora_merge(const char *base, const char *const *specs, size_t n, const char *out,
+                   const rvl_lora_merge_params *p, rvl_lora_merge_report *report);
+
+/* ======================================================================
  * Default model location.
  * ====================================================================== */
 #define RVL_DEFAULT_MODEL_FILE "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -580,11 +660,20 @@ const rvl_hparams *rvl_model_hparams(const rvl_model *m);
 const rvl_file *rvl_model_file(const rvl_model *m);
 struct rvl_tokenizer *rvl_model_tokenizer(const rvl_model *m); /* borrowed */
 
-/* KV cache element formats (the KV issue adds quantized and tiered ones). */
+/* KV cache storage formats, per page of 32 positions (lib/kvcache.h;
+ * layouts in kernels/kvq.h). Bytes per token per head for head_dim 64. */
 typedef enum {
-    RVL_KV_F16 = 0,         /* llama.cpp's default; attention rounds as its CPU path */
-    RVL_KV_F32 = 1,         /* exact: for comparisons with f32 references */
+    RVL_KV_F16 = 0,         /* 128 B; llama.cpp's default (q rounded to f16) */
+    RVL_KV_F32 = 1,         /* 256 B; exact: for comparisons with f32 references */
+    RVL_KV_Q8 = 2,          /* 68 B; int8 per token, groups of 32 */
+    RVL_KV_Q4 = 3,          /* 40 B; KIVI: keys per channel, values per token */
+    RVL_KV_TQ4 = 4,         /* 34 B; TurboQuant 4-bit (power-of-two head_dim) */
+    RVL_KV_TQ3 = 5,         /* 26 B; TurboQuant 3-bit (power-of-two head_dim) */
+    RVL_KV_TIERED = 6,      /* newest kv_hot tokens f16, next kv_warm q8, rest kv_cold */
 } rvl_kv_type;
+/* "f16", "f32", "q8", "q4", "tq4", "tq3", "tiered"; -1 / NULL otherwise. */
+int rvl_kv_type_parse(const char *name);
+const char *rvl_kv_type_name(rvl_kv_type t);
 
 typedef struct {
     uint32_t n_ctx;         /* context length in tokens (0: min(4096, train)) */
@@ -592,7 +681,14 @@ typedef struct {
     bool all_logits;        /* keep the logits of every token of a batch */
     uint32_t n_batch;       /* with all_logits: most tokens per rvl_decode
                                call (0: n_ctx) */
-    rvl_kv_type kv_type;    /* RVL_KV_F16 by default */
+    rvl_kv_type kv_type;    /* RVL_KV_F16 by default; keys and values */
+    bool kv_split;          /* keys and values use kv_type_k / kv_type_v instead */
+    rvl_kv_type kv_type_k, kv_type_v;
+    /* tiered (either kind): tokens kept in f16 (0: 256) and then in q8
+     * (0: 2048), whole pages of 32; older pages in kv_cold (RVL_KV_Q4 or
+     * RVL_KV_TQ4; 0: tq4) */
+    uint32_t kv_hot, kv_warm;
+    rvl_kv_type kv_cold;
     /* RoPE overrides (llama.cpp's --rope-scaling/--rope-scale/--rope-freq-base/
      * --yarn-orig-ctx); NULL / 0: the model's own */
     const char *rope_scaling; /* "none", "linear", "yarn" or "ntk" */
@@ -613,6 +709,26 @@ void rvl_ctx_reset(rvl_ctx *c);              /* empty the cache */
  * otherwise): the next rvl_decode continues from there (/undo, /retry,
  * a prompt that shares only a prefix with the cache). */
 int rvl_ctx_truncate(rvl_ctx *c, uint32_t pos);
+/* Prefix reuse: keeps the longest prefix of ids[0 .. n) that the cache
+ * holds, or held in pages a truncate or reset dropped recently (a small
+ * LRU of 32-token pages named by chained hashes, so a repeated system
+ * prompt after a reset is not recomputed), at most n - 1 tokens so that
+ * one is left to decode for logits; returns it, the new rvl_ctx_pos. The
+ * caller decodes ids[returned .. n). */
+uint32_t rvl_ctx_reuse(rvl_ctx *c, const int32_t *ids, uint32_t n);
+/* Context shift (llama.cpp's): drop the n_discard positions after the
+ * first keep, move the rest down and re-rotate their cached keys, so the
+ * cache holds rvl_ctx_pos - n_discard positions; the caller drops the
+ * same token ids. RVL_ERANGE if keep + n_discard > rvl_ctx_pos. */
+int rvl_ctx_shift(rvl_ctx *c, uint32_t keep, uint32_t n_discard);
+/* KV cache bytes per token (all layers, keys and values) of the context's
+ * formats: tier 0 (f16/f32), tier 1 and tier 2 (the same for fixed
+ * formats). */
+double rvl_ctx_kv_token_bytes(const rvl_ctx *c, int tier);
+/* For benchmarks: append n positions of random N(0, 1) keys and values to
+ * every layer's cache without running the model (a context depth whose
+ * values do not matter, only its size and formats). */
+int rvl_ctx_fill_random(rvl_ctx *c, uint32_t n, uint64_t seed);
 /* Run n tokens at the current position. *logits (borrowed, valid until the
  * next call) receives n_vocab logits of the last token, or n*n_vocab with
  * all_logits (token i's row at i*n_vocab; n at most n_batch). Prompts are
@@ -624,21 +740,180 @@ int rvl_decode(rvl_ctx *c, const int32_t *tokens, uint32_t n, const float **logi
 /* ======================================================================
  * Session files (lib/session.c): a context's KV cache with the token ids
  * it holds and an opaque JSON blob of the caller's (chat keeps its
- * conversation there). Layout in lib/session.c and docs/formats.md:
- * magic, version, byte-order mark, the model's fingerprint, the cache
- * geometry and element type, then zstd-compressed blocks (tokens, extra,
- * one per layer and page of 32 positions), each with its xxh3-64, and the
- * xxh3-64 of the whole file. Written atomically (rvl_afile). Loading
- * refuses, with a message that says why, a truncated or corrupted file,
- * one made for another model (fingerprint), another cache element type
- * or geometry, or more tokens than the context holds; the context is
- * left empty (position 0) on any failure.
+ * conversation there). Layout (version 2) in lib/session.c and
+ * docs/formats.md: magic, version, byte-order mark, the model's
+ * fingerprint, the cache geometry, the formats of each tier and the tier
+ * sizes, then zstd-compressed blocks (tokens, extra, one per layer and
+ * page of 32 positions, each page in its own storage format), each with
+ * its xxh3-64, and the xxh3-64 of the whole file. Written atomically
+ * (rvl_afile). Loading refuses, with a message that says why, a truncated
+ * or corrupted file, a version-1 file, one made for another model
+ * (fingerprint), other cache formats or geometry, or more tokens than the
+ * context holds; the context is left empty (position 0) on any failure.
+ * A restored context continues exactly as the saved one would have.
  * ====================================================================== */
 int rvl_session_save(rvl_ctx *c, const char *path, const int32_t *ids, size_t n_ids,
                      const char *extra_json);
 /* *ids and *extra_json are owned (free()); extra_json may be NULL. */
 int rvl_session_load(rvl_ctx *c, const char *path, int32_t **ids, size_t *n_ids,
                      char **extra_json);
+
+/* ======================================================================
+ * Session-file inspection (lib/kv_inspect.c): what `ruvllm kv-inspect`
+ * shows. A reader of the session layout (docs/formats.md, versions 1 and
+ * 2) that needs no model or context and does not stop at the first
+ * problem: it walks every block the file holds, verifies each block's
+ * xxh3-64, the header's and the whole file's, and records what is wrong
+ * (with the byte offset) instead of failing, so a damaged file is still
+ * inspected as far as possible. Every size is checked against the file
+ * and the header before use; a block decompresses to at most 64 MiB.
+ *
+ *   rvl_kvi_open(&f, path);        header + block walk + checksums
+ *   rvl_kvi_info(f), rvl_kvi_block(f, i), rvl_kvi_problem(f, i)
+ *   rvl_kvi_page(f, i, k, v, &n);  a page's keys and values as floats
+ *   rvl_kvi_stats(f, &p, &heads, &n);   per-head statistics
+ *   rvl_kvi_diff(a, b, &d);        where two sessions diverge
+ * ====================================================================== */
+typedef struct rvl_kvi rvl_kvi;
+
+/* Page storage formats: kernels/kvq.h's numbering (0 f16, 1 q8, 2 q4,
+ * 3 tq4, 4 tq3) and 5 f32, as session files store them. */
+enum { RVL_KVI_F16 = 0, RVL_KVI_Q8, RVL_KVI_Q4, RVL_KVI_TQ4, RVL_KVI_TQ3, RVL_KVI_F32,
+       RVL_KVI_NFMT };
+/* "f16", "q8", "q4", "tq4", "tq3", "f32"; "?" out of range. */
+const char *rvl_kvi_fmt_name(int fmt);
+
+enum { RVL_KVI_BLK_TOKENS = 1, RVL_KVI_BLK_EXTRA = 2, RVL_KVI_BLK_KV = 3 };
+
+typedef enum {
+    RVL_KVI_OK = 0,
+    RVL_KVI_BAD_CHECKSUM,  /* the stored bytes do not match their xxh3-64 */
+    RVL_KVI_TRUNCATED,     /* the block runs past the end of the file */
+    RVL_KVI_BAD_DATA,      /* checksum fine, but the zstd frame does not give
+                              the raw size, or the size/formats are not what
+                              the header implies */
+    RVL_KVI_MISPLACED,     /* kind/layer/page is not what the layout puts here */
+} rvl_kvi_status;
+
+typedef struct {
+    uint64_t offset;           /* of the block's header */
+    uint32_t kind;             /* RVL_KVI_BLK_* (as read, may be anything) */
+    uint32_t layer, page;      /* kv blocks */
+    int k_fmt, v_fmt;          /* kv blocks: RVL_KVI_* */
+    uint32_t tier;             /* kv blocks: 0 hot, 1 warm, 2 cold (v1: 0) */
+    uint32_t n_pos;            /* kv blocks: positions used (1..32) */
+    uint32_t raw_bytes, stored_bytes;
+    uint64_t k_bytes, v_bytes; /* kv blocks: raw bytes of the keys, values */
+    uint64_t f16_bytes;        /* kv blocks: the same pages' bytes in f16 */
+    uint64_t hash_stored, hash_computed;
+    rvl_kvi_status status;
+} rvl_kvi_blockinfo;
+
+typedef struct {
+    const char *path;          /* borrowed: valid until rvl_kvi_close */
+    uint64_t file_size;
+    uint32_t version;          /* 1 or 2 */
+    uint32_t header_bytes;     /* 56 (v1), 88 (v2) */
+    uint32_t block_header_bytes; /* 28 (v1), 32 (v2) */
+    uint64_t fingerprint;      /* the model's (xxh3-64) */
+    uint32_t n_layer, n_head_kv, head_dim; /* head geometry: 0 when unknown (v1) */
+    uint32_t kv_dim;           /* n_head_kv * head_dim */
+    uint32_t page_size;        /* positions per page (32) */
+    uint32_t n_tokens;
+    int k_fmt[3], v_fmt[3];    /* per tier (v1: the element type in all three) */
+    uint32_t hot, warm;        /* tier sizes in tokens (UINT32_MAX: unbounded) */
+    bool geometry_ok;          /* the header's geometry is usable (pages decode) */
+    bool header_ok;            /* header checksum matches */
+    uint64_t header_hash_stored, header_hash_computed;
+    bool file_ok;              /* whole-file checksum matches */
+    uint64_t file_hash_stored, file_hash_computed;
+    uint64_t n_blocks_expected;  /* 2 + n_layer * ceil(n_tokens / 32) */
+    const int32_t *tokens;     /* NULL when the tokens block is damaged */
+    const char *extra;         /* the JSON blob, NUL-terminated; NULL if damaged */
+    size_t extra_len;
+} rvl_kvi_info;
+
+/* Returns an error only when the file cannot be read, is not a session
+ * file (magic), is of another byte order or version, or is too short for
+ * its header; any other damage is recorded as problems. owned: close with
+ * rvl_kvi_close (accepts NULL). _mem: from a caller buffer (borrowed: it
+ * must outlive the handle); path names it in messages. */
+int rvl_kvi_open(rvl_kvi **out, const char *path);
+int rvl_kvi_open_mem(rvl_kvi **out, const char *path, const void *buf, size_t size);
+void rvl_kvi_close(rvl_kvi *f);
+
+const rvl_kvi_info *rvl_kvi_info_get(const rvl_kvi *f);   /* borrowed */
+size_t rvl_kvi_n_blocks(const rvl_kvi *f);
+const rvl_kvi_blockinfo *rvl_kvi_block(const rvl_kvi *f, size_t i);  /* borrowed */
+/* Everything wrong with the file, in file order: "the kv block at offset
+ * 5120 (layer 3, page 0): checksum mismatch (...)". borrowed. */
+size_t rvl_kvi_n_problems(const rvl_kvi *f);
+const char *rvl_kvi_problem(const rvl_kvi *f, size_t i);
+/* true when nothing is wrong (every checksum matches, nothing missing). */
+bool rvl_kvi_intact(const rvl_kvi *f);
+
+/* The index of the kv block of (layer, page), or -1 when it is missing. */
+long rvl_kvi_find_page(const rvl_kvi *f, uint32_t layer, uint32_t page);
+/* Kv block i's keys and values as floats (the reconstruction for
+ * quantized pages): k and v receive *n_pos rows of kv_dim floats (head h
+ * at columns h * head_dim ..), each buffer holding page_size * kv_dim.
+ * RVL_EFORMAT when the block is damaged or the geometry is unusable. */
+int rvl_kvi_page(rvl_kvi *f, size_t i, float *k, float *v, uint32_t *n_pos);
+
+typedef struct {
+    double outlier_factor;     /* a channel is an outlier when its absmax
+                                  exceeds this times the median channel
+                                  absmax of its head (0: 4) */
+    uint32_t n_head_kv, head_dim; /* for files that do not record them (v1);
+                                     0: the file's */
+} rvl_kvi_stats_params;
+
+/* Statistics of one layer's keys (kind 0) or values (kind 1) of one kv
+ * head over every intact page. Kurtosis is Pearson's (3 for a Gaussian)
+ * of all the head's coordinates pooled; "rotated" is the same after the
+ * Walsh-Hadamard rotation of each vector (kernels/kvq.h's rvl_kvq_rotate;
+ * for tq pages these are the stored codes times their scale). rel_mse[f]
+ * is sum |x - x^|^2 / sum |x|^2 when the f16/f32 pages are encoded in
+ * format f and decoded: NaN when no page is f16/f32 (not computable
+ * without the original) or the format does not apply (tq needs a
+ * power-of-two head_dim). */
+typedef struct {
+    uint32_t layer, head, kind;
+    uint64_t n_pos;            /* positions seen */
+    uint64_t n_pos_fmt[RVL_KVI_NFMT]; /* ... by the page format they came from */
+    uint64_t n_pos_exact;      /* from f16/f32 pages: what rel_mse is over */
+    float absmax;
+    uint32_t absmax_channel;
+    float median_channel_absmax;
+    uint32_t n_outliers;
+    uint32_t *outliers;        /* channel indices, ascending (owned by the array) */
+    double kurtosis, kurtosis_rotated; /* NaN when not computable */
+    double rel_mse[RVL_KVI_NFMT];
+} rvl_kvi_head;
+
+/* *heads: n_layer * n_head_kv * 2 entries, layer-major, then head, then
+ * kind. owned: free with rvl_kvi_stats_free. RVL_EINVAL when the head
+ * geometry is unknown (a version 1 file without params). */
+int rvl_kvi_stats(rvl_kvi *f, const rvl_kvi_stats_params *p, rvl_kvi_head **heads, size_t *n);
+void rvl_kvi_stats_free(rvl_kvi_head *heads, size_t n);
+
+/* Where two sessions diverge. common = the length of the common prefix of
+ * their token ids; first_diff = common when the files differ there (one
+ * is longer or a token differs), else -1 (same tokens). For the common
+ * prefix, the largest |a - b| of the keys and values per layer (NaN when
+ * a page is missing or damaged in either file; the arrays are NULL when
+ * the geometries differ). */
+typedef struct {
+    uint32_t n_tokens_a, n_tokens_b;
+    uint32_t common;
+    int64_t first_diff;
+    bool same_model;           /* fingerprints equal */
+    bool same_geometry;        /* n_layer and kv_dim equal */
+    uint32_t n_layer;
+    float *k_maxdiff, *v_maxdiff;   /* owned: [n_layer] */
+} rvl_kvi_diffres;
+int rvl_kvi_diff(rvl_kvi *a, rvl_kvi *b, rvl_kvi_diffres *d);
+void rvl_kvi_diff_free(rvl_kvi_diffres *d);
 
 /* ======================================================================
  * Sampler (lib/sampler.c). Order as llama.cpp: penalties, top-k, top-p,
@@ -742,6 +1017,12 @@ int rvl_bench_kernel(rvl_bench *b, const rvl_bench_kcase *c, rvl_bench_kresult *
  * return the wall time. The cache is emptied again afterwards. */
 int rvl_bench_decode(rvl_ctx *c, uint32_t n_vocab, uint32_t n, uint32_t batch, uint64_t seed,
                      double *seconds);
+/* The same at a context depth: the cache first holds `depth` positions of
+ * random keys and values (rvl_ctx_fill_random; kept from the previous
+ * call when it holds at least as many), then n tokens are timed. The
+ * cache keeps the depth afterwards (depth 0: emptied). */
+int rvl_bench_decode_at(rvl_ctx *c, uint32_t n_vocab, uint32_t depth, uint32_t n, uint32_t batch,
+                        uint64_t seed, double *seconds);
 
 /* Synthetic llama models of random weights, for speed measurements. */
 typedef struct {
@@ -780,6 +1061,7 @@ typedef struct {
     const char *save_path;   /* --kl-base FILE, or NULL */
     const char *base_path;   /* --kl FILE, or NULL: its windows and tokens are used */
     rvl_kv_type kv_type;     /* the context's KV cache */
+    const rvl_ctx_params *kv; /* non-NULL: its kv_* fields instead of kv_type */
 } rvl_ppl_params;
 
 typedef struct {

@@ -1,35 +1,66 @@
 /*
- * session.c - session files: a context's KV cache, the token ids it holds
- * and an opaque JSON blob, saved and restored.
+ * session.c - session files: a context's paged KV cache (every page in its
+ * own storage format), the token ids it holds and an opaque JSON blob,
+ * saved and restored.
  *
- * Layout (little-endian; version 1):
+ * Layout (little-endian; version 2). Version 1 files (the contiguous
+ * f16/f32 cache) are refused: "session format version 1 is no longer
+ * supported, re-create the file".
  *
  *   off  size  field
  *   0    8     magic "RVLSESS\0"
- *   8    4     version (1)
+ *   8    4     version (2)
  *   12   4     byte-order mark 0x01020304 (reads 0x04030201 on a
  *              big-endian writer's file: refused)
  *   16   8     model fingerprint (xxh3-64 of the architecture, the
  *              hyper-parameters and every tensor's name, type, shape and
  *              bytes; lib/model.c)
  *   24   4     n_layer
- *   28   4     kv_dim (n_head_kv * head_dim)
- *   32   4     key element type   (0 f16, 1 f32: rvl_kv_type)
- *   36   4     value element type (as keys, until the KV issue's formats)
- *   40   4     page size in positions (32)
- *   44   4     n_tokens (positions in the cache)
- *   48   8     xxh3-64 of bytes 0..47
- *   56   ...   blocks, in this order: TOKENS (n_tokens i32), EXTRA (the
- *              JSON text, possibly empty), then for each layer and each
- *              page of up to 32 positions one KV block (the page's key
- *              rows, then its value rows). Each block:
+ *   28   4     n_head_kv
+ *   32   4     head_dim
+ *   36   4     page size in positions (32)
+ *   40   4     n_tokens (positions in the cache)
+ *   44   4     key format of tier 0 (hot), 48: tier 1 (warm), 52: tier 2 (cold)
+ *   56   4     value format of tier 0, 60: tier 1, 64: tier 2
+ *              formats: 0 f16, 1 q8, 2 q4, 3 tq4, 4 tq3 (kernels/kvq.h's
+ *              numbering and page layouts), 5 f32 (rows of head_dim
+ *              floats, as f16 pages with 4-byte elements). Tier 0 is
+ *              f16 or f32 for keys and values alike.
+ *   68   4     hot tokens:  full pages whose newest position is fewer than
+ *              this many positions behind the newest token stay in tier 0
+ *   72   4     warm tokens: ... fewer than hot + warm behind: tier 1; older
+ *              pages: tier 2. 0xffffffff: unbounded. A fixed f16/f32 cache
+ *              is (f16|f32 x3, hot unbounded); a fixed quantized format X
+ *              is (f16, X, X, hot 0, warm unbounded): only the page being
+ *              filled is full precision; tiered is (f16, q8, cold, 256,
+ *              2048) by default.
+ *   76   4     reserved, 0
+ *   80   8     xxh3-64 of bytes 0..79
+ *   88   ...   blocks, in this order: TOKENS (n_tokens i32), EXTRA (the
+ *              JSON text, possibly empty), then for each layer l, for
+ *              each logical page p (positions 32p .. 32p + 31, the last
+ *              one possibly partial) one KV block. Each block:
  *                0  4  kind (1 tokens, 2 extra, 3 kv)
  *                4  4  layer (kv) or 0
  *                8  4  page index (kv) or 0
- *                12 4  raw size in bytes
- *                16 4  stored size in bytes (zstd frame)
- *                20 8  xxh3-64 of the stored bytes
- *                28 .. stored bytes
+ *                12 1  kv: key format of the page (as above), else 0
+ *                13 1  kv: value format of the page, else 0
+ *                14 1  kv: tier of the page (0, 1, 2), else 0
+ *                15 1  kv: positions used in the page (1 .. 32), else 0
+ *                16 4  raw size in bytes
+ *                20 4  stored size in bytes (zstd frame)
+ *                24 8  xxh3-64 of the stored bytes
+ *                32 .. stored bytes
+ *              A KV block's raw bytes are n_head_kv key pages then
+ *              n_head_kv value pages, each exactly as the cache holds it
+ *              (rvl_kvq_page_bytes(format, kind, head_dim) bytes; f32:
+ *              32 * head_dim * 4); unused rows of a partial page are zero.
+ *              Rules the reader enforces: the page formats are the tier's
+ *              formats from the header; a partial page is tier 0; a newer
+ *              page is never in a higher (colder) tier than an older one,
+ *              except after the attention-sink pages (kvcache.h: page 0
+ *              of a quantized cache stays in tier 0); every
+ *              layer's page p has the same tier.
  *   end  8     xxh3-64 of every byte before it
  *
  * Every size is checked against what the header implies before anything
@@ -42,14 +73,15 @@
 #include <xxhash.h>
 #include <zstd.h>
 
+#include "kvcache.h"
 #include "model.h"
 
 #define SESS_MAGIC "RVLSESS"
-#define SESS_VERSION 1u
+#define SESS_VERSION 2u
 #define SESS_BOM 0x01020304u
 #define SESS_PAGE 32u
-#define HDR 56u
-#define BLK 28u
+#define HDR 88u
+#define BLK 32u
 
 enum { BLK_TOKENS = 1, BLK_EXTRA = 2, BLK_KV = 3 };
 
@@ -75,6 +107,22 @@ static uint64_t get64(const unsigned char *p)
     return (uint64_t)get32(p) | (uint64_t)get32(p + 4) << 32;
 }
 
+/* The header fields that describe the cache (offsets 24..79). */
+static void put_geometry(unsigned char *h, const rvl_kvc_params *kp)
+{
+    put32(h + 24, kp->n_layer);
+    put32(h + 28, kp->n_head_kv);
+    put32(h + 32, kp->head_dim);
+    put32(h + 36, SESS_PAGE);
+    for (int t = 0; t < 3; t++) {
+        put32(h + 44 + 4 * t, (uint32_t)kp->fmt_k[t]);
+        put32(h + 56 + 4 * t, (uint32_t)kp->fmt_v[t]);
+    }
+    put32(h + 68, kp->hot);
+    put32(h + 72, kp->warm);
+    put32(h + 76, 0);
+}
+
 /* ====================================================================
  * Writing
  * ==================================================================== */
@@ -92,8 +140,9 @@ static int wr(writer *w, const void *p, size_t n)
     return rvl_afile_write(w->f, p, n);
 }
 
-static int wr_block(writer *w, uint32_t kind, uint32_t layer, uint32_t page, const void *raw,
-                    size_t n)
+/* info: bytes 12..15 of the block header (kv: formats, tier, rows). */
+static int wr_block(writer *w, uint32_t kind, uint32_t layer, uint32_t page,
+                    const unsigned char info[4], const void *raw, size_t n)
 {
     size_t bound = ZSTD_compressBound(n);
     if (bound > w->zcap) {
@@ -112,9 +161,10 @@ static int wr_block(writer *w, uint32_t kind, uint32_t layer, uint32_t page, con
     put32(h, kind);
     put32(h + 4, layer);
     put32(h + 8, page);
-    put32(h + 12, (uint32_t)n);
-    put32(h + 16, (uint32_t)z);
-    put64(h + 20, XXH3_64bits(w->zbuf, z));
+    memcpy(h + 12, info, 4);
+    put32(h + 16, (uint32_t)n);
+    put32(h + 20, (uint32_t)z);
+    put64(h + 24, XXH3_64bits(w->zbuf, z));
     int rc;
     if ((rc = wr(w, h, sizeof h)) < 0 || (rc = wr(w, w->zbuf, z)) < 0)
         return rc;
@@ -125,20 +175,29 @@ int rvl_session_save(rvl_ctx *c, const char *path, const int32_t *ids, size_t n_
                      const char *extra_json)
 {
     const rvl_model *m = rvl_ctx_model(c);
-    const rvl_hparams *hp = &m->hp;
-    const uint32_t n = rvl_ctx_pos(c);
-    const size_t kv_dim = (size_t)hp->n_head_kv * hp->head_dim, es = rvl_ctx_kv_esize(c);
+    rvl_kvc *kc = rvl_ctx_kvc(c);
+    const rvl_kvc_params *kp = rvl_kvc_params_of(kc);
+    const uint32_t n = rvl_ctx_pos(c), nkv = kp->n_head_kv;
+    static const unsigned char none[4] = {0};
     writer w = {0};
     unsigned char *page = NULL;
     int rc;
 
+    if (rvl_kvc_n_dropped(kc))
+        return rvl_seterr(RVL_EUNSUPPORTED, "%s: the sliding window dropped the cache's first %u "
+                          "pages; a session file holds every page", path, rvl_kvc_n_dropped(kc));
     if (n_ids != n)
         return rvl_seterr(RVL_EINVAL, "%s: %zu token ids given for a cache of %u tokens", path,
                           n_ids, n);
     if ((rc = rvl_afile_open(&w.f, path)) < 0)
         return rc;
     w.all = XXH3_createState();
-    page = malloc(2 * SESS_PAGE * kv_dim * es);
+    size_t maxpb = 0;
+    for (int kind = 0; kind < 2; kind++)
+        for (int t = 0; t < 3; t++)
+            if (rvl_kvc_page_bytes(kc, kind, t) > maxpb)
+                maxpb = rvl_kvc_page_bytes(kc, kind, t);
+    page = malloc(2 * nkv * maxpb);
     if (!w.all || !page) {
         rc = rvl_seterr(RVL_ENOMEM, "out of memory");
         goto fail;
@@ -150,13 +209,9 @@ int rvl_session_save(rvl_ctx *c, const char *path, const int32_t *ids, size_t n_
     put32(h + 8, SESS_VERSION);
     put32(h + 12, SESS_BOM);
     put64(h + 16, rvl_model_fingerprint(m));
-    put32(h + 24, hp->n_layer);
-    put32(h + 28, (uint32_t)kv_dim);
-    put32(h + 32, (uint32_t)rvl_ctx_kv_type(c));
-    put32(h + 36, (uint32_t)rvl_ctx_kv_type(c));
-    put32(h + 40, SESS_PAGE);
-    put32(h + 44, n);
-    put64(h + 48, XXH3_64bits(h, 48));
+    put_geometry(h, kp);
+    put32(h + 40, n);
+    put64(h + 80, XXH3_64bits(h, 80));
     if ((rc = wr(&w, h, sizeof h)) < 0)
         goto fail;
 
@@ -168,23 +223,32 @@ int rvl_session_save(rvl_ctx *c, const char *path, const int32_t *ids, size_t n_
     }
     for (uint32_t i = 0; i < n; i++)
         put32(tb + 4 * (size_t)i, (uint32_t)ids[i]);
-    rc = wr_block(&w, BLK_TOKENS, 0, 0, tb, (size_t)n * 4);
+    rc = wr_block(&w, BLK_TOKENS, 0, 0, none, tb, (size_t)n * 4);
     free(tb);
     if (rc < 0)
         goto fail;
-    if ((rc = wr_block(&w, BLK_EXTRA, 0, 0, extra_json ? extra_json : "",
+    if ((rc = wr_block(&w, BLK_EXTRA, 0, 0, none, extra_json ? extra_json : "",
                        extra_json ? strlen(extra_json) : 0)) < 0)
         goto fail;
 
-    for (uint32_t l = 0; l < hp->n_layer; l++) {
-        void *k, *v;
-        rvl_ctx_kv_layer(c, l, &k, &v);
-        for (uint32_t p0 = 0, pg = 0; p0 < n; p0 += SESS_PAGE, pg++) {
-            uint32_t np = n - p0 < SESS_PAGE ? n - p0 : SESS_PAGE;
-            size_t rb = (size_t)np * kv_dim * es;
-            memcpy(page, (char *)k + (size_t)p0 * kv_dim * es, rb);
-            memcpy(page + rb, (char *)v + (size_t)p0 * kv_dim * es, rb);
-            if ((rc = wr_block(&w, BLK_KV, l, pg, page, 2 * rb)) < 0)
+    const uint32_t np = rvl_kvc_n_pages(kc);
+    for (uint32_t l = 0; l < kp->n_layer; l++) {
+        for (uint32_t pg = 0; pg < np; pg++) {
+            const int t = rvl_kvc_page_tier(kc, pg);
+            const uint32_t rows = n - pg * SESS_PAGE < SESS_PAGE ? n - pg * SESS_PAGE : SESS_PAGE;
+            const size_t kb = nkv * rvl_kvc_page_bytes(kc, 0, t), vb = nkv * rvl_kvc_page_bytes(kc, 1, t);
+            memcpy(page, rvl_kvc_page_data(kc, l, 0, pg), kb);
+            memcpy(page + kb, rvl_kvc_page_data(kc, l, 1, pg), vb);
+            if (rows < SESS_PAGE) { /* tier 0: zero the rows past the end */
+                const size_t es = kp->fmt_k[0] == RVL_KVF_F32 ? 4 : 2;
+                const size_t used = (size_t)rows * kp->head_dim * es;
+                const size_t hb = rvl_kvc_page_bytes(kc, 0, 0);
+                for (uint32_t i = 0; i < 2 * nkv; i++)
+                    memset(page + i * hb + used, 0, hb - used);
+            }
+            const unsigned char info[4] = {(unsigned char)kp->fmt_k[t], (unsigned char)kp->fmt_v[t],
+                                           (unsigned char)t, (unsigned char)rows};
+            if ((rc = wr_block(&w, BLK_KV, l, pg, info, page, kb + vb)) < 0)
                 goto fail;
         }
         if (rvl_interrupted()) {
@@ -216,6 +280,7 @@ typedef struct {
     size_t size, off;
     void *raw;                    /* decompression buffer */
     size_t raw_cap, raw_len;      /* raw_len: the last block's size */
+    unsigned char info[4];        /* the last block's bytes 12..15 */
 } reader;
 
 /* The next block: checks its header against what is expected, verifies
@@ -229,8 +294,8 @@ static int rd_block(reader *r, uint32_t kind, uint32_t layer, uint32_t page, siz
         return rvl_seterr(RVL_EFORMAT, "%s: truncated: the %s block at offset %zu is missing",
                           r->path, names[kind], at);
     const unsigned char *h = r->b + r->off;
-    uint32_t k = get32(h), l = get32(h + 4), pg = get32(h + 8), raw = get32(h + 12),
-             z = get32(h + 16);
+    uint32_t k = get32(h), l = get32(h + 4), pg = get32(h + 8), raw = get32(h + 16),
+             z = get32(h + 20);
     if (k != kind || l != layer || pg != page)
         return rvl_seterr(RVL_EFORMAT, "%s: block at offset %zu is kind %u layer %u page %u, "
                           "expected the %s block (layer %u, page %u)", r->path, at, k, l, pg,
@@ -242,22 +307,23 @@ static int rd_block(reader *r, uint32_t kind, uint32_t layer, uint32_t page, siz
         return rvl_seterr(RVL_EFORMAT, "%s: truncated: the %s block at offset %zu needs %u bytes "
                           "past the end of the file", r->path, names[kind], at, z);
     const unsigned char *data = h + BLK;
-    if (XXH3_64bits(data, z) != get64(h + 20))
+    if (XXH3_64bits(data, z) != get64(h + 24))
         return rvl_seterr(RVL_EFORMAT, "%s: checksum mismatch in the %s block at offset %zu "
                           "(layer %u, page %u): the file is corrupted", r->path, names[kind], at,
                           layer, page);
-    if (raw + 1 > r->raw_cap) {
-        void *nb = realloc(r->raw, raw + 1);
+    if ((size_t)raw + 1 > r->raw_cap) {
+        void *nb = realloc(r->raw, (size_t)raw + 1);
         if (!nb)
             return rvl_seterr(RVL_ENOMEM, "out of memory");
         r->raw = nb;
-        r->raw_cap = raw + 1;
+        r->raw_cap = (size_t)raw + 1;
     }
     size_t got = ZSTD_decompress(r->raw, raw, data, z);
     if (ZSTD_isError(got) || got != raw)
         return rvl_seterr(RVL_EFORMAT, "%s: the %s block at offset %zu does not decompress to its "
                           "%u bytes%s%s", r->path, names[kind], at, raw,
                           ZSTD_isError(got) ? ": " : "", ZSTD_isError(got) ? ZSTD_getErrorName(got) : "");
+    memcpy(r->info, h + 12, 4);
     r->off += BLK + z;
     r->raw_len = raw;
     return 0;
@@ -280,12 +346,38 @@ int rvl_session_load(rvl_ctx *c, const char *path, int32_t **ids_out, size_t *n_
     return rc;
 }
 
+static const char *tier_name(uint32_t fk, uint32_t fv)
+{
+    static _Thread_local char buf[2][32]; /* two in one message */
+    static _Thread_local int i;
+    const char *k = rvl_kvc_fmt_name((int)fk), *v = rvl_kvc_fmt_name((int)fv);
+    i ^= 1;
+    snprintf(buf[i], sizeof buf[i], "%s/%s", k ? k : "?", v ? v : "?");
+    return buf[i];
+}
+
+/* "f16", "q8", "tiered (256/2048/tq4)" ...: a kind's formats as the
+ * --kv-type options say them. */
+static void kind_desc(char *buf, size_t cap, const unsigned char *h, int kind)
+{
+    const uint32_t f0 = get32(h + 44 + 12 * kind), f1 = get32(h + 48 + 12 * kind),
+                   f2 = get32(h + 52 + 12 * kind), hot = get32(h + 68), warm = get32(h + 72);
+    const char *n1 = rvl_kvc_fmt_name((int)f1), *n2 = rvl_kvc_fmt_name((int)f2);
+    if (!n1 || !n2 || f0 > RVL_KVF_F32)
+        snprintf(buf, cap, "unknown");
+    else if (f1 == f2 || warm == RVL_KVC_UNBOUNDED)
+        snprintf(buf, cap, "%s", n1);
+    else
+        snprintf(buf, cap, "tiered (hot %u, warm %u, cold %s)", hot, warm, n2);
+}
+
 int rvl_session_load_mem(rvl_ctx *c, const char *path, const void *buf, size_t size,
                          int32_t **ids_out, size_t *n_ids, char **extra_json)
 {
     const rvl_model *m = rvl_ctx_model(c);
     const rvl_hparams *hp = &m->hp;
-    const size_t kv_dim = (size_t)hp->n_head_kv * hp->head_dim, es = rvl_ctx_kv_esize(c);
+    rvl_kvc *kc = rvl_ctx_kvc(c);
+    const rvl_kvc_params *kp = rvl_kvc_params_of(kc);
     reader r = {.path = path, .b = buf, .size = size};
     int32_t *ids = NULL;
     char *extra = NULL;
@@ -297,7 +389,7 @@ int rvl_session_load_mem(rvl_ctx *c, const char *path, const void *buf, size_t s
         *extra_json = NULL;
     rvl_ctx_reset(c);
 #define BAD(...) do { rc = rvl_seterr(RVL_EFORMAT, __VA_ARGS__); goto fail; } while (0)
-    if (r.size < HDR + 8 || memcmp(r.b, SESS_MAGIC, 8) != 0) {
+    if (r.size < 16 || memcmp(r.b, SESS_MAGIC, 8) != 0) {
         if (r.size >= 8 && memcmp(r.b, SESS_MAGIC, 8) == 0)
             BAD("%s: truncated: %zu bytes, shorter than a session header", path, r.size);
         BAD("%s: not a ruvllm session file (bad magic at offset 0)", path);
@@ -305,32 +397,44 @@ int rvl_session_load_mem(rvl_ctx *c, const char *path, const void *buf, size_t s
     if (get32(r.b + 12) != SESS_BOM)
         BAD("%s: byte-order mark at offset 12 is 0x%08x: written on a machine of the other "
             "endianness", path, get32(r.b + 12));
+    if (get32(r.b + 8) == 1)
+        BAD("%s: session format version 1 is no longer supported, re-create the file", path);
     if (get32(r.b + 8) != SESS_VERSION)
         BAD("%s: session version %u at offset 8 is not supported (this is %u)", path,
             get32(r.b + 8), SESS_VERSION);
-    if (XXH3_64bits(r.b, 48) != get64(r.b + 48))
-        BAD("%s: header checksum mismatch at offset 48: the file is corrupted", path);
+    if (r.size < HDR + 8)
+        BAD("%s: truncated: %zu bytes, shorter than a session header", path, r.size);
+    if (XXH3_64bits(r.b, 80) != get64(r.b + 80))
+        BAD("%s: header checksum mismatch at offset 80: the file is corrupted", path);
     if (XXH3_64bits(r.b, r.size - 8) != get64(r.b + r.size - 8))
         BAD("%s: file checksum mismatch (offset %zu): the file is truncated or corrupted", path,
             r.size - 8);
     if (get64(r.b + 16) != rvl_model_fingerprint(m))
         BAD("%s: made with another model (fingerprint %016llx, this model's is %016llx)", path,
             (unsigned long long)get64(r.b + 16), (unsigned long long)rvl_model_fingerprint(m));
-    uint32_t nl = get32(r.b + 24), kd = get32(r.b + 28), tk = get32(r.b + 32),
-             tv = get32(r.b + 36), ps = get32(r.b + 40), n = get32(r.b + 44);
-    if (nl != hp->n_layer || kd != kv_dim || ps != SESS_PAGE)
-        BAD("%s: cache geometry (%u layers, %u wide, pages of %u) does not match this model's "
-            "(%u, %zu, %u)", path, nl, kd, ps, hp->n_layer, kv_dim, SESS_PAGE);
-    if (tk != tv || tk != (uint32_t)rvl_ctx_kv_type(c))
-        BAD("%s: cache element types %s/%s differ from this context's %s (use --kv-type %s)", path,
-            tk == RVL_KV_F16 ? "f16" : tk == RVL_KV_F32 ? "f32" : "unknown",
-            tv == RVL_KV_F16 ? "f16" : tv == RVL_KV_F32 ? "f32" : "unknown",
-            rvl_ctx_kv_type(c) == RVL_KV_F16 ? "f16" : "f32",
-            tk == RVL_KV_F32 ? "f32" : "f16");
+    const uint32_t nl = get32(r.b + 24), nkv = get32(r.b + 28), hd = get32(r.b + 32),
+                   ps = get32(r.b + 36), n = get32(r.b + 40);
+    if (nl != hp->n_layer || nkv != hp->n_head_kv || hd != hp->head_dim || ps != SESS_PAGE)
+        BAD("%s: cache geometry (%u layers, %u kv heads of %u, pages of %u) does not match this "
+            "model's (%u, %u, %u, %u)", path, nl, nkv, hd, ps, hp->n_layer, hp->n_head_kv,
+            hp->head_dim, SESS_PAGE);
+    {
+        unsigned char mine[HDR] = {0};
+        put_geometry(mine, kp);
+        if (memcmp(mine + 44, r.b + 44, 36) != 0) {
+            char fk[64], fv[64], ck[64], cv[64];
+            kind_desc(fk, sizeof fk, r.b, 0);
+            kind_desc(fv, sizeof fv, r.b, 1);
+            kind_desc(ck, sizeof ck, mine, 0);
+            kind_desc(cv, sizeof cv, mine, 1);
+            BAD("%s: KV cache formats at offset 44 (keys %s, values %s) differ from this "
+                "context's (keys %s, values %s): use the --kv-type options it was made with",
+                path, fk, fv, ck, cv);
+        }
+    }
     if (n > rvl_ctx_n_ctx(c))
         BAD("%s: holds %u tokens, more than this context's %u (use a larger -c)", path, n,
             rvl_ctx_n_ctx(c));
-#undef BAD
     r.off = HDR;
     if ((rc = rd_block(&r, BLK_TOKENS, 0, 0, (size_t)n * 4, true)) < 0)
         goto fail;
@@ -341,11 +445,8 @@ int rvl_session_load_mem(rvl_ctx *c, const char *path, const void *buf, size_t s
     }
     for (uint32_t i = 0; i < n; i++) {
         ids[i] = (int32_t)get32((const unsigned char *)r.raw + 4 * (size_t)i);
-        if (ids[i] < 0 || (uint32_t)ids[i] >= hp->n_vocab) {
-            rc = rvl_seterr(RVL_EFORMAT, "%s: token %u is id %d, outside the vocabulary (%u)", path,
-                            i, ids[i], hp->n_vocab);
-            goto fail;
-        }
+        if (ids[i] < 0 || (uint32_t)ids[i] >= hp->n_vocab)
+            BAD("%s: token %u is id %d, outside the vocabulary (%u)", path, i, ids[i], hp->n_vocab);
     }
     /* the JSON blob: at most 64 MiB */
     if ((rc = rd_block(&r, BLK_EXTRA, 0, 0, (size_t)64 << 20, false)) < 0)
@@ -357,23 +458,54 @@ int rvl_session_load_mem(rvl_ctx *c, const char *path, const void *buf, size_t s
     }
     memcpy(extra, r.raw, r.raw_len);
     extra[r.raw_len] = 0;
+    const uint32_t np = (n + SESS_PAGE - 1) / SESS_PAGE;
     for (uint32_t l = 0; l < hp->n_layer; l++) {
-        void *k, *v;
-        rvl_ctx_kv_layer(c, l, &k, &v);
-        for (uint32_t p0 = 0, pg = 0; p0 < n; p0 += SESS_PAGE, pg++) {
-            uint32_t np = n - p0 < SESS_PAGE ? n - p0 : SESS_PAGE;
-            size_t rb = (size_t)np * kv_dim * es;
-            if ((rc = rd_block(&r, BLK_KV, l, pg, 2 * rb, true)) < 0)
+        for (uint32_t pg = 0; pg < np; pg++) {
+            const size_t at = r.off;
+            /* the page's tier first (its size depends on it) */
+            if (r.size - 8 - r.off < BLK)
+                BAD("%s: truncated: the kv block at offset %zu is missing", path, at);
+            const unsigned char *bh = r.b + r.off;
+            const uint32_t t = bh[14], rows = bh[15];
+            const uint32_t want_rows = n - pg * SESS_PAGE < SESS_PAGE ? n - pg * SESS_PAGE : SESS_PAGE;
+            if (t > 2)
+                BAD("%s: kv block at offset %zu (layer %u, page %u) is in tier %u (0..2)", path, at,
+                    l, pg, t);
+            if (bh[12] != (unsigned)kp->fmt_k[t] || bh[13] != (unsigned)kp->fmt_v[t])
+                BAD("%s: kv block at offset %zu (layer %u, page %u) holds %s pages, tier %u is %s",
+                    path, at, l, pg, tier_name(bh[12], bh[13]), t,
+                    tier_name((uint32_t)kp->fmt_k[t], (uint32_t)kp->fmt_v[t]));
+            if (rows != want_rows)
+                BAD("%s: kv block at offset %zu (layer %u, page %u) says %u positions, expected %u",
+                    path, at, l, pg, rows, want_rows);
+            if (l == 0) {
+                if (rvl_kvc_load_page(kc, pg, (int)t) < 0) {
+                    char why[160];
+                    snprintf(why, sizeof why, "%s", rvl_errmsg());
+                    BAD("%s: kv block at offset %zu: %s", path, at, why);
+                }
+            } else if ((uint32_t)rvl_kvc_page_tier(kc, pg) != t) {
+                BAD("%s: kv block at offset %zu: layer %u has page %u in tier %u, layer 0 in tier %d",
+                    path, at, l, pg, t, rvl_kvc_page_tier(kc, pg));
+            }
+            const size_t kb = (size_t)nkv * rvl_kvc_page_bytes(kc, 0, (int)t);
+            const size_t vb = (size_t)nkv * rvl_kvc_page_bytes(kc, 1, (int)t);
+            if ((rc = rd_block(&r, BLK_KV, l, pg, kb + vb, true)) < 0)
                 goto fail;
-            memcpy((char *)k + (size_t)p0 * kv_dim * es, r.raw, rb);
-            memcpy((char *)v + (size_t)p0 * kv_dim * es, (char *)r.raw + rb, rb);
+            memcpy(rvl_kvc_page_data(kc, l, 0, pg), r.raw, kb);
+            memcpy(rvl_kvc_page_data(kc, l, 1, pg), (char *)r.raw + kb, vb);
         }
     }
-    if (r.off != r.size - 8) {
-        rc = rvl_seterr(RVL_EFORMAT, "%s: %zu unexpected bytes after the last block at offset %zu",
-                        path, r.size - 8 - r.off, r.off);
-        goto fail;
+    if (r.off != r.size - 8)
+        BAD("%s: %zu unexpected bytes after the last block at offset %zu", path, r.size - 8 - r.off,
+            r.off);
+    if (rvl_kvc_load_done(kc, n) < 0) {
+        char why[160];
+        snprintf(why, sizeof why, "%s", rvl_errmsg());
+        BAD("%s: %s", path, why);
     }
+#undef BAD
+    rvl_kvc_set_ids(kc, 0, ids, (uint32_t)n); /* page hashes, for prefix reuse */
     rvl_ctx_set_pos(c, n);
     *ids_out = ids;
     *n_ids = n;

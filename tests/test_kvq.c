@@ -571,7 +571,7 @@ static void check_readers(const rvl_kvq_kernels *kk, const page_case *c, int j0,
         s[j] = NAN;
         p[j] = j >= j0 && j <= j1 ? (float)runif() : NAN;
     }
-    kk->scores(c->fmt, hd, c->kpage, j0, j1, qr, s);
+    kk->scores(c->fmt, hd, c->kpage, j0, j1, qr, 1, s);
     double q2 = 0;
     for (int i = 0; i < hd; i++)
         q2 += (double)q[i] * q[i];
@@ -596,7 +596,7 @@ static void check_readers(const rvl_kvq_kernels *kk, const page_case *c, int j0,
     }
     for (int i = 0; i < hd; i++)
         acc[i] = 0;
-    kk->accum(c->fmt, hd, c->vpage, j0, j1, p, acc);
+    kk->accum(c->fmt, hd, c->vpage, j0, j1, p, 1, acc);
     if (is_tq(c->fmt))
         rvl_kvq_unrotate(acc, hd);
     double pv = 0;
@@ -683,8 +683,8 @@ static void test_simd_readers_equal_ref(void **state)
                     p[j] = (float)runif();
                 for (int j0 = 0; j0 < 32; j0 += 7)
                     for (int j1 = j0; j1 < 32; j1 += 5) {
-                        ref->scores(f, hd, c.kpage, j0, j1, q, s1);
-                        kk->scores(f, hd, c.kpage, j0, j1, q, s2);
+                        ref->scores(f, hd, c.kpage, j0, j1, q, 1, s1);
+                        kk->scores(f, hd, c.kpage, j0, j1, q, 1, s2);
                         for (int j = j0; j <= j1; j++) {
                             /* the terms: q_i times the centroid / code, scaled */
                             double m = 0;
@@ -707,8 +707,8 @@ static void test_simd_readers_equal_ref(void **state)
                         }
                         for (int i = 0; i < hd; i++)
                             a1[i] = a2[i] = 0.25f * (float)i;
-                        ref->accum(f, hd, c.vpage, j0, j1, p, a1);
-                        kk->accum(f, hd, c.vpage, j0, j1, p, a2);
+                        ref->accum(f, hd, c.vpage, j0, j1, p, 1, a1);
+                        kk->accum(f, hd, c.vpage, j0, j1, p, 1, a2);
                         for (int i = 0; i < hd; i++) {
                             double m = 0.25 * i;
                             for (int j = j0; j <= j1; j++) {
@@ -738,6 +738,68 @@ static void test_simd_readers_equal_ref(void **state)
         printf("# no SIMD variant runs here\n");
 }
 
+/*
+ * The readers of several query heads (one GQA group: a page decoded once
+ * for all of them) give each head exactly what a call for that head alone
+ * gives, and leave the rows outside [j0, j1] untouched; nq up to 6 covers
+ * the variants' passes of several heads and a partial last pass.
+ */
+static void test_readers_of_several_heads_equal_one_head_at_a_time(void **state)
+{
+    (void)state;
+    static const int hds[] = { 16, 32, 64, 128, 256, 80 };
+    static const int ranges[][2] = { { 0, 31 }, { 3, 3 }, { 5, 20 }, { 16, 31 }, { 1, 17 } };
+    enum { NQ = 6 };
+    for (int isa = 0; isa < RVL_ISA_COUNT; isa++) {
+        const rvl_kvq_kernels *kk = rvl_kvq_get_isa(isa);
+        if (!kk)
+            continue;
+        for (int f = 0; f < RVL_KVQ_COUNT; f++)
+            for (size_t a = 0; a < sizeof hds / sizeof *hds; a++) {
+                const int hd = hds[a];
+                if (rvl_kvq_check(f, RVL_KVQ_KEY, hd))
+                    continue;
+                page_case c;
+                make_case(&c, f, hd, 1);
+                static float q[NQ * 256], p[NQ * 32], s1[NQ * 32], s2[NQ * 32];
+                static float a1[NQ * 256], a2[NQ * 256];
+                for (int i = 0; i < NQ * hd; i++)
+                    q[i] = rnorm();
+                for (int i = 0; i < NQ * 32; i++)
+                    p[i] = (float)runif();
+                for (size_t r = 0; r < sizeof ranges / sizeof *ranges; r++)
+                    for (int nq = 1; nq <= NQ; nq++) {
+                        const int j0 = ranges[r][0], j1 = ranges[r][1];
+                        for (int i = 0; i < NQ * 32; i++)
+                            s1[i] = s2[i] = NAN;
+                        for (int i = 0; i < NQ * hd; i++)
+                            a1[i] = a2[i] = 0.125f * (float)(i % 37);
+                        kk->scores(f, hd, c.kpage, j0, j1, q, nq, s1);
+                        kk->accum(f, hd, c.vpage, j0, j1, p, nq, a1);
+                        for (int h = 0; h < nq; h++) {
+                            kk->scores(f, hd, c.kpage, j0, j1, q + h * hd, 1, s2 + h * 32);
+                            kk->accum(f, hd, c.vpage, j0, j1, p + h * 32, 1, a2 + h * hd);
+                        }
+                        for (int i = 0; i < NQ * 32; i++) {
+                            const int h = i / 32, j = i % 32;
+                            if (h >= nq || j < j0 || j > j1) {
+                                assert_true(isnan(s1[i]));
+                                continue;
+                            }
+                            if (!(s1[i] == s2[i]))
+                                fail_msg("%s %s hd %d nq %d head %d score %d: %.9g vs %.9g",
+                                         kk->name, rvl_kvq_name(f), hd, nq, h, j, s1[i], s2[i]);
+                        }
+                        for (int i = 0; i < NQ * hd; i++)
+                            if (!(a1[i] == a2[i]))
+                                fail_msg("%s %s hd %d nq %d acc %d: %.9g vs %.9g", kk->name,
+                                         rvl_kvq_name(f), hd, nq, i, a1[i], a2[i]);
+                    }
+                free_case(&c);
+            }
+    }
+}
+
 int main(void)
 {
     verbose = getenv("KVQ_VERBOSE") && *getenv("KVQ_VERBOSE") == '1';
@@ -751,6 +813,7 @@ int main(void)
         cmocka_unit_test(test_row_encoding_equals_page_encoding),
         cmocka_unit_test(test_readers_equal_sums_over_decoded_rows),
         cmocka_unit_test(test_simd_readers_equal_ref),
+        cmocka_unit_test(test_readers_of_several_heads_equal_one_head_at_a_time),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -488,8 +488,10 @@ typedef struct {
     uint32_t rope_dim;       /* dims rotated per head (HD: all) */
     double eps;
     bool round_act;          /* round matmul inputs as the forward pass does */
-    bool round_kv;           /* round k, v, q and the probabilities to f16 as the
-                                f16 cache path does */
+    bool round_kv;           /* round k, v and q to f16 as the f16 cache path
+                                does (its flash kernels keep the
+                                probabilities in f32, as llama.cpp's
+                                flash-attention path) */
 } refcfg;
 
 static refcfg ref_llama(void)
@@ -609,8 +611,6 @@ static void ref_forward(const tmodel *m, const refcfg *rc, const int32_t *toks, 
                 }
                 for (int s = 0; s <= t; s++)
                     sum += att[s] = exp(att[s] - mx);
-                for (int s = 0; rc->round_kv && s <= t; s++)
-                    att[s] = sum * rvl_f16_to_f32(rvl_f32_to_f16((float)(att[s] / sum)));
                 for (int i = 0; i < HD; i++) {
                     double acc = 0;
                     for (int s = 0; s <= t; s++)

@@ -15,11 +15,13 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <xxhash.h>
+
 #include "ruvllm.h"
 
 #define LLAMA "tests/data/tiny/llama.gguf"
 #define QWEN2 "tests/data/tiny/qwen2.gguf"
-#define N 40
+#define N 100
 
 static char dir[64];
 
@@ -66,7 +68,8 @@ static rvl_model *open_model(const char *path)
 static rvl_ctx *open_ctx(const rvl_model *m, uint32_t n_ctx, rvl_kv_type kt)
 {
     rvl_ctx *c = NULL;
-    rvl_ctx_params p = {.n_ctx = n_ctx, .n_threads = 1, .kv_type = kt};
+    /* tiered: small tiers, so that 70 tokens use all three */
+    rvl_ctx_params p = {.n_ctx = n_ctx, .n_threads = 1, .kv_type = kt, .kv_hot = 16, .kv_warm = 32};
     assert_int_equal(rvl_ctx_open(&c, m, &p), 0);
     return c;
 }
@@ -97,31 +100,37 @@ static void spill(const char *path, const unsigned char *b, size_t n)
 static void test_session_restore_continues_exactly(void **state)
 {
     (void)state;
-    rvl_kv_type kts[] = {RVL_KV_F16, RVL_KV_F32};
-    for (int ki = 0; ki < 2; ki++) {
+    /* every storage format, and tiered (f16, q8 and tq4 pages at once) */
+    rvl_kv_type kts[] = {RVL_KV_F16, RVL_KV_F32, RVL_KV_Q8, RVL_KV_Q4, RVL_KV_TQ4, RVL_KV_TQ3,
+                         RVL_KV_TIERED};
+    for (int ki = 0; ki < 7; ki++) {
         rvl_model *m = open_model(LLAMA);
         const uint32_t V = rvl_model_hparams(m)->n_vocab;
         const float *lg;
-        /* uninterrupted: 33 tokens (one full page and one more), then the rest */
-        rvl_ctx *a = open_ctx(m, 64, kts[ki]);
-        assert_int_equal(rvl_decode(a, seq, 33, &lg), 0);
-        assert_int_equal(rvl_session_save(a, tpath("s.rvls"), seq, 33, "{\"k\":\"v\"}"), 0);
+        /* uninterrupted: 70 tokens (two full pages and some), then the rest
+         * one at a time (pages age and change format on the way) */
+        rvl_ctx *a = open_ctx(m, 128, kts[ki]);
+        assert_int_equal(rvl_decode(a, seq, 70, &lg), 0);
+        assert_int_equal(rvl_session_save(a, tpath("s.rvls"), seq, 70, "{\"k\":\"v\"}"), 0);
         float *want = malloc(V * sizeof *want);
-        assert_int_equal(rvl_decode(a, seq + 33, N - 33, &lg), 0);
+        for (int i = 70; i < N; i++)
+            assert_int_equal(rvl_decode(a, seq + i, 1, &lg), 0);
         memcpy(want, lg, V * sizeof *want);
 
         /* a new context, restored, then the same tokens */
-        rvl_ctx *b = open_ctx(m, 64, kts[ki]);
+        rvl_ctx *b = open_ctx(m, 128, kts[ki]);
         int32_t *ids = NULL;
         size_t n = 0;
         char *extra = NULL;
         assert_int_equal(rvl_session_load(b, tpath("s.rvls"), &ids, &n, &extra), 0);
-        assert_int_equal(n, 33);
-        assert_int_equal(rvl_ctx_pos(b), 33);
-        assert_memory_equal(ids, seq, 33 * sizeof *ids);
+        assert_int_equal(n, 70);
+        assert_int_equal(rvl_ctx_pos(b), 70);
+        assert_memory_equal(ids, seq, 70 * sizeof *ids);
         assert_string_equal(extra, "{\"k\":\"v\"}");
-        assert_int_equal(rvl_decode(b, seq + 33, N - 33, &lg), 0);
-        assert_memory_equal(lg, want, V * sizeof *want); /* bit for bit */
+        for (int i = 70; i < N; i++)
+            assert_int_equal(rvl_decode(b, seq + i, 1, &lg), 0);
+        if (memcmp(lg, want, V * sizeof *want) != 0) /* bit for bit */
+            fail_msg("%s: the restored context continues differently", rvl_kv_type_name(kts[ki]));
 
         /* an empty cache and no extra also round-trip */
         rvl_ctx_reset(b);
@@ -176,7 +185,7 @@ static void test_session_bad_files_are_refused(void **state)
 {
     (void)state;
     rvl_model *m = open_model(LLAMA);
-    rvl_ctx *c = open_ctx(m, 64, RVL_KV_F16);
+    rvl_ctx *c = open_ctx(m, 128, RVL_KV_F16);
     const float *lg;
     assert_int_equal(rvl_decode(c, seq, N, &lg), 0);
     assert_int_equal(rvl_session_save(c, tpath("good.rvls"), seq, N, "{}"), 0);
@@ -191,7 +200,7 @@ static void test_session_bad_files_are_refused(void **state)
         expect_refused(c, tpath("cut.rvls"), RVL_EFORMAT, cuts[i] < 8 ? "not a ruvllm session" : "trunc");
     }
     /* one flipped bit anywhere is caught (header, token block, a KV page, trailer) */
-    size_t flips[] = {20, 50, 70, n / 3, n - 20, n - 3};
+    size_t flips[] = {20, 50, 70, 100, n / 3, n - 20, n - 3};
     for (size_t i = 0; i < sizeof flips / sizeof flips[0]; i++) {
         memcpy(t, b, n);
         t[flips[i]] ^= 0x10;
@@ -204,29 +213,63 @@ static void test_session_bad_files_are_refused(void **state)
     spill(tpath("magic.rvls"), t, n);
     expect_refused(c, tpath("magic.rvls"), RVL_EFORMAT, "not a ruvllm session");
     memcpy(t, b, n);
-    t[8] = 2;
+    t[8] = 3;
     spill(tpath("ver.rvls"), t, n);
-    expect_refused(c, tpath("ver.rvls"), RVL_EFORMAT, "version 2");
+    expect_refused(c, tpath("ver.rvls"), RVL_EFORMAT, "version 3");
+    memcpy(t, b, n);
+    t[8] = 1;
+    spill(tpath("v1.rvls"), t, n);
+    expect_refused(c, tpath("v1.rvls"), RVL_EFORMAT,
+                   "session format version 1 is no longer supported, re-create the file");
     memcpy(t, b, n);
     t[12] = 1, t[13] = 2, t[14] = 3, t[15] = 4;
     spill(tpath("bom.rvls"), t, n);
     expect_refused(c, tpath("bom.rvls"), RVL_EFORMAT, "endianness");
+    /* a page whose tier does not match its formats (checksums made valid:
+     * the rule is what is refused) */
+    {
+        rvl_ctx *tc = open_ctx(m, 128, RVL_KV_TIERED);
+        assert_int_equal(rvl_decode(tc, seq, N, &lg), 0);
+        assert_int_equal(rvl_session_save(tc, tpath("tier.rvls"), seq, N, NULL), 0);
+        size_t tn;
+        unsigned char *tb = slurp(tpath("tier.rvls"), &tn);
+        size_t at = 88; /* header; then the tokens and extra blocks */
+        /* the tokens and extra blocks, then page 0 (the attention sink: f16, tier 0) */
+        for (int i = 0; i < 3; i++)
+            at += 32 + (size_t)(tb[at + 20] | tb[at + 21] << 8 | tb[at + 22] << 16 | tb[at + 23] << 24);
+        assert_int_equal(tb[at], 3);      /* layer 0, page 1: q8 keys and values, tier 1 */
+        assert_int_equal(tb[at + 8], 1);
+        assert_int_equal(tb[at + 14], 1);
+        tb[at + 14] = 2;
+        uint64_t h = XXH3_64bits(tb, tn - 8);
+        for (int i = 0; i < 8; i++)
+            tb[tn - 8 + i] = (unsigned char)(h >> (8 * i));
+        spill(tpath("tier.rvls"), tb, tn);
+        expect_refused(tc, tpath("tier.rvls"), RVL_EFORMAT, "holds q8/q8 pages, tier 2 is tq4/tq4");
+        free(tb);
+        rvl_ctx_close(tc);
+    }
     /* a missing file */
     expect_refused(c, tpath("none.rvls"), RVL_ENOTFOUND, "none.rvls");
 
-    /* another context: a different element type, a context too small */
-    rvl_ctx *c32 = open_ctx(m, 64, RVL_KV_F32);
-    expect_refused(c32, tpath("good.rvls"), RVL_EFORMAT, "--kv-type f16");
+    /* another context: other formats, a context too small */
+    rvl_ctx *c32 = open_ctx(m, 128, RVL_KV_F32);
+    expect_refused(c32, tpath("good.rvls"), RVL_EFORMAT, "(keys f16, values f16) differ from this "
+                   "context's (keys f32, values f32): use the --kv-type options");
+    rvl_ctx *tq = open_ctx(m, 128, RVL_KV_TIERED);
+    expect_refused(tq, tpath("good.rvls"), RVL_EFORMAT, "context's (keys tiered (hot 16, warm 32, "
+                   "cold tq4)");
     rvl_ctx *small = open_ctx(m, 16, RVL_KV_F16);
     expect_refused(small, tpath("good.rvls"), RVL_EFORMAT, "larger -c");
     rvl_ctx_close(c32);
+    rvl_ctx_close(tq);
     rvl_ctx_close(small);
 
     /* another model, even one of the same shape (llama-tied differs only in weights) */
     const char *others[] = {QWEN2, "tests/data/tiny/llama-linear.gguf"};
     for (int i = 0; i < 2; i++) {
         rvl_model *o = open_model(others[i]);
-        rvl_ctx *oc = open_ctx(o, 64, RVL_KV_F16);
+        rvl_ctx *oc = open_ctx(o, 128, RVL_KV_F16);
         expect_refused(oc, tpath("good.rvls"), RVL_EFORMAT, "another model");
         rvl_ctx_close(oc);
         rvl_model_close(o);

@@ -396,7 +396,7 @@ void rvl_kvq_decode_page(int fmt, int kind, int hd, const void *page, int n, flo
  * Page readers, scalar
  * ====================================================================== */
 
-void rvl_kvq_scores_ref(int fmt, int hd, const void *page, int j0, int j1, const float *q,
+static void scores1(int fmt, int hd, const void *page, int j0, int j1, const float *q,
                         float *s)
 {
     const uint16_t *sd = rvl_kvq_side(fmt, hd, page);
@@ -450,7 +450,7 @@ void rvl_kvq_scores_ref(int fmt, int hd, const void *page, int j0, int j1, const
     }
 }
 
-void rvl_kvq_accum_ref(int fmt, int hd, const void *page, int j0, int j1, const float *p,
+static void accum1(int fmt, int hd, const void *page, int j0, int j1, const float *p,
                        float *acc)
 {
     const uint16_t *sd = rvl_kvq_side(fmt, hd, page);
@@ -491,6 +491,21 @@ void rvl_kvq_accum_ref(int fmt, int hd, const void *page, int j0, int j1, const 
         }
         }
     }
+}
+
+/* the query heads one at a time */
+void rvl_kvq_scores_ref(int fmt, int hd, const void *page, int j0, int j1, const float *q, int nq,
+                      float *s)
+{
+    for (int h = 0; h < nq; h++)
+        scores1(fmt, hd, page, j0, j1, q + (size_t)h * hd, s + (size_t)h * RVL_KVQ_PAGE);
+}
+
+void rvl_kvq_accum_ref(int fmt, int hd, const void *page, int j0, int j1, const float *p, int nq,
+                     float *acc)
+{
+    for (int h = 0; h < nq; h++)
+        accum1(fmt, hd, page, j0, j1, p + (size_t)h * RVL_KVQ_PAGE, acc + (size_t)h * hd);
 }
 
 /* ======================================================================

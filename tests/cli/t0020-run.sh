@@ -131,4 +131,12 @@ lin=$(sed -n 's/.*"tokens":\[\([0-9,]*\)\].*/\1/p' "$OUT")
 assert "linear x8 changes them (the override is applied)" '[ "$lin" != "$base" ]'
 run 2 ruvllm run --rope-scaling bogus "x"
 err_has "none|linear|yarn|ntk"
+
+# --backend: metal only in builds made with make METAL=1 on macOS
+run 2 ruvllm run --backend gpu "x"
+err_has "cpu|metal"
+if ruvllm --version | grep -q '^features:.* -metal'; then
+    run 1 ruvllm run --backend metal -m tests/data/tiny/llama.gguf "x"
+    err_has "ruvllm run: this build has no Metal backend (build on macOS with make METAL=1)"
+fi
 finish

@@ -31,6 +31,17 @@ run 0 ruvllm run -m "$MODEL" --prompt-cache "$PC" --temp 0 -n 12 --json "$P2"
 assert "shared prefix reused ($(reused))" '[ "$(reused)" = 14 ]'
 assert "other prompt: same text as without the cache" '[ "$(text)" = "$plain2" ]'
 
+# --stats counts the reused prompt tokens; a prompt of several pages (32
+# tokens each) is matched by the pages' chained hashes
+PC2=$TMP/long.rvls
+P3="$P1 $P1 $P1 $P1 $P1"
+run 0 ruvllm run -m "$MODEL" --prompt-cache "$PC2" --temp 0 -n 4 --stats "$P3"
+err_has "prompt tokens reused: 0 of "
+m=$(sed -n 's/.*prompt tokens reused: 0 of \([0-9]*\).*/\1/p' "$ERR")
+run 0 ruvllm run -m "$MODEL" --prompt-cache "$PC2" --temp 0 -n 4 --stats "$P3"
+err_has "prompt tokens reused: $((m - 1)) of $m"
+assert "the long prompt spans several pages ($m tokens)" '[ "$m" -gt 64 ]'
+
 # a damaged cache is refused with a reason, not used, and replaced
 printf 'garbage' | dd of="$PC" bs=1 seek=100 conv=notrunc 2>/dev/null
 run 0 ruvllm run -m "$MODEL" --prompt-cache "$PC" --temp 0 -n 12 --json "$P1"

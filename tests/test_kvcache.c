@@ -1,0 +1,685 @@
+/*
+ * test_kvcache.c - the paged, tiered KV cache (lib/kvcache.c): attention
+ * over pages of every storage format, alone and mixed (tiered, keys and
+ * values in different formats), against double-precision attention; pages
+ * re-encoded as they age; truncation into a quantized page; context shift;
+ * refused formats.
+ *
+ * Two references per attention output:
+ *   - "cache": softmax(q K^T * scale) V in double over the rows the cache
+ *     holds, decoded (rvl_kvc_read_page): checks the attention machinery
+ *     (page walk, online softmax across formats, split-K reduce, TQ
+ *     rotation of q and of the output). Tolerance 2e-5 of max |v|, f32
+ *     rounding over at most a few hundred keys;
+ *   - "exact": the same over the original f32 keys and values: the
+ *     storage error of each format, with the tolerance the issue's
+ *     formats allow (per format below, relative to the RMS of the exact
+ *     output; keys have two outlier channels of 8x, as real models do).
+ */
+#include <math.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kvcache.h"
+
+#define NL 2
+#define NH 4
+#define NKV 2
+#define HD 64
+#define NCTX 320
+#define KVD (NKV * HD)
+#define QD (NH * HD)
+
+static uint64_t rng = 0x1234567;
+
+static double gauss(void)
+{
+    uint64_t a = (rng += 0x9e3779b97f4a7c15ull), b = (rng += 0x9e3779b97f4a7c15ull);
+    a = (a ^ (a >> 30)) * 0xbf58476d1ce4e5b9ull, a ^= a >> 27;
+    b = (b ^ (b >> 30)) * 0xbf58476d1ce4e5b9ull, b ^= b >> 27;
+    double u = ((a >> 11) + 0.5) * 0x1.0p-53, v = (b >> 11) * 0x1.0p-53;
+    return sqrt(-2 * log(u)) * cos(6.283185307179586 * v);
+}
+
+/* the original keys, values, queries: (layer, pos, dim) */
+static float K[NL][NCTX][KVD], V[NL][NCTX][KVD], Q[NCTX][QD];
+
+static void make_data(void)
+{
+    for (int l = 0; l < NL; l++)
+        for (int p = 0; p < NCTX; p++)
+            for (int i = 0; i < KVD; i++) {
+                const int ch = i % HD;
+                K[l][p][i] = (float)(gauss() * (ch == 3 || ch == 17 ? 8.0 : 1.0) + (ch == 5 ? 2 : 0));
+                V[l][p][i] = (float)gauss();
+            }
+    for (int p = 0; p < NCTX; p++)
+        for (int i = 0; i < QD; i++)
+            Q[p][i] = (float)gauss();
+}
+
+static rvl_kvc_params geometry(void)
+{
+    return (rvl_kvc_params){.n_layer = NL, .n_head = NH, .n_head_kv = NKV, .head_dim = HD,
+                            .n_ctx = NCTX, .scale = 1.0f / 8.0f, .q_f16 = 0};
+}
+
+static void set_fmt(rvl_kvc_params *p, const int k[3], const int v[3], uint32_t hot, uint32_t warm)
+{
+    memcpy(p->fmt_k, k, sizeof p->fmt_k);
+    memcpy(p->fmt_v, v, sizeof p->fmt_v);
+    p->hot = hot;
+    p->warm = warm;
+}
+
+/* softmax attention in double of query q (one head) over n rows */
+static void ref_attn(const float *q, const float *keys, const float *vals, size_t stride, int n,
+                     double scale, double *out)
+{
+    double *s = malloc((size_t)n * sizeof *s), mx = -INFINITY, sum = 0;
+    for (int t = 0; t < n; t++) {
+        double d = 0;
+        for (int e = 0; e < HD; e++)
+            d += (double)q[e] * keys[(size_t)t * stride + e];
+        s[t] = d * scale;
+        mx = s[t] > mx ? s[t] : mx;
+    }
+    for (int t = 0; t < n; t++)
+        sum += s[t] = exp(s[t] - mx);
+    for (int e = 0; e < HD; e++) {
+        double a = 0;
+        for (int t = 0; t < n; t++)
+            a += s[t] * vals[(size_t)t * stride + e];
+        out[e] = a / sum;
+    }
+    free(s);
+}
+
+/* every position of one layer as the cache holds it, (pos, kvd) */
+static void cache_rows(rvl_kvc *kc, uint32_t l, int kind, uint32_t n, float *dst)
+{
+    float page[32 * HD];
+    for (uint32_t pg = 0; pg * 32 < n; pg++)
+        for (uint32_t h = 0; h < NKV; h++) {
+            rvl_kvc_read_page(kc, l, kind, pg, h, page);
+            for (uint32_t j = 0; j < 32 && pg * 32 + j < n; j++)
+                memcpy(dst + (size_t)(pg * 32 + j) * KVD + h * HD, page + j * HD, HD * sizeof(float));
+        }
+}
+
+typedef struct {
+    double cache_err;    /* max |out - cache ref| / max |v| */
+    double exact_err;    /* RMS(out - exact ref) / RMS(exact ref) */
+} errs;
+
+/* Feeds positions rvl_kvc_n .. n - 1 in batches of the sizes given (cycled), and
+ * after each batch compares every query's attention with both references. */
+static errs run_cache(rvl_kvc *kc, rvl_pool *pool, int n, const int *batches, int nbatches)
+{
+    static float out[32][QD], ck[NCTX * KVD], cv[NCTX * KVD];
+    double e2 = 0, r2 = 0, cmax = 0;
+    int pos = (int)rvl_kvc_n(kc), bi = 0;
+    while (pos < n) {
+        int nb = batches[bi++ % nbatches];
+        nb = nb > n - pos ? n - pos : nb;
+        rvl_kvc_begin(kc, (uint32_t)nb);
+        for (int l = 0; l < NL; l++)
+            rvl_kvc_write(kc, (uint32_t)l, (uint32_t)pos, (uint32_t)nb, K[l][pos], KVD, V[l][pos], KVD);
+        for (int l = 0; l < NL; l++) {
+            rvl_kvc_attend(kc, pool, (uint32_t)l, Q[pos], QD, (uint32_t)pos, (uint32_t)nb, out[0], QD);
+            cache_rows(kc, (uint32_t)l, 0, (uint32_t)(pos + nb), ck);
+            cache_rows(kc, (uint32_t)l, 1, (uint32_t)(pos + nb), cv);
+            for (int t = 0; t < nb; t++)
+                for (int h = 0; h < NH; h++) {
+                    const int kh = h / (NH / NKV), qp = pos + t;
+                    double rc[HD], rx[HD];
+                    ref_attn(Q[qp] + h * HD, ck + kh * HD, cv + kh * HD, KVD, qp + 1, 1.0 / 8, rc);
+                    ref_attn(Q[qp] + h * HD, K[l][0] + kh * HD, V[l][0] + kh * HD, KVD, qp + 1,
+                             1.0 / 8, rx);
+                    for (int e = 0; e < HD; e++) {
+                        const double o = out[t][h * HD + e];
+                        cmax = fmax(cmax, fabs(o - rc[e]));
+                        e2 += (o - rx[e]) * (o - rx[e]);
+                        r2 += rx[e] * rx[e];
+                    }
+                }
+        }
+        rvl_kvc_commit(kc, (uint32_t)nb);
+        pos += nb;
+    }
+    assert_int_equal(rvl_kvc_n(kc), n);
+    /* |v| of N(0,1) data is below ~5 */
+    return (errs){cmax / 5.0, sqrt(e2 / r2)};
+}
+
+#define U RVL_KVC_UNBOUNDED
+enum { F16 = RVL_KVQ_F16, Q8 = RVL_KVQ_Q8, Q4 = RVL_KVQ_Q4, TQ4 = RVL_KVQ_TQ4, TQ3 = RVL_KVQ_TQ3,
+       F32 = RVL_KVF_F32 };
+
+static void test_kvcache_attention_matches_reference_for_every_format(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *name;
+        int k[3], v[3];
+        uint32_t hot, warm;
+        double tol;          /* exact_err bound */
+    } cases[] = {
+        {"f32", {F32, F32, F32}, {F32, F32, F32}, U, U, 1e-6},
+        {"f16", {F16, F16, F16}, {F16, F16, F16}, U, U, 2e-3},
+        {"q8", {F16, Q8, Q8}, {F16, Q8, Q8}, 0, U, 3e-2},
+        {"q4", {F16, Q4, Q4}, {F16, Q4, Q4}, 0, U, 0.15},
+        {"tq4", {F16, TQ4, TQ4}, {F16, TQ4, TQ4}, 0, U, 0.2},
+        {"tq3", {F16, TQ3, TQ3}, {F16, TQ3, TQ3}, 0, U, 0.35},
+        {"tiered 32/64/tq4", {F16, Q8, TQ4}, {F16, Q8, TQ4}, 32, 64, 0.15},
+        {"tiered 32/64/q4", {F16, Q8, Q4}, {F16, Q8, Q4}, 32, 64, 0.15},
+        {"keys q8, values tq4", {F16, Q8, Q8}, {F16, TQ4, TQ4}, 0, U, 0.15},
+        {"keys tq3, values q4", {F16, TQ3, TQ3}, {F16, Q4, Q4}, 0, U, 0.35},
+        {"keys tiered, values f16", {F16, Q8, TQ4}, {F16, F16, F16}, 32, 64, 0.15},
+        {"keys f32, values q8", {F32, F32, F32}, {F32, Q8, Q8}, 0, U, 3e-2},
+    };
+    static const int batches[] = {31, 1, 1, 1, 32, 7, 1, 1, 25};
+    rvl_pool *pool;
+    assert_int_equal(rvl_pool_open(&pool, 2), 0);
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        rvl_kvc_params p = geometry();
+        set_fmt(&p, cases[i].k, cases[i].v, cases[i].hot, cases[i].warm);
+        rvl_kvc *kc;
+        if (rvl_kvc_open(&kc, &p, 2) != 0)
+            fail_msg("%s: %s", cases[i].name, rvl_errmsg());
+        errs e = run_cache(kc, pool, 300, batches, 9);
+        print_message("%-24s vs cache content %.2e, vs exact f32 %.2e (bound %.1e)\n", cases[i].name,
+                      e.cache_err, e.exact_err, cases[i].tol);
+        if (e.cache_err > 2e-5 || e.exact_err > cases[i].tol)
+            fail_msg("%s: errors %.3g %.3g", cases[i].name, e.cache_err, e.exact_err);
+        rvl_kvc_close(kc);
+    }
+    rvl_pool_close(pool);
+}
+
+static void test_kvcache_pages_age_through_tiers(void **state)
+{
+    (void)state;
+    rvl_kvc_params p = geometry();
+    set_fmt(&p, (int[]){F16, Q8, TQ4}, (int[]){F16, Q8, Q4}, 32, 64);
+    rvl_kvc *kc;
+    assert_int_equal(rvl_kvc_open(&kc, &p, 1), 0);
+    float before[32 * HD], after[32 * HD];
+    for (uint32_t n = 1; n <= 300; n++) {
+        const uint32_t pos = n - 1;
+        rvl_kvc_begin(kc, 1);
+        for (int l = 0; l < NL; l++)
+            rvl_kvc_write(kc, (uint32_t)l, pos, 1, K[l][pos], KVD, V[l][pos], KVD);
+        /* page 1 just before it leaves tier 0 (n = 96: age 32 at commit) */
+        if (n == 96)
+            rvl_kvc_read_page(kc, 1, 0, 1, 1, before);
+        rvl_kvc_commit(kc, 1);
+        for (uint32_t pg = 0; pg < rvl_kvc_n_pages(kc); pg++) {
+            int want = 0;
+            if ((pg + 1) * 32 <= n) {
+                const uint32_t age = n - (pg + 1) * 32;
+                want = age < 32 ? 0 : age < 96 ? 1 : 2;
+            }
+            if (rvl_kvc_page_tier(kc, pg) != want)
+                fail_msg("after %u positions page %u is in tier %d, expected %d", n, pg,
+                         rvl_kvc_page_tier(kc, pg), want);
+        }
+        if (n == 96) {
+            /* re-encoded as q8: the keys come back within q8's step */
+            rvl_kvc_read_page(kc, 1, 0, 1, 1, after);
+            double mx = 0;
+            for (int i = 0; i < 32 * HD; i++)
+                mx = fmax(mx, fabs(after[i] - before[i]) / (fabs(before[i]) + 1));
+            assert_true(mx > 0);       /* it did change format */
+            assert_true(mx < 0.1);     /* amax/127 per group of 32: ~0.2 on 8x channels */
+        }
+    }
+    /* bytes per token of each tier's formats: f16 256, q8 136, tq4 + q4 74, per head pair */
+    assert_true(fabs(rvl_kvc_tier_token_bytes(kc, 0) - NL * NKV * (128 + 128)) < 1e-9);
+    assert_true(fabs(rvl_kvc_tier_token_bytes(kc, 1) - NL * NKV * (68 + 68)) < 1e-9);
+    assert_true(fabs(rvl_kvc_tier_token_bytes(kc, 2) - NL * NKV * (34 + 40)) < 1e-9);
+    rvl_kvc_close(kc);
+}
+
+static void fill(rvl_kvc *kc, uint32_t n)
+{
+    for (uint32_t pos = rvl_kvc_n(kc); pos < n; pos++) {
+        rvl_kvc_begin(kc, 1);
+        for (int l = 0; l < NL; l++)
+            rvl_kvc_write(kc, (uint32_t)l, pos, 1, K[l][pos], KVD, V[l][pos], KVD);
+        rvl_kvc_commit(kc, 1);
+    }
+}
+
+static void test_kvcache_truncate_into_quantized_page_decodes_it(void **state)
+{
+    (void)state;
+    rvl_kvc_params p = geometry();
+    set_fmt(&p, (int[]){F16, Q4, Q4}, (int[]){F16, TQ4, TQ4}, 0, U);
+    rvl_kvc *kc;
+    assert_int_equal(rvl_kvc_open(&kc, &p, 2), 0);
+    fill(kc, 100);
+    assert_int_equal(rvl_kvc_page_tier(kc, 2), 1);
+    float q4rows[32 * HD], rows[32 * HD];
+    rvl_kvc_read_page(kc, 1, 0, 2, 0, q4rows);
+    assert_int_equal(rvl_kvc_truncate(kc, 101), RVL_ERANGE);
+    assert_int_equal(rvl_kvc_truncate(kc, 70), 0);
+    assert_int_equal(rvl_kvc_n(kc), 70);
+    assert_int_equal(rvl_kvc_n_pages(kc), 3);
+    assert_int_equal(rvl_kvc_page_tier(kc, 2), 0); /* the page being filled: full precision */
+    rvl_kvc_read_page(kc, 1, 0, 2, 0, rows);
+    for (int i = 0; i < 6 * HD; i++) /* its rows: the q4 reconstruction, rounded to f16 */
+        assert_true(fabsf(rows[i] - q4rows[i]) <= 1e-3f * (fabsf(q4rows[i]) + 1));
+    /* and it goes on: new positions, attention still matches its content */
+    static const int one[] = {1, 3};
+    rvl_pool *pool;
+    assert_int_equal(rvl_pool_open(&pool, 2), 0);
+    rvl_kvc_reset(kc);
+    fill(kc, 70);
+    assert_int_equal(rvl_kvc_truncate(kc, 45), 0);
+    errs e = run_cache(kc, pool, 120, one, 2);
+    print_message("after truncating into a q4/tq4 page: vs cache content %.2e, vs exact %.2e\n",
+                  e.cache_err, e.exact_err);
+    assert_true(e.cache_err < 2e-5);
+    assert_true(e.exact_err < 0.15);
+    rvl_pool_close(pool);
+    rvl_kvc_close(kc);
+}
+
+static void test_kvcache_shift_rotates_kept_keys(void **state)
+{
+    (void)state;
+    /* rotating by -d the keys of positions p gives the keys rotated at p - d:
+     * with keys R(p) x written, after the shift position i holds R(i) x */
+    rvl_kvc_params p = geometry();
+    set_fmt(&p, (int[]){F32, F32, F32}, (int[]){F32, F32, F32}, U, U);
+    rvl_kvc *kc;
+    assert_int_equal(rvl_kvc_open(&kc, &p, 1), 0);
+    const int n = 80, keep = 5, drop = 30;
+    static float x[NCTX][KVD];
+    for (int t = 0; t < n; t++)
+        for (int i = 0; i < KVD; i++)
+            x[t][i] = (float)gauss();
+    /* NORM layout, angle theta_i * pos with theta_i = 10000^(-2i/HD) */
+    float cs[HD / 2], sn[HD / 2];
+    for (int pos = 0; pos < n; pos++) {
+        float k[KVD];
+        for (int h = 0; h < NKV; h++)
+            for (int i = 0; i < HD / 2; i++) {
+                const double a = pos * pow(10000.0, -2.0 * i / HD);
+                const float x0 = x[pos][h * HD + 2 * i], x1 = x[pos][h * HD + 2 * i + 1];
+                k[h * HD + 2 * i] = (float)(x0 * cos(a) - x1 * sin(a));
+                k[h * HD + 2 * i + 1] = (float)(x0 * sin(a) + x1 * cos(a));
+            }
+        rvl_kvc_begin(kc, 1);
+        for (int l = 0; l < NL; l++)
+            rvl_kvc_write(kc, (uint32_t)l, (uint32_t)pos, 1, k, KVD, V[l][pos], KVD);
+        rvl_kvc_commit(kc, 1);
+    }
+    for (int i = 0; i < HD / 2; i++) {
+        const double a = drop * pow(10000.0, -2.0 * i / HD);
+        cs[i] = (float)cos(a);
+        sn[i] = (float)sin(a);
+    }
+    assert_int_equal(rvl_kvc_shift(kc, keep, drop + 100, cs, sn, HD, false), RVL_ERANGE);
+    assert_int_equal(rvl_kvc_shift(kc, keep, drop, cs, sn, HD, false), 0);
+    assert_int_equal(rvl_kvc_n(kc), n - drop);
+    static float ck[NCTX * KVD], cv[NCTX * KVD];
+    cache_rows(kc, 1, 0, (uint32_t)(n - drop), ck);
+    cache_rows(kc, 1, 1, (uint32_t)(n - drop), cv);
+    double mx = 0;
+    for (int i = 0; i < n - drop; i++) {
+        const int src = i < keep ? i : i + drop;
+        assert_memory_equal(cv + (size_t)i * KVD, V[1][src], KVD * sizeof(float));
+        for (int h = 0; h < NKV; h++)
+            for (int j = 0; j < HD / 2; j++) {
+                const double a = i * pow(10000.0, -2.0 * j / HD);
+                const double x0 = x[src][h * HD + 2 * j], x1 = x[src][h * HD + 2 * j + 1];
+                mx = fmax(mx, fabs(ck[(size_t)i * KVD + h * HD + 2 * j] - (x0 * cos(a) - x1 * sin(a))));
+                mx = fmax(mx, fabs(ck[(size_t)i * KVD + h * HD + 2 * j + 1] - (x0 * sin(a) + x1 * cos(a))));
+            }
+    }
+    print_message("shifted keys vs keys rotated at their new positions: %.2e\n", mx);
+    assert_true(mx < 1e-4);
+    rvl_kvc_close(kc);
+}
+
+static void test_kvcache_refuses_bad_formats(void **state)
+{
+    (void)state;
+    rvl_kvc *kc = (rvl_kvc *)1;
+    rvl_kvc_params p = geometry();
+    p.head_dim = 80;
+    set_fmt(&p, (int[]){F16, TQ4, TQ4}, (int[]){F16, Q8, Q8}, 0, U);
+    assert_int_equal(rvl_kvc_open(&kc, &p, 1), RVL_EINVAL);
+    assert_null(kc);
+    assert_non_null(strstr(rvl_errmsg(), "tq4 needs a power-of-two head_dim"));
+    assert_non_null(strstr(rvl_errmsg(), "got 80"));
+    assert_non_null(strstr(rvl_errmsg(), "keys"));
+    set_fmt(&p, (int[]){F16, Q8, Q8}, (int[]){F16, TQ3, TQ3}, 0, U);
+    assert_int_equal(rvl_kvc_open(&kc, &p, 1), RVL_EINVAL);
+    assert_non_null(strstr(rvl_errmsg(), "values: tq3 needs a power-of-two head_dim"));
+    /* q4 and q8 take any head_dim */
+    set_fmt(&p, (int[]){F16, Q4, Q4}, (int[]){F16, Q8, Q8}, 0, U);
+    assert_int_equal(rvl_kvc_open(&kc, &p, 1), 0);
+    rvl_kvc_close(kc);
+    p = geometry();
+    set_fmt(&p, (int[]){Q8, Q8, Q8}, (int[]){Q8, Q8, Q8}, U, U);
+    assert_int_equal(rvl_kvc_open(&kc, &p, 1), RVL_EINVAL);
+    assert_non_null(strstr(rvl_errmsg(), "hot tier must be f16 or f32"));
+    set_fmt(&p, (int[]){F16, 9, 9}, (int[]){F16, Q8, Q8}, 0, U);
+    assert_int_equal(rvl_kvc_open(&kc, &p, 1), RVL_EINVAL);
+    /* the names the options use */
+    assert_int_equal(rvl_kv_type_parse("tiered"), RVL_KV_TIERED);
+    assert_int_equal(rvl_kv_type_parse("tq3"), RVL_KV_TQ3);
+    assert_int_equal(rvl_kv_type_parse("q5"), -1);
+    assert_string_equal(rvl_kv_type_name(RVL_KV_Q4), "q4");
+}
+
+/* An attention sink: with sink = 32 the first page stays f16 (tier 0) in a
+ * tq4 cache while every later full page is tq4, and attention over that
+ * mix (a tier-0 page before quantized ones) matches the reference over
+ * what the cache holds. */
+static void test_kvcache_sink_page_stays_f16(void **state)
+{
+    (void)state;
+    rvl_pool *pool = NULL;
+    assert_int_equal(rvl_pool_open(&pool, 2), 0);
+    rvl_kvc_params p = geometry();
+    set_fmt(&p, (int[]){F16, TQ4, TQ4}, (int[]){F16, TQ4, TQ4}, 0, U);
+    p.sink = 32;
+    rvl_kvc *kc;
+    assert_int_equal(rvl_kvc_open(&kc, &p, 2), 0);
+    const errs e = run_cache(kc, pool, 200, (const int[]){1, 7, 32}, 3);
+    assert_true(e.cache_err < 1e-4);
+    assert_int_equal(rvl_kvc_page_tier(kc, 0), 0);
+    for (uint32_t pg = 1; pg < 200 / 32; pg++)
+        assert_int_equal(rvl_kvc_page_tier(kc, pg), 1);
+    /* the sink page holds the keys and values at f16 precision */
+    float page[32 * HD];
+    for (int kind = 0; kind < 2; kind++)
+        for (uint32_t h = 0; h < NKV; h++) {
+            rvl_kvc_read_page(kc, 1, kind, 0, h, page);
+            for (int j = 0; j < 32; j++)
+                for (int d = 0; d < HD; d++) {
+                    const float x = (kind ? V : K)[1][j][h * HD + d];
+                    assert_true(fabsf(page[j * HD + d] - x) <= 1e-3f * fabsf(x) + 1e-6f);
+                }
+        }
+    /* truncating into the sink and refilling keeps it f16 */
+    assert_int_equal(rvl_kvc_truncate(kc, 20), 0);
+    fill(kc, 150);
+    assert_int_equal(rvl_kvc_page_tier(kc, 0), 0);
+    assert_int_equal(rvl_kvc_page_tier(kc, 1), 1);
+    rvl_kvc_close(kc);
+    rvl_pool_close(pool);
+}
+
+/* Sliding windows: with a window of W = 40 on both layers (f16 and f32
+ * caches), each query's attention equals the reference over only its last
+ * W keys (itself included); pages entirely outside the window are freed
+ * as positions advance (the pool is sized for the window: 300 positions
+ * run in a ring of 5 page slots of the context's 10), a truncate that would need freed keys is
+ * refused, and a quantized cache refuses windows. */
+static void test_kvcache_sliding_window_attends_last_w_keys(void **state)
+{
+    (void)state;
+    enum { W = 40, N = 300 };
+    const uint32_t win[NL] = {W, W};
+    rvl_pool *pool = NULL;
+    assert_int_equal(rvl_pool_open(&pool, 2), 0);
+    for (int ci = 0; ci < 2; ci++) {
+        rvl_kvc_params p = geometry();
+        const int f = ci ? F32 : F16;
+        set_fmt(&p, (int[]){f, f, f}, (int[]){f, f, f}, U, U);
+        p.window = win;
+        rvl_kvc *kc;
+        assert_int_equal(rvl_kvc_open(&kc, &p, 2), 0);
+        static float out[32][QD];
+        double mx = 0;
+        const int batches[] = {1, 5, 32, 3};
+        int pos = 0, bi = 0;
+        while (pos < N) {
+            int nb = batches[bi++ % 4];
+            nb = nb > N - pos ? N - pos : nb;
+            rvl_kvc_begin(kc, (uint32_t)nb);
+            for (int l = 0; l < NL; l++)
+                rvl_kvc_write(kc, (uint32_t)l, (uint32_t)pos, (uint32_t)nb, K[l][pos], KVD, V[l][pos], KVD);
+            for (int l = 0; l < NL; l++) {
+                rvl_kvc_attend(kc, pool, (uint32_t)l, Q[pos], QD, (uint32_t)pos, (uint32_t)nb, out[0], QD);
+                for (int t = 0; t < nb; t++)
+                    for (int h = 0; h < NH; h++) {
+                        const int kh = h / (NH / NKV), qp = pos + t, lo = qp - W + 1 > 0 ? qp - W + 1 : 0;
+                        double r[HD];
+                        ref_attn(Q[qp] + h * HD, K[l][lo] + kh * HD, V[l][lo] + kh * HD, KVD,
+                                 qp - lo + 1, 1.0 / 8, r);
+                        for (int e = 0; e < HD; e++)
+                            mx = fmax(mx, fabs(out[t][h * HD + e] - r[e]));
+                    }
+            }
+            rvl_kvc_commit(kc, (uint32_t)nb);
+            pos += nb;
+            /* every page older than the next query's window is freed */
+            const uint32_t want = pos + 1 - W > 0 ? (uint32_t)(pos + 1 - W) / 32 : 0;
+            if (rvl_kvc_n_dropped(kc) != want)
+                fail_msg("at %d positions %u pages dropped, expected %u", pos, rvl_kvc_n_dropped(kc), want);
+        }
+        print_message("%s window %d: max |out - reference over the last W keys| %.3g\n",
+                      ci ? "f32" : "f16", W, mx);
+        assert_true(mx < (ci ? 1e-5 : 2e-2));
+        /* keys before 32 * dropped are gone: a truncate needing them is refused, to 0 resets */
+        assert_int_equal(rvl_kvc_truncate(kc, N - 30), RVL_ERANGE);
+        assert_int_equal(rvl_kvc_truncate(kc, N - 3), 0);
+        assert_int_equal(rvl_kvc_truncate(kc, 0), 0);
+        assert_int_equal(rvl_kvc_n_dropped(kc), 0);
+        fill(kc, 100);
+        assert_int_equal(rvl_kvc_n(kc), 100);
+        rvl_kvc_close(kc);
+    }
+    /* quantized caches take no window */
+    rvl_kvc_params p = geometry();
+    set_fmt(&p, (int[]){F16, Q8, Q8}, (int[]){F16, Q8, Q8}, 0, U);
+    p.window = win;
+    rvl_kvc *kc = NULL;
+    assert_int_equal(rvl_kvc_open(&kc, &p, 1), RVL_EUNSUPPORTED);
+    rvl_pool_close(pool);
+}
+
+/* ---- with a model: context shift, ctx-level options ---- */
+
+#define LLAMA "tests/data/tiny/llama.gguf"
+
+/* After a shift, the first layer's cache (the only one whose inputs do not
+ * depend on the dropped tokens: deeper layers keep what they computed
+ * with them in view, as in llama.cpp) equals that of a fresh context fed
+ * the kept tokens at their new positions; and decoding goes on. */
+static void test_context_shift_matches_fresh_context(void **state)
+{
+    (void)state;
+    rvl_model *m = NULL;
+    if (rvl_model_open(&m, LLAMA) < 0)
+        fail_msg("%s: %s", LLAMA, rvl_errmsg());
+    const rvl_hparams *hp = rvl_model_hparams(m);
+    const uint32_t hd = hp->head_dim, nkv = hp->n_head_kv;
+    int32_t seq[60], kept[60];
+    for (int i = 0; i < 60; i++)
+        seq[i] = (int32_t)((i * 53 + 7) % 250);
+    const struct {
+        rvl_kv_type t;
+        double tol;   /* max |difference| / max |element| */
+    } cases[] = {{RVL_KV_F32, 1e-5}, {RVL_KV_Q8, 5e-2}, {RVL_KV_TQ4, 0.3}};
+    for (int ci = 0; ci < 3; ci++) {
+        rvl_ctx_params cp = {.n_ctx = 64, .n_threads = 2, .kv_type = cases[ci].t};
+        rvl_ctx *a, *b;
+        assert_int_equal(rvl_ctx_open(&a, m, &cp), 0);
+        assert_int_equal(rvl_ctx_open(&b, m, &cp), 0);
+        const float *la, *lb;
+        /* 50 tokens, then keep 4, drop 23: 27 left */
+        assert_int_equal(rvl_decode(a, seq, 50, &la), 0);
+        assert_int_equal(rvl_ctx_shift(a, 4, 47), RVL_ERANGE);
+        assert_int_equal(rvl_ctx_pos(a), 50);
+        assert_int_equal(rvl_ctx_shift(a, 4, 23), 0);
+        assert_int_equal(rvl_ctx_pos(a), 27);
+        int nk = 0;
+        for (int i = 0; i < 50; i++)
+            if (i < 4 || i >= 27)
+                kept[nk++] = seq[i];
+        assert_int_equal(rvl_decode(b, kept, (uint32_t)nk, &lb), 0);
+        double mx = 0, ref = 0;
+        float pa[32 * 1024], pb[32 * 1024];
+        for (int kind = 0; kind < 2; kind++)
+            for (uint32_t pg = 0; pg * 32 < (uint32_t)nk; pg++)
+                for (uint32_t h = 0; h < nkv; h++) {
+                    rvl_kvc_read_page(rvl_ctx_kvc(a), 0, kind, pg, h, pa);
+                    rvl_kvc_read_page(rvl_ctx_kvc(b), 0, kind, pg, h, pb);
+                    for (uint32_t j = 0; j < 32 && pg * 32 + j < (uint32_t)nk; j++)
+                        for (uint32_t e = 0; e < hd; e++) {
+                            mx = fmax(mx, fabs(pa[j * hd + e] - pb[j * hd + e]));
+                            ref = fmax(ref, fabs(pb[j * hd + e]));
+                        }
+                }
+        print_message("%s: layer 0 after the shift vs a fresh context: %.2e of max |element|\n",
+                      rvl_kv_type_name(cases[ci].t), mx / ref);
+        assert_true(mx / ref < cases[ci].tol);
+        /* and it goes on */
+        assert_int_equal(rvl_decode(a, seq + 50, 1, &la), 0);
+        assert_int_equal(rvl_ctx_pos(a), 28);
+        for (uint32_t i = 0; i < hp->n_vocab; i++)
+            assert_true(isfinite(la[i]));
+        rvl_ctx_close(a);
+        rvl_ctx_close(b);
+    }
+    rvl_model_close(m);
+}
+
+/* Prefix reuse through the library, as chat does it: feed A + B, reset
+ * (a /clear), then A + C: A's two full pages come back from the LRU of
+ * dropped pages (no recomputation) and C's logits equal a fresh context's
+ * that decoded A then C (f32 cache: the same bytes, so exactly equal).
+ * Then the live path: A + C + D reuses A + C by page hash and tokens. */
+static void test_prefix_reuse_after_reset_matches_fresh(void **state)
+{
+    (void)state;
+    rvl_model *m = NULL;
+    if (rvl_model_open(&m, LLAMA) < 0)
+        fail_msg("%s: %s", LLAMA, rvl_errmsg());
+    const uint32_t nv = rvl_model_hparams(m)->n_vocab;
+    enum { NA = 64, NB = 20, NC = 10, ND = 5 };
+    int32_t a_b[NA + NB], a_c_d[NA + NC + ND];
+    for (int i = 0; i < NA + NB; i++)
+        a_b[i] = (int32_t)((i * 53 + 7) % 250 % nv);
+    memcpy(a_c_d, a_b, NA * sizeof *a_b);
+    for (int i = NA; i < NA + NC + ND; i++)
+        a_c_d[i] = (int32_t)((i * 31 + 3) % 240 % nv);
+    rvl_ctx_params cp = {.n_ctx = 512, .n_threads = 2, .kv_type = RVL_KV_F32};
+    rvl_ctx *x, *y;
+    assert_int_equal(rvl_ctx_open(&x, m, &cp), 0);
+    assert_int_equal(rvl_ctx_open(&y, m, &cp), 0);
+    const float *lx, *ly;
+    assert_int_equal(rvl_decode(x, a_b, NA, &lx), 0);
+    assert_int_equal(rvl_decode(x, a_b + NA, NB, &lx), 0);
+    assert_true(rvl_kvc_page_hash(rvl_ctx_kvc(x), 1) != 0);
+    assert_int_equal(rvl_kvc_page_hash(rvl_ctx_kvc(x), 2), 0); /* partial: no hash */
+    rvl_ctx_reset(x);
+    assert_int_equal(rvl_ctx_pos(x), 0);
+    assert_int_equal(rvl_ctx_reuse(x, a_c_d, NA + NC), NA);   /* both pages of A */
+    assert_int_equal(rvl_ctx_pos(x), NA);
+    assert_int_equal(rvl_decode(x, a_c_d + NA, NC, &lx), 0);
+    assert_int_equal(rvl_decode(y, a_c_d, NA, &ly), 0);
+    assert_int_equal(rvl_decode(y, a_c_d + NA, NC, &ly), 0);
+    const uint32_t nvo = rvl_model_hparams(m)->n_vocab;
+    double mx = 0;
+    for (uint32_t i = 0; i < nvo; i++)
+        mx = fmax(mx, fabs((double)lx[i] - ly[i]));
+    print_message("logits after reusing A vs a fresh context: %.3g\n", mx);
+    assert_true(mx <= 1e-6);
+    /* live: A + C by hash and tokens, at most n - 1 */
+    assert_int_equal(rvl_ctx_reuse(x, a_c_d, NA + NC + ND), NA + NC);
+    assert_int_equal(rvl_ctx_reuse(x, a_c_d, NA + NC), NA + NC - 1);
+    /* a different first page: nothing */
+    int32_t other[40];
+    for (int i = 0; i < 40; i++)
+        other[i] = (int32_t)((i * 17 + 1) % 200 % nv);
+    assert_int_equal(rvl_ctx_reuse(x, other, 40), 0);
+    /* and A again after that: from the LRU */
+    assert_int_equal(rvl_ctx_reuse(x, a_c_d, NA + 1), NA);
+    rvl_ctx_close(x);
+    rvl_ctx_close(y);
+    /* a tiered cache (hot 16, warm 32): A's pages come back in the tiers
+     * they left in (the sink in f16, page 1 in q8), so C's logits are
+     * close to a fresh context's, not equal (2048 positions: the LRU,
+     * an eighth of the cache's bytes, has room for both pages) */
+    cp = (rvl_ctx_params){.n_ctx = 2048, .n_threads = 2, .kv_type = RVL_KV_TIERED, .kv_hot = 16,
+                          .kv_warm = 32};
+    assert_int_equal(rvl_ctx_open(&x, m, &cp), 0);
+    assert_int_equal(rvl_ctx_open(&y, m, &cp), 0);
+    assert_int_equal(rvl_decode(x, a_b, NA + NB, &lx), 0);
+    assert_int_equal(rvl_kvc_page_tier(rvl_ctx_kvc(x), 1), 1);
+    assert_int_equal(rvl_ctx_truncate(x, 10), 0);
+    assert_int_equal(rvl_ctx_reuse(x, a_c_d, NA + NC), NA);
+    assert_int_equal(rvl_kvc_page_tier(rvl_ctx_kvc(x), 0), 0);
+    assert_int_equal(rvl_kvc_page_tier(rvl_ctx_kvc(x), 1), 1);
+    assert_int_equal(rvl_decode(x, a_c_d + NA, NC, &lx), 0);
+    assert_int_equal(rvl_decode(y, a_c_d, NA + NC, &ly), 0);
+    double mt = 0, ref = 0;
+    for (uint32_t i = 0; i < nvo; i++) {
+        mt = fmax(mt, fabs((double)lx[i] - ly[i]));
+        ref = fmax(ref, fabs((double)ly[i]));
+    }
+    print_message("tiered: logits after reusing A vs a fresh context: %.3g of %.3g\n", mt, ref);
+    assert_true(mt <= 0.05 * ref);
+    rvl_ctx_close(x);
+    rvl_ctx_close(y);
+    rvl_model_close(m);
+}
+
+static void test_ctx_open_checks_kv_options(void **state)
+{
+    (void)state;
+    rvl_model *m = NULL;
+    if (rvl_model_open(&m, LLAMA) < 0)
+        fail_msg("%s: %s", LLAMA, rvl_errmsg());
+    rvl_ctx *c = NULL;
+    rvl_ctx_params cp = {.n_ctx = 64, .n_threads = 1, .kv_type = RVL_KV_TIERED, .kv_cold = RVL_KV_Q8};
+    assert_int_equal(rvl_ctx_open(&c, m, &cp), RVL_EINVAL);
+    assert_non_null(strstr(rvl_errmsg(), "cold KV tier is q4 or tq4"));
+    cp = (rvl_ctx_params){.n_ctx = 64, .n_threads = 1, .kv_split = true,
+                          .kv_type_k = RVL_KV_TQ3, .kv_type_v = (rvl_kv_type)9};
+    assert_int_equal(rvl_ctx_open(&c, m, &cp), RVL_EINVAL);
+    /* tiered keys and q4 values: tier 0 f16, then q8/q4, then tq4/q4 */
+    cp = (rvl_ctx_params){.n_ctx = 64, .n_threads = 1, .kv_split = true,
+                          .kv_type_k = RVL_KV_TIERED, .kv_type_v = RVL_KV_Q4};
+    assert_int_equal(rvl_ctx_open(&c, m, &cp), 0);
+    const rvl_hparams *hp = rvl_model_hparams(m);
+    const double per = (double)hp->n_layer * hp->n_head_kv;
+    const int hd = (int)hp->head_dim;
+    assert_true(fabs(rvl_ctx_kv_token_bytes(c, 0) - per * 4 * hd) < 1e-9);
+    assert_true(fabs(rvl_ctx_kv_token_bytes(c, 2) - per * (rvl_kvq_token_bytes(RVL_KVQ_TQ4, 0, hd) +
+                                                            rvl_kvq_token_bytes(RVL_KVQ_Q4, 1, hd))) < 1e-9);
+    rvl_ctx_close(c);
+    rvl_model_close(m);
+}
+
+int main(void)
+{
+    make_data();
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_kvcache_attention_matches_reference_for_every_format),
+        cmocka_unit_test(test_kvcache_pages_age_through_tiers),
+        cmocka_unit_test(test_kvcache_truncate_into_quantized_page_decodes_it),
+        cmocka_unit_test(test_kvcache_shift_rotates_kept_keys),
+        cmocka_unit_test(test_kvcache_refuses_bad_formats),
+        cmocka_unit_test(test_kvcache_sink_page_stays_f16),
+        cmocka_unit_test(test_kvcache_sliding_window_attends_last_w_keys),
+        cmocka_unit_test(test_context_shift_matches_fresh_context),
+        cmocka_unit_test(test_ctx_open_checks_kv_options),
+        cmocka_unit_test(test_prefix_reuse_after_reset_matches_fresh),
+    };
+    return cmocka_run_group_tests_name("paged KV cache", tests, NULL, NULL);
+}
