@@ -251,9 +251,9 @@ static double peak_of(const kout *o, const char *isa)
 
 static void md_sep(void)
 {
-    printf("| %-10s | %-7s | %-6s | %-18s | %-14s | %7s | %10s | %9s | %9s | %-10s |\n", "op", "type", "isa",
-           "shape", "source", "threads", "ms", "GB/s", "GFLOP/s", "roofline");
-    printf("| ---------- | ------- | ------ | ------------------ | -------------- | ------: | ---------: | --------: | --------: | ---------- |\n");
+    printf("| %-10s | %-7s | %-6s | %-18s | %-14s | %7s | %10s | %9s | %9s | %-10s | %9s |\n", "op", "type", "isa",
+           "shape", "source", "threads", "ms", "GB/s", "GFLOP/s", "roofline", "read GB/s");
+    printf("| ---------- | ------- | ------ | ------------------ | -------------- | ------: | ---------: | --------: | --------: | ---------- | --------: |\n");
 }
 
 /* --- side by side (markdown, several variants) ---------------------- */
@@ -356,10 +356,10 @@ static void print_machine_row(kout *o, const char *op, const char *type, const c
             snprintf(g, sizeof g, "%.2f", gbs);
         if (gflops > 0)
             snprintf(f, sizeof f, "%.1f", gflops);
-        printf("| %-10s | %-7s | %-6s | %-18s | %-14s | %7d | %10s | %9s | %9s | %-10s |\n", op, type, isa, shape,
-               "machine", threads, "", g, f, "");
+        printf("| %-10s | %-7s | %-6s | %-18s | %-14s | %7d | %10s | %9s | %9s | %-10s | %9s |\n", op, type, isa,
+               shape, "machine", threads, "", g, f, "", "");
     } else if (o->fmt == OUT_CSV) {
-        printf("%s,%s,%s,%s,machine,%d,,%.4f,%.4f,,\n", op, type, isa, shape, threads, gbs, gflops);
+        printf("%s,%s,%s,%s,machine,%d,,%.4f,%.4f,,,\n", op, type, isa, shape, threads, gbs, gflops);
     }
     fflush(stdout);
 }
@@ -369,25 +369,32 @@ static void print_kernel_row(kout *o, const kcase *k, const rvl_bench_kresult *r
     const double t = r->median_s;
     const double gbs = t > 0 ? r->bytes / t / 1e9 : 0;
     const double gflops = t > 0 && r->flops > 0 ? r->flops / t / 1e9 : 0;
-    /* GEMM is compute-bound: against the FMA peak; the rest: memory */
+    /* GEMM is compute-bound: against the FMA peak; the rest: memory,
+     * the read bandwidth measured alternately with the kernel's own
+     * repetitions where bench has it (GEMV, dequantize), else the best
+     * of the STREAM numbers measured at the start */
     const bool vs_peak = k->c.op == RVL_BENCH_GEMM;
     const double peak = vs_peak ? peak_of(o, r->impl) : 0;
-    const double frac = vs_peak ? (peak > 0 ? gflops / peak : 0) : (o->bw_gbs > 0 ? gbs / o->bw_gbs : 0);
+    const double frac_stream = o->bw_gbs > 0 ? gbs / o->bw_gbs : 0;
+    const bool interleaved = !vs_peak && r->read_gbs > 0;
+    const double frac = vs_peak ? (peak > 0 ? gflops / peak : 0) : interleaved ? gbs / r->read_gbs : frac_stream;
     const char *op = rvl_bench_op_name(k->c.op);
 
     if (o->fmt == OUT_MD && o->side) {
         side_add(o, k, r->impl, vs_peak ? gflops : gbs, frac);
     } else if (o->fmt == OUT_MD) {
-        char f[32] = "", roof[32] = "";
+        char f[32] = "", roof[32] = "", rd[32] = "";
         if (gflops > 0)
             snprintf(f, sizeof f, "%.1f", gflops);
         if (frac > 0)
             snprintf(roof, sizeof roof, "%.0f%% %s", frac * 100, vs_peak ? "peak" : "bw");
-        printf("| %-10s | %-7s | %-6s | %-18s | %-14s | %7d | %10.3f | %9.2f | %9s | %-10s |\n", op,
-               k->type_name, r->impl, k->shape, k->source, threads, t * 1e3, gbs, f, roof);
+        if (interleaved)
+            snprintf(rd, sizeof rd, "%.2f", r->read_gbs);
+        printf("| %-10s | %-7s | %-6s | %-18s | %-14s | %7d | %10.3f | %9.2f | %9s | %-10s | %9s |\n", op,
+               k->type_name, r->impl, k->shape, k->source, threads, t * 1e3, gbs, f, roof, rd);
     } else if (o->fmt == OUT_CSV) {
-        printf("%s,%s,%s,%s,%s,%d,%.6f,%.4f,%.4f,%.4f,%s\n", op, k->type_name, r->impl, k->shape, k->source,
-               threads, t * 1e3, gbs, gflops, frac, vs_peak ? "peak" : "bw");
+        printf("%s,%s,%s,%s,%s,%d,%.6f,%.4f,%.4f,%.4f,%s,%.4f\n", op, k->type_name, r->impl, k->shape,
+               k->source, threads, t * 1e3, gbs, gflops, frac, vs_peak ? "peak" : "bw", r->read_gbs);
     } else {
         rvl_jw *w = &o->jw;
         rvl_jw_obj(w);
@@ -409,6 +416,13 @@ static void print_kernel_row(kout *o, const kcase *k, const rvl_bench_kresult *r
         rvl_jw_key(w, "gflops"); rvl_jw_f64(w, gflops);
         rvl_jw_key(w, "roofline"); rvl_jw_str(w, vs_peak ? "peak" : "bw");
         rvl_jw_key(w, "roofline_fraction"); rvl_jw_f64(w, frac);
+        /* where the bandwidth roofline came from: "read" interleaved with
+         * the repetitions, or "stream" (memory.bw_gbs); "peak" for GEMM */
+        rvl_jw_key(w, "roofline_source"); rvl_jw_str(w, vs_peak ? "peak" : interleaved ? "read" : "stream");
+        rvl_jw_key(w, "read_gbs"); rvl_jw_f64(w, r->read_gbs);
+        rvl_jw_key(w, "read_min_gbs"); rvl_jw_f64(w, r->read_min_gbs);
+        rvl_jw_key(w, "read_max_gbs"); rvl_jw_f64(w, r->read_max_gbs);
+        rvl_jw_key(w, "roofline_fraction_stream"); rvl_jw_f64(w, vs_peak ? 0 : frac_stream);
         rvl_jw_obj_end(w);
     }
     fflush(stdout);
@@ -599,7 +613,7 @@ static int bench_kernels(const char *name)
     } else if (o.fmt == OUT_MD) {
         md_sep();
     } else if (o.fmt == OUT_CSV) {
-        printf("op,type,isa,shape,source,threads,median_ms,gbs,gflops,roofline_fraction,roofline\n");
+        printf("op,type,isa,shape,source,threads,median_ms,gbs,gflops,roofline_fraction,roofline,read_gbs\n");
     } else {
         rvl_jw *w = &o.jw;
         rvl_jw_init(w, stdout, true);
@@ -1102,12 +1116,19 @@ rvl_cmd cmd_bench_desc = {
         "reference loops, shown as isa 'ref', until kernels/ has variants of them). Each row "
         "gives the median time, GB/s (bytes of weights, activations and outputs per "
         "operation), GFLOP/s (2*m*n*k for matrix products) and the roofline: GEMM against the "
-        "peak FLOP/s of its ISA, everything else against the memory bandwidth. Both are "
-        "measured first, on the same threads: bandwidth is the best of STREAM-style copy, "
-        "triad and a read-only sum over arrays of half the working set (--mem-size; by default "
-        "twice the last-level cache, so the cache cannot serve them); the peak is the best "
-        "rate of twelve independent FMA chains that never leave the registers (for ref, what "
-        "the compiler makes of scalar C). The integer dot products of quantized formats are "
+        "peak FLOP/s of its ISA, everything else against the memory bandwidth. The machine "
+        "is measured first, on the same threads, and printed as the copy, triad and read rows: "
+        "STREAM-style copy, triad and a read-only sum over arrays of half the working set "
+        "(--mem-size; by default twice the last-level cache, so the cache cannot serve them), "
+        "and the peak, the best rate of twelve independent FMA chains that never leave the "
+        "registers (for ref, what the compiler makes of scalar C). GEMV and dequantize are "
+        "not compared with those start-up numbers, which drift on a shared machine: each of "
+        "their timed repetitions is paired with a read-only pass over as many bytes of the "
+        "working set, as cold as the weights were, on the same threads in the same chunks "
+        "(after the kernel in even repetitions, before it in odd ones), and their roofline "
+        "fraction is the median kernel GB/s over the median of those reads (the last column, "
+        "read GB/s); the other operations are compared with the best of copy, triad and read. "
+        "The integer dot products of quantized formats are "
         "not FP32 FMAs, so their peak fraction is a guide, not a bound. Weights are cycled "
         "through the working set so that every GEMV reads its matrix from memory; activations "
         "are quantized to the format's activation type before timing. --isa compares kernel "

@@ -192,7 +192,7 @@ typedef float (*rvl_vec_dot_fn)(int64_t n, const void *w, const void *a);
  * order, RVL_GEMM_ROWS at a time: each call prefetches the next group. */
 typedef void (*rvl_gemm_fn)(int64_t n, const void *w, size_t w_stride, int nr, const void *act,
                             size_t act_stride, int nt, float *y, size_t y_stride);
-#define RVL_GEMM_ROWS 4
+#define RVL_GEMM_ROWS 8
 
 enum {
     RVL_KF_QUANTIZED = 1 << 0,   /* block-quantized (not a plain element type) */

@@ -385,6 +385,67 @@ int rvl_bench_mem(rvl_bench *b, int reps, rvl_bench_membw *out)
     return rc;
 }
 
+/* One read-only pass over a caller's buffer on the pool's threads (the
+ * read test of rvl_bench_mem), split as the GEMV splits its rows: chunks
+ * of the same size taken from a shared counter, so that a thread
+ * preempted on a busy machine costs the pass what it costs the kernel
+ * (with finer chunks the pass would get round a preemption that stalls
+ * the kernel, and the other way round). */
+typedef struct {
+    const uint64_t *u;        /* 64-byte aligned */
+    uint64_t n;               /* 8-byte words */
+    uint64_t per;             /* words per chunk */
+    bool wide;
+    atomic_uint_fast64_t next;
+    uint64_t sink[256];
+} read_job;
+
+static void read_run(void *arg, int ith, int nth)
+{
+    read_job *j = arg;
+    const uint64_t per = j->per, n_chunks = (j->n + per - 1) / per;
+    uint64_t s = 0;
+    (void)nth;
+    for (;;) {
+        const uint64_t ci = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed);
+        if (ci >= n_chunks)
+            break;
+        const uint64_t i0 = ci * per, i1 = i0 + per < j->n ? i0 + per : j->n;
+#ifdef BENCH_X86
+        if (j->wide) {
+            s += read_sum_avx2(j->u, i0, i1);
+            continue;
+        }
+#endif
+#ifdef BENCH_ARM
+        s += read_sum_neon(j->u, i0, i1);
+        continue;
+#endif
+        s += read_sum_scalar(j->u, i0, i1);
+    }
+    j->sink[ith & 255] = s;
+}
+
+/* The 8-byte words of bytes at p, from the first 64-byte boundary at or
+ * before p (the ring's buffer is 64-byte aligned, so that stays inside
+ * it), in chunks of about chunk_bytes. Returns the seconds taken. */
+static double read_pass(rvl_bench *b, const char *p, uint64_t bytes, uint64_t chunk_bytes)
+{
+    read_job j;
+    const uintptr_t mis = (uintptr_t)p & 63;
+    memset(&j, 0, sizeof j);
+    j.u = (const uint64_t *)(const void *)(p - mis);
+    j.n = (bytes + mis) / sizeof(uint64_t);
+    j.per = chunk_bytes / sizeof(uint64_t);
+    if (j.per < 64) /* whole 512-byte steps of read_sum_avx2's loop, at least */
+        j.per = 64;
+    j.wide = (rvl_dispatch_cpu() & RVL_KCPU_AVX2) != 0;
+    atomic_init(&j.next, 0);
+    const double t0 = rvl_bench_now();
+    rvl_pool_run(b->pool, read_run, &j);
+    return rvl_bench_now() - t0;
+}
+
 /* --- peak FLOP/s: independent FMA chains that never leave registers --- */
 
 #define PEAK_ITERS 4000000ull
@@ -806,7 +867,7 @@ int rvl_bench_kernel(rvl_bench *b, const rvl_bench_kcase *c, rvl_bench_kresult *
     int isa = elementwise ? RVL_ISA_REF : isa_id(c->isa);
     kjob j;
     void *act = NULL, *inbuf = NULL, *outbuf = NULL, *aux = NULL;
-    double times[256];
+    double times[256], rtimes[256]; /* kernel seconds, interleaved read GB/s */
     int rc = 0, reps = c->reps < 1 ? 1 : c->reps > 255 ? 255 : c->reps;
 
     memset(r, 0, sizeof *r);
@@ -940,11 +1001,31 @@ int rvl_bench_kernel(rvl_bench *b, const rvl_bench_kcase *c, rvl_bench_kresult *
         break;
     }
 
+    /* memory-bound kernels over the ring: each repetition is followed by
+     * a read pass over the next bytes of the ring, as cold as the ones
+     * the kernel read, so that the roofline is measured in the same
+     * window as the kernel (a shared machine's bandwidth drifts between
+     * a measurement at start-up and the kernels) */
+    const bool interleave = c->op == RVL_BENCH_GEMV || c->op == RVL_BENCH_DEQUANTIZE;
+    /* the kernel's split: GEMV chunks of j.chunk rows, dequantize one
+     * static share per thread */
+    const uint64_t read_chunk = c->op == RVL_BENCH_GEMV
+                                    ? j.chunk * j.row_bytes
+                                    : (mat_bytes + (uint64_t)rvl_pool_size(b->pool) - 1) /
+                                          (uint64_t)rvl_pool_size(b->pool);
+    /* the read pass goes after the kernel in even repetitions, before it
+     * in odd ones: each takes its turn at every position of the ring
+     * and in the order (a memory whose speed varies by region or after
+     * the other operation would otherwise favour one of them) */
     for (int rep = -1; rep < reps; rep++) { /* rep -1: warm-up */
         if (rvl_interrupted()) {
             rc = rvl_seterr(RVL_EINTR, "interrupted");
             goto out;
         }
+        double tr = 0;
+        if (interleave && (rep & 1))
+            for (uint64_t i = 0; i < inner; i++)
+                tr += read_pass(b, ring_next(b, mat_bytes), mat_bytes, read_chunk);
         double t0 = rvl_bench_now();
         for (uint64_t i = 0; i < inner; i++) {
             if (c->op == RVL_BENCH_GEMV || c->op == RVL_BENCH_GEMM || c->op == RVL_BENCH_DEQUANTIZE)
@@ -955,12 +1036,23 @@ int rvl_bench_kernel(rvl_bench *b, const rvl_bench_kcase *c, rvl_bench_kresult *
         double t = (rvl_bench_now() - t0) / (double)inner;
         if (rep >= 0)
             times[rep] = t;
+        if (interleave && !(rep & 1))
+            for (uint64_t i = 0; i < inner; i++)
+                tr += read_pass(b, ring_next(b, mat_bytes), mat_bytes, read_chunk);
+        if (interleave && rep >= 0)
+            rtimes[rep] = tr > 0 ? (double)mat_bytes * (double)inner / tr / 1e9 : 0;
     }
     rvl_bench_stat st;
     rvl_bench_stats(times, reps, &st);
     r->median_s = st.median;
     r->min_s = st.min;
     r->max_s = st.max;
+    if (interleave) {
+        rvl_bench_stats(rtimes, reps, &st);
+        r->read_gbs = st.median;
+        r->read_min_gbs = st.min;
+        r->read_max_gbs = st.max;
+    }
 out:
     free(act);
     free(inbuf);

@@ -1005,11 +1005,22 @@ typedef struct {
     double bytes;                            /* bytes read + written per operation */
     double flops;                            /* 2*m*n*k for GEMV/GEMM; 0 for (de)quantize */
     const char *impl;                        /* variant that ran ("avx512", "ref") */
+    /* GEMV, dequantize: the read bandwidth measured in the same window,
+     * one read-only pass over the next cold bytes of the ring (as many as
+     * the repetition's weights) paired with each kernel repetition (after
+     * it in even repetitions, before it in odd ones), on the same threads
+     * in the same chunks; GB/s, median, min and max over the repetitions.
+     * 0 for the other operations (their roofline is the peak or
+     * rvl_bench_mem's). */
+    double read_gbs, read_min_gbs, read_max_gbs;
 } rvl_bench_kresult;
 /* GEMV: y = W x with vec_dot over each row (x quantized to the format's
  * activation type beforehand, not timed). GEMM: the same for m rows of x,
  * each weight row reused m times. Weights come from the working set's
- * ring, filled with rows quantized by the format's own quantizer. */
+ * ring, filled with rows quantized by the format's own quantizer. GEMV
+ * and dequantize alternate each timed repetition with a read-bandwidth
+ * one (read_gbs above), so that a machine whose bandwidth drifts (other
+ * tenants, other jobs) is compared with itself at the same moment. */
 int rvl_bench_kernel(rvl_bench *b, const rvl_bench_kcase *c, rvl_bench_kresult *r);
 
 /* Model speed: decode n random token ids in [0, n_vocab) from an empty

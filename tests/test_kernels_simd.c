@@ -337,7 +337,7 @@ static void test_every_variant_dot_product_matches_ref(void **state)
  * (so matmul output does not depend on how threads group rows)
  * ====================================================================== */
 
-#define GEMM_ROWS 6   /* more than RVL_GEMM_ROWS: the kernel loops groups */
+#define GEMM_ROWS 10  /* more than RVL_GEMM_ROWS: the kernel loops groups */
 #define GEMM_TOKENS 32
 
 static void check_gemm_format(const rvl_kformat *fx, const rvl_kformat *fr, const char *isa,

@@ -79,7 +79,9 @@ out_has "% peak"
 out_lacks "Q8_0"
 assert "one table row per line: 4 machine + 8 kernel rows + header" "[ \$(grep -c '^| ' '$OUT') = 14 ]"
 
-# a kernel row: 10 columns, a positive time
+# a kernel row: 11 columns, a positive time; gemv the read bandwidth of its window
+assert "gemv rows have the read GB/s of their window" \
+    "awk -F'|' '/\\| gemv /{ n++; if (\$12 + 0 <= 0) bad = 1 } END { exit !(n == 3 && !bad) }' '$OUT'"
 assert "gemv rows have a time and GB/s" \
     "awk -F'|' '/\\| gemv /{ n++; if (\$8 + 0 <= 0 || \$9 + 0 <= 0) bad = 1 } END { exit !(n == 3 && !bad) }' '$OUT'"
 
@@ -125,16 +127,22 @@ run 0 ruvllm bench kernels --json --filter 'gemv Q4_K .* 4096x4096 ' $SMALL
 for k in '"threads"' '"isa_selected"' '"llc_bytes"' '"working_set_bytes"' '"memory"' '"copy_gbs"' \
     '"triad_gbs"' '"read_gbs"' '"bw_gbs"' '"peak_gflops"' '"results"' '"op": "gemv"' '"type": "Q4_K"' \
     '"n": 4096' '"k": 4096' '"m": 1' '"median_ms"' '"gbs"' '"gflops"' '"roofline": "bw"' \
-    '"roofline_fraction"'; do
+    '"roofline_fraction"' '"roofline_source": "read"' '"read_min_gbs"' '"read_max_gbs"' \
+    '"roofline_fraction_stream"'; do
     out_has "$k"
 done
 assert "--json output ends with a closing brace" "[ \"\$(tail -n 1 '$OUT')\" = '}' ]"
+# the GEMV's roofline is the read bandwidth measured between its own
+# repetitions: a positive read_gbs, and the fraction is gbs over it
+assert "--json: gemv roofline_fraction = gbs / read_gbs, read measured" \
+    "awk -F'[:,]' '/\"gbs\"/{ g = \$2 } /\"roofline_fraction\"/{ f = \$2 } /\"read_gbs\"/{ r = \$2 } END { exit !(r > 0 && g > 0 && (f - g / r) < 1e-3 && (g / r - f) < 1e-3) }' '$OUT'"
+
 run 0 ruvllm bench kernels -o json --filter 'gemv Q4_K .* 4096x4096 ' $SMALL
 out_has '"results"'
 
 # -o csv: a header and one line per row
 run 0 ruvllm bench kernels -o csv --filter 'gemv Q4_K .* 4096x4096 ' $SMALL
-assert "csv header" "[ \"\$(head -n 1 '$OUT')\" = 'op,type,isa,shape,source,threads,median_ms,gbs,gflops,roofline_fraction,roofline' ]"
+assert "csv header" "[ \"\$(head -n 1 '$OUT')\" = 'op,type,isa,shape,source,threads,median_ms,gbs,gflops,roofline_fraction,roofline,read_gbs' ]"
 out_has "gemv,Q4_K,"
 assert "csv: 3 machine rows + 1 kernel row + header" "[ \$(wc -l <'$OUT') = 5 ]"
 
