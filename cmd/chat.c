@@ -34,7 +34,7 @@
  * ==================================================================== */
 
 static const char *opt_model, *opt_system, *opt_session, *opt_chat_template, *opt_render,
-                  *opt_seed;
+                  *opt_seed, *opt_backend;
 static cli_kv_opts opt_kv;
 static bool opt_shift;
 static long long opt_keep = 0;
@@ -55,6 +55,7 @@ static rvl_opt opts[] = {
     {OPT_INT, 'n', "max-tokens", "N", "generate at most N tokens per reply (-1: until the end of the turn)", "-1", &opt_n, -1, 1e9, NULL, COMPL_NONE},
     {OPT_INT, 'c', "ctx-size", "N", "context size in tokens (0: min(4096, the model's))", "0", &opt_ctx, 0, 1048576, NULL, COMPL_NONE},
     {OPT_INT, 't', "threads", "N", "threads (0: one per CPU)", "0", &opt_threads, 0, 256, NULL, COMPL_NONE},
+    OPT_BACKEND(opt_backend),
     OPT_SAMPLING(opt_temp, opt_top_k, opt_top_p, opt_min_p, opt_rep, opt_last_n, opt_freq, opt_pres),
     {OPT_STRING, 's', "seed", "N", "random seed: the same seed gives the same replies (default: random)", NULL, &opt_seed, 0, 0, NULL, COMPL_NONE},
     OPT_KV(opt_kv),
@@ -1032,6 +1033,7 @@ static cmd_status cmd_stats(const char *arg)
     fprintf(info, "KV cache   %.2f MiB used of %.2f MiB (%s, %zu bytes per token)\n",
             (double)pos * per / 1048576.0, (double)n_ctx * per / 1048576.0,
             cli_kv_describe(&opt_kv), per);
+    fprintf(info, "backend    %s (device %s)\n", rvl_ctx_backend(ctx), rvl_ctx_device(ctx));
     if (last.valid) {
         size_t np = last.n_prompt - last.n_reused;
         fprintf(info, "last turn  prompt %zu tokens (%zu reused from the cache, %zu decoded in "
@@ -1263,11 +1265,17 @@ static int chat_main(rvl_cmd *cmd, int argc, char **argv)
     if ((rc = rvl_model_open(&model, model_path)) < 0)
         return cli_fail(CMD, rc);
     tok = rvl_model_tokenizer(model);
-    rvl_ctx_params cp = {.n_ctx = (uint32_t)opt_ctx, .n_threads = (uint32_t)opt_threads};
+    rvl_ctx_params cp = {.n_ctx = (uint32_t)opt_ctx, .n_threads = (uint32_t)opt_threads,
+                         .backend = opt_backend};
     cli_kv_params(&opt_kv, &cp);
     if ((rc = rvl_ctx_open(&ctx, model, &cp)) == 0 &&
         (status = cli_lora_attach(CMD, &opt_lora, model, ctx, &lora)) != 0)
         goto out;
+    if (rc == 0 && ((rc = cli_backend_refuse(ctx, opt_session ? "--session" : NULL)) < 0 ||
+                    (rc = cli_backend_refuse(ctx, opt_shift ? "--context-shift" : NULL)) < 0)) {
+        status = cli_fail(CMD, rc);
+        goto out;
+    }
     if (rc < 0 ||
         (rc = rvl_chat_open_model(&tmpl, rvl_model_file(model), tok, opt_chat_template, &w)) < 0) {
         if (w) {
@@ -1404,6 +1412,10 @@ rvl_cmd cmd_chat_desc = {
         "Lines starting with / are commands: /help, /reset, /system TEXT, /save FILE, /load "
         "FILE, /undo, /retry, /stats, /set NAME VALUE, /exit (see CHAT COMMANDS). //TEXT "
         "sends a message that starts with /.\n"
+        "\n"
+        "--backend metal runs the model on an Apple GPU (builds made with make METAL=1 on "
+        "macOS; other builds refuse it); there --session, /save, /load, --context-shift, "
+        "--lora and the quantized --kv-type values are refused.\n"
         "\n"
         "When standard input is not a terminal, each line (each NUL-terminated record with "
         "-0) is one user message or command and each reply is printed followed by a blank "

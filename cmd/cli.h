@@ -130,6 +130,14 @@ void cli_kv_params(const cli_kv_opts *kv, rvl_ctx_params *cp);
  * options chose, for logs. Static buffer. */
 const char *cli_kv_describe(const cli_kv_opts *kv);
 
+/* --backend NAME (run and chat): rvl_ctx_params.backend (lib/backend.h).
+ * cli_backend_refuse: RVL_EUNSUPPORTED naming `option` when it is given
+ * (non-NULL) and c runs on another backend than the CPU, whose cache only
+ * it needs (session files, context shift); else 0. */
+#define OPT_BACKEND(name) \
+    {OPT_CHOICE, 0, "backend", "NAME", "compute backend: cpu, or metal (Apple GPUs; builds made with make METAL=1 on macOS)", "cpu", &(name), 0, 0, "cpu|metal", COMPL_NONE}
+int cli_backend_refuse(const rvl_ctx *c, const char *option);
+
 /* --context-shift and --keep N (run and chat). */
 #define OPT_CONTEXT_SHIFT(shift, keep) \
     {OPT_FLAG, 0, "context-shift", NULL, "when the context fills, drop the oldest half of the tokens after the first --keep and continue (instead of stopping)", NULL, &(shift), 0, 0, NULL, COMPL_NONE}, \

@@ -1,11 +1,13 @@
 /*
  * gen.c - one reply's generation loop (see gen.h).
  */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include "gen.h"
+#include "model.h" /* rvl_ctx_model */
 
 int gen_buf_add(gen_buf *b, const char *s, size_t n)
 {
@@ -122,6 +124,27 @@ int gen_reply(const gen_params *p, const float *logits, gen_result *r)
         free(piece);
         return rvl_seterr(RVL_ENOMEM, "out of memory");
     }
+    /* --ignore-eos: the logits with every end-of-generation token at -inf */
+    float *masked = NULL;
+    int32_t *eog = NULL;
+    size_t n_eog = 0;
+    const uint32_t n_vocab = rvl_model_hparams(rvl_ctx_model(p->ctx))->n_vocab;
+    if (p->ignore_eos) {
+        const int32_t nt = rvl_tok_n_vocab(p->tok);
+        masked = malloc((size_t)n_vocab * sizeof *masked);
+        eog = malloc(((size_t)(nt > 0 ? nt : 0) + 1) * sizeof *eog);
+        if (!masked || !eog) {
+            free(masked);
+            free(eog);
+            free(piece);
+            free(r->ids);
+            r->ids = NULL;
+            return rvl_seterr(RVL_ENOMEM, "out of memory");
+        }
+        for (int32_t i = 0; i < nt && (uint32_t)i < n_vocab; i++)
+            if (rvl_tok_is_eog(p->tok, i))
+                eog[n_eog++] = i;
+    }
     rvl_detok dt;
     rvl_detok_init(&dt, p->tok, p->special);
     double t0 = gen_now_ms();
@@ -136,7 +159,12 @@ int gen_reply(const gen_params *p, const float *logits, gen_result *r)
             r->finish = GEN_LENGTH;
             break;
         }
-        int32_t id = rvl_sampler_sample(p->smp, logits);
+        if (masked) {
+            memcpy(masked, logits, (size_t)n_vocab * sizeof *masked);
+            for (size_t i = 0; i < n_eog; i++)
+                masked[eog[i]] = -INFINITY;
+        }
+        int32_t id = rvl_sampler_sample(p->smp, masked ? masked : logits);
         if (r->n_ids == 0)
             r->first_ms = gen_now_ms() - t0;
         rvl_sampler_accept(p->smp, id);
@@ -207,6 +235,8 @@ int gen_reply(const gen_params *p, const float *logits, gen_result *r)
     if (!r->text.p && gen_buf_add(&r->text, "", 0) < 0 && rc == 0)
         rc = rvl_seterr(RVL_ENOMEM, "out of memory");
     free(piece);
+    free(masked);
+    free(eog);
     gen_buf_free(&pend);
     return rc;
 }

@@ -37,6 +37,8 @@ typedef struct {
     const char *const *stop_strs;   /* texts that end the turn (NULL-terminated; may be NULL) */
     size_t max_tokens;              /* SIZE_MAX: until the turn ends or the context is full */
     bool special;                   /* render control tokens in the text */
+    bool ignore_eos;                /* never sample an end-of-generation token (llama.cpp's
+                                       --ignore-eos: their logits become -inf) */
     /* streamed text; a negative return stops generation with that code */
     int (*emit)(void *ud, const char *s, size_t n);
     void *ud;

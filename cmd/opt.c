@@ -505,6 +505,14 @@ void cli_kv_params(const cli_kv_opts *kv, rvl_ctx_params *cp)
     cp->kv_cold = kv->cold && strcmp(kv->cold, "q4") == 0 ? RVL_KV_Q4 : RVL_KV_TQ4;
 }
 
+int cli_backend_refuse(const rvl_ctx *c, const char *option)
+{
+    if (!option || strcmp(rvl_ctx_backend(c), "cpu") == 0)
+        return 0;
+    return rvl_seterr(RVL_EUNSUPPORTED, "%s is not supported by the %s backend (cpu only)", option,
+                      rvl_ctx_backend(c));
+}
+
 const char *cli_kv_describe(const cli_kv_opts *kv)
 {
     static char buf[160];

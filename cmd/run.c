@@ -12,14 +12,13 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "backend.h"
 #include "cli.h"
 #include "gen.h"
 
 static const char *opt_model, *opt_file, *opt_sampling_seed, *opt_system, *opt_chat_template,
                   *opt_prompt_cache, *opt_rope_scaling, *opt_backend;
 static cli_kv_opts opt_kv;
-static bool opt_shift;
+static bool opt_shift, opt_ignore_eos;
 static long long opt_keep = 0;
 static double opt_rope_scale = 0, opt_rope_base = 0;
 static long long opt_yarn_orig = 0;
@@ -35,10 +34,11 @@ static rvl_opt opts[] = {
     {OPT_INT, 'n', "max-tokens", "N", "generate at most N tokens (-1: until end of generation or a full context)", "-1", &opt_n, -1, 1e9, NULL, COMPL_NONE},
     {OPT_INT, 'c', "ctx-size", "N", "context size in tokens (0: min(4096, the model's))", "0", &opt_ctx, 0, 1048576, NULL, COMPL_NONE},
     {OPT_INT, 't', "threads", "N", "threads (0: one per CPU)", "0", &opt_threads, 0, 256, NULL, COMPL_NONE},
-    {OPT_CHOICE, 0, "backend", "NAME", "compute backend: cpu, or metal (Apple GPUs; builds made with make METAL=1 on macOS)", "cpu", &opt_backend, 0, 0, "cpu|metal", COMPL_NONE},
+    OPT_BACKEND(opt_backend),
     OPT_SAMPLING(opt_temp, opt_top_k, opt_top_p, opt_min_p, opt_rep, opt_last_n, opt_freq, opt_pres),
     {OPT_STRING, 's', "seed", "N", "random seed for reproducible sampling (default: random)", NULL, &opt_sampling_seed, 0, 0, NULL, COMPL_NONE},
     {OPT_LIST, 0, "stop", "STR", "stop when STR is generated (repeatable; STR is not printed)", NULL, &opt_stop, 0, 0, NULL, COMPL_NONE},
+    {OPT_FLAG, 0, "ignore-eos", NULL, "never end at an end-of-generation token (its probability becomes 0; as llama.cpp's --ignore-eos)", NULL, &opt_ignore_eos, 0, 0, NULL, COMPL_NONE},
     {OPT_FLAG, 0, "chat", NULL, "wrap the prompt as one user turn in the model's chat template, with the generation prompt", NULL, &opt_chat, 0, 0, NULL, COMPL_NONE},
     {OPT_STRING, 0, "system", "TEXT", "with --chat: a system message before the user turn", NULL, &opt_system, 0, 0, NULL, COMPL_NONE},
     {OPT_STRING, 0, "chat-template", "NAME|FILE", "with --chat: a built-in template (chatml, llama2, llama3, mistral-v1, gemma, phi3, zephyr, ...) or a Jinja template file instead of the model's", NULL, &opt_chat_template, 0, 0, NULL, COMPL_FILE},
@@ -288,17 +288,6 @@ static int run_main(rvl_cmd *cmd, int argc, char **argv)
         status = do_tokenize(name, path, &prompt);
         goto out;
     }
-    if (opt_backend && strcmp(opt_backend, "cpu") != 0) {
-        /* the generation loop drives rvl_ctx (lib/forward.c); the Metal
-         * backend (lib/backend.h) is not wired into it yet */
-        if (!rvl_backend_find(opt_backend))
-            status = cli_fail(name, RVL_EUNSUPPORTED);
-        else
-            status = cli_fail(name, rvl_seterr(RVL_EUNSUPPORTED, "--backend %s: generation does "
-                                               "not run on this backend yet", opt_backend));
-        goto out;
-    }
-
     double t0 = gen_now_ms();
     if ((rc = rvl_model_open(&m, path)) < 0) {
         status = cli_fail(name, rc);
@@ -308,9 +297,16 @@ static int run_main(rvl_cmd *cmd, int argc, char **argv)
     const rvl_tokenizer *tok = rvl_model_tokenizer(m);
     rvl_ctx_params cp = {.n_ctx = (uint32_t)opt_ctx, .n_threads = (uint32_t)opt_threads,
                          .rope_scaling = opt_rope_scaling, .rope_factor = (float)opt_rope_scale,
-                         .rope_base = (float)opt_rope_base, .rope_orig_ctx = (uint32_t)opt_yarn_orig};
+                         .rope_base = (float)opt_rope_base, .rope_orig_ctx = (uint32_t)opt_yarn_orig,
+                         .backend = opt_backend};
     cli_kv_params(&opt_kv, &cp);
     if ((rc = rvl_ctx_open(&c, m, &cp)) < 0) {
+        status = cli_fail(name, rc);
+        goto out;
+    }
+    /* what only the CPU's cache does, refused before any work */
+    if ((rc = cli_backend_refuse(c, opt_prompt_cache ? "--prompt-cache" : NULL)) < 0 ||
+        (rc = cli_backend_refuse(c, opt_shift ? "--context-shift" : NULL)) < 0) {
         status = cli_fail(name, rc);
         goto out;
     }
@@ -352,9 +348,9 @@ static int run_main(rvl_cmd *cmd, int argc, char **argv)
     }
     if (opt_verbose)
         fprintf(stderr, "ruvllm run: %s: %s, %u layers, dim %u, %u heads (%u kv), vocab %u; "
-                        "context %u, prompt %zu tokens, seed %llu\n",
+                        "context %u, prompt %zu tokens, seed %llu; backend %s (%s)\n",
                 path, hp->arch, hp->n_layer, hp->n_embd, hp->n_head, hp->n_head_kv, hp->n_vocab,
-                n_ctx, n_prompt, (unsigned long long)sp.seed);
+                n_ctx, n_prompt, (unsigned long long)sp.seed, rvl_ctx_backend(c), rvl_ctx_device(c));
     if (opt_echo && out_write(prompt.p, prompt.n) < 0)
         goto pipe_err;
 
@@ -397,7 +393,8 @@ static int run_main(rvl_cmd *cmd, int argc, char **argv)
         gen_params gp = {
             .ctx = c, .smp = s, .tok = tok, .stop_tokens = chat ? rvl_chat_stops(chat) : NULL,
             .stop_strs = stops, .max_tokens = opt_n < 0 ? SIZE_MAX : (size_t)opt_n,
-            .special = opt_special, .emit = emit_stdout, .ud = &pipe_failed,
+            .special = opt_special, .ignore_eos = opt_ignore_eos, .emit = emit_stdout,
+            .ud = &pipe_failed,
             .context_shift = opt_shift,
             .shift_keep = opt_keep < 0 ? (uint32_t)n_prompt : (uint32_t)opt_keep,
         };
@@ -442,6 +439,10 @@ static int run_main(rvl_cmd *cmd, int argc, char **argv)
         rvl_jw_arr_end(&w);
         rvl_jw_key(&w, "finish_reason");
         rvl_jw_str(&w, finish);
+        rvl_jw_key(&w, "backend");
+        rvl_jw_str(&w, rvl_ctx_backend(c));
+        rvl_jw_key(&w, "device");
+        rvl_jw_str(&w, rvl_ctx_device(c));
         rvl_jw_key(&w, "timings");
         rvl_jw_obj(&w);
         rvl_jw_key(&w, "load_ms");
@@ -478,6 +479,8 @@ static int run_main(rvl_cmd *cmd, int argc, char **argv)
                 finish);
     if (opt_stats)
         fprintf(stderr, "ruvllm run: prompt tokens reused: %zu of %zu\n", n_reused, n_prompt);
+    if (opt_stats)
+        fprintf(stderr, "ruvllm run: backend %s, device %s\n", rvl_ctx_backend(c), rvl_ctx_device(c));
     goto out;
 
 pipe_err:
@@ -517,8 +520,12 @@ rvl_cmd cmd_run_desc = {
         "--temp 0 is greedy decoding; --seed makes sampling reproducible.\n"
         "\n"
         "With --json nothing is streamed; one JSON object is printed at the end with the keys "
-        "text, prompt_tokens, tokens, finish_reason (stop, length, context, interrupted) and "
-        "timings.",
+        "text, prompt_tokens, tokens, finish_reason (stop, length, context, interrupted), "
+        "backend and device (cpu, or metal and the GPU's name) and timings.\n"
+        "\n"
+        "--backend metal runs the model on an Apple GPU (builds made with make METAL=1 on "
+        "macOS; other builds refuse it). Its KV cache is f16 or f32; --lora, --prompt-cache, "
+        "--context-shift and the quantized --kv-type values are refused there.",
     .examples = "ruvllm run -n 32 \"The capital of France is\"\tcontinue a prompt\n"
                 "echo 'def fib(n):' | ruvllm run --temp 0 -n 64\tgreedy, prompt from stdin\n"
                 "ruvllm run --tokenize \"Hello world\"\tprint the prompt's token ids",

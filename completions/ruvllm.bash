@@ -49,7 +49,7 @@ _ruvllm() {
             --prompt-cache) COMPREPLY=($(compgen -f -- "$cur")); return ;;
         esac
         if [[ $cur == -* ]]; then
-            COMPREPLY=($(compgen -W "-m --model -f --file -n --max-tokens -c --ctx-size -t --threads --backend --temp --top-k --top-p --min-p --repeat-penalty --repeat-last-n --frequency-penalty --presence-penalty -s --seed --stop --chat --system --chat-template --kv-type --kv-type-k --kv-type-v --kv-hot --kv-warm --kv-cold --context-shift --keep --lora --rope-scaling --rope-scale --rope-freq-base --yarn-orig-ctx --prompt-cache -e --echo --special --no-bos --tokenize -j --json --stats -v --verbose -h --help " -- "$cur"))
+            COMPREPLY=($(compgen -W "-m --model -f --file -n --max-tokens -c --ctx-size -t --threads --backend --temp --top-k --top-p --min-p --repeat-penalty --repeat-last-n --frequency-penalty --presence-penalty -s --seed --stop --ignore-eos --chat --system --chat-template --kv-type --kv-type-k --kv-type-v --kv-hot --kv-warm --kv-cold --context-shift --keep --lora --rope-scaling --rope-scale --rope-freq-base --yarn-orig-ctx --prompt-cache -e --echo --special --no-bos --tokenize -j --json --stats -v --verbose -h --help " -- "$cur"))
             return
         fi
         ;;
@@ -63,6 +63,7 @@ _ruvllm() {
             -n|--max-tokens) return ;;
             -c|--ctx-size) return ;;
             -t|--threads) return ;;
+            --backend) COMPREPLY=($(compgen -W "cpu metal" -- "$cur")); return ;;
             --temp) return ;;
             --top-k) return ;;
             --top-p) return ;;
@@ -82,7 +83,7 @@ _ruvllm() {
             --lora) COMPREPLY=($(compgen -f -- "$cur")); return ;;
         esac
         if [[ $cur == -* ]]; then
-            COMPREPLY=($(compgen -W "-m --model --system --session --chat-template --render -n --max-tokens -c --ctx-size -t --threads --temp --top-k --top-p --min-p --repeat-penalty --repeat-last-n --frequency-penalty --presence-penalty -s --seed --kv-type --kv-type-k --kv-type-v --kv-hot --kv-warm --kv-cold --context-shift --keep --lora -0 --null -j --json -h --help " -- "$cur"))
+            COMPREPLY=($(compgen -W "-m --model --system --session --chat-template --render -n --max-tokens -c --ctx-size -t --threads --backend --temp --top-k --top-p --min-p --repeat-penalty --repeat-last-n --frequency-penalty --presence-penalty -s --seed --kv-type --kv-type-k --kv-type-v --kv-hot --kv-warm --kv-cold --context-shift --keep --lora -0 --null -j --json -h --help " -- "$cur"))
             return
         fi
         ;;

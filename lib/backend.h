@@ -104,8 +104,18 @@ typedef struct rvl_backend_ops {
 /* The backend called `name` ("cpu", "metal"), or NULL with the reason in
  * rvl_errmsg() (unknown name; "metal" in a build without Metal). */
 const rvl_backend_ops *rvl_backend_find(const char *name);
+/* The same, returning 0 or the error's code: RVL_EUNSUPPORTED for "metal"
+ * in a build without it, RVL_EINVAL for an unknown name (*out NULL). */
+int rvl_backend_get(const char *name, const rvl_backend_ops **out);
 /* Whether this build has the named backend (no error set). */
 int rvl_backend_available(const char *name);
+/* Make a backend that a program links itself findable by its name (then
+ * rvl_ctx_open with rvl_ctx_params.backend = that name runs on it): the
+ * emulator's test registers rvl_metal_backend_ops, which libruvllm links
+ * only in make METAL=1 builds. Call before opening contexts (not thread-
+ * safe); registering a name again replaces it. RVL_EINVAL for "cpu" or a
+ * table without the session level, RVL_ERANGE past 4 backends. */
+int rvl_backend_register(const rvl_backend_ops *ops);
 
 /* The Metal backend (metal/rvl_metal_backend.c): linked into ruvllm only
  * by `make METAL=1` on macOS, and into the emulator's test. */

@@ -13,6 +13,11 @@
  * over the f16/f32 pages (q rounded to f16 against f16 keys as llama.cpp
  * does; the probabilities stay f32, as in llama.cpp's flash-attention
  * path) and kernels/kvq.h's page readers over the quantized ones.
+ *
+ * A context opened with rvl_ctx_params.backend naming another backend
+ * (lib/backend.h: "metal") runs none of this: it holds a session of that
+ * backend and rvl_decode, the position, reset, truncate and prefix reuse
+ * delegate to it ("Other backends" below).
  */
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -22,6 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend.h"
 #include "dispatch.h"
 #include "f16.h"
 #include "kvcache.h"
@@ -55,7 +61,26 @@ struct rvl_ctx {
     unsigned char *actq;          /* (UBATCH, act_stride) activations for vec_dot */
     size_t act_stride;
     const rvl_lora *lora;         /* run-time LoRA adapters (borrowed), or NULL */
+    /* Another backend (rvl_ctx_params.backend, not "cpu"): the session
+     * `be` of `be_ops` runs the forward pass and holds the KV cache; none
+     * of the buffers above exist (pool, kv and the rest are NULL), and
+     * be_ids (n_ctx) records the token ids in its cache, for
+     * rvl_ctx_reuse. */
+    const rvl_backend_ops *be_ops;
+    rvl_backend *be;
+    int32_t *be_ids;
+    double be_token_bytes;        /* KV bytes per token (f16 or f32 rows) */
+    rvl_trace_fn trace;           /* rvl_ctx_set_trace: per-step hook, or NULL */
+    void *trace_ud;
 };
+
+/* The trace hook after a named step of forward_chunk: nb rows of n floats,
+ * stride floats apart (rvl_ctx_set_trace). */
+#define TRACE(name, l, p, stride, n)                                                      \
+    do {                                                                                 \
+        if (c->trace)                                                                    \
+            c->trace(c->trace_ud, name, (int)(l), pos0, nb, p, stride, n);               \
+    } while (0)
 
 /* ====================================================================
  * Matmul on the pool: y[t][r] = dot(W row r, act[t]) for every row r and
@@ -324,6 +349,7 @@ static void forward_chunk(rvl_ctx *c, const int32_t *tokens, uint32_t nb, uint32
         /* attention block */
         norm_rows(c, c->xb, xb_stride, c->x, dim, c->norm_w + (size_t)(2 * l) * dim, dim, nb,
                   hp->rms_eps);
+        TRACE("attn_norm", l, c->xb, xb_stride, dim);
         const rvl_weight *qkv[3] = {&L->wq, &L->wk, &L->wv};
         float *qkv_out[3] = {c->q, c->k, c->v};
         const size_t qkv_stride[3] = {q_dim, kv_dim, kv_dim};
@@ -346,47 +372,67 @@ static void forward_chunk(rvl_ctx *c, const int32_t *tokens, uint32_t nb, uint32
             rope(c, q, hp->n_head, pos0 + t);
             rope(c, k, hp->n_head_kv, pos0 + t);
         }
+        TRACE("Qcur", l, c->q, q_dim, q_dim);
+        TRACE("Kcur", l, c->k, kv_dim, kv_dim);
+        TRACE("Vcur", l, c->v, kv_dim, kv_dim);
         /* keys after RoPE into the cache, then attention over its pages */
         rvl_kvc_write(c->kv, l, pos0, nb, c->k, kv_dim, c->v, kv_dim);
         rvl_kvc_attend(c->kv, c->pool, l, c->q, q_dim, pos0, nb, c->xb, xb_stride);
+        TRACE("kqv_out", l, c->xb, xb_stride, q_dim);
         matmul(c, c->xo, dim, &L->wo, c->xb, xb_stride, nb);
         rvl_lora_apply(c->lora, c->pool, l, RVL_LORA_O, c->xb, xb_stride, nb, c->xo, dim);
+        TRACE("attn_out", l, c->xo, dim, dim);
         for (size_t i = 0; i < (size_t)nb * dim; i++)
             c->x[i] += c->xo[i];
+        TRACE("ffn_inp", l, c->x, dim, dim);
 
         /* SwiGLU feed-forward block */
         norm_rows(c, c->xb, xb_stride, c->x, dim, c->norm_w + (size_t)(2 * l + 1) * dim, dim, nb,
                   hp->rms_eps);
+        TRACE("ffn_norm", l, c->xb, xb_stride, dim);
         const rvl_weight *gu[2] = {&L->w_gate, &L->w_up};
         float *gu_out[2] = {c->hb, c->hb2};
         const size_t gu_stride[2] = {ff, ff};
         matmul_shared(c, c->xb, xb_stride, nb, 2, gu, gu_out, gu_stride);
         rvl_lora_apply(c->lora, c->pool, l, RVL_LORA_GATE, c->xb, xb_stride, nb, c->hb, ff);
         rvl_lora_apply(c->lora, c->pool, l, RVL_LORA_UP, c->xb, xb_stride, nb, c->hb2, ff);
+        TRACE("ffn_gate", l, c->hb, ff, ff);
+        TRACE("ffn_up", l, c->hb2, ff, ff);
         swiglu_job sj = {c->hb, c->hb2, (size_t)nb * ff};
         if (nb > 1)
             rvl_pool_run(c->pool, swiglu_part, &sj);
         else
             swiglu_part(&sj, 0, 1);
+        TRACE("ffn_swiglu", l, c->hb, ff, ff);
         matmul(c, c->xo, dim, &L->w_down, c->hb, ff, nb);
         rvl_lora_apply(c->lora, c->pool, l, RVL_LORA_DOWN, c->hb, ff, nb, c->xo, dim);
+        TRACE("ffn_out", l, c->xo, dim, dim);
         for (size_t i = 0; i < (size_t)nb * dim; i++)
             c->x[i] += c->xo[i];
+        TRACE("l_out", l, c->x, dim, dim);
     }
 
     const float *onorm = c->norm_w + (size_t)(2 * hp->n_layer) * dim;
     if (logits) {
         norm_rows(c, c->xb, xb_stride, c->x, dim, onorm, dim, nb, hp->rms_eps);
+        TRACE("result_norm", -1, c->xb, xb_stride, dim);
         matmul(c, logits, hp->n_vocab, &m->output, c->xb, xb_stride, nb);
     } else if (want_last) {
         rmsnorm(c->xb, c->x + (size_t)(nb - 1) * dim, onorm, dim, hp->rms_eps);
+        if (c->trace)
+            c->trace(c->trace_ud, "result_norm", -1, pos0 + nb - 1, 1, c->xb, dim, dim);
         matmul(c, c->logits, hp->n_vocab, &m->output, c->xb, xb_stride, 1);
     }
 }
 
+static int be_decode(rvl_ctx *c, const int32_t *tokens, uint32_t n, const float **logits);
+
 int rvl_decode(rvl_ctx *c, const int32_t *tokens, uint32_t n, const float **logits)
 {
     const rvl_hparams *hp = &c->m->hp;
+
+    if (c->be)
+        return be_decode(c, tokens, n, logits);
 
     if (n == 0)
         return rvl_seterr(RVL_EINVAL, "no tokens to decode");
@@ -414,6 +460,65 @@ int rvl_decode(rvl_ctx *c, const int32_t *tokens, uint32_t n, const float **logi
     if (logits)
         *logits = c->logits;
     return 0;
+}
+
+/* ====================================================================
+ * Other backends (lib/backend.h): the context is a thin shell around a
+ * session of the backend, which holds the weights, the KV cache and runs
+ * the forward pass. What only the CPU cache can do (quantized and tiered
+ * KV types, LoRA, context shift, session files, random fills) is refused
+ * with RVL_EUNSUPPORTED naming the feature and the backend.
+ * ==================================================================== */
+
+static int be_unsupported(const rvl_ctx *c, const char *what)
+{
+    return rvl_seterr(RVL_EUNSUPPORTED, "%s not supported by the %s backend (cpu only)", what,
+                      c->be_ops->name);
+}
+
+/* c->m, n_ctx, all_logits and n_batch are set; p->backend names it */
+static int be_open(rvl_ctx *c, const rvl_ctx_params *p)
+{
+    const rvl_hparams *hp = &c->m->hp;
+    int rc = rvl_backend_get(p->backend, &c->be_ops);
+    if (rc < 0)
+        return rc;
+    c->be_ids = malloc((size_t)c->n_ctx * sizeof *c->be_ids);
+    if (!c->be_ids)
+        return rvl_seterr(RVL_ENOMEM, "out of memory for a context of %u tokens", c->n_ctx);
+    /* the session gets the context's resolved sizes: both agree on them */
+    rvl_ctx_params bp = *p;
+    bp.n_ctx = c->n_ctx;
+    bp.n_batch = c->n_batch;
+    if ((rc = c->be_ops->open(&c->be, c->m, &bp)) < 0)
+        return rc;
+    const rvl_kv_type kt = p->kv_split ? p->kv_type_k : p->kv_type;
+    c->kv_type_k = c->kv_type_v = kt;
+    c->be_token_bytes = 2.0 * hp->n_layer * hp->n_head_kv * hp->head_dim *
+                        (kt == RVL_KV_F32 ? 4 : 2);
+    return 0;
+}
+
+static int be_decode(rvl_ctx *c, const int32_t *tokens, uint32_t n, const float **logits)
+{
+    /* ids first: the session's position says how many of them it kept */
+    const uint32_t pos = c->be_ops->pos(c->be);
+    if (n && pos <= c->n_ctx && n <= c->n_ctx - pos)
+        memcpy(c->be_ids + pos, tokens, (size_t)n * sizeof *tokens);
+    return c->be_ops->decode(c->be, tokens, n, logits);
+}
+
+/* The longest common prefix of the cache and ids (at most n - 1 tokens):
+ * no LRU of dropped pages here, only what the cache still holds. */
+static uint32_t be_reuse(rvl_ctx *c, const int32_t *ids, uint32_t n)
+{
+    const uint32_t pos = c->be_ops->pos(c->be), max = n ? n - 1 : 0;
+    uint32_t k = 0;
+    while (k < pos && k < max && c->be_ids[k] == ids[k])
+        k++;
+    if (k < pos && c->be_ops->truncate(c->be, k) < 0)
+        return c->be_ops->pos(c->be);
+    return k;
 }
 
 /* ====================================================================
@@ -445,6 +550,17 @@ int rvl_ctx_open(rvl_ctx **out, const rvl_model *m, const rvl_ctx_params *p)
     }
     c->all_logits = p && p->all_logits;
     c->n_batch = c->all_logits ? (p->n_batch && p->n_batch < c->n_ctx ? p->n_batch : c->n_ctx) : 1;
+    if (p && p->backend && strcmp(p->backend, "cpu") != 0) {
+        if ((rc = be_open(c, p)) < 0) {
+            if (c->be_ops)
+                rvl_ctx_close(c);
+            else
+                free(c);
+            return rc;
+        }
+        *out = c;
+        return 0;
+    }
     if ((rc = rvl_pool_open(&c->pool, p ? (int)p->n_threads : 0)) < 0) {
         free(c);
         return rc;
@@ -484,12 +600,10 @@ int rvl_ctx_open(rvl_ctx **out, const rvl_model *m, const rvl_ctx_params *p)
     }
     /* attention sinks (kvcache.h): a quantized cache keeps its first page in f16 */
     kp.sink = kp.hot == RVL_KVC_UNBOUNDED ? 0 : RVL_KVQ_PAGE;
-    if (p && ((p->rope_scaling && strcmp(p->rope_scaling, "none") && strcmp(p->rope_scaling, "linear") &&
-               strcmp(p->rope_scaling, "yarn") && strcmp(p->rope_scaling, "ntk")) ||
-              p->rope_factor < 0 || p->rope_base < 0)) {
+    rvl_hparams rh; /* with the context's RoPE overrides */
+    if ((rc = rvl_rope_hparams(hp, p, &rh)) < 0) {
         rvl_ctx_close(c);
-        return rvl_seterr(RVL_EINVAL, "invalid RoPE override (scaling none|linear|yarn|ntk, "
-                          "positive factor and base)");
+        return rc;
     }
 
     const size_t dim = hp->n_embd, hd = hp->head_dim, ff = hp->n_ff;
@@ -527,21 +641,6 @@ int rvl_ctx_open(rvl_ctx **out, const rvl_model *m, const rvl_ctx_params *p)
 
     /* RoPE tables once per context; YaRN's mscale goes into the scale */
     float attn_mul;
-    rvl_hparams rh = *hp; /* with the context's overrides (checked above) */
-    if (p && p->rope_scaling) {
-        static const char *const names[] = {"none", "linear", "yarn", "ntk"};
-        for (int i = 0; i < 4; i++)
-            if (strcmp(p->rope_scaling, names[i]) == 0 && i != (int)rh.rope_scaling) {
-                rh.rope_scaling = (rvl_rope_scaling)i;
-                rh.yarn_ext_factor = i == RVL_ROPE_SCALING_YARN ? 1.0f : 0.0f;
-            }
-    }
-    if (p && p->rope_factor > 0)
-        rh.rope_factor = p->rope_factor;
-    if (p && p->rope_base > 0)
-        rh.rope_base = p->rope_base;
-    if (p && p->rope_orig_ctx > 0)
-        rh.rope_orig_ctx = p->rope_orig_ctx;
     rvl_rope_tables(&rh, m->rope_freqs.present ? m->rope_freqs.data : NULL, c->n_ctx, c->rope_cos,
                     c->rope_sin, &attn_mul);
     c->kq_scale = attn_mul / sqrtf((float)hp->head_dim);
@@ -571,6 +670,12 @@ void rvl_ctx_close(rvl_ctx *c)
 {
     if (!c)
         return;
+    if (c->be_ops) {
+        c->be_ops->close(c->be);
+        free(c->be_ids);
+        free(c);
+        return;
+    }
     rvl_pool_close(c->pool);
     rvl_kvc_close(c->kv);
     free(c->rope_cos);
@@ -594,6 +699,8 @@ uint32_t rvl_ctx_n_ctx(const rvl_ctx *c) { return c->n_ctx; }
 
 int rvl_ctx_truncate(rvl_ctx *c, uint32_t pos)
 {
+    if (c->be)
+        return c->be_ops->truncate(c->be, pos);
     int rc = rvl_kvc_truncate(c->kv, pos);
     if (rc == 0)
         c->pos = pos;
@@ -602,6 +709,8 @@ int rvl_ctx_truncate(rvl_ctx *c, uint32_t pos)
 
 uint32_t rvl_ctx_reuse(rvl_ctx *c, const int32_t *ids, uint32_t n)
 {
+    if (c->be)
+        return be_reuse(c, ids, n);
     c->pos = rvl_kvc_reuse(c->kv, ids, n ? n - 1 : 0);
     return c->pos;
 }
@@ -609,6 +718,8 @@ uint32_t rvl_ctx_reuse(rvl_ctx *c, const int32_t *ids, uint32_t n)
 int rvl_ctx_shift(rvl_ctx *c, uint32_t keep, uint32_t n_discard)
 {
     const rvl_hparams *hp = &c->m->hp;
+    if (c->be)
+        return be_unsupported(c, "context shift is");
     if (keep > c->pos || n_discard > c->pos - keep)
         return rvl_seterr(RVL_ERANGE, "context shift: cannot keep %u and drop %u of %u tokens",
                           keep, n_discard, c->pos);
@@ -625,25 +736,44 @@ int rvl_ctx_shift(rvl_ctx *c, uint32_t keep, uint32_t n_discard)
 
 double rvl_ctx_kv_token_bytes(const rvl_ctx *c, int tier)
 {
+    if (c->be)
+        return tier >= 0 && tier < 3 ? c->be_token_bytes : 0;
     return tier >= 0 && tier < 3 ? rvl_kvc_tier_token_bytes(c->kv, tier) : 0;
 }
 
 struct rvl_kvc *rvl_ctx_kvc(rvl_ctx *c) { return c->kv; }
 const rvl_model *rvl_ctx_model(const rvl_ctx *c) { return c->m; }
+const char *rvl_ctx_backend(const rvl_ctx *c) { return c->be ? c->be_ops->name : "cpu"; }
+const char *rvl_ctx_device(const rvl_ctx *c)
+{
+    return c->be ? c->be_ops->device_name(c->be) : "cpu";
+}
+
+void rvl_ctx_set_trace(rvl_ctx *c, rvl_trace_fn fn, void *ud)
+{
+    c->trace = fn;
+    c->trace_ud = ud;
+}
 
 int rvl_ctx_set_lora(rvl_ctx *c, const rvl_lora *l)
 {
     if (l && rvl_lora_model(l) != c->m)
         return rvl_seterr(RVL_EINVAL, "the LoRA adapters were loaded for another model");
+    if (c->be)
+        return l ? be_unsupported(c, "LoRA adapters are") : 0;
     if (l != c->lora)
         rvl_kvc_forget(c->kv); /* keys and values computed without these adapters */
     c->lora = l;
     return 0;
 }
 void rvl_ctx_set_pos(rvl_ctx *c, uint32_t pos) { c->pos = pos <= c->n_ctx ? pos : c->n_ctx; }
-uint32_t rvl_ctx_pos(const rvl_ctx *c) { return c->pos; }
+uint32_t rvl_ctx_pos(const rvl_ctx *c) { return c->be ? c->be_ops->pos(c->be) : c->pos; }
 void rvl_ctx_reset(rvl_ctx *c)
 {
+    if (c->be) {
+        c->be_ops->reset(c->be);
+        return;
+    }
     c->pos = 0;
     rvl_kvc_reset(c->kv);
 }
@@ -652,6 +782,8 @@ int rvl_ctx_fill_random(rvl_ctx *c, uint32_t n, uint64_t seed)
 {
     const rvl_hparams *hp = &c->m->hp;
     const uint32_t kv_dim = hp->n_head_kv * hp->head_dim;
+    if (c->be)
+        return be_unsupported(c, "filling the KV cache with random values is");
     if (n > c->n_ctx - c->pos)
         return rvl_seterr(RVL_ERANGE, "%u more positions do not fit in a context of %u holding %u",
                           n, c->n_ctx, c->pos);

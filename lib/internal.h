@@ -57,4 +57,11 @@ int rvl_map_file(rvl_map *m, const char *path);
 void rvl_file_prefault(const rvl_file *f);
 void rvl_map_unmap(rvl_map *m);
 
+/* The model's hyper-parameters *hp with a context's RoPE overrides applied
+ * (lib/rope.c): p's rope_scaling, rope_factor, rope_base, rope_orig_ctx
+ * (NULL / 0: the model's; p may be NULL). RVL_EINVAL for an unknown
+ * scaling name or a negative factor or base. One definition for every
+ * backend (rvl_ctx_open, metal/rvl_metal_backend.c). */
+int rvl_rope_hparams(const rvl_hparams *hp, const rvl_ctx_params *p, rvl_hparams *out);
+
 #endif

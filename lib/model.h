@@ -42,8 +42,9 @@ struct rvl_model {
                                          racing computations agree) */
 };
 
-/* Context internals for lib/session.c: the paged KV cache (lib/kvcache.h)
- * and the position setter (after loading the cache: pos = its length). */
+/* Context internals for lib/session.c: the paged KV cache (lib/kvcache.h;
+ * NULL when another backend holds the cache: rvl_ctx_params.backend) and
+ * the position setter (after loading the cache: pos = its length). */
 struct rvl_kvc *rvl_ctx_kvc(rvl_ctx *c);
 const rvl_model *rvl_ctx_model(const rvl_ctx *c);
 void rvl_ctx_set_pos(rvl_ctx *c, uint32_t pos);

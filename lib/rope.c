@@ -21,6 +21,7 @@
  * llama.cpp also implements.
  */
 #include <math.h>
+#include <string.h>
 
 #include "model.h"
 
@@ -75,4 +76,33 @@ void rvl_rope_tables(const rvl_hparams *hp, const float *freq_div, uint32_t n_ct
             theta_extrap *= theta_scale;
         }
     }
+}
+
+int rvl_rope_hparams(const rvl_hparams *hp, const rvl_ctx_params *p, rvl_hparams *out)
+{
+    static const char *const names[] = {"none", "linear", "yarn", "ntk"};
+    int scaling = -1;
+
+    *out = *hp;
+    if (!p)
+        return 0;
+    if (p->rope_scaling) {
+        for (int i = 0; i < 4; i++)
+            if (strcmp(p->rope_scaling, names[i]) == 0)
+                scaling = i;
+    }
+    if ((p->rope_scaling && scaling < 0) || p->rope_factor < 0 || p->rope_base < 0)
+        return rvl_seterr(RVL_EINVAL, "invalid RoPE override (scaling none|linear|yarn|ntk, "
+                          "positive factor and base)");
+    if (scaling >= 0 && scaling != (int)out->rope_scaling) {
+        out->rope_scaling = (rvl_rope_scaling)scaling;
+        out->yarn_ext_factor = scaling == RVL_ROPE_SCALING_YARN ? 1.0f : 0.0f;
+    }
+    if (p->rope_factor > 0)
+        out->rope_factor = p->rope_factor;
+    if (p->rope_base > 0)
+        out->rope_base = p->rope_base;
+    if (p->rope_orig_ctx > 0)
+        out->rope_orig_ctx = p->rope_orig_ctx;
+    return 0;
 }

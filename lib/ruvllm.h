@@ -695,6 +695,15 @@ typedef struct {
     float rope_factor;      /* 0: model's */
     float rope_base;        /* 0: model's */
     uint32_t rope_orig_ctx; /* 0: model's */
+    /* compute backend (lib/backend.h): NULL or "cpu": lib/forward.c;
+     * "metal": rvl_ctx_open fails with RVL_EUNSUPPORTED in a build without
+     * it. On a backend other than the CPU the context refuses, with
+     * RVL_EUNSUPPORTED naming the feature and the backend, what only the
+     * CPU's cache does: KV types other than f16 / f32 (at open), LoRA
+     * adapters, context shift, session files, random fills; n_threads and
+     * the kv_hot/warm/cold fields are ignored; rvl_ctx_reuse keeps the
+     * common prefix with the cache (no LRU of dropped pages). */
+    const char *backend;
 } rvl_ctx_params;
 
 typedef struct rvl_ctx rvl_ctx;
@@ -729,6 +738,10 @@ double rvl_ctx_kv_token_bytes(const rvl_ctx *c, int tier);
  * every layer's cache without running the model (a context depth whose
  * values do not matter, only its size and formats). */
 int rvl_ctx_fill_random(rvl_ctx *c, uint32_t n, uint64_t seed);
+/* The backend the context runs on ("cpu", "metal") and its device ("cpu",
+ * "Apple M2 Pro", "metal-emu"); borrowed, valid while c is open. */
+const char *rvl_ctx_backend(const rvl_ctx *c);
+const char *rvl_ctx_device(const rvl_ctx *c);
 /* Run n tokens at the current position. *logits (borrowed, valid until the
  * next call) receives n_vocab logits of the last token, or n*n_vocab with
  * all_logits (token i's row at i*n_vocab; n at most n_batch). Prompts are
@@ -736,6 +749,21 @@ int rvl_ctx_fill_random(rvl_ctx *c, uint32_t n, uint64_t seed);
  * tokens (GEMM). RVL_ERANGE when the context would overflow; RVL_EINTR when
  * interrupted (the cache then holds the chunks completed so far). */
 int rvl_decode(rvl_ctx *c, const int32_t *tokens, uint32_t n, const float **logits);
+
+/* ======================================================================
+ * Forward-pass trace (lib/forward.c), for step-by-step comparisons with
+ * other implementations (tests/ref/diverge_q4km.py). With a hook set, the
+ * CPU forward pass calls fn after each named step of layer `layer` with nb
+ * rows of n floats, token pos0 + t's row at x + t * stride (borrowed, valid
+ * during the call). Names follow llama.cpp's graph callbacks: "attn_norm",
+ * "Qcur", "Kcur" (after RoPE), "Vcur", "kqv_out" (attention, before the
+ * output projection), "attn_out", "ffn_inp", "ffn_norm", "ffn_gate",
+ * "ffn_up", "ffn_swiglu", "ffn_out", "l_out"; then "result_norm" (layer
+ * -1). fn NULL: off (the default; no cost beyond a test per step).
+ * ====================================================================== */
+typedef void (*rvl_trace_fn)(void *ud, const char *name, int layer, uint32_t pos0, uint32_t nb,
+                             const float *x, size_t stride, uint32_t n);
+void rvl_ctx_set_trace(rvl_ctx *c, rvl_trace_fn fn, void *ud);
 
 /* ======================================================================
  * Session files (lib/session.c): a context's KV cache with the token ids

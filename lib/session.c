@@ -176,6 +176,9 @@ int rvl_session_save(rvl_ctx *c, const char *path, const int32_t *ids, size_t n_
 {
     const rvl_model *m = rvl_ctx_model(c);
     rvl_kvc *kc = rvl_ctx_kvc(c);
+    if (!kc) /* another backend holds the cache */
+        return rvl_seterr(RVL_EUNSUPPORTED, "%s: session files are not supported by the %s "
+                          "backend (cpu only)", path, rvl_ctx_backend(c));
     const rvl_kvc_params *kp = rvl_kvc_params_of(kc);
     const uint32_t n = rvl_ctx_pos(c), nkv = kp->n_head_kv;
     static const unsigned char none[4] = {0};
@@ -377,6 +380,14 @@ int rvl_session_load_mem(rvl_ctx *c, const char *path, const void *buf, size_t s
     const rvl_model *m = rvl_ctx_model(c);
     const rvl_hparams *hp = &m->hp;
     rvl_kvc *kc = rvl_ctx_kvc(c);
+    if (!kc) { /* another backend holds the cache */
+        *ids_out = NULL;
+        *n_ids = 0;
+        if (extra_json)
+            *extra_json = NULL;
+        return rvl_seterr(RVL_EUNSUPPORTED, "%s: session files are not supported by the %s "
+                          "backend (cpu only)", path, rvl_ctx_backend(c));
+    }
     const rvl_kvc_params *kp = rvl_kvc_params_of(kc);
     reader r = {.path = path, .b = buf, .size = size};
     int32_t *ids = NULL;

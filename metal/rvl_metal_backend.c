@@ -495,36 +495,6 @@ static int new_buf(rvl_backend *b, rvl_mtl_buffer **out, size_t bytes, const cha
     return rvl_mtl_buffer_new(b->dev, bytes, NULL, label, out);
 }
 
-/* The context's RoPE overrides, as rvl_ctx_open applies them. */
-static int rope_params(const rvl_model *m, const rvl_ctx_params *p, rvl_hparams *rh)
-{
-    *rh = m->hp;
-    if (!p)
-        return 0;
-    if (p->rope_factor < 0 || p->rope_base < 0)
-        return rvl_seterr(RVL_EINVAL, "invalid RoPE override (positive factor and base)");
-    if (p->rope_scaling) {
-        static const char *const names[] = {"none", "linear", "yarn", "ntk"};
-        int i = 0;
-        while (i < 4 && strcmp(p->rope_scaling, names[i]))
-            i++;
-        if (i == 4)
-            return rvl_seterr(RVL_EINVAL, "invalid RoPE scaling '%s' (none|linear|yarn|ntk)",
-                              p->rope_scaling);
-        if (i != (int)rh->rope_scaling) {
-            rh->rope_scaling = (rvl_rope_scaling)i;
-            rh->yarn_ext_factor = i == RVL_ROPE_SCALING_YARN ? 1.0f : 0.0f;
-        }
-    }
-    if (p->rope_factor > 0)
-        rh->rope_factor = p->rope_factor;
-    if (p->rope_base > 0)
-        rh->rope_base = p->rope_base;
-    if (p->rope_orig_ctx > 0)
-        rh->rope_orig_ctx = p->rope_orig_ctx;
-    return 0;
-}
-
 static int mtl_open(rvl_backend **out, const rvl_model *m, const rvl_ctx_params *p)
 {
     const rvl_hparams *hp = &m->hp;
@@ -534,11 +504,13 @@ static int mtl_open(rvl_backend **out, const rvl_model *m, const rvl_ctx_params 
 
     *out = NULL;
     if (p && (p->kv_split ? p->kv_type_k != p->kv_type_v : 0))
-        return rvl_seterr(RVL_EUNSUPPORTED, "the Metal backend needs one KV type for keys and values");
+        return rvl_seterr(RVL_EUNSUPPORTED, "different KV cache types for keys and values are not "
+                          "supported by the metal backend (one of f16, f32 for both)");
     const rvl_kv_type kvt = p ? (p->kv_split ? p->kv_type_k : p->kv_type) : RVL_KV_F16;
     if (kvt != RVL_KV_F16 && kvt != RVL_KV_F32)
-        return rvl_seterr(RVL_EUNSUPPORTED, "the Metal backend keeps the KV cache in f16 or f32, "
-                          "not %s", rvl_kv_type_name(kvt) ? rvl_kv_type_name(kvt) : "unknown");
+        return rvl_seterr(RVL_EUNSUPPORTED, "KV cache type %s is not supported by the metal "
+                          "backend (f16, f32)",
+                          rvl_kv_type_name(kvt) ? rvl_kv_type_name(kvt) : "unknown");
     if (hd > RVL_MTL_ATTN_MAX_HD || hp->rope_dim > hd || hp->rope_dim % 2)
         return rvl_seterr(RVL_EUNSUPPORTED, "head_dim %zu / rope_dim %u: the Metal kernels take "
                           "head_dim <= %d and an even rope_dim <= head_dim", hd, hp->rope_dim,
@@ -567,7 +539,7 @@ static int mtl_open(rvl_backend **out, const rvl_model *m, const rvl_ctx_params 
     const uint32_t n_pages = (b->n_ctx + PAGE - 1) / PAGE;
 
     rvl_hparams rh;
-    if ((rc = rvl_mtl_device_open(&b->dev, NULL)) < 0 || (rc = rope_params(m, p, &rh)) < 0)
+    if ((rc = rvl_rope_hparams(hp, p, &rh)) < 0 || (rc = rvl_mtl_device_open(&b->dev, NULL)) < 0)
         goto fail;
 
     static const struct { size_t off; const char *name; } pipes[] = {

@@ -103,13 +103,23 @@ run 0 ruvllm run -c 12 --temp 0 --json "The capital of France is"
 out_has '"finish_reason":"context"'
 err_has "context full"
 
+# --ignore-eos: the reply that ends with <|im_end|> after 37 tokens goes on to -n
+run 0 ruvllm run --temp 0 --chat --json "Say hi"
+out_has '"finish_reason":"stop"'
+out_has ',47,2],"finish_reason"'
+run 0 ruvllm run --temp 0 --chat --json --ignore-eos -n 45 "Say hi"
+out_has '"finish_reason":"length"'
+out_has '1838,7448,282,260,9077,905,47,'
+assert "--ignore-eos never samples <|im_end|> (id 2)" "! grep -q '\"tokens\":\[[0-9,]*[,\[]2[],]' '$OUT'"
+
 # SIGPIPE: a closed pipe ends generation without an error message
 "$RUVLLM" run --temp 0 -n 200 "Once upon a time" 2>"$ERR" | head -c 10 >"$OUT"
 assert "head -c 10 got 10 bytes" "[ \$(wc -c <'$OUT') = 10 ]"
 err_empty
 
 # Ctrl-C stops generation, keeps what was printed, exits 130
-"$RUVLLM" run --temp 0 -n 100000 -c 4096 "Once upon a time" >"$OUT" 2>"$ERR" &
+# (--ignore-eos: the model's end of text must not end it before the signal)
+"$RUVLLM" run --temp 0 --ignore-eos -n 100000 -c 4096 "Once upon a time" >"$OUT" 2>"$ERR" &
 pid=$!
 for i in 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20; do
     [ -s "$OUT" ] && break
@@ -132,11 +142,21 @@ assert "linear x8 changes them (the override is applied)" '[ "$lin" != "$base" ]
 run 2 ruvllm run --rope-scaling bogus "x"
 err_has "none|linear|yarn|ntk"
 
-# --backend: metal only in builds made with make METAL=1 on macOS
+# --backend: metal only in builds made with make METAL=1 on macOS (generation
+# through it is tested in emulation: tests/metal-emu/test_backend.cpp)
 run 2 ruvllm run --backend gpu "x"
 err_has "cpu|metal"
+run 0 ruvllm run --backend cpu --temp 0 -n 3 --json -m tests/data/tiny/llama.gguf "x"
+out_has '"backend":"cpu","device":"cpu"'
 if ruvllm --version | grep -q '^features:.* -metal'; then
     run 1 ruvllm run --backend metal -m tests/data/tiny/llama.gguf "x"
     err_has "ruvllm run: this build has no Metal backend (build on macOS with make METAL=1)"
+    out_lacks "x"
+    # the missing backend is what is reported, whatever else is asked
+    run 1 ruvllm run --backend metal --kv-type q8 --prompt-cache "$TMP/pc" -m tests/data/tiny/llama.gguf "x"
+    err_has "ruvllm run: this build has no Metal backend"
+    assert "no prompt cache written" '[ ! -e "$TMP/pc" ]'
+    run 1 ruvllm chat --backend metal -m tests/data/tiny/llama.gguf
+    err_has "ruvllm chat: this build has no Metal backend (build on macOS with make METAL=1)"
 fi
 finish

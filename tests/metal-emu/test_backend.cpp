@@ -26,6 +26,20 @@
  * Refusals: a weight format without a Metal kernel (Q5_0) names the tensor
  * and the format; a quantized KV type is refused.
  *
+ * Through rvl_ctx (rvl_ctx_params.backend = "metal", what `ruvllm run
+ * --backend metal` does; the program registers rvl_metal_backend_ops,
+ * which this libruvllm does not link): greedy generation of N_GREEDY
+ * tokens after a 40-token prompt gives the CPU context's token ids, every
+ * step's logits within the tolerances above; truncate + continue and
+ * reset + regenerate give the same tokens again; rvl_ctx_reuse keeps the
+ * common prefix; what only the CPU's cache does (quantized / tiered / split
+ * KV types, LoRA, context shift, session files, random fills) is refused
+ * with RVL_EUNSUPPORTED and a message naming the feature and "metal".
+ * The default model (SmolLM2-135M Q4_1, requantized to Q8_0: Q4_1 has no
+ * Metal kernel), 16 greedy tokens the same way, when it is present
+ * (skipped otherwise, and under ASan: ~25 s of CPU time plain). Under ASan
+ * only llama's ctx case runs (SKIP_SANITIZED).
+ *
  * METAL_TEST_VERBOSE=1 prints the worst error of every case.
  */
 #include <math.h>
@@ -288,9 +302,404 @@ static void test_refuses_kv_and_names(void **state)
     }
 }
 
+/* ====================================================================
+ * rvl_ctx on the Metal backend
+ * ==================================================================== */
+
+enum { N_GREEDY = 20 };
+
+/* Under ASan the emulator is ~20x slower: the ctx cases of the other
+ * models (the same delegation; their forward passes are checked above)
+ * and the default model are skipped there. */
+#if defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define SANITIZED 1
+#endif
+#endif
+#if !defined(SANITIZED) && defined(__SANITIZE_ADDRESS__)
+#define SANITIZED 1
+#endif
+#ifdef SANITIZED
+#define SKIP_SANITIZED() do { print_message("skipped under the sanitizers\n"); skip(); } while (0)
+#else
+#define SKIP_SANITIZED() do { } while (0)
+#endif
+
+static void ensure_registered() { assert_int_equal(rvl_backend_register(&rvl_metal_backend_ops), 0); }
+
+static bool has(const char *needle)
+{
+    if (strstr(rvl_errmsg(), needle))
+        return true;
+    print_error("message '%s' lacks '%s'\n", rvl_errmsg(), needle);
+    return false;
+}
+
+static rvl_ctx *open_ctx(const rvl_model *m, const char *backend, rvl_kv_type kv, uint32_t n_ctx)
+{
+    rvl_ctx_params cp;
+    memset(&cp, 0, sizeof cp);
+    cp.n_ctx = n_ctx;
+    cp.n_threads = 1;
+    cp.kv_type = kv;
+    cp.backend = backend;
+    rvl_ctx *c = nullptr;
+    if (rvl_ctx_open(&c, m, &cp) < 0)
+        fail_msg("open %s: %s", backend ? backend : "cpu", rvl_errmsg());
+    assert_string_equal(rvl_ctx_backend(c), backend ? backend : "cpu");
+    return c;
+}
+
+static int32_t argmax(const float *x, uint32_t n)
+{
+    uint32_t best = 0;
+    for (uint32_t i = 1; i < n; i++)
+        if (x[i] > x[best])
+            best = i;
+    return (int32_t)best;
+}
+
+/* Greedy generation as gen.c does it: decode `first` (the prompt, or the
+ * token after a truncation) at the context's position, then sample the
+ * argmax and decode it, n times; the n sampled ids and the n logit rows
+ * they were sampled from. */
+struct greedy_run {
+    std::vector<int32_t> ids;
+    std::vector<float> logits;
+};
+
+static greedy_run greedy(rvl_ctx *c, const int32_t *first, uint32_t n_first, int n, uint32_t nv)
+{
+    greedy_run r;
+    const float *lg;
+    if (rvl_decode(c, first, n_first, &lg) < 0)
+        fail_msg("%s: decode %u tokens: %s", rvl_ctx_backend(c), n_first, rvl_errmsg());
+    for (int i = 0; i < n; i++) {
+        r.logits.insert(r.logits.end(), lg, lg + nv);
+        int32_t id = argmax(lg, nv);
+        r.ids.push_back(id);
+        if (i + 1 < n && rvl_decode(c, &id, 1, &lg) < 0)
+            fail_msg("%s: decode generated token %d: %s", rvl_ctx_backend(c), i, rvl_errmsg());
+    }
+    return r;
+}
+
+/* worst row error of n rows (compare()'s metric) */
+static double row_err(const std::vector<float> &a, const std::vector<float> &ref, uint32_t nv)
+{
+    double worst = 0;
+    for (size_t t = 0; t < ref.size() / nv; t++) {
+        double mx = 0, md = 0;
+        for (uint32_t i = 0; i < nv; i++) {
+            const double r = fabs((double)ref[t * nv + i]);
+            const double d = fabs((double)a[t * nv + i] - (double)ref[t * nv + i]);
+            mx = r > mx ? r : mx;
+            md = d > md || isnan(d) ? (isnan(d) ? INFINITY : d) : md;
+        }
+        const double e = mx > 0 ? md / mx : md;
+        worst = e > worst || isnan(e) ? e : worst;
+    }
+    return worst;
+}
+
+static void print_ids(const char *what, const std::vector<int32_t> &ids)
+{
+    print_error("%s:", what);
+    for (int32_t id : ids)
+        print_error(" %d", id);
+    print_error("\n");
+}
+
+/* the prompt ids, greedy tokens on the CPU context and on the Metal one;
+ * then truncate + continue, reset + regenerate and reuse on the Metal one */
+static void check_ctx_generation(const rvl_model *m, const std::vector<int32_t> &prompt,
+                                 rvl_kv_type kv, double tol, const char *what)
+{
+    const uint32_t nv = rvl_model_hparams(m)->n_vocab, np = (uint32_t)prompt.size();
+    const uint32_t n_ctx = np + N_GREEDY + 4;
+    ensure_registered();
+    rvl_ctx *cc = open_ctx(m, nullptr, kv, n_ctx), *gc = open_ctx(m, "metal", kv, n_ctx);
+    assert_int_equal(rvl_ctx_n_ctx(gc), n_ctx);
+
+    const greedy_run cr = greedy(cc, prompt.data(), np, N_GREEDY, nv);
+    const greedy_run gr = greedy(gc, prompt.data(), np, N_GREEDY, nv);
+    const double e = row_err(gr.logits, cr.logits, nv);
+    if (verbose())
+        print_message("%-40s %d greedy tokens equal: %s, worst logits %.2e (tolerance %.0e)\n", what,
+                      N_GREEDY, gr.ids == cr.ids ? "yes" : "no", e, tol);
+    if (gr.ids != cr.ids) {
+        print_ids("cpu  ", cr.ids);
+        print_ids("metal", gr.ids);
+    }
+    assert_true(gr.ids == cr.ids);
+    assert_true(e <= tol);
+    assert_int_equal(rvl_ctx_pos(gc), np + N_GREEDY - 1);
+    assert_int_equal(rvl_ctx_pos(cc), rvl_ctx_pos(gc));
+
+    /* truncate to the prompt + 8 generated tokens, decode the 9th again and
+     * continue: the same tail */
+    const uint32_t keep = np + 8;
+    assert_int_equal(rvl_ctx_truncate(gc, keep), 0);
+    assert_int_equal(rvl_ctx_pos(gc), keep);
+    const greedy_run tr = greedy(gc, &gr.ids[8], 1, N_GREEDY - 9, nv);
+    assert_true(std::vector<int32_t>(gr.ids.begin() + 9, gr.ids.end()) == tr.ids);
+    assert_true(row_err(tr.logits, std::vector<float>(gr.logits.begin() + 9 * (size_t)nv,
+                                                      gr.logits.end()), nv) <= tol);
+    assert_int_equal(rvl_ctx_truncate(gc, rvl_ctx_pos(gc) + 1), RVL_ERANGE);
+
+    /* prefix reuse: the cache holds prompt + ids[0 .. N_GREEDY - 2]; a
+     * sequence that leaves it after the prompt's 30th token keeps 30 */
+    std::vector<int32_t> seq(prompt);
+    seq.insert(seq.end(), gr.ids.begin(), gr.ids.end());
+    assert_int_equal(rvl_ctx_reuse(gc, seq.data(), (uint32_t)seq.size()), np + N_GREEDY - 1);
+    std::vector<int32_t> other(seq.begin(), seq.begin() + 40);
+    other[30] = other[30] == 1 ? 2 : 1;
+    assert_int_equal(rvl_ctx_reuse(gc, other.data(), (uint32_t)other.size()), 30);
+    assert_int_equal(rvl_ctx_pos(gc), 30);
+
+    /* reset and regenerate: the same tokens */
+    rvl_ctx_reset(gc);
+    assert_int_equal(rvl_ctx_pos(gc), 0);
+    const greedy_run rr = greedy(gc, prompt.data(), np, N_GREEDY, nv);
+    assert_true(rr.ids == gr.ids);
+    assert_true(row_err(rr.logits, gr.logits, nv) <= tol);
+
+    /* the context is full at n_ctx, as on the CPU */
+    const int32_t more[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+    const float *lg;
+    assert_int_equal(rvl_decode(gc, more, 8, &lg), RVL_ERANGE);
+    assert_int_equal(rvl_decode(cc, more, 8, &lg), RVL_ERANGE);
+    rvl_ctx_close(gc);
+    rvl_ctx_close(cc);
+}
+
+static void ctx_model(const char *name, rvl_kv_type kv, double tol)
+{
+    std::vector<int32_t> ids = read_tokens();
+    ids.resize(N_PROMPT);
+    rvl_model *m = open_model(std::string(DATA_DIR "/") + name + ".gguf");
+    std::string what = std::string("ctx ") + name + (kv == RVL_KV_F32 ? " f32 kv" : " f16 kv");
+    check_ctx_generation(m, ids, kv, tol, what.c_str());
+    rvl_model_close(m);
+}
+
+static void test_ctx_llama_greedy(void **state)
+{
+    (void)state;
+    ctx_model("llama", RVL_KV_F32, 2e-5);
+    ctx_model("llama", RVL_KV_F16, 1e-3);
+}
+static void test_ctx_qwen2_greedy(void **state)
+{
+    (void)state;
+    SKIP_SANITIZED();
+    ctx_model("qwen2", RVL_KV_F32, 2e-5);
+}
+static void test_ctx_llama3_greedy(void **state)
+{
+    (void)state;
+    SKIP_SANITIZED();
+    ctx_model("llama3", RVL_KV_F32, 2e-5);
+}
+static void test_ctx_yarn_greedy(void **state)
+{
+    (void)state;
+    SKIP_SANITIZED();
+    ctx_model("llama-yarn", RVL_KV_F32, 2e-5);
+}
+
+/* Before registration the lookup gives the message a user of a build
+ * without Metal sees; after it, rvl_ctx_open finds the backend. */
+static void test_ctx_metal_needs_registration(void **state)
+{
+    (void)state;
+    rvl_model *m = open_model(DATA_DIR "/llama.gguf");
+    rvl_ctx_params cp;
+    memset(&cp, 0, sizeof cp);
+    cp.n_ctx = 64;
+    cp.backend = "metal";
+    rvl_ctx *c = nullptr;
+    if (!rvl_backend_available("metal")) {
+        assert_int_equal(rvl_ctx_open(&c, m, &cp), RVL_EUNSUPPORTED);
+        assert_null(c);
+        assert_true(has("this build has no Metal backend"));
+    }
+    cp.backend = "cuda";
+    assert_int_equal(rvl_ctx_open(&c, m, &cp), RVL_EINVAL);
+    assert_true(has("unknown backend 'cuda'"));
+    rvl_backend_ops fake = rvl_metal_backend_ops;
+    fake.name = "cpu";
+    assert_int_equal(rvl_backend_register(&fake), RVL_EINVAL);
+    ensure_registered();
+    ensure_registered(); /* again: replaces itself */
+    assert_true(rvl_backend_available("metal"));
+    assert_ptr_equal(rvl_backend_find("metal"), &rvl_metal_backend_ops);
+    cp.backend = "metal";
+    assert_int_equal(rvl_ctx_open(&c, m, &cp), 0);
+    assert_string_equal(rvl_ctx_backend(c), "metal");
+    assert_string_equal(rvl_ctx_device(c), "metal-emu");
+    rvl_ctx_close(c);
+    /* "cpu" by name is today's path */
+    cp.backend = "cpu";
+    assert_int_equal(rvl_ctx_open(&c, m, &cp), 0);
+    assert_string_equal(rvl_ctx_backend(c), "cpu");
+    assert_string_equal(rvl_ctx_device(c), "cpu");
+    rvl_ctx_close(c);
+    rvl_model_close(m);
+}
+
+/* what only the CPU's KV cache does: RVL_EUNSUPPORTED naming it and metal */
+static void test_ctx_metal_refusals(void **state)
+{
+    (void)state;
+    ensure_registered();
+    rvl_model *m = open_model(DATA_DIR "/llama.gguf");
+    const rvl_hparams *hp = rvl_model_hparams(m);
+    rvl_ctx_params cp;
+    rvl_ctx *c = nullptr;
+    static const rvl_kv_type bad[] = {RVL_KV_Q8, RVL_KV_Q4, RVL_KV_TQ4, RVL_KV_TQ3, RVL_KV_TIERED};
+    for (rvl_kv_type t : bad) {
+        memset(&cp, 0, sizeof cp);
+        cp.backend = "metal";
+        cp.kv_type = t;
+        assert_int_equal(rvl_ctx_open(&c, m, &cp), RVL_EUNSUPPORTED);
+        assert_null(c);
+        char want[96];
+        snprintf(want, sizeof want, "KV cache type %s is not supported by the metal backend (f16, f32)",
+                 rvl_kv_type_name(t));
+        assert_true(has(want));
+    }
+    memset(&cp, 0, sizeof cp);
+    cp.backend = "metal";
+    cp.kv_split = true;
+    cp.kv_type_k = RVL_KV_F16;
+    cp.kv_type_v = RVL_KV_F32;
+    assert_int_equal(rvl_ctx_open(&c, m, &cp), RVL_EUNSUPPORTED);
+    assert_true(has("not supported by the metal backend"));
+    cp.kv_type_v = RVL_KV_F16; /* split, but one type: fine */
+    assert_int_equal(rvl_ctx_open(&c, m, &cp), 0);
+    rvl_ctx_close(c);
+    cp.kv_split = false;
+    cp.rope_scaling = "bogus";
+    assert_int_equal(rvl_ctx_open(&c, m, &cp), RVL_EINVAL);
+    assert_true(has("invalid RoPE override"));
+
+    memset(&cp, 0, sizeof cp);
+    cp.backend = "metal";
+    cp.n_ctx = 64;
+    assert_int_equal(rvl_ctx_open(&c, m, &cp), 0);
+    /* f16 rows: 2 bytes x head_dim x kv heads x (K, V) x layers */
+    const double per = 2.0 * 2 * hp->head_dim * hp->n_head_kv * hp->n_layer;
+    assert_true(rvl_ctx_kv_token_bytes(c, 0) == per && rvl_ctx_kv_token_bytes(c, 2) == per);
+    const int32_t ids[4] = {1, 2, 3, 4};
+    const float *lg;
+    assert_int_equal(rvl_decode(c, ids, 4, &lg), 0);
+
+    rvl_lora *l = nullptr;
+    assert_int_equal(rvl_lora_open(&l, m), 0);
+    assert_int_equal(rvl_ctx_set_lora(c, l), RVL_EUNSUPPORTED);
+    assert_true(has("LoRA adapters are not supported by the metal backend"));
+    assert_int_equal(rvl_ctx_set_lora(c, nullptr), 0);
+    rvl_lora_close(l);
+
+    assert_int_equal(rvl_ctx_shift(c, 1, 2), RVL_EUNSUPPORTED);
+    assert_true(has("context shift is not supported by the metal backend"));
+    assert_int_equal(rvl_ctx_fill_random(c, 4, 1), RVL_EUNSUPPORTED);
+    assert_true(has("not supported by the metal backend"));
+    assert_int_equal(rvl_ctx_pos(c), 4);
+
+    char dir[] = "/tmp/rvl-metal-ctx-XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    const std::string path = std::string(dir) + "/s.session";
+    assert_int_equal(rvl_session_save(c, path.c_str(), ids, 4, nullptr), RVL_EUNSUPPORTED);
+    assert_true(has("session files are not supported by the metal backend"));
+    assert_int_equal(access(path.c_str(), F_OK), -1);
+    /* a real session file (from a CPU context) is not loaded either */
+    rvl_ctx *cc = open_ctx(m, nullptr, RVL_KV_F16, 64);
+    assert_int_equal(rvl_decode(cc, ids, 4, &lg), 0);
+    assert_int_equal(rvl_session_save(cc, path.c_str(), ids, 4, nullptr), 0);
+    rvl_ctx_close(cc);
+    int32_t *got = (int32_t *)1;
+    size_t n_got = 7;
+    assert_int_equal(rvl_session_load(c, path.c_str(), &got, &n_got, nullptr), RVL_EUNSUPPORTED);
+    assert_true(has("session files are not supported by the metal backend"));
+    assert_null(got);
+    assert_int_equal(n_got, 0);
+    assert_int_equal(rvl_ctx_pos(c), 0); /* left empty, as on any failed load */
+    unlink(path.c_str());
+    rmdir(dir);
+    rvl_ctx_close(c);
+    rvl_model_close(m);
+}
+
+/* The default model, requantized to Q8_0 (Q4_1 has no Metal kernel): the
+ * same greedy tokens as the CPU context on the same file. Skipped when the
+ * model is not there. */
+static void test_ctx_default_model(void **state)
+{
+    (void)state;
+    const char *home = getenv("HOME");
+    std::string src = std::string(home ? home : "/root") +
+                      "/.cache/ruvllm/models/SmolLM2-135M-Instruct.Q4_1.gguf";
+    if (access(src.c_str(), R_OK) != 0) {
+        print_message("skipped: %s not found\n", src.c_str());
+        skip();
+    }
+    /* ~25 s of CPU time plain, far more under the sanitizers: the same
+     * code runs there on the tiny models */
+    SKIP_SANITIZED();
+    char dir[] = "/tmp/rvl-metal-smol-XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    const std::string out = std::string(dir) + "/smol-q8_0.gguf";
+    rvl_quantize_params qp;
+    memset(&qp, 0, sizeof qp);
+    qp.mix = "Q8_0";
+    qp.n_threads = 2;
+    qp.pure = true;
+    qp.allow_requantize = true;
+    qp.output_type = UINT32_MAX;
+    qp.embd_type = UINT32_MAX;
+    if (rvl_quantize_gguf(src.c_str(), out.c_str(), &qp, nullptr) < 0) {
+        const std::string msg = rvl_errmsg();
+        unlink(out.c_str());
+        rmdir(dir);
+        fail_msg("quantize %s to Q8_0: %s", src.c_str(), msg.c_str());
+    }
+    rvl_model *m = open_model(out);
+    /* "The capital of France is" and a little more, as SmolLM2's ids */
+    rvl_tokenizer *tk = rvl_model_tokenizer(m);
+    static const char text[] = "The capital of France is Paris. The capital of Germany is";
+    int32_t *ids = nullptr;
+    size_t n = 0;
+    assert_int_equal(rvl_tokenize_alloc(tk, text, strlen(text), true, false, &ids, &n), 0);
+    std::vector<int32_t> prompt(ids, ids + n);
+    free(ids);
+    ensure_registered();
+    const uint32_t nv = rvl_model_hparams(m)->n_vocab, n_ctx = (uint32_t)n + 20;
+    rvl_ctx *cc = open_ctx(m, nullptr, RVL_KV_F16, n_ctx), *gc = open_ctx(m, "metal", RVL_KV_F16, n_ctx);
+    const greedy_run cr = greedy(cc, prompt.data(), (uint32_t)n, 16, nv);
+    const greedy_run gr = greedy(gc, prompt.data(), (uint32_t)n, 16, nv);
+    const double e = row_err(gr.logits, cr.logits, nv);
+    if (verbose())
+        print_message("%-40s 16 greedy tokens equal: %s, worst logits %.2e\n", "ctx SmolLM2 Q8_0 f16 kv",
+                      gr.ids == cr.ids ? "yes" : "no", e);
+    if (gr.ids != cr.ids) {
+        print_ids("cpu  ", cr.ids);
+        print_ids("metal", gr.ids);
+    }
+    rvl_ctx_close(gc);
+    rvl_ctx_close(cc);
+    rvl_model_close(m);
+    unlink(out.c_str());
+    rmdir(dir);
+    assert_true(gr.ids == cr.ids);
+    assert_true(e <= 0.1); /* the CPU rounds activations to Q8_0 (see above) */
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_ctx_metal_needs_registration),
         cmocka_unit_test(test_llama),
         cmocka_unit_test(test_llama_tied),
         cmocka_unit_test(test_qwen2),
@@ -301,6 +710,12 @@ int main(void)
         cmocka_unit_test(test_q4_0),
         cmocka_unit_test(test_refuses_format),
         cmocka_unit_test(test_refuses_kv_and_names),
+        cmocka_unit_test(test_ctx_llama_greedy),
+        cmocka_unit_test(test_ctx_qwen2_greedy),
+        cmocka_unit_test(test_ctx_llama3_greedy),
+        cmocka_unit_test(test_ctx_yarn_greedy),
+        cmocka_unit_test(test_ctx_metal_refusals),
+        cmocka_unit_test(test_ctx_default_model),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
