@@ -37,6 +37,7 @@ static const char *kind_name(uint32_t kind)
     case RVL_KVI_BLK_TOKENS: return "tokens";
     case RVL_KVI_BLK_EXTRA: return "extra";
     case RVL_KVI_BLK_KV: return "kv";
+    case RVL_KVI_BLK_CENTER: return "center";
     default: return "unknown";
     }
 }
@@ -278,6 +279,18 @@ static void print_text(FILE *out, const rvl_kvi *f, const model_check *mc, const
     fputs(" tokens, warm ", out);
     print_bound(out, in->warm);
     fputs(" tokens\n", out);
+    if (in->key_centre) {
+        double c2 = 0;
+        const size_t nm = (size_t)in->n_layer * in->kv_dim;
+        for (size_t i = 0; in->centre && i < nm; i++)
+            c2 += (double)in->centre[i] * in->centre[i];
+        if (in->centre)
+            fprintf(out, "centre      keys stored as k - centre (per layer and kv head; RMS norm "
+                    "per head %.4g); statistics below are of k\n",
+                    sqrt(c2 / ((double)in->n_layer * (in->n_head_kv ? in->n_head_kv : 1))));
+        else
+            fputs("centre      keys stored centred; the center block is DAMAGED\n", out);
+    }
     fprintf(out, "tokens      %u\n", in->n_tokens);
     if (mc->m) {
         fputs("text        ", out);
@@ -439,6 +452,7 @@ static void print_json(rvl_jw *w, const rvl_kvi *f, const model_check *mc, const
     rvl_jw_key(w, "n_tokens"); rvl_jw_u64(w, in->n_tokens);
     jw_bound(w, "hot_tokens", in->hot);
     jw_bound(w, "warm_tokens", in->warm);
+    rvl_jw_key(w, "keys_centred"); rvl_jw_bool(w, in->key_centre);
     rvl_jw_key(w, "tokens");
     if (in->tokens) {
         rvl_jw_arr(w);
@@ -809,12 +823,12 @@ rvl_cmd cmd_kv_inspect_desc = {
         "layers ({layer, key_max_abs_diff, value_max_abs_diff}).",
     .man_extra =
         ".SH FILE FORMAT\n"
-        "Session files are little\\-endian (version 2; the authoritative layout is in "
+        "Session files are little\\-endian (version 3; the authoritative layout is in "
         "lib/session.c and docs/formats.md):\n"
         ".RS 4\n.nf\n"
         "offset  size  field\n"
         "0       8     magic \"RVLSESS\\e0\"\n"
-        "8       4     version, 2\n"
+        "8       4     version, 3 (2: no flags)\n"
         "12      4     byte\\-order mark 0x01020304\n"
         "16      8     model fingerprint (xxh3\\-64)\n"
         "24      4     n_layer\n"
@@ -826,15 +840,16 @@ rvl_cmd cmd_kv_inspect_desc = {
         "56      12    value format of tiers 0, 1, 2\n"
         "68      4     hot tokens (0xffffffff: unbounded)\n"
         "72      4     warm tokens\n"
-        "76      4     reserved, 0\n"
+        "76      4     flags: bit 0, keys stored centred\n"
         "80      8     xxh3\\-64 of bytes 0..79\n"
-        "88      ...   blocks: tokens (n_tokens i32), extra (JSON), then per layer\n"
+        "88      ...   blocks: tokens (n_tokens i32), extra (JSON), center (flag bit 0:\n"
+        "              n_layer x n_head_kv x head_dim f32), then per layer\n"
         "              and page of 32 positions one kv block\n"
         "end\\-8   8     xxh3\\-64 of every byte before it\n"
         ".fi\n.RE\n"
         ".PP\n"
         "Formats: 0 f16, 1 q8, 2 q4, 3 tq4, 4 tq3, 5 f32. Each block has a 32\\-byte header: "
-        "kind (1 tokens, 2 extra, 3 kv), layer, page, the page's key format, value format, "
+        "kind (1 tokens, 2 extra, 3 kv, 4 center), layer, page, the page's key format, value format, "
         "tier and positions used (one byte each), raw size, stored size (one zstd frame) and "
         "the xxh3\\-64 of the stored bytes. A kv block holds each kv head's key page, then "
         "each kv head's value page. Version 1 files (a 56\\-byte header with kv_dim and one "

@@ -55,6 +55,7 @@ struct rvl_kvi {
     long *index;                 /* [n_layer][n_pages] block index or -1; NULL: none */
     int32_t *tokens;
     char *extra;
+    float *centre;
     void *raw;                   /* decompression scratch */
     size_t raw_cap;
 };
@@ -133,6 +134,9 @@ static void block_name(const rvl_kvi_blockinfo *bl, char *buf, size_t cap)
         break;
     case RVL_KVI_BLK_EXTRA:
         snprintf(buf, cap, "the extra block at offset %llu", (unsigned long long)bl->offset);
+        break;
+    case RVL_KVI_BLK_CENTER:
+        snprintf(buf, cap, "the center block at offset %llu", (unsigned long long)bl->offset);
         break;
     case RVL_KVI_BLK_KV:
         snprintf(buf, cap, "the kv block at offset %llu (layer %u, page %u)",
@@ -238,8 +242,10 @@ static void read_header(rvl_kvi *f)
                 problem(f, "header: tier 0 formats %s/%s are not full precision (f16 or f32)",
                         rvl_kvi_fmt_name(in->k_fmt[0]), rvl_kvi_fmt_name(in->v_fmt[0]));
         }
-        if (get32(b + 76) != 0)
-            problem(f, "header: reserved field at offset 76 is 0x%08x, not 0", get32(b + 76));
+        const uint32_t flags = get32(b + 76);
+        if (flags & ~(in->version == 2 ? 0u : 1u))
+            problem(f, "header: unknown flags 0x%08x at offset 76", flags);
+        in->key_centre = in->version >= 3 && (flags & 1);
     }
     if (in->kv_dim == 0 || in->kv_dim > MAX_KV_DIM) {
         if (in->version == 1)
@@ -258,7 +264,7 @@ static void read_header(rvl_kvi *f)
     }
     in->geometry_ok = ok;
     f->n_pages = (uint32_t)(((uint64_t)in->n_tokens + PAGE - 1) / PAGE);
-    in->n_blocks_expected = 2 + (uint64_t)in->n_layer * f->n_pages;
+    in->n_blocks_expected = 2 + in->key_centre + (uint64_t)in->n_layer * f->n_pages;
 }
 
 /* ====================================================================
@@ -287,10 +293,13 @@ static void expected(const rvl_kvi *f, uint64_t i, uint32_t *kind, uint32_t *lay
         *kind = RVL_KVI_BLK_TOKENS;
     } else if (i == 1) {
         *kind = RVL_KVI_BLK_EXTRA;
-    } else if (f->n_pages && i - 2 < (uint64_t)f->info.n_layer * f->n_pages) {
+    } else if (i == 2 && f->info.key_centre) {
+        *kind = RVL_KVI_BLK_CENTER;
+    } else if (f->n_pages && i - 2 - f->info.key_centre < (uint64_t)f->info.n_layer * f->n_pages) {
+        i -= 2 + f->info.key_centre;
         *kind = RVL_KVI_BLK_KV;
-        *layer = (uint32_t)((i - 2) / f->n_pages);
-        *page = (uint32_t)((i - 2) % f->n_pages);
+        *layer = (uint32_t)(i / f->n_pages);
+        *page = (uint32_t)(i % f->n_pages);
     } else {
         *kind = 0;   /* nothing more expected */
     }
@@ -362,7 +371,7 @@ static int walk(rvl_kvi *f)
     int rc = 0;
 
     /* per-page tables only when the file can hold the blocks promised */
-    uint64_t n_kv = in->n_blocks_expected - 2;
+    uint64_t n_kv = in->n_blocks_expected - 2 - in->key_centre;
     if (in->geometry_ok && n_kv && n_kv <= f->size / hb) {
         f->index = malloc(n_kv * sizeof *f->index);
         tiers = calloc(f->n_pages, 1);
@@ -394,7 +403,7 @@ static int walk(rvl_kvi *f)
         bl.stored_bytes = get32(h + hb - 12);
         bl.hash_stored = get64(h + hb - 8);
         block_name(&bl, name, sizeof name);
-        if (bl.kind < RVL_KVI_BLK_TOKENS || bl.kind > RVL_KVI_BLK_KV) {
+        if (bl.kind < RVL_KVI_BLK_TOKENS || bl.kind > RVL_KVI_BLK_CENTER) {
             problem(f, "%s: unknown block kind %u: the rest of the file (%zu bytes) is not read",
                     name, bl.kind, end - off);
             break;
@@ -422,7 +431,8 @@ static int walk(rvl_kvi *f)
                         (unsigned long long)in->n_blocks_expected);
             else
                 problem(f, "%s: misplaced: the layout puts the %s block%s here", name,
-                        ek == RVL_KVI_BLK_TOKENS ? "tokens" : ek == RVL_KVI_BLK_EXTRA ? "extra" : "kv",
+                        ek == RVL_KVI_BLK_TOKENS ? "tokens" : ek == RVL_KVI_BLK_EXTRA ? "extra"
+                        : ek == RVL_KVI_BLK_CENTER ? "center" : "kv",
                         ek == RVL_KVI_BLK_KV ? " of another layer or page" : "");
         }
         if (bl.hash_computed != bl.hash_stored) {
@@ -445,6 +455,13 @@ static int walk(rvl_kvi *f)
             sized = false;
         } else if (bl.kind == RVL_KVI_BLK_EXTRA && bl.raw_bytes > MAX_RAW) {
             problem(f, "%s: %u bytes of JSON, more than 64 MiB", name, bl.raw_bytes);
+            sized = false;
+        } else if (bl.kind == RVL_KVI_BLK_CENTER &&
+                   (!in->geometry_ok ||
+                    (uint64_t)bl.raw_bytes != (uint64_t)in->n_layer * in->kv_dim * 4)) {
+            problem(f, "%s: holds %u bytes, expected %llu (%u layers of %u floats)", name,
+                    bl.raw_bytes, (unsigned long long)in->n_layer * in->kv_dim * 4, in->n_layer,
+                    in->kv_dim);
             sized = false;
         } else if (bl.kind == RVL_KVI_BLK_KV) {
             sized = check_kv(f, &bl, h, name);
@@ -488,7 +505,24 @@ static int walk(rvl_kvi *f)
             memcpy(f->extra, f->raw, bl.raw_bytes);
             f->extra[bl.raw_bytes] = 0;
             in->extra_len = bl.raw_bytes;
-        } else if (bl.kind == RVL_KVI_BLK_KV && in->version == 2 && tiers) {
+        } else if (bl.kind == RVL_KVI_BLK_CENTER && !f->centre) {
+            const size_t nm = (size_t)in->n_layer * in->kv_dim;
+            f->centre = malloc(nm * sizeof *f->centre);
+            if (!f->centre) {
+                rc = rvl_seterr(RVL_ENOMEM, "out of memory");
+                goto out;
+            }
+            for (size_t c = 0; c < nm && f->centre; c++) {
+                f->centre[c] = rvl_bits_f32(get32((const unsigned char *)f->raw + 4 * c));
+                if (!isfinite(f->centre[c])) {
+                    bl.status = RVL_KVI_BAD_DATA;
+                    problem(f, "%s: element %zu is not finite", name, c);
+                    free(f->centre);
+                    f->centre = NULL;
+                }
+            }
+            in->centre = f->centre;
+        } else if (bl.kind == RVL_KVI_BLK_KV && in->version >= 2 && tiers) {
             /* v2 tier rules: every layer's page p in the same tier; a newer
              * page never colder than an older one, but for page 0 in tier 0
              * (the attention sink of a quantized cache, kvcache.h) */
@@ -549,9 +583,9 @@ static int open_buf(rvl_kvi *f)
         return rvl_seterr(RVL_EUNSUPPORTED, "%s: byte-order mark at offset 12 is 0x%08x: written on "
                           "a machine of the other endianness", f->path, get32(b + 12));
     in->version = get32(b + 8);
-    if (in->version != 1 && in->version != 2)
+    if (in->version < 1 || in->version > 3)
         return rvl_seterr(RVL_EUNSUPPORTED, "%s: session version %u at offset 8 is not one this "
-                          "inspector knows (1, 2)", f->path, in->version);
+                          "inspector knows (1, 2, 3)", f->path, in->version);
     in->header_bytes = in->version == 1 ? 56 : 88;
     in->block_header_bytes = in->version == 1 ? 28 : 32;
     if (f->size < (size_t)in->header_bytes + 8)
@@ -649,6 +683,7 @@ void rvl_kvi_close(rvl_kvi *f)
     free(f->index);
     free(f->tokens);
     free(f->extra);
+    free(f->centre);
     free(f->raw);
     free(f->path);
     free(f);
@@ -748,6 +783,12 @@ int rvl_kvi_page(rvl_kvi *f, size_t i, float *k, float *v, uint32_t *n_pos)
         return rc == RVL_ENOMEM ? rc : rvl_seterr(RVL_EFORMAT, "%s: %s does not decompress", f->path, name);
     const unsigned char *raw = f->raw;
     decode_part(f, raw, bl->k_fmt, RVL_KVQ_KEY, bl->n_pos, k);
+    if (f->info.key_centre && !f->centre)
+        return rvl_seterr(RVL_EFORMAT, "%s: %s: the keys are stored centred and the center "
+                          "block is damaged", f->path, name);
+    for (uint32_t t = 0; f->centre && t < bl->n_pos; t++)
+        for (uint32_t c = 0; c < f->info.kv_dim; c++)
+            k[(size_t)t * f->info.kv_dim + c] += f->centre[(size_t)bl->layer * f->info.kv_dim + c];
     decode_part(f, raw + bl->k_bytes, bl->v_fmt, RVL_KVQ_VALUE, bl->n_pos, v);
     *n_pos = bl->n_pos;
     return 0;

@@ -24,11 +24,13 @@
  * ctx 2048, perplexity against f16 without -> with the sink, 8 windows:
  * tiered 256/512/tq4 +0.63% -> +0.28%, tq4 +1.54% -> +1.65%, q8 +0.11% ->
  * +0.15% (4 windows: +0.74% -> +0.11%, +1.36% -> +1.17%, +0.22% ->
- * -0.20%). It pays where the first page would be the only 4-bit one
- * (tiered); for fixed formats it is within the noise: tq4's loss is its
- * keys' (tq4 keys + f16 values +1.36%, f16 keys + tq4 values +0.21%) at
- * the Lloyd-Max floor (relative MSE 0.0083-0.0090 per key, vs 0.0095 for
- * N(0, 1) input).
+ * -0.20%); measured before key centering. It pays where the first page
+ * would be the only 4-bit one (tiered); for fixed formats it is within the
+ * noise: tq4's loss is its keys' (tq4 keys + f16 values +1.36%, f16 keys +
+ * tq4 values +0.21%) at the Lloyd-Max floor (relative MSE 0.0083-0.0090
+ * per key, vs 0.0095 for N(0, 1) input). Key centering (kvcache.c) then
+ * took the keys' share down: q8 +0.09%, tq4 +1.43%, tq4 keys + f16 values
+ * +1.15% (8 windows; README "KV cache formats").
  * They cost one f16 page per layer (SmolLM2-135M: 720 KiB) and are the one
  * exception to "tiers only get colder with age" below: attention reads a
  * sink page that is not next to the hot tier with the kvq.h F16 reader.
@@ -161,6 +163,16 @@ int rvl_kvc_load_done(rvl_kvc *kc, uint32_t n);
  * for (decoded; TQ unrotated). */
 void rvl_kvc_read_page(rvl_kvc *kc, uint32_t layer, int kind, uint32_t page, uint32_t head,
                        float *rows /* [32][head_dim] */);
+/* Key centering (kvcache.c, "Key centering"): the centre subtracted from
+ * every stored key, (n_layer, n_head_kv, head_dim) floats, or NULL while
+ * there is none (an f16/f32 cache, or no key page quantized yet). Pages
+ * hold k - centre; rvl_kvc_read_page adds it back. */
+const float *rvl_kvc_key_center(const rvl_kvc *kc);
+/* Session loading (after the cache was emptied, before
+ * rvl_kvc_load_done): the pages were saved with this centre, or without
+ * one (NULL). RVL_EFORMAT when the cache's key formats are not quantized
+ * but a centre is given. A change of centre empties the LRU. */
+int rvl_kvc_load_center(rvl_kvc *kc, const float *mu);
 /* KV bytes per token of the steady state of the formats of each tier
  * (tier 0 counts f16/f32), summed over layers and kv heads, K + V. */
 double rvl_kvc_tier_token_bytes(const rvl_kvc *kc, int tier);

@@ -811,7 +811,7 @@ enum { RVL_KVI_F16 = 0, RVL_KVI_Q8, RVL_KVI_Q4, RVL_KVI_TQ4, RVL_KVI_TQ3, RVL_KV
 /* "f16", "q8", "q4", "tq4", "tq3", "f32"; "?" out of range. */
 const char *rvl_kvi_fmt_name(int fmt);
 
-enum { RVL_KVI_BLK_TOKENS = 1, RVL_KVI_BLK_EXTRA = 2, RVL_KVI_BLK_KV = 3 };
+enum { RVL_KVI_BLK_TOKENS = 1, RVL_KVI_BLK_EXTRA = 2, RVL_KVI_BLK_KV = 3, RVL_KVI_BLK_CENTER = 4 };
 
 typedef enum {
     RVL_KVI_OK = 0,
@@ -840,9 +840,9 @@ typedef struct {
 typedef struct {
     const char *path;          /* borrowed: valid until rvl_kvi_close */
     uint64_t file_size;
-    uint32_t version;          /* 1 or 2 */
-    uint32_t header_bytes;     /* 56 (v1), 88 (v2) */
-    uint32_t block_header_bytes; /* 28 (v1), 32 (v2) */
+    uint32_t version;          /* 1, 2 or 3 */
+    uint32_t header_bytes;     /* 56 (v1), 88 (v2, v3) */
+    uint32_t block_header_bytes; /* 28 (v1), 32 (v2, v3) */
     uint64_t fingerprint;      /* the model's (xxh3-64) */
     uint32_t n_layer, n_head_kv, head_dim; /* head geometry: 0 when unknown (v1) */
     uint32_t kv_dim;           /* n_head_kv * head_dim */
@@ -855,7 +855,10 @@ typedef struct {
     uint64_t header_hash_stored, header_hash_computed;
     bool file_ok;              /* whole-file checksum matches */
     uint64_t file_hash_stored, file_hash_computed;
-    uint64_t n_blocks_expected;  /* 2 + n_layer * ceil(n_tokens / 32) */
+    bool key_centre;           /* v3 flag: keys stored centred, a center block follows extra */
+    const float *centre;       /* (n_layer, kv_dim) the centre, added back to every key
+                                  rvl_kvi_page returns; NULL when none or damaged */
+    uint64_t n_blocks_expected;  /* 2 (+1 centred) + n_layer * ceil(n_tokens / 32) */
     const int32_t *tokens;     /* NULL when the tokens block is damaged */
     const char *extra;         /* the JSON blob, NUL-terminated; NULL if damaged */
     size_t extra_len;

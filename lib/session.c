@@ -3,13 +3,14 @@
  * own storage format), the token ids it holds and an opaque JSON blob,
  * saved and restored.
  *
- * Layout (little-endian; version 2). Version 1 files (the contiguous
+ * Layout (little-endian; version 3). Version 1 files (the contiguous
  * f16/f32 cache) are refused: "session format version 1 is no longer
- * supported, re-create the file".
+ * supported, re-create the file". Version 2 is version 3 without key
+ * centering (offset 76 is 0): still read.
  *
  *   off  size  field
  *   0    8     magic "RVLSESS\0"
- *   8    4     version (2)
+ *   8    4     version (3; 2 is read too)
  *   12   4     byte-order mark 0x01020304 (reads 0x04030201 on a
  *              big-endian writer's file: refused)
  *   16   8     model fingerprint (xxh3-64 of the architecture, the
@@ -34,13 +35,17 @@
  *              is (f16, X, X, hot 0, warm unbounded): only the page being
  *              filled is full precision; tiered is (f16, q8, cold, 256,
  *              2048) by default.
- *   76   4     reserved, 0
+ *   76   4     flags: bit 0 set: the keys are stored centred (kvcache.c
+ *              "Key centering") and a CENTER block follows EXTRA; other
+ *              bits 0 (version 2: the whole field 0)
  *   80   8     xxh3-64 of bytes 0..79
  *   88   ...   blocks, in this order: TOKENS (n_tokens i32), EXTRA (the
- *              JSON text, possibly empty), then for each layer l, for
+ *              JSON text, possibly empty), with flag bit 0 a CENTER block
+ *              (n_layer x n_head_kv x head_dim f32: the centre every
+ *              stored key had subtracted), then for each layer l, for
  *              each logical page p (positions 32p .. 32p + 31, the last
  *              one possibly partial) one KV block. Each block:
- *                0  4  kind (1 tokens, 2 extra, 3 kv)
+ *                0  4  kind (1 tokens, 2 extra, 3 kv, 4 center)
  *                4  4  layer (kv) or 0
  *                8  4  page index (kv) or 0
  *                12 1  kv: key format of the page (as above), else 0
@@ -67,6 +72,7 @@
  * is allocated or decompressed, so a hostile file cannot make the reader
  * allocate more than the context it is loaded into already holds.
  */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -77,13 +83,14 @@
 #include "model.h"
 
 #define SESS_MAGIC "RVLSESS"
-#define SESS_VERSION 2u
+#define SESS_VERSION 3u
 #define SESS_BOM 0x01020304u
 #define SESS_PAGE 32u
 #define HDR 88u
 #define BLK 32u
 
-enum { BLK_TOKENS = 1, BLK_EXTRA = 2, BLK_KV = 3 };
+enum { BLK_TOKENS = 1, BLK_EXTRA = 2, BLK_KV = 3, BLK_CENTER = 4 };
+#define SESS_F_CENTER 1u
 
 static void put32(unsigned char *p, uint32_t v)
 {
@@ -214,6 +221,8 @@ int rvl_session_save(rvl_ctx *c, const char *path, const int32_t *ids, size_t n_
     put64(h + 16, rvl_model_fingerprint(m));
     put_geometry(h, kp);
     put32(h + 40, n);
+    const float *mu = rvl_kvc_key_center(kc);
+    put32(h + 76, mu ? SESS_F_CENTER : 0);
     put64(h + 80, XXH3_64bits(h, 80));
     if ((rc = wr(&w, h, sizeof h)) < 0)
         goto fail;
@@ -233,6 +242,23 @@ int rvl_session_save(rvl_ctx *c, const char *path, const int32_t *ids, size_t n_
     if ((rc = wr_block(&w, BLK_EXTRA, 0, 0, none, extra_json ? extra_json : "",
                        extra_json ? strlen(extra_json) : 0)) < 0)
         goto fail;
+    if (mu) { /* the centre, as little-endian f32 */
+        const size_t nm = (size_t)kp->n_layer * nkv * kp->head_dim;
+        unsigned char *cb = malloc(nm * 4);
+        if (!cb) {
+            rc = rvl_seterr(RVL_ENOMEM, "out of memory");
+            goto fail;
+        }
+        for (size_t i = 0; i < nm; i++) {
+            uint32_t u;
+            memcpy(&u, mu + i, 4);
+            put32(cb + 4 * i, u);
+        }
+        rc = wr_block(&w, BLK_CENTER, 0, 0, none, cb, nm * 4);
+        free(cb);
+        if (rc < 0)
+            goto fail;
+    }
 
     const uint32_t np = rvl_kvc_n_pages(kc);
     for (uint32_t l = 0; l < kp->n_layer; l++) {
@@ -291,7 +317,7 @@ typedef struct {
 static int rd_block(reader *r, uint32_t kind, uint32_t layer, uint32_t page, size_t want_raw,
                     bool exact)
 {
-    static const char *const names[] = {"", "tokens", "extra", "kv"};
+    static const char *const names[] = {"", "tokens", "extra", "kv", "center"};
     const size_t at = r->off;
     if (r->size - 8 - r->off < BLK)
         return rvl_seterr(RVL_EFORMAT, "%s: truncated: the %s block at offset %zu is missing",
@@ -410,9 +436,10 @@ int rvl_session_load_mem(rvl_ctx *c, const char *path, const void *buf, size_t s
             "endianness", path, get32(r.b + 12));
     if (get32(r.b + 8) == 1)
         BAD("%s: session format version 1 is no longer supported, re-create the file", path);
-    if (get32(r.b + 8) != SESS_VERSION)
-        BAD("%s: session version %u at offset 8 is not supported (this is %u)", path,
-            get32(r.b + 8), SESS_VERSION);
+    const uint32_t version = get32(r.b + 8);
+    if (version != SESS_VERSION && version != 2)
+        BAD("%s: session version %u at offset 8 is not supported (this is %u)", path, version,
+            SESS_VERSION);
     if (r.size < HDR + 8)
         BAD("%s: truncated: %zu bytes, shorter than a session header", path, r.size);
     if (XXH3_64bits(r.b, 80) != get64(r.b + 80))
@@ -432,7 +459,10 @@ int rvl_session_load_mem(rvl_ctx *c, const char *path, const void *buf, size_t s
     {
         unsigned char mine[HDR] = {0};
         put_geometry(mine, kp);
-        if (memcmp(mine + 44, r.b + 44, 36) != 0) {
+        const uint32_t flags = get32(r.b + 76);
+        if (flags & ~(version == 2 ? 0u : SESS_F_CENTER))
+            BAD("%s: unknown flags 0x%08x at offset 76", path, flags);
+        if (memcmp(mine + 44, r.b + 44, 32) != 0) {
             char fk[64], fv[64], ck[64], cv[64];
             kind_desc(fk, sizeof fk, r.b, 0);
             kind_desc(fv, sizeof fv, r.b, 1);
@@ -469,6 +499,26 @@ int rvl_session_load_mem(rvl_ctx *c, const char *path, const void *buf, size_t s
     }
     memcpy(extra, r.raw, r.raw_len);
     extra[r.raw_len] = 0;
+    if (get32(r.b + 76) & SESS_F_CENTER) {
+        const size_t nm = (size_t)hp->n_layer * nkv * hd;
+        if ((rc = rd_block(&r, BLK_CENTER, 0, 0, nm * 4, true)) < 0)
+            goto fail;
+        float *mu = r.raw; /* aligned: malloc'd; decoded in place */
+        for (size_t i = 0; i < nm; i++) {
+            const uint32_t u = get32((const unsigned char *)r.raw + 4 * i);
+            memcpy(mu + i, &u, 4);
+            if (!isfinite(mu[i]))
+                BAD("%s: the key centre holds a non-finite value (element %zu)", path, i);
+        }
+        rc = rvl_kvc_load_center(kc, mu);
+    } else {
+        rc = rvl_kvc_load_center(kc, NULL);
+    }
+    if (rc < 0) {
+        char why[160];
+        snprintf(why, sizeof why, "%s", rvl_errmsg());
+        BAD("%s: %s", path, why);
+    }
     const uint32_t np = (n + SESS_PAGE - 1) / SESS_PAGE;
     for (uint32_t l = 0; l < hp->n_layer; l++) {
         for (uint32_t pg = 0; pg < np; pg++) {

@@ -379,6 +379,64 @@ static void save_prompt(const char *path, const int32_t *ids, size_t n)
     rvl_ctx_close(c);
 }
 
+/* A tq4 cache stores its keys centred (kvcache.c "Key centering"): the file
+ * says so, carries the centre, and the inspector adds it back, so the f16
+ * sink page's keys equal an f16 cache's for the same tokens (to f16's
+ * rounding of k - centre). */
+static void test_kvi_adds_the_key_centre_back(void **state)
+{
+    (void)state;
+    char pq[64], pf[64];
+    snprintf(pq, sizeof pq, "/tmp/rvl-kvi-q-%d.rvls", (int)getpid());
+    snprintf(pf, sizeof pf, "/tmp/rvl-kvi-f-%d.rvls", (int)getpid());
+    int32_t ids[100];
+    for (int i = 0; i < 100; i++)
+        ids[i] = (i * 29 + 3) % 200;
+    const rvl_kv_type kt[2] = {RVL_KV_TQ4, RVL_KV_F16};
+    const char *paths[2] = {pq, pf};
+    for (int i = 0; i < 2; i++) {
+        rvl_ctx *c;
+        rvl_ctx_params p = {.n_ctx = 128, .n_threads = 1, .kv_type = kt[i]};
+        assert_int_equal(rvl_ctx_open(&c, tiny, &p), 0);
+        const float *logits;
+        assert_int_equal(rvl_decode(c, ids, 100, &logits), 0);
+        assert_int_equal(rvl_session_save(c, paths[i], ids, 100, NULL), 0);
+        rvl_ctx_close(c);
+    }
+    rvl_kvi *fq, *ff;
+    assert_int_equal(rvl_kvi_open(&fq, pq), 0);
+    assert_int_equal(rvl_kvi_open(&ff, pf), 0);
+    const rvl_kvi_info *iq = rvl_kvi_info_get(fq), *iff = rvl_kvi_info_get(ff);
+    assert_true(rvl_kvi_intact(fq));
+    assert_int_equal(iq->version, 3);
+    assert_true(iq->key_centre);
+    assert_non_null(iq->centre);
+    assert_false(iff->key_centre);
+    assert_null(iff->centre);
+    assert_int_equal(rvl_kvi_n_blocks(fq), iq->n_blocks_expected);
+    assert_int_equal(rvl_kvi_block(fq, 2)->kind, RVL_KVI_BLK_CENTER);
+    const size_t kd = iq->kv_dim;
+    float *kq = malloc(32 * kd * sizeof(float)), *vq = malloc(32 * kd * sizeof(float));
+    float *kf = malloc(32 * kd * sizeof(float)), *vf = malloc(32 * kd * sizeof(float));
+    double cmax = 0;
+    for (size_t i = 0; i < (size_t)iq->n_layer * kd; i++)
+        cmax = fmax(cmax, fabs(iq->centre[i]));
+    assert_true(cmax > 0.01); /* a real centre, not zeros */
+    for (uint32_t l = 0; l < iq->n_layer; l++) {
+        uint32_t nq, nf;
+        assert_int_equal(rvl_kvi_page(fq, (size_t)rvl_kvi_find_page(fq, l, 0), kq, vq, &nq), 0);
+        assert_int_equal(rvl_kvi_page(ff, (size_t)rvl_kvi_find_page(ff, l, 0), kf, vf, &nf), 0);
+        assert_int_equal(nq, 32);
+        for (size_t i = 0; i < 32 * kd; i++)
+            assert_true(fabsf(kq[i] - kf[i]) <= 2e-3f * (fabsf(kf[i]) + (float)cmax));
+    }
+    free(kq), free(vq), free(kf), free(vf);
+    rvl_kvi_close(fq);
+    rvl_kvi_close(ff);
+    unlink(pq);
+    unlink(pf);
+}
+
 static void test_kvi_reads_what_session_save_writes_and_diffs_two_prompts(void **state)
 {
     (void)state;
@@ -469,6 +527,7 @@ int main(void)
         cmocka_unit_test(test_kvi_reports_truncation_and_missing_blocks),
         cmocka_unit_test(test_kvi_refuses_what_is_not_a_session),
         cmocka_unit_test(test_kvi_rejects_page_formats_that_are_not_their_tiers),
+        cmocka_unit_test(test_kvi_adds_the_key_centre_back),
         cmocka_unit_test(test_kvi_reads_what_session_save_writes_and_diffs_two_prompts),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

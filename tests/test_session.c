@@ -213,9 +213,9 @@ static void test_session_bad_files_are_refused(void **state)
     spill(tpath("magic.rvls"), t, n);
     expect_refused(c, tpath("magic.rvls"), RVL_EFORMAT, "not a ruvllm session");
     memcpy(t, b, n);
-    t[8] = 3;
+    t[8] = 4;
     spill(tpath("ver.rvls"), t, n);
-    expect_refused(c, tpath("ver.rvls"), RVL_EFORMAT, "version 3");
+    expect_refused(c, tpath("ver.rvls"), RVL_EFORMAT, "version 4");
     memcpy(t, b, n);
     t[8] = 1;
     spill(tpath("v1.rvls"), t, n);
@@ -233,10 +233,20 @@ static void test_session_bad_files_are_refused(void **state)
         assert_int_equal(rvl_session_save(tc, tpath("tier.rvls"), seq, N, NULL), 0);
         size_t tn;
         unsigned char *tb = slurp(tpath("tier.rvls"), &tn);
-        size_t at = 88; /* header; then the tokens and extra blocks */
-        /* the tokens and extra blocks, then page 0 (the attention sink: f16, tier 0) */
-        for (int i = 0; i < 3; i++)
-            at += 32 + (size_t)(tb[at + 20] | tb[at + 21] << 8 | tb[at + 22] << 16 | tb[at + 23] << 24);
+        size_t at = 88; /* header; then the tokens, extra and center blocks */
+#define SKIP_BLOCK() (at += 32 + (size_t)(tb[at + 20] | tb[at + 21] << 8 | tb[at + 22] << 16 | \
+                                          tb[at + 23] << 24))
+        /* quantized keys: stored centred, the flag at 76 and the centre after the extra block */
+        assert_int_equal(tb[76], 1);
+        SKIP_BLOCK();
+        SKIP_BLOCK();
+        assert_int_equal(tb[at], 4);
+        assert_int_equal(tb[at + 16] | tb[at + 17] << 8 | tb[at + 18] << 16,
+                         4 * rvl_model_hparams(m)->n_layer * rvl_model_hparams(m)->n_head_kv *
+                         rvl_model_hparams(m)->head_dim);
+        SKIP_BLOCK();
+        SKIP_BLOCK(); /* page 0 (the attention sink: f16, tier 0) */
+#undef SKIP_BLOCK
         assert_int_equal(tb[at], 3);      /* layer 0, page 1: q8 keys and values, tier 1 */
         assert_int_equal(tb[at + 8], 1);
         assert_int_equal(tb[at + 14], 1);
@@ -246,6 +256,17 @@ static void test_session_bad_files_are_refused(void **state)
             tb[tn - 8 + i] = (unsigned char)(h >> (8 * i));
         spill(tpath("tier.rvls"), tb, tn);
         expect_refused(tc, tpath("tier.rvls"), RVL_EFORMAT, "holds q8/q8 pages, tier 2 is tq4/tq4");
+        /* version 2 had no flags: a centred file that says version 2 is refused */
+        tb[at + 14] = 1;
+        tb[8] = 2;
+        h = XXH3_64bits(tb, 80);
+        for (int i = 0; i < 8; i++)
+            tb[80 + i] = (unsigned char)(h >> (8 * i));
+        h = XXH3_64bits(tb, tn - 8);
+        for (int i = 0; i < 8; i++)
+            tb[tn - 8 + i] = (unsigned char)(h >> (8 * i));
+        spill(tpath("v2flags.rvls"), tb, tn);
+        expect_refused(tc, tpath("v2flags.rvls"), RVL_EFORMAT, "unknown flags 0x00000001 at offset 76");
         free(tb);
         rvl_ctx_close(tc);
     }
