@@ -5,7 +5,10 @@
 # Run from the repository root (make check does).
 set -u
 BUILD=${BUILD:-build}
-export RVL_SHARED_DATA=${RVL_SHARED_DATA:-../shared/data}
+# the test data (llama.cpp's vocab-only GGUFs with their tokenizer cases,
+# WikiText-2 test): a copy of ../shared/data in the repository, so that a
+# clone anywhere (CI's fresh machine, /tmp/x) tests the same files
+export RVL_SHARED_DATA=${RVL_SHARED_DATA:-tests/data/shared}
 export RUVLLM=${RUVLLM:-$PWD/$BUILD/ruvllm}
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
