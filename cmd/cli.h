@@ -56,7 +56,6 @@ typedef struct rvl_cmd {
     compl_kind pos_compl;     /* what positionals are */
     int min_pos, max_pos;     /* max_pos < 0: unlimited */
     int (*main)(struct rvl_cmd *cmd, int argc, char **argv);
-    const char *issue;        /* non-NULL: not implemented yet, names the issue */
 } rvl_cmd;
 
 /* Every command's table ends with this: -h/--help is common to all. */
@@ -152,8 +151,5 @@ int cli_backend_refuse(const rvl_ctx *c, const char *option);
  * printing the error. */
 int cli_lora_attach(const char *cmd, const opt_list *specs, const rvl_model *m, rvl_ctx *c,
                     rvl_lora **out);
-
-/* Helper for unimplemented commands. */
-int cli_not_implemented(rvl_cmd *cmd, int argc, char **argv);
 
 #endif

@@ -139,8 +139,6 @@ static int run_command(rvl_cmd *cmd, int argc, char **argv)
     }
     cli_parse(cmd, argc, argv, &npos);
     rvl_interrupt_install();
-    if (cmd->issue)
-        return cli_not_implemented(cmd, npos, argv);
     return cmd->main(cmd, npos, argv);
 }
 

@@ -53,14 +53,6 @@ int cli_fail(const char *cmd, int rc)
     return cli_exit_code(rc);
 }
 
-int cli_not_implemented(rvl_cmd *cmd, int argc, char **argv)
-{
-    (void)argc;
-    (void)argv;
-    cli_err(cmd->name, "not implemented yet (%s)", cmd->issue);
-    return EXIT_RUNTIME;
-}
-
 /* ====================================================================
  * Suggestions: optimal string alignment distance (Damerau-Levenshtein
  * with adjacent transpositions), as git's "did you mean".
@@ -317,8 +309,6 @@ void cli_print_help(const rvl_cmd *cmd, FILE *out)
     char label[128];
 
     fprintf(out, "usage: ruvllm %s %s\n\n%s\n", cmd->name, cmd->synopsis, cmd->summary);
-    if (cmd->issue)
-        fprintf(out, "(not implemented yet: %s)\n", cmd->issue);
     fprintf(out, "\noptions:\n");
     for (const rvl_opt *o = cmd->opts; o->lng; o++) {
         opt_label(o, label, sizeof label);
@@ -426,11 +416,6 @@ void cli_print_man(const rvl_cmd *cmd, FILE *out)
     fputc('\n', out);
     roff_str(out, cmd->synopsis);
     fprintf(out, "\n.SH DESCRIPTION\n");
-    if (cmd->issue) {
-        fprintf(out, "This command is not implemented yet (");
-        roff_str(out, cmd->issue);
-        fprintf(out, "); it reports so and exits with status 1.\n.PP\n");
-    }
     roff_paragraphs(out, cmd->description);
     fprintf(out, ".SH OPTIONS\n");
     for (const rvl_opt *o = cmd->opts; o->lng; o++) {
