@@ -60,6 +60,22 @@ err_empty() { if [ -s "$ERR" ]; then not_ok "stderr not empty"; else ok "stderr 
 # assert DESCRIPTION SHELL-CONDITION
 assert() { if eval "$2"; then ok "$1"; else not_ok "$1"; fi; }
 
+# Wait (up to 20 s) until process $1 catches SIGINT (bit 2 of SigCgt in
+# /proc/PID/status): a background job of a non-interactive shell starts
+# with SIGINT ignored, so a Ctrl-C sent before ruvllm installed its handler
+# would be lost, on a loaded machine especially.
+wait_sigint_handler() {
+    i=0
+    while [ $i -lt 200 ]; do
+        m=$(sed -n 's/^SigCgt:[[:space:]]*//p' "/proc/$1/status" 2>/dev/null)
+        [ -z "$m" ] && return 1   # gone
+        [ $(( 0x$m & 2 )) -ne 0 ] && return 0
+        sleep 0.1
+        i=$((i + 1))
+    done
+    return 1
+}
+
 finish() {
     echo "1..$n"
     [ "$nfail" -eq 0 ] || { echo "# $nfail of $n failed"; exit 1; }

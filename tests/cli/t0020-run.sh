@@ -118,9 +118,14 @@ assert "head -c 10 got 10 bytes" "[ \$(wc -c <'$OUT') = 10 ]"
 err_empty
 
 # Ctrl-C stops generation, keeps what was printed, exits 130
-# (--ignore-eos: the model's end of text must not end it before the signal)
+# (--ignore-eos: the model's end of text must not end it before the signal;
+# OUT is emptied first: otherwise the loop below can see the previous test's
+# output before the shell has truncated it, and signal the process before it
+# has installed its handler, while a background job still ignores SIGINT)
+: >"$OUT"
 "$RUVLLM" run --temp 0 --ignore-eos -n 100000 -c 4096 "Once upon a time" >"$OUT" 2>"$ERR" &
 pid=$!
+wait_sigint_handler $pid
 for i in 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20; do
     [ -s "$OUT" ] && break
     sleep 0.5

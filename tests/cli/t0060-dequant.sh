@@ -107,6 +107,7 @@ assert "no temporaries left" "! ls $TMP | grep -q '\.tmp\.'"
 # Ctrl-C: exit 130, nothing at OUT
 "$RUVLLM" dequant -q --type f32 "$TMP/m-f16.gguf" "$TMP/int.gguf" 2>"$ERR" &
 pid=$!
+wait_sigint_handler $pid
 sleep 0.2
 kill -INT $pid
 wait $pid

@@ -153,6 +153,7 @@ assert "no temporaries left" "! ls $TMP | grep -q '\.tmp\.'"
 # Ctrl-C: exit 130, nothing at OUT (Q4_K_M with --stats on one thread takes seconds)
 "$RUVLLM" quantize -q --stats -t 1 "$F16" "$TMP/int.gguf" Q4_K_M 2>"$ERR" &
 pid=$!
+wait_sigint_handler $pid
 sleep 0.3
 kill -INT $pid
 wait $pid
