@@ -45,6 +45,11 @@ typedef struct {
     int n_reads;         /* reads that brought bytes */
 } pty_t;
 
+/* How long a prompt, an echo or a message may take to appear: long,
+ * because it only costs time when something is wrong, and a run beside
+ * another CI run and a debootstrap once took over 5 s to echo "^C". */
+#define WAIT_MS 20000
+
 static double now_ms(void)
 {
     struct timespec ts;
@@ -266,18 +271,18 @@ static void test_chat_pty_prompt_streams_and_ctrl_c_interrupts(void **st)
 
     /* the banner and a colored prompt */
     pty_expect(&p, "/help for commands", 20000);
-    pty_expect(&p, "\033[1;32m>>> ", 5000);
+    pty_expect(&p, "\033[1;32m>>> ", WAIT_MS);
 
     /* a reply, then the prompt again */
     pty_send(&p, "Say hello.\r");
-    pty_expect(&p, "Say hello.", 5000);
+    pty_expect(&p, "Say hello.", WAIT_MS);
     pty_expect(&p, "Hello", 30000);
     pty_expect(&p, ">>> ", 30000);
 
     /* a long reply: text arrives while it is generated (streaming);
      * Ctrl-C stops it and the prompt comes back */
     pty_send(&p, "Write a very long story about a dragon who loves to read books.\r");
-    pty_expect(&p, "books.", 5000);
+    pty_expect(&p, "books.", WAIT_MS);
     size_t start = p.mark;
     int reads0 = p.n_reads;
     double t0 = now_ms();
@@ -295,58 +300,58 @@ static void test_chat_pty_prompt_streams_and_ctrl_c_interrupts(void **st)
 
     /* the partial reply is part of the conversation: 2 exchanges */
     pty_send(&p, "/stats\r");
-    pty_expect(&p, "messages   4 (2 exchanges)", 5000);
-    pty_expect(&p, "of 1024 tokens used", 5000);
-    pty_expect(&p, "KV cache", 5000);
-    pty_expect(&p, "finish: interrupted", 5000);
-    pty_expect(&p, ">>> ", 5000);
+    pty_expect(&p, "messages   4 (2 exchanges)", WAIT_MS);
+    pty_expect(&p, "of 1024 tokens used", WAIT_MS);
+    pty_expect(&p, "KV cache", WAIT_MS);
+    pty_expect(&p, "finish: interrupted", WAIT_MS);
+    pty_expect(&p, ">>> ", WAIT_MS);
 
     /* /undo drops it */
     pty_send(&p, "/undo\r");
-    pty_expect(&p, "removed the last exchange", 5000);
-    pty_expect(&p, ">>> ", 5000);
+    pty_expect(&p, "removed the last exchange", WAIT_MS);
+    pty_expect(&p, ">>> ", WAIT_MS);
     pty_send(&p, "/stats\r");
-    pty_expect(&p, "messages   2 (1 exchanges)", 5000);
-    pty_expect(&p, ">>> ", 5000);
+    pty_expect(&p, "messages   2 (1 exchanges)", WAIT_MS);
+    pty_expect(&p, ">>> ", WAIT_MS);
 
     /* /help lists the commands */
     pty_send(&p, "/help\r");
-    pty_expect(&p, "/retry", 5000);
-    pty_expect(&p, "/exit", 5000);
-    pty_expect(&p, ">>> ", 5000);
+    pty_expect(&p, "/retry", WAIT_MS);
+    pty_expect(&p, "/exit", WAIT_MS);
+    pty_expect(&p, ">>> ", WAIT_MS);
 
     /* an unknown command is an error with a suggestion; chat goes on */
     pty_send(&p, "/stast\r");
-    pty_expect(&p, "did you mean '/stats'?", 5000);
-    pty_expect(&p, ">>> ", 5000);
+    pty_expect(&p, "did you mean '/stats'?", WAIT_MS);
+    pty_expect(&p, ">>> ", WAIT_MS);
 
     /* Ctrl-C at an empty prompt says how to leave; with text, clears it */
     pty_send(&p, "\003");
-    pty_expect(&p, "to leave, type /exit or press Ctrl-D", 5000);
-    pty_expect(&p, ">>> ", 5000);
+    pty_expect(&p, "to leave, type /exit or press Ctrl-D", WAIT_MS);
+    pty_expect(&p, ">>> ", WAIT_MS);
     pty_send(&p, "half a line");
-    pty_expect(&p, "half a line", 5000);
+    pty_expect(&p, "half a line", WAIT_MS);
     pty_send(&p, "\003");
-    pty_expect(&p, "^C", 5000);
-    pty_expect(&p, ">>> ", 5000);
+    pty_expect(&p, "^C", WAIT_MS);
+    pty_expect(&p, ">>> ", WAIT_MS);
 
     /* multi-line input: a trailing backslash, then a """ block */
     pty_send(&p, "/set max-tokens 4\r");
-    pty_expect(&p, "(max-tokens = 4)", 5000);
-    pty_expect(&p, ">>> ", 5000);
+    pty_expect(&p, "(max-tokens = 4)", WAIT_MS);
+    pty_expect(&p, ">>> ", WAIT_MS);
     pty_send(&p, "Say:\\\r");
-    pty_expect(&p, "... ", 5000);
+    pty_expect(&p, "... ", WAIT_MS);
     pty_send(&p, "yes\r");
     pty_expect(&p, ">>> ", 30000);
     pty_send(&p, "\"\"\"\r");
-    pty_expect(&p, "... ", 5000);
+    pty_expect(&p, "... ", WAIT_MS);
     pty_send(&p, "Say:\r");
-    pty_expect(&p, "... ", 5000);
+    pty_expect(&p, "... ", WAIT_MS);
     pty_send(&p, "no\"\"\"\r");
     pty_expect(&p, ">>> ", 30000);
     pty_send(&p, "/stats\r");
-    pty_expect(&p, "messages   6 (3 exchanges)", 5000);
-    pty_expect(&p, ">>> ", 5000);
+    pty_expect(&p, "messages   6 (3 exchanges)", WAIT_MS);
+    pty_expect(&p, ">>> ", WAIT_MS);
 
     pty_send(&p, "/exit\r");
     assert_int_equal(pty_wait(&p, 10000), 0);
@@ -382,14 +387,14 @@ static void test_chat_pty_no_color_history_recall_and_ctrl_d(void **st)
     /* up arrow: the last line of the history (from the first test, or
      * the line typed here) */
     pty_send(&p, "/system Be brief.\r");
-    pty_expect(&p, "(system message set)", 5000);
-    pty_expect(&p, ">>> ", 5000);
+    pty_expect(&p, "(system message set)", WAIT_MS);
+    pty_expect(&p, ">>> ", WAIT_MS);
     pty_send(&p, "\033[A");
-    pty_expect(&p, "/system Be brief.", 5000);
+    pty_expect(&p, "/system Be brief.", WAIT_MS);
     pty_send(&p, "\025");   /* Ctrl-U: kill the line */
     pty_send(&p, "/system\r");
-    pty_expect(&p, "system: Be brief.", 5000);
-    pty_expect(&p, ">>> ", 5000);
+    pty_expect(&p, "system: Be brief.", WAIT_MS);
+    pty_expect(&p, ">>> ", WAIT_MS);
     pty_send(&p, "\004");   /* Ctrl-D leaves */
     assert_int_equal(pty_wait(&p, 10000), 0);
     assert_null(memmem(p.buf, p.n, "\033[1;32m", 7));   /* NO_COLOR: no colors */
