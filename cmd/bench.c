@@ -23,7 +23,7 @@ static const char *opt_model, *opt_output, *opt_filter, *opt_isa, *opt_synth, *o
     *opt_kl_base, *opt_kl;
 static long long opt_threads = 0, opt_reps = -1, opt_m = -1, opt_mem = -1, opt_p = -1, opt_n = -1,
                  opt_ctx = -1, opt_chunks = -1, opt_depth = -1;
-static bool opt_json;
+static bool opt_json, opt_huge;
 
 static rvl_opt opts[] = {
     OPT_MODEL(opt_model),
@@ -35,6 +35,7 @@ static rvl_opt opts[] = {
     {OPT_STRING, 0, "isa", "LIST", "kernels: kernel variants side by side, a column each: comma-separated ref, avx2, avx512, neon, or 'all' (default: the selected one)", NULL, &opt_isa, 0, 0, NULL, COMPL_NONE},
     {OPT_INT, 0, "tokens", "M", "kernels: activation rows of the GEMM rows", "64", &opt_m, 1, 4096, NULL, COMPL_NONE},
     {OPT_INT, 0, "mem-size", "MIB", "kernels: working set the weights cycle through, of which each bandwidth array is half (0: twice the last-level cache, within 256..1024 MiB)", "0", &opt_mem, 0, 1 << 20, NULL, COMPL_NONE},
+    {OPT_FLAG, 0, "huge-pages", NULL, "kernels: 2 MiB pages (MADV_HUGEPAGE) for the bandwidth arrays and the weights, as a model file gets where the kernel maps its page cache so (default: the pages malloc gives)", NULL, &opt_huge, 0, 0, NULL, COMPL_NONE},
     {OPT_INT, 'p', "n-prompt", "N", "model: prompt tokens of the pp test (0: none)", "512", &opt_p, 0, 1 << 20, NULL, COMPL_NONE},
     {OPT_INT, 'n', "n-gen", "N", "model: generated tokens of the tg test (0: none)", "128", &opt_n, 0, 1 << 20, NULL, COMPL_NONE},
     {OPT_STRING, 0, "synthetic", "SHAPE", "model: random weights of a named shape instead of -m (llama-7b, llama-1b, smollm2-135m, ...)", NULL, &opt_synth, 0, 0, NULL, COMPL_NONE},
@@ -75,7 +76,7 @@ static void only(const char *sub, const char *allowed)
         {"n-prompt", opt_p >= 0}, {"n-gen", opt_n >= 0}, {"synthetic", opt_synth != NULL},
         {"type", opt_type != NULL}, {"file", opt_file != NULL}, {"ctx-size", opt_ctx >= 0},
         {"chunks", opt_chunks >= 0}, {"kl-base", opt_kl_base != NULL}, {"kl", opt_kl != NULL},
-        {"depth", opt_depth >= 0},
+        {"depth", opt_depth >= 0}, {"huge-pages", opt_huge},
     };
     for (size_t i = 0; i < sizeof given / sizeof given[0]; i++) {
         if (!given[i].given)
@@ -239,6 +240,7 @@ typedef struct {
     double val[MAX_COLS];     /* its values per column (0: not measured) */
     double frac[MAX_COLS];    /* and their roofline fractions */
     int threads;
+    const char *machine;       /* the source column of the machine rows */
 } kout;
 
 static double peak_of(const kout *o, const char *isa)
@@ -347,7 +349,7 @@ static void print_machine_row(kout *o, const char *op, const char *type, const c
         double val[MAX_COLS] = {0};
         for (int c = 0; c < o->n_cols; c++)
             val[c] = gbs;
-        side_row(o, op, type, shape, "machine", "GB/s", val, 2, "");
+        side_row(o, op, type, shape, o->machine, "GB/s", val, 2, "");
         return;
     }
     if (o->fmt == OUT_MD) {
@@ -357,9 +359,9 @@ static void print_machine_row(kout *o, const char *op, const char *type, const c
         if (gflops > 0)
             snprintf(f, sizeof f, "%.1f", gflops);
         printf("| %-10s | %-7s | %-6s | %-18s | %-14s | %7d | %10s | %9s | %9s | %-10s | %9s |\n", op, type, isa,
-               shape, "machine", threads, "", g, f, "", "");
+               shape, o->machine, threads, "", g, f, "", "");
     } else if (o->fmt == OUT_CSV) {
-        printf("%s,%s,%s,%s,machine,%d,,%.4f,%.4f,,,\n", op, type, isa, shape, threads, gbs, gflops);
+        printf("%s,%s,%s,%s,%s,%d,,%.4f,%.4f,,,\n", op, type, isa, shape, o->machine, threads, gbs, gflops);
     }
     fflush(stdout);
 }
@@ -491,7 +493,7 @@ static int bench_kernels(const char *name)
     memset(&o, 0, sizeof o);
     o.fmt = out_format();
 
-    only("kernels", " model repetitions filter isa tokens mem-size ");
+    only("kernels", " model repetitions filter isa tokens mem-size huge-pages ");
     if (parse_isas(name, isas, &n_isa) < 0)
         return EXIT_RUNTIME;
     if (opt_filter) {
@@ -579,6 +581,7 @@ static int bench_kernels(const char *name)
         status = cli_fail(name, rc);
         goto out;
     }
+    rvl_bench_set_huge_pages(b, opt_huge);
     const int threads = rvl_bench_n_threads(b);
     const int reps = (int)(opt_reps > 0 ? opt_reps : 5);
 
@@ -590,6 +593,8 @@ static int bench_kernels(const char *name)
         status = cli_fail(name, rc);
         goto out;
     }
+    /* with --huge-pages, the rows say whether the kernel gave them */
+    o.machine = !opt_huge ? "machine" : bw.huge_bytes ? "machine 2M" : "machine 4K?";
     o.bw_gbs = bw.copy_gbs > bw.triad_gbs ? bw.copy_gbs : bw.triad_gbs;
     if (bw.read_gbs > o.bw_gbs)
         o.bw_gbs = bw.read_gbs;
@@ -629,6 +634,8 @@ static int bench_kernels(const char *name)
         rvl_jw_key(w, "triad_gbs"); rvl_jw_f64(w, bw.triad_gbs);
         rvl_jw_key(w, "read_gbs"); rvl_jw_f64(w, bw.read_gbs);
         rvl_jw_key(w, "bw_gbs"); rvl_jw_f64(w, o.bw_gbs);
+        rvl_jw_key(w, "huge_pages"); rvl_jw_bool(w, opt_huge);
+        rvl_jw_key(w, "huge_bytes"); rvl_jw_u64(w, bw.huge_bytes);
         rvl_jw_obj_end(w);
         rvl_jw_key(w, "peak_gflops");
         rvl_jw_obj(w);
@@ -647,7 +654,7 @@ static int bench_kernels(const char *name)
         double val[MAX_COLS] = {0};
         for (int c = 0; c < o.n_cols; c++)
             val[c] = peak_of(&o, o.cols[c]);
-        side_row(&o, "peak", "f32 fma", "registers", "machine", "GFLOP/s", val, 1, "");
+        side_row(&o, "peak", "f32 fma", "registers", o.machine, "GFLOP/s", val, 1, "");
     } else {
         for (int i = 0; i < o.n_peak; i++)
             print_machine_row(&o, "peak", "f32 fma", o.isa_names[i], "registers", threads, 0, o.peak[i]);

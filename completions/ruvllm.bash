@@ -140,7 +140,7 @@ _ruvllm() {
             --kv-cold) COMPREPLY=($(compgen -W "q4 tq4" -- "$cur")); return ;;
         esac
         if [[ $cur == -* ]]; then
-            COMPREPLY=($(compgen -W "-m --model -t --threads -r --repetitions -o --output -j --json --filter --isa --tokens --mem-size -p --n-prompt -n --n-gen --synthetic --type -f --file -c --ctx-size --chunks --kl-base --kl -d --depth --kv-type --kv-type-k --kv-type-v --kv-hot --kv-warm --kv-cold -h --help " -- "$cur"))
+            COMPREPLY=($(compgen -W "-m --model -t --threads -r --repetitions -o --output -j --json --filter --isa --tokens --mem-size --huge-pages -p --n-prompt -n --n-gen --synthetic --type -f --file -c --ctx-size --chunks --kl-base --kl -d --depth --kv-type --kv-type-k --kv-type-v --kv-hot --kv-warm --kv-cold -h --help " -- "$cur"))
             return
         fi
         ;;

@@ -998,6 +998,11 @@ uint64_t rvl_bench_llc_bytes(void);
 typedef struct rvl_bench rvl_bench;
 int rvl_bench_open(rvl_bench **out, int n_threads, uint64_t ws_bytes);
 void rvl_bench_close(rvl_bench *b);
+/* Ask for 2 MiB pages for the bandwidth arrays and the ring of weights
+ * (before rvl_bench_mem and the kernels); rvl_bench_huge_bytes() says
+ * how much anonymous memory the kernel gave them (Linux; 0 elsewhere). */
+void rvl_bench_set_huge_pages(rvl_bench *b, bool on);
+uint64_t rvl_bench_huge_bytes(void);
 int rvl_bench_n_threads(const rvl_bench *b);
 uint64_t rvl_bench_ws_bytes(const rvl_bench *b);
 
@@ -1008,6 +1013,7 @@ typedef struct {
     double copy_gbs;                         /* c[i] = a[i]: 16 bytes/element */
     double triad_gbs;                        /* a[i] = b[i] + s*c[i]: 24 bytes */
     double read_gbs;                         /* sum of a[i]: 8 bytes */
+    uint64_t huge_bytes;                     /* of the arrays, in 2 MiB pages */
 } rvl_bench_membw;
 int rvl_bench_mem(rvl_bench *b, int reps, rvl_bench_membw *out);
 /* Peak f32 GFLOP/s of independent FMA chains held in registers, on all

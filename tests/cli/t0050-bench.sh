@@ -137,8 +137,22 @@ assert "--json output ends with a closing brace" "[ \"\$(tail -n 1 '$OUT')\" = '
 assert "--json: gemv roofline_fraction = gbs / read_gbs, read measured" \
     "awk -F'[:,]' '/\"gbs\"/{ g = \$2 } /\"roofline_fraction\"/{ f = \$2 } /\"read_gbs\"/{ r = \$2 } END { exit !(r > 0 && g > 0 && (f - g / r) < 1e-3 && (g / r - f) < 1e-3) }' '$OUT'"
 
+out_has '"huge_pages": false'
+
 run 0 ruvllm bench kernels -o json --filter 'gemv Q4_K .* 4096x4096 ' $SMALL
 out_has '"results"'
+
+# --huge-pages: asked for, and whether the kernel gave them is reported
+# (the machine rows' source says "machine 2M" or "machine 4K?")
+run 0 ruvllm bench kernels --huge-pages --json --filter 'gemv Q4_K .* 4096x4096 ' $SMALL
+out_has '"huge_pages": true'
+out_has '"huge_bytes": '
+out_has '"roofline_fraction"'
+run 0 ruvllm bench kernels --huge-pages --filter 'gemv Q4_K .* 4096x4096 ' $SMALL
+assert "--huge-pages: the machine rows say which pages they got" \
+    "grep -E -q '^\\| copy .*\\| machine (2M|4K\\?) ' '$OUT'"
+run 2 ruvllm bench model --huge-pages -n 1
+err_has "option '--huge-pages' does not apply to 'bench model'"
 
 # -o csv: a header and one line per row
 run 0 ruvllm bench kernels -o csv --filter 'gemv Q4_K .* 4096x4096 ' $SMALL
