@@ -93,8 +93,9 @@ GA_AI size_t ga_wsize(int kind)
  * sum of Q2_K, Q4_K, Q5_K in *summs. lv: the row's unpacked levels
  * (32-value formats: 2 vectors; Q4_K, Q5_K, IQ4_XS: 16, group g of 32 in
  * 2g, 2g+1; Q2_K, Q3_K, Q6_K: 16, group g of 16 in g); sc, mn: Q4_K's and
- * Q5_K's 8 scales and mins, Q2_K's 16 mins in mn; the signed scales of
- * Q2_K, Q3_K, Q6_K (16) and IQ4_XS (8, minus 32) in sc6. */
+ * Q5_K's 8 scales and mins, Q2_K's 16 mins (0-7 in mn, 8-15 in sc: 8
+ * bytes each keep Q4_K's stack layout); the signed scales of Q2_K, Q3_K,
+ * Q6_K (16) and IQ4_XS (8, minus 32) in sc6. */
 GA_AI void ga_block_dot(int kind, const int8x16_t *lv, const uint8_t *sc, const uint8_t *mn,
                         const int8_t *sc6, const uint8_t *ab, int *isum, int *summs)
 {
@@ -124,14 +125,14 @@ GA_AI void ga_block_dot(int kind, const int8x16_t *lv, const uint8_t *sc, const 
         *isum = vaddvq_s32(acc);
         if (kind == GA_Q2_K)
             *summs = dot_bsums16(vreinterpretq_s16_u16(vmovl_u8(vld1_u8(mn))),
-                                 vreinterpretq_s16_u16(vmovl_u8(vld1_u8(mn + 8))), ab + 260);
+                                 vreinterpretq_s16_u16(vmovl_u8(vld1_u8(sc))), ab + 260);
     }
 }
 
 /* One row's block wb unpacked for ga_block_dot: levels lv, scales, and
  * the block's float scale *dw (and m or dmin in *mw). */
 GA_AI void ga_unpack(int kind, const uint8_t *wb, int8x16_t lv[16], uint8_t sc[8],
-                     uint8_t mn[16], int8_t sc6[16], float *dw, float *mw)
+                     uint8_t mn[8], int8_t sc6[16], float *dw, float *mw)
 {
     const uint8x16_t m4 = vdupq_n_u8(0x0F), m3 = vdupq_n_u8(3), m1 = vdupq_n_u8(1);
     if (kind == GA_Q4_0 || kind == GA_Q4_1) {
@@ -210,7 +211,9 @@ GA_AI void ga_unpack(int kind, const uint8_t *wb, int8x16_t lv[16], uint8_t sc[8
         if (kind == GA_Q2_K) {
             const uint8x16_t s = vld1q_u8(wb);
             vst1q_s8(sc6, as_s8(vandq_u8(s, m4)));
-            vst1q_u8(mn, vshrq_n_u8(s, 4));
+            const uint8x16_t mins = vshrq_n_u8(s, 4);
+            vst1_u8(mn, vget_low_u8(mins));
+            vst1_u8(sc, vget_high_u8(mins));
             *dw = ga_f16at(wb + 80);
             *mw = ga_f16at(wb + 82);
         } else {
@@ -226,19 +229,20 @@ GA_AI void ga_unpack(int kind, const uint8_t *wb, int8x16_t lv[16], uint8_t sc[8
         uint8x16_t h0 = vld1q_u8(wb + 16), h1 = vld1q_u8(wb + 32);
         for (int c = 0; c < 4; c++) {
             const uint8x16_t b0 = vld1q_u8(qs + 32 * c), b1 = vld1q_u8(qs + 32 * c + 16);
-            uint8x16_t u[4] = { vandq_u8(b0, m4), vandq_u8(b1, m4), vshrq_n_u8(b0, 4),
-                                vshrq_n_u8(b1, 4) };
-            if (kind == GA_Q5_K) {
+            if (kind == GA_Q4_K) {
+                lv[4 * c] = as_s8(vandq_u8(b0, m4));
+                lv[4 * c + 1] = as_s8(vandq_u8(b1, m4));
+                lv[4 * c + 2] = as_s8(vshrq_n_u8(b0, 4));
+                lv[4 * c + 3] = as_s8(vshrq_n_u8(b1, 4));
+            } else {
                 const uint8x16_t m2 = vdupq_n_u8(2);
-                u[0] = vorrq_u8(u[0], vshlq_n_u8(vandq_u8(h0, m1), 4));
-                u[1] = vorrq_u8(u[1], vshlq_n_u8(vandq_u8(h1, m1), 4));
-                u[2] = vorrq_u8(u[2], vshlq_n_u8(vandq_u8(h0, m2), 3));
-                u[3] = vorrq_u8(u[3], vshlq_n_u8(vandq_u8(h1, m2), 3));
+                lv[4 * c] = as_s8(vorrq_u8(vandq_u8(b0, m4), vshlq_n_u8(vandq_u8(h0, m1), 4)));
+                lv[4 * c + 1] = as_s8(vorrq_u8(vandq_u8(b1, m4), vshlq_n_u8(vandq_u8(h1, m1), 4)));
+                lv[4 * c + 2] = as_s8(vorrq_u8(vshrq_n_u8(b0, 4), vshlq_n_u8(vandq_u8(h0, m2), 3)));
+                lv[4 * c + 3] = as_s8(vorrq_u8(vshrq_n_u8(b1, 4), vshlq_n_u8(vandq_u8(h1, m2), 3)));
                 h0 = vshrq_n_u8(h0, 2);
                 h1 = vshrq_n_u8(h1, 2);
             }
-            for (int j = 0; j < 4; j++)
-                lv[4 * c + j] = as_s8(u[j]);
         }
         k4_scales_mins(wb + 4, sc, mn);
         *dw = ga_f16at(wb);
@@ -267,7 +271,7 @@ GA_AI void ga_tile(int kind, int64_t nb, const uint8_t *const wr[4], size_t ahea
         acc[t] = vdupq_n_f32(0);
     for (int64_t i = 0; i < nb; i++) {
         int8x16_t lv[4][16];
-        uint8_t sc[4][8], mn[4][16];
+        uint8_t sc[4][8], mn[4][8];
         int8_t sc6[4][16];
         float dw[4], mw[4];
         for (int r = 0; r < 4; r++) {
