@@ -153,7 +153,14 @@ static const kover neon_kernels[] = {
     { RVL_K_Q4_1, need, gemm_q4_1_q8_1_##isa },                                    \
     { RVL_K_Q8_0, need, gemm_q8_0_q8_0_##isa },                                    \
     { RVL_K_Q4_K, need, gemm_q4_K_q8_K_##isa },                                    \
-    { RVL_K_Q6_K, need, gemm_q6_K_q8_K_##isa }
+    { RVL_K_Q6_K, need, gemm_q6_K_q8_K_##isa },                                    \
+    { RVL_K_Q5_0, need, gemm_q5_0_q8_0_##isa },                                    \
+    { RVL_K_Q5_1, need, gemm_q5_1_q8_1_##isa },                                    \
+    { RVL_K_Q5_K, need, gemm_q5_K_q8_K_##isa },                                    \
+    { RVL_K_IQ4_NL, need, gemm_iq4_nl_q8_0_##isa },                                \
+    { RVL_K_IQ4_XS, need, gemm_iq4_xs_q8_K_##isa },                                \
+    { RVL_K_Q2_K, need, gemm_q2_K_q8_K_##isa },                                    \
+    { RVL_K_Q3_K, need, gemm_q3_K_q8_K_##isa }
 static const kgemm neon_gemms[] = {
     ARM_GEMMS(neon, 0),
     ARM_GEMMS(dotprod, RVL_KCPU_DOTPROD),

@@ -34,24 +34,27 @@ RVL_DECL_INT_DOTS(dotprod)
 
 /* Tiled GEMM (formats.h gemm slot; gemm.h, compiled once per target):
  * ref's bits for every (row, token), like the integer dots. */
+#define RVL_DECL_ARM_GEMM1(name, isa)                                              \
+    void name##_##isa(int64_t n, const void *w, size_t w_stride, int nr,           \
+                      const void *act, size_t act_stride, int nt, float *y,        \
+                      size_t y_stride);
 #define RVL_DECL_ARM_GEMM(isa)                                                     \
-    void gemm_q4_0_q8_0_##isa(int64_t n, const void *w, size_t w_stride, int nr,   \
-                              const void *act, size_t act_stride, int nt, float *y, \
-                              size_t y_stride);                                    \
-    void gemm_q4_1_q8_1_##isa(int64_t n, const void *w, size_t w_stride, int nr,   \
-                              const void *act, size_t act_stride, int nt, float *y, \
-                              size_t y_stride);                                    \
-    void gemm_q8_0_q8_0_##isa(int64_t n, const void *w, size_t w_stride, int nr,   \
-                              const void *act, size_t act_stride, int nt, float *y, \
-                              size_t y_stride);                                    \
-    void gemm_q4_K_q8_K_##isa(int64_t n, const void *w, size_t w_stride, int nr,   \
-                              const void *act, size_t act_stride, int nt, float *y, \
-                              size_t y_stride);                                    \
-    void gemm_q6_K_q8_K_##isa(int64_t n, const void *w, size_t w_stride, int nr,   \
-                              const void *act, size_t act_stride, int nt, float *y, \
-                              size_t y_stride);
+    RVL_DECL_ARM_GEMM1(gemm_q4_0_q8_0, isa)                                        \
+    RVL_DECL_ARM_GEMM1(gemm_q4_1_q8_1, isa)                                        \
+    RVL_DECL_ARM_GEMM1(gemm_q8_0_q8_0, isa)                                        \
+    RVL_DECL_ARM_GEMM1(gemm_q4_K_q8_K, isa)                                        \
+    RVL_DECL_ARM_GEMM1(gemm_q6_K_q8_K, isa)                                        \
+    RVL_DECL_ARM_GEMM1(gemm_q5_0_q8_0, isa)                                        \
+    RVL_DECL_ARM_GEMM1(gemm_q5_1_q8_1, isa)                                        \
+    RVL_DECL_ARM_GEMM1(gemm_q5_K_q8_K, isa)                                        \
+    RVL_DECL_ARM_GEMM1(gemm_iq4_nl_q8_0, isa)                                      \
+    RVL_DECL_ARM_GEMM1(gemm_iq4_xs_q8_K, isa)                                      \
+    RVL_DECL_ARM_GEMM1(gemm_q2_K_q8_K, isa)                                        \
+    RVL_DECL_ARM_GEMM1(gemm_q3_K_q8_K, isa)
 RVL_DECL_ARM_GEMM(neon)
 RVL_DECL_ARM_GEMM(dotprod)
+#undef RVL_DECL_ARM_GEMM
+#undef RVL_DECL_ARM_GEMM1
 
 /* neon.c: plain-type dots, activation quantizers, dequantizers. */
 float vec_dot_f32_f32_neon(int64_t n, const void *w, const void *a);

@@ -24,10 +24,12 @@
  *    sparse activations, from one block to 11008 values, at odd
  *    addresses; F32/F16/BF16 agree within dispatch.h's bound
  *    (n/8 + 16) * 2^-22 * sum |w_i a_i|;
- *  - gemm (the tiled kernels: Q4_0, Q4_1, Q8_0, Q4_K, Q6_K) gives every
- *    (row, token) ref's vec_dot bits, for 1..6 rows and 1..20 tokens at
- *    odd addresses and strides (one token: decode), on quantized and
- *    random block bytes, and writes nothing outside the tile;
+ *  - gemm (the tiled kernels, for the same formats as the integer
+ *    vec_dots: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, RVL_I4S_G32, Q2_K to
+ *    Q6_K, IQ4_XS) gives every (row, token) ref's vec_dot bits, for 1..6
+ *    rows and 1..20 tokens at odd addresses and strides (one token:
+ *    decode), on quantized and random block bytes, and writes nothing
+ *    outside the tile;
  *  - the probe agrees with getauxval(AT_HWCAP), the neon table overrides
  *    what the kernel issue lists, with the sdot dots exactly when HWCAP
  *    has ASIMDDP, and keeps ref's geometry.
@@ -130,6 +132,9 @@ typedef struct {
 static const int_gemm int_gemms[] = {
     IG(Q4_0, gemm_q4_0_q8_0), IG(RVL_I4S_G32, gemm_q4_0_q8_0), IG(Q4_1, gemm_q4_1_q8_1),
     IG(Q8_0, gemm_q8_0_q8_0), IG(Q4_K, gemm_q4_K_q8_K), IG(Q6_K, gemm_q6_K_q8_K),
+    IG(Q5_0, gemm_q5_0_q8_0), IG(Q5_1, gemm_q5_1_q8_1), IG(Q5_K, gemm_q5_K_q8_K),
+    IG(IQ4_NL, gemm_iq4_nl_q8_0), IG(IQ4_XS, gemm_iq4_xs_q8_K), IG(Q2_K, gemm_q2_K_q8_K),
+    IG(Q3_K, gemm_q3_K_q8_K),
 };
 #undef IG
 #define N_INT_GEMMS (sizeof int_gemms / sizeof int_gemms[0])
