@@ -111,6 +111,9 @@ static const kgemm avx2_gemms[] = {
     { RVL_K_Q5_1, 0, gemm_q5_1_q8_1_avx2 },
     { RVL_K_Q5_K, 0, gemm_q5_K_q8_K_avx2 },
     { RVL_K_IQ4_NL, 0, gemm_iq4_nl_q8_0_avx2 },
+    { RVL_K_Q2_K, 0, gemm_q2_K_q8_K_avx2 },
+    { RVL_K_Q3_K, 0, gemm_q3_K_q8_K_avx2 },
+    { RVL_K_IQ4_XS, 0, gemm_iq4_xs_q8_K_avx2 },
 };
 
 static const kgemm avx512_gemms[] = {

@@ -443,11 +443,13 @@ static void test_every_gemm_matches_ref_dot_for_every_tile(void **state)
         assert_true(checked > 0);
     }
     /* the avx2 table has them for what real models use (Q4_K_M files:
-     * Q4_K and Q6_K), and so does avx512 without VNNI, which inherits them */
+     * Q4_K and Q6_K; Q2_K and Q3_K files, IQ4_XS), and so does avx512
+     * without VNNI, which inherits them (and Q2_K, Q3_K with VNNI) */
     if (rvl_dispatch_isa_runnable(RVL_ISA_AVX2)) {
         static const uint32_t tiled2[] = { RVL_K_Q4_0, RVL_K_Q4_1, RVL_K_Q8_0, RVL_K_RVL_I4S_G32,
                                            RVL_K_Q4_K, RVL_K_Q6_K, RVL_K_Q5_0, RVL_K_Q5_1,
-                                           RVL_K_Q5_K, RVL_K_IQ4_NL };
+                                           RVL_K_Q5_K, RVL_K_IQ4_NL, RVL_K_Q2_K, RVL_K_Q3_K,
+                                           RVL_K_IQ4_XS };
         for (size_t k = 0; k < sizeof tiled2 / sizeof tiled2[0]; k++)
             assert_non_null(rvl_kformat_get_isa(tiled2[k], RVL_ISA_AVX2)->gemm);
         assert_true(checked > 0);

@@ -23,9 +23,17 @@
  * Formats: Q4_0 (and RVL_I4S_G32, its layout), Q4_1, Q5_0, Q5_1, Q8_0 and
  * IQ4_NL (its levels through a vpshufb table, widened like Q8_0's)
  * (tile, rows1); Q5_K too (tile_kq, rows1_kq);
- * Q4_K and Q6_K (tile_kq, rows1_kq), what Q4_K_M files are made of. One
- * token (decode) goes to rows1*, with rows in the lanes instead of
- * tokens.
+ * Q4_K and Q6_K (tile_kq, rows1_kq), what Q4_K_M files are made of;
+ * Q2_K, Q3_K and IQ4_XS (tile_kq, rows1_kq). One token (decode) goes to
+ * rows1*, with rows in the lanes instead of tokens.
+ *
+ * Measured (bench kernels -t 2, 64 tokens, 2 cores shared with other
+ * work): the tiles take Q2_K from 45.5 to 24.6 ms at 4096x4096 and 123
+ * to 67 ms at 11008x4096, Q3_K 55 -> 25 and 147 -> 68, IQ4_XS 61 -> 28
+ * and 154 -> 72, against vec_dot per (row, token). One token stays at
+ * vec_dot's 55-63% of the paired read (IQ4_XS 63-65% -> 64-69%);
+ * prefetching 8 rows ahead into L2 measured the same, 2 KiB ahead in
+ * the row (as vec_dot) 33-42%.
  */
 #include "x86/x86.h"
 
@@ -37,10 +45,15 @@ RVL_X86_TARGET_BEGIN("avx2,fma,f16c")
 
 #include "x86/common.h"
 
-enum { G_Q4_0, G_Q4_1, G_Q8_0, G_Q4_K, G_Q6_K, G_Q5_0, G_Q5_1, G_Q5_K, G_IQ4_NL };
+enum { G_Q4_0, G_Q4_1, G_Q8_0, G_Q4_K, G_Q6_K, G_Q5_0, G_Q5_1, G_Q5_K, G_IQ4_NL,
+       G_Q2_K, G_Q3_K, G_IQ4_XS };
 
 #define HAS_M(kind) ((kind) == G_Q4_1 || (kind) == G_Q5_1)   /* x = d*q + m */
-#define IS_KQ(kind) ((kind) == G_Q4_K || (kind) == G_Q5_K || (kind) == G_Q6_K)
+#define IS_KQ(kind)                                                                \
+    ((kind) == G_Q4_K || (kind) == G_Q5_K || (kind) == G_Q6_K || (kind) == G_Q2_K || \
+     (kind) == G_Q3_K || (kind) == G_IQ4_XS)
+/* K-quants with mins (x = d*sc*q - dmin*m), subtracted in float */
+#define HAS_MIN(kind) ((kind) == G_Q4_K || (kind) == G_Q5_K || (kind) == G_Q2_K)
 /* 8-bit levels (Q8_0; IQ4_NL's -127..113): vpmaddubsw pairs up to
  * 2 * 128 * 127, widened to int32 at once */
 #define WIDE(kind) ((kind) == G_Q8_0 || (kind) == G_IQ4_NL)
@@ -309,21 +322,79 @@ AI void rows1(int kind, int64_t nb, const uint8_t *const wr[4], size_t ahead, co
 }
 
 /* ======================================================================
- * Q4_K and Q6_K against Q8_K (256-value blocks): the same tile shape and
- * float accumulation (one lane per token, or per row for one token),
- * with the integers of a block per (row, token) computed group by group:
- * unsigned levels times activations with vpmaddubsw, times the group's
- * integer scale with vpmaddwd, 8 int32 lanes; Q4_K's mins times the
- * activation's bsums in 8 more (subtracted in float with dmin), Q6_K's
- * -32 offset as 32 x scales x bsums (in the integers). Each row's block
- * is unpacked once (kq_prep) for all the tokens.
+ * K-quants (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K) and IQ4_XS against Q8_K
+ * (256-value blocks): the same tile shape and float accumulation (one
+ * lane per token, or per row for one token), with the integers of a
+ * block per (row, token) computed chunk by chunk (32 values): unsigned
+ * levels times activations with vpmaddubsw, times the group's integer
+ * scale with vpmaddwd, 8 int32 lanes. The mins of Q2_K, Q4_K and Q5_K
+ * times the activation's bsums go in 8 more (subtracted in float with
+ * dmin, as ref); the offsets of Q3_K (-4) and Q6_K (-32) as offset x
+ * scales x bsums (in the integers). IQ4_XS's signed code-book levels
+ * take the sign trick of IQ4_NL (|level| <= 127: pairs up to 2 * 127 *
+ * 127). Each row's block is unpacked once (kq_prep) for all the tokens.
  * ====================================================================== */
 
 typedef struct {
-    __m256i lv[8];   /* levels of the 8 groups (Q4_K) / 32-value chunks (Q6_K) */
+    __m256i lv[8];   /* unsigned levels of the 8 32-value chunks (IQ4_XS: |level|) */
     __m256i sc[8];   /* their int16 scales, one per vpmaddubsw pair */
-    __m256i mn;      /* Q4_K: min j as int16 2j and 2j+1; Q6_K: the 16 scales */
+    __m256i sg[8];   /* IQ4_XS: the signed levels, whose signs go onto the activations */
+    __m256i mn;      /* Q4_K/Q5_K: min j as int16 2j and 2j+1; Q2_K: the 16 mins;
+                        Q3_K, Q6_K: the 16 scales (times bsums for the offset) */
 } kq_block;
+
+static inline size_t kq_size(int kind)
+{
+    return kind == G_Q4_K   ? sizeof(block_q4_K)
+           : kind == G_Q5_K ? sizeof(block_q5_K)
+           : kind == G_Q6_K ? sizeof(block_q6_K)
+           : kind == G_Q2_K ? sizeof(block_q2_K)
+           : kind == G_Q3_K ? sizeof(block_q3_K) : sizeof(block_iq4_xs);
+}
+
+/* offset of the f16 d (dmin follows it) */
+static inline size_t kq_doff(int kind)
+{
+    return kind == G_Q6_K   ? offsetof(block_q6_K, d)
+           : kind == G_Q2_K ? offsetof(block_q2_K, d)
+           : kind == G_Q3_K ? offsetof(block_q3_K, d) : 0;
+}
+
+/* Formats with 16 groups of 16 (Q2_K, Q3_K, Q6_K): chunk c holds groups
+ * 2c (bytes 0-15) and 2c+1 (bytes 16-31); its scales are 2c in the low
+ * 128 bits and 2c+1 in the high, picked by vpshufb from the 16 int16
+ * scales s16 (0-7, or 8-15, in both halves). */
+AI void kq_scales16(__m256i s16, __m256i sc[8])
+{
+    const __m256i s_lo = _mm256_permute4x64_epi64(s16, 0x44);
+    const __m256i s_hi = _mm256_permute4x64_epi64(s16, 0xEE);
+    _Pragma("GCC unroll 8")
+    for (int c = 0; c < 8; c++) {
+        const int g = 2 * (c & 3);
+        const char l = (char)(2 * g), h = (char)(2 * g + 2);
+        const __m256i pick = _mm256_setr_epi8(l, l + 1, l, l + 1, l, l + 1, l, l + 1, l, l + 1,
+                                              l, l + 1, l, l + 1, l, l + 1, h, h + 1, h, h + 1,
+                                              h, h + 1, h, h + 1, h, h + 1, h, h + 1, h, h + 1,
+                                              h, h + 1);
+        sc[c] = _mm256_shuffle_epi8(c < 4 ? s_lo : s_hi, pick);
+    }
+}
+
+/* The 16 signed 6-bit scales of a Q3_K block (ref.h's rvl_q3_K_scales)
+ * as int8: low 4 bits of scale j < 8 in byte j's low nibble, of j >= 8
+ * in byte j - 8's high nibble; the 2 high bits of j in byte 8 + j % 4 at
+ * bit 2 * (j / 4); stored + 32. */
+AI __m128i q3_K_scales8(const uint8_t *s)
+{
+    uint32_t u[3];
+    memcpy(u, s, 12);
+    const uint32_t lo4 = 0x0f0f0f0f, hi2 = 0x03030303;
+    const __m128i v = _mm_setr_epi32((int)((u[0] & lo4) | (u[2] & hi2) << 4),
+                                     (int)((u[1] & lo4) | (u[2] >> 2 & hi2) << 4),
+                                     (int)((u[0] >> 4 & lo4) | (u[2] >> 4 & hi2) << 4),
+                                     (int)((u[1] >> 4 & lo4) | (u[2] >> 6 & hi2) << 4));
+    return _mm_sub_epi8(v, _mm_set1_epi8(32));
+}
 
 AI void kq_prep(int kind, const uint8_t *wb, kq_block *b)
 {
@@ -351,7 +422,7 @@ AI void kq_prep(int kind, const uint8_t *wb, kq_block *b)
         }
         const __m128i m8 = _mm_setr_epi32((int)mn_lo, (int)mn_hi, 0, 0);
         b->mn = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(m8, m8));
-    } else {
+    } else if (kind == G_Q6_K) {
         const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30);
         const __m128i s8 = ld128(wb + 192);
         b->mn = _mm256_cvtepi8_epi16(s8);
@@ -369,49 +440,83 @@ AI void kq_prep(int kind, const uint8_t *wb, kq_block *b)
             b->lv[4 * h + 3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
                                                _mm256_and_si256(_mm256_srli_epi16(hq, 2), m30));
         }
-        /* chunk c: groups 2c (bytes 0-15) and 2c+1 (bytes 16-31): scale
-         * 2c in the low 128 bits, 2c+1 in the high, picked by vpshufb
-         * from the int16 scales 0-7 (or 8-15) in both halves */
-        const __m256i s_lo = _mm256_permute4x64_epi64(b->mn, 0x44);
-        const __m256i s_hi = _mm256_permute4x64_epi64(b->mn, 0xEE);
-        _Pragma("GCC unroll 8")
-        for (int c = 0; c < 8; c++) {
-            const int g = 2 * (c & 3);
-            const char l = (char)(2 * g), h = (char)(2 * g + 2);
-            const __m256i pick = _mm256_setr_epi8(l, l + 1, l, l + 1, l, l + 1, l, l + 1, l, l + 1,
-                                                  l, l + 1, l, l + 1, l, l + 1, h, h + 1, h, h + 1,
-                                                  h, h + 1, h, h + 1, h, h + 1, h, h + 1, h, h + 1,
-                                                  h, h + 1);
-            b->sc[c] = _mm256_shuffle_epi8(c < 4 ? s_lo : s_hi, pick);
+        kq_scales16(b->mn, b->sc);
+    } else if (kind == G_Q2_K || kind == G_Q3_K) {
+        /* chunk c = 4h + k: bits 2k, 2k+1 of qs[32h + l] (element 128h +
+         * 32k + l); Q3_K: level + 4 in 0..7, bit c of hmask[l] set means
+         * no -4 (bit 2 of the level) */
+        const __m256i m3 = _mm256_set1_epi8(3), m4 = _mm256_set1_epi8(4);
+        const size_t qo = kind == G_Q2_K ? offsetof(block_q2_K, qs) : offsetof(block_q3_K, qs);
+        const __m256i hm = kind == G_Q3_K ? ld256(wb) : _mm256_setzero_si256();
+        _Pragma("GCC unroll 2")
+        for (int h = 0; h < 2; h++) {
+            const __m256i q = ld256(wb + qo + 32 * h);
+            _Pragma("GCC unroll 4")
+            for (int k = 0; k < 4; k++) {
+                const int c = 4 * h + k;
+                b->lv[c] = _mm256_and_si256(k ? _mm256_srli_epi16(q, 2 * k) : q, m3);
+                if (kind == G_Q3_K) /* 16-bit shifts by <= 5: bit c stays in its byte */
+                    b->lv[c] = _mm256_or_si256(
+                        b->lv[c],
+                        _mm256_and_si256(c < 2    ? _mm256_slli_epi16(hm, 2 - c)
+                                         : c == 2 ? hm : _mm256_srli_epi16(hm, c - 2), m4));
+            }
         }
+        if (kind == G_Q2_K) { /* scale in the low nibble, min in the high */
+            const __m128i s8 = ld128(wb), n4 = _mm_set1_epi8(0x0F);
+            b->mn = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(s8, 4), n4));
+            kq_scales16(_mm256_cvtepu8_epi16(_mm_and_si128(s8, n4)), b->sc);
+        } else {
+            b->mn = _mm256_cvtepi8_epi16(q3_K_scales8(wb + offsetof(block_q3_K, scales)));
+            kq_scales16(b->mn, b->sc);
+        }
+    } else { /* G_IQ4_XS: 8 groups of 32, 6-bit scales stored + 32 */
+        const __m256i kv = _mm256_broadcastsi128_si256(ld128(rvl_kvalues_iq4nl));
+        const unsigned sh = (uint16_t)ld16s(wb + offsetof(block_iq4_xs, scales_h));
+        const uint8_t *sl = wb + offsetof(block_iq4_xs, scales_l);
+        _Pragma("GCC unroll 8")
+        for (int j = 0; j < 8; j++) {
+            const int ls = ((sl[j / 2] >> (4 * (j % 2))) & 0xF) | ((sh >> (2 * j)) & 3) << 4;
+            b->sg[j] = _mm256_shuffle_epi8(kv, nibbles32(wb + offsetof(block_iq4_xs, qs) + 16 * j));
+            b->lv[j] = _mm256_abs_epi8(b->sg[j]);
+            b->sc[j] = _mm256_set1_epi16((short)(ls - 32));
+        }
+        b->mn = _mm256_setzero_si256();
     }
 }
 
-/* One (row, token) block: 8 int32 lanes of the scaled level sums (Q6_K:
- * less the offset), and Q4_K's min sums in *mins. */
+/* One (row, token) block: 8 int32 lanes of the scaled level sums (Q3_K,
+ * Q6_K: less the offset), and the min sums of Q2_K, Q4_K, Q5_K in *mins. */
 AI __m256i kq_dot(int kind, const kq_block *b, const uint8_t *ab, __m256i *mins)
 {
     __m256i is = _mm256_setzero_si256();
     _Pragma("GCC unroll 8")
-    for (int j = 0; j < 8; j++)
-        is = _mm256_add_epi32(is, _mm256_madd_epi16(_mm256_maddubs_epi16(b->lv[j], ld256(ab + 4 + 32 * j)),
-                                                     b->sc[j]));
+    for (int j = 0; j < 8; j++) {
+        __m256i a = ld256(ab + 4 + 32 * j);
+        if (kind == G_IQ4_XS)
+            a = _mm256_sign_epi8(a, b->sg[j]);
+        is = _mm256_add_epi32(is, _mm256_madd_epi16(_mm256_maddubs_epi16(b->lv[j], a), b->sc[j]));
+    }
+    if (kind == G_IQ4_XS)
+        return is;
     const __m256i bs = _mm256_madd_epi16(b->mn, ld256(ab + 260));
-    if (kind != G_Q6_K)
+    if (HAS_MIN(kind))
         *mins = bs;
     else
-        is = _mm256_sub_epi32(is, _mm256_slli_epi32(bs, 5));
+        is = _mm256_sub_epi32(is, _mm256_slli_epi32(bs, kind == G_Q6_K ? 5 : 2));
     return is;
 }
 
-/* every cache line of a block at p (Q4_K 144, Q5_K 176, Q6_K 210 bytes) */
+/* every cache line of a block at p (Q2_K 84, Q3_K 110, Q4_K 144, IQ4_XS
+ * 136, Q5_K 176, Q6_K 210 bytes) */
 AI void kq_prefetch(int kind, const uint8_t *p)
 {
     _mm_prefetch((const char *)p, _MM_HINT_T0);
     _mm_prefetch((const char *)p + 64, _MM_HINT_T0);
-    _mm_prefetch((const char *)p + 128, _MM_HINT_T0);
+    if (kq_size(kind) > 128)
+        _mm_prefetch((const char *)p + 128, _MM_HINT_T0);
     if (kind != G_Q4_K)
-        _mm_prefetch((const char *)p + (kind == G_Q6_K ? 209 : 175), _MM_HINT_T0);
+        _mm_prefetch((const char *)p + kq_size(kind) - 1, _MM_HINT_T0);
 }
 
 /* NR rows times the 8 tokens ap[0..7] (past the real tokens, ap repeats
@@ -419,9 +524,7 @@ AI void kq_prefetch(int kind, const uint8_t *p)
 AI void tile_kq(int kind, int NR, int64_t nb, const uint8_t *w, size_t w_stride,
                 const uint8_t *const ap[8], int tn, float *y, size_t y_stride)
 {
-    const size_t wsz = kind == G_Q4_K   ? sizeof(block_q4_K)
-                       : kind == G_Q5_K ? sizeof(block_q5_K) : sizeof(block_q6_K);
-    const size_t doff = kind == G_Q6_K ? 208 : 0;
+    const size_t wsz = kq_size(kind), doff = kq_doff(kind);
     __m256 acc[4];
     _Pragma("GCC unroll 4")
     for (int r = 0; r < NR; r++)
@@ -443,9 +546,10 @@ AI void tile_kq(int kind, int NR, int64_t nb, const uint8_t *w, size_t w_stride,
                 p[k] = kq_dot(kind, &b, ap[k] + ao, &m[k]);
             acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum8(p)),
                                      _mm256_mul_ps(_mm256_set1_ps(f16at(wb + doff)), da), acc[r]);
-            if (kind != G_Q6_K)
+            if (HAS_MIN(kind))
                 acc[r] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(sum8(m)),
-                                          _mm256_mul_ps(_mm256_set1_ps(f16at(wb + 2)), da), acc[r]);
+                                          _mm256_mul_ps(_mm256_set1_ps(f16at(wb + doff + 2)), da),
+                                          acc[r]);
         }
     }
     _Pragma("GCC unroll 4")
@@ -461,9 +565,7 @@ AI void tile_kq(int kind, int NR, int64_t nb, const uint8_t *w, size_t w_stride,
 AI void rows1_kq(int kind, int64_t nb, const uint8_t *const wr[4], size_t ahead, const uint8_t *a,
                  int rn, float *y)
 {
-    const size_t wsz = kind == G_Q4_K   ? sizeof(block_q4_K)
-                       : kind == G_Q5_K ? sizeof(block_q5_K) : sizeof(block_q6_K);
-    const size_t doff = kind == G_Q6_K ? 208 : 0;
+    const size_t wsz = kq_size(kind), doff = kq_doff(kind);
     __m128 acc = _mm_setzero_ps();
     for (int64_t i = 0; i < nb; i++) {
         const uint8_t *ab = a + (size_t)i * sizeof(block_q8_K);
@@ -481,8 +583,9 @@ AI void rows1_kq(int kind, int64_t nb, const uint8_t *const wr[4], size_t ahead,
         memcpy(&adf, ab, 4);
         const __m128 da = _mm_set1_ps(adf);
         acc = _mm_fmadd_ps(_mm_cvtepi32_ps(rsum4_32(p)), _mm_mul_ps(f16_rows(wb, doff), da), acc);
-        if (kind != G_Q6_K)
-            acc = _mm_fnmadd_ps(_mm_cvtepi32_ps(rsum4_32(m)), _mm_mul_ps(f16_rows(wb, 2), da), acc);
+        if (HAS_MIN(kind))
+            acc = _mm_fnmadd_ps(_mm_cvtepi32_ps(rsum4_32(m)), _mm_mul_ps(f16_rows(wb, doff + 2), da),
+                                acc);
     }
     float l[4];
     _mm_storeu_ps(l, acc);
@@ -582,6 +685,24 @@ void gemm_q5_K_q8_K_avx2(int64_t n, const void *w, size_t w_stride, int nr, cons
                          size_t act_stride, int nt, float *y, size_t y_stride)
 {
     gemm(G_Q5_K, n, w, w_stride, nr, act, act_stride, nt, y, y_stride);
+}
+
+void gemm_q2_K_q8_K_avx2(int64_t n, const void *w, size_t w_stride, int nr, const void *act,
+                         size_t act_stride, int nt, float *y, size_t y_stride)
+{
+    gemm(G_Q2_K, n, w, w_stride, nr, act, act_stride, nt, y, y_stride);
+}
+
+void gemm_q3_K_q8_K_avx2(int64_t n, const void *w, size_t w_stride, int nr, const void *act,
+                         size_t act_stride, int nt, float *y, size_t y_stride)
+{
+    gemm(G_Q3_K, n, w, w_stride, nr, act, act_stride, nt, y, y_stride);
+}
+
+void gemm_iq4_xs_q8_K_avx2(int64_t n, const void *w, size_t w_stride, int nr, const void *act,
+                           size_t act_stride, int nt, float *y, size_t y_stride)
+{
+    gemm(G_IQ4_XS, n, w, w_stride, nr, act, act_stride, nt, y, y_stride);
 }
 
 RVL_X86_TARGET_END

@@ -73,6 +73,9 @@ RVL_X86_GEMM(gemm_q5_0_q8_0_avx2)
 RVL_X86_GEMM(gemm_q5_1_q8_1_avx2)
 RVL_X86_GEMM(gemm_q5_K_q8_K_avx2)
 RVL_X86_GEMM(gemm_iq4_nl_q8_0_avx2)
+RVL_X86_GEMM(gemm_q2_K_q8_K_avx2)
+RVL_X86_GEMM(gemm_q3_K_q8_K_avx2)
+RVL_X86_GEMM(gemm_iq4_xs_q8_K_avx2)
 #undef RVL_X86_GEMM
 
 /* Turn a target on for every function defined up to RVL_X86_TARGET_END
