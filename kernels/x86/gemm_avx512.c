@@ -758,11 +758,12 @@ AI __m512 f16_rows(const uint8_t *const wb[4], size_t off)
     return _mm512_permutexvar_ps(_mm512_setr_epi32(0, 0, 2, 2, 0, 0, 2, 2, 1, 1, 3, 3, 1, 1, 3, 3), d);
 }
 
-/* Q4_1's d and m of the 4 rows' blocks, as f16_rows(wb, 0) and (wb, 2). */
-AI void f16_rows_dm(const uint8_t *const wb[4], __m512 *d, __m512 *m)
+/* Q4_1's d and m of the 4 rows' blocks, as f16_rows(wb, off) and (wb,
+ * off + 2) (Q2_K's d and dmin at off = 80). */
+AI void f16_rows_dm(const uint8_t *const wb[4], size_t off, __m512 *d, __m512 *m)
 {
-    const uint64_t lo = (uint64_t)(uint32_t)ld32(wb[0]) | (uint64_t)(uint32_t)ld32(wb[1]) << 32;
-    const uint64_t hi = (uint64_t)(uint32_t)ld32(wb[2]) | (uint64_t)(uint32_t)ld32(wb[3]) << 32;
+    const uint64_t lo = (uint64_t)(uint32_t)ld32(wb[0] + off) | (uint64_t)(uint32_t)ld32(wb[1] + off) << 32;
+    const uint64_t hi = (uint64_t)(uint32_t)ld32(wb[2] + off) | (uint64_t)(uint32_t)ld32(wb[3] + off) << 32;
     const __m512 dm = _mm512_castps256_ps512(
         _mm256_cvtph_ps(_mm_set_epi64x((long long)hi, (long long)lo)));
     *d = _mm512_permutexvar_ps(_mm512_setr_epi32(0, 0, 4, 4, 0, 0, 4, 4, 2, 2, 6, 6, 2, 2, 6, 6), dm);
@@ -874,7 +875,7 @@ AI void rows1(int kind, int64_t nb, const uint8_t *const wr[4], size_t ahead, co
             const __m512 da = _mm512_broadcastss_ps(ds);
             const __m512 sa = _mm512_maskz_broadcastss_ps((__mmask16)0x0505, _mm_movehdup_ps(ds));
             __m512 dw, mw;
-            f16_rows_dm(wb, &dw, &mw);
+            f16_rows_dm(wb, 0, &dw, &mw);
             acc = _mm512_fmadd_ps(is, _mm512_mul_ps(dw, da), acc);
             acc = _mm512_fmadd_ps(mw, sa, acc);
         } else {
@@ -1248,28 +1249,75 @@ AI void rows1_q6(int64_t nb, const uint8_t *const wr[4], size_t ahead, const uin
 }
 
 /* Q2_K, Q3_K: as tile_q23() with rows for tokens; rows 2h and 2h+1 of a
- * pair unpack their chunks together in one zmm. Blocks are 84 and 110
- * bytes: two prefetches per row and block reach every cache line. */
+ * pair unpack their chunks together in one zmm. The 4 rows' scales are
+ * decoded together, row k in 128-bit lane k (from the 16 bytes at so,
+ * within the block: Q2_K's scales; Q3_K's last 2 qs bytes, scales and
+ * d), and each chunk's scale vector is one vpermw of them. Blocks are 84
+ * and 110 bytes: two prefetches per row and block reach every line. */
+AI __m512i ld_rows4(const uint8_t *const wb[4], size_t off)
+{
+    __m512i v = _mm512_castsi128_si512(ld128(wb[0] + off));
+    v = _mm512_inserti32x4(v, ld128(wb[1] + off), 1);
+    v = _mm512_inserti32x4(v, ld128(wb[2] + off), 2);
+    return _mm512_inserti32x4(v, ld128(wb[3] + off), 3);
+}
+
+/* q3_scales() of the 4 rows at once: v's 128-bit lane k holds bytes
+ * 94..109 of row k's block (scales[] from byte 2). */
+AI __m512i q3_scales4(__m512i v)
+{
+    const __m512i x = _mm512_bsrli_epi128(v, 2);
+    const __m512i lo = _mm512_and_si512(_mm512_unpacklo_epi64(x, _mm512_srli_epi16(x, 4)),
+                                        _mm512_set1_epi8(0x0F));
+    const __m512i hi = _mm512_srlv_epi32(_mm512_shuffle_epi32(x, (_MM_PERM_ENUM)0xAA),
+                                         _mm512_setr4_epi32(0, 2, 4, 6));
+    return _mm512_sub_epi8(
+        _mm512_or_si512(lo, _mm512_slli_epi16(_mm512_and_si512(hi, _mm512_set1_epi8(3)), 4)),
+        _mm512_set1_epi8(32));
+}
+
 AI void rows1_q23(int kind, int64_t nb, const uint8_t *const wr[4], size_t ahead,
                   const uint8_t *a, int rn, float *y)
 {
     const size_t wsz = kind == G_Q2_K ? sizeof(block_q2_K) : sizeof(block_q3_K);
-    const size_t doff = kind == G_Q2_K ? 80 : 108;
+    const __m512i dsel = _mm512_setr_epi32(0, 0, 2, 2, 0, 0, 2, 2, 1, 1, 3, 3, 1, 1, 3, 3);
+    /* int16 lanes of chunk c's scales (+ 2c): group 2c of the low row in
+     * int32 0-3, 2c + 1 in 4-7, the high row's (int16 16..31) in 8-15 */
+    const __m512i sbase = _mm512_setr_epi32(0, 0, 0, 0, 0x10001, 0x10001, 0x10001, 0x10001,
+                                            0x100010, 0x100010, 0x100010, 0x100010, 0x110011,
+                                            0x110011, 0x110011, 0x110011);
     __m512 acc = _mm512_setzero_ps();
     for (int64_t i = 0; i < nb; i++) {
         const uint8_t *ab = a + (size_t)i * sizeof(block_q8_K);
         const uint8_t *wb[4];
-        __m256i bw16[4];
-        __m512i sp[4];
         _Pragma("GCC unroll 4")
         for (int k = 0; k < 4; k++) {
             wb[k] = wr[k] + (size_t)i * wsz;
             _mm_prefetch((const char *)wb[k] + ahead, _MM_HINT_T1);
             _mm_prefetch((const char *)wb[k] + ahead + 64, _MM_HINT_T1);
-            __m128i mins = _mm_setzero_si128();
-            const __m128i s8 = q23_scales(kind, wb[k], &mins);
-            bw16[k] = kind == G_Q2_K ? _mm256_cvtepu8_epi16(mins) : _mm256_cvtepi8_epi16(s8);
-            sp[k] = scale_pairs(s8);
+        }
+        /* row k's 16 scales as int8 in lane k, the bsums' factors (Q2_K's
+         * mins, Q3_K's scales) in bw8; as int16 per pair of rows in sc[],
+         * bw[] (row 2h in the low 256 bits) */
+        const __m512i v = ld_rows4(wb, kind == G_Q2_K ? 0 : 94);
+        __m512i sc[2], bw[2];
+        __m512 dw, mw;
+        if (kind == G_Q2_K) {
+            const __m512i m4 = _mm512_set1_epi8(0x0F);
+            const __m512i sc8 = _mm512_and_si512(v, m4);
+            const __m512i bw8 = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+            sc[0] = _mm512_cvtepu8_epi16(_mm512_castsi512_si256(sc8));
+            sc[1] = _mm512_cvtepu8_epi16(_mm512_extracti64x4_epi64(sc8, 1));
+            bw[0] = _mm512_cvtepu8_epi16(_mm512_castsi512_si256(bw8));
+            bw[1] = _mm512_cvtepu8_epi16(_mm512_extracti64x4_epi64(bw8, 1));
+            f16_rows_dm(wb, 80, &dw, &mw);
+        } else {
+            const __m512i sc8 = q3_scales4(v);
+            bw[0] = sc[0] = _mm512_cvtepi8_epi16(_mm512_castsi512_si256(sc8));
+            bw[1] = sc[1] = _mm512_cvtepi8_epi16(_mm512_extracti64x4_epi64(sc8, 1));
+            /* d: int16 7 of each lane */
+            const __m512i dh = _mm512_permutexvar_epi16(_mm512_set1_epi64(0x001f0017000f0007), v);
+            dw = mw = _mm512_permutexvar_ps(dsel, _mm512_cvtph_ps(_mm512_castsi512_si256(dh)));
         }
         __m512i hm[2] = { _mm512_setzero_si512(), _mm512_setzero_si512() };
         if (kind == G_Q3_K)
@@ -1285,14 +1333,12 @@ AI void rows1_q23(int kind, int64_t nb, const uint8_t *const wr[4], size_t ahead
                                ld256(wb[2 * h + 1] + Q23_QS(kind) + 32 * hh));
             _Pragma("GCC unroll 4")
             for (int k = 0; k < 4; k++) {
-                const int c = 4 * hh + k, g = 2 * c, g1 = 2 * c + 1;
+                const int c = 4 * hh + k;
                 const __m512i av = _mm512_broadcast_i64x4(ld256(ab + 4 + 32 * c));
-                const __m512i sel = _mm512_setr_epi32(g, g, g, g, g1, g1, g1, g1, 16 + g, 16 + g,
-                                                      16 + g, 16 + g, 16 + g1, 16 + g1, 16 + g1,
-                                                      16 + g1);
+                const __m512i sel = _mm512_add_epi16(sbase, _mm512_set1_epi16((short)(2 * c)));
                 _Pragma("GCC unroll 2")
                 for (int h = 0; h < 2; h++) {
-                    const __m512i s = _mm512_permutex2var_epi32(sp[2 * h], sel, sp[2 * h + 1]);
+                    const __m512i s = _mm512_permutexvar_epi16(sel, sc[h]);
                     const __m512i l = q23_levels512(kind, q[h], hm[h], c);
                     is[h] = _mm512_dpwssd_epi32(is[h], _mm512_maddubs_epi16(l, av), s);
                     q[h] = _mm512_srli_epi16(q[h], 2);
@@ -1300,21 +1346,17 @@ AI void rows1_q23(int kind, int64_t nb, const uint8_t *const wr[4], size_t ahead
             }
         }
         const __m512i bs = _mm512_broadcast_i64x4(ld256(ab + 260));
-        const __m512i o0 = _mm512_madd_epi16(pair256(bw16[0], bw16[1]), bs);
-        const __m512i o1 = _mm512_madd_epi16(pair256(bw16[2], bw16[3]), bs);
+        const __m512i o0 = _mm512_madd_epi16(bw[0], bs), o1 = _mm512_madd_epi16(bw[1], bs);
         float adf;
         memcpy(&adf, ab, 4);
         const __m512 da = _mm512_set1_ps(adf);
         if (kind == G_Q2_K) {
-            acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(fold(is[0], is[1])),
-                                  _mm512_mul_ps(f16_rows(wb, doff), da), acc);
-            acc = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(fold(o0, o1)),
-                                   _mm512_mul_ps(f16_rows(wb, doff + 2), da), acc);
+            acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(fold(is[0], is[1])), _mm512_mul_ps(dw, da), acc);
+            acc = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(fold(o0, o1)), _mm512_mul_ps(mw, da), acc);
         } else {
             const __m512i i0 = _mm512_sub_epi32(is[0], _mm512_slli_epi32(o0, 2));
             const __m512i i1 = _mm512_sub_epi32(is[1], _mm512_slli_epi32(o1, 2));
-            acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(fold(i0, i1)),
-                                  _mm512_mul_ps(f16_rows(wb, doff), da), acc);
+            acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(fold(i0, i1)), _mm512_mul_ps(dw, da), acc);
         }
     }
     store_rows(acc, rn, y);
