@@ -42,6 +42,11 @@
  * their magnitudes with the signs moved onto the activations (vpmaddubsw
  * needs one unsigned operand), times the group's 6-bit scale - 32.
  *
+ * Q2_K and Q3_K (tile_q23): tile_q6's 32-value chunks of two groups of
+ * 16, the 2-bit levels (Q3_K: + 4 from hmask) times the group's scale;
+ * Q2_K's mins and Q3_K's -4 offset from the activation's bsums, as in
+ * int_dots.h's vec_dot.
+ *
  * One token (decode): rows1*, below, with the tile's lanes and float
  * operations and rows in the place of tokens.
  */
@@ -1250,10 +1255,20 @@ AI void rows1_q6(int64_t nb, const uint8_t *const wr[4], size_t ahead, const uin
 
 /* Q2_K, Q3_K: as tile_q23() with rows for tokens; rows 2h and 2h+1 of a
  * pair unpack their chunks together in one zmm. The 4 rows' scales are
- * decoded together, row k in 128-bit lane k (from the 16 bytes at so,
- * within the block: Q2_K's scales; Q3_K's last 2 qs bytes, scales and
- * d), and each chunk's scale vector is one vpermw of them. Blocks are 84
- * and 110 bytes: two prefetches per row and block reach every line. */
+ * decoded together, row k in 128-bit lane k (the 16 bytes of Q2_K's
+ * scales; of Q3_K from byte 94: the last 2 qs bytes, scales and d, all
+ * within the block), and each chunk's scale vector is one vpermw of
+ * them (a scalar decode per row was 6% of Q3_K's time). Blocks are 84
+ * and 110 bytes: two prefetches per row and block reach every line.
+ *
+ * These rows cost as much per value as Q4_K's (one thread, weights in
+ * cache: 78-82 ns per row of 4096 against Q4_K's 72-76) for half or
+ * two thirds of the bytes, so they reach 66-72% of the paired read on
+ * 2 threads where Q4_K reaches 84%. The per-chunk work is 5 vector
+ * uops per 64 values (shift, and, vpmaddubsw, vpdpwssd, the scale's
+ * vpermw; Q3_K 2 more for the hmask bit); a vpdpwssd chain split in two
+ * and shift-free fields (4^k times the level in a separate sum) were
+ * each 2-8% slower. */
 AI __m512i ld_rows4(const uint8_t *const wb[4], size_t off)
 {
     __m512i v = _mm512_castsi128_si512(ld128(wb[0] + off));
@@ -1411,7 +1426,10 @@ AI void gemm(int kind, int64_t n, const void *vw, size_t w_stride, int nr, const
          * threads, fraction of the paired read: Q4_0 78-80% with T0 at 8
          * rows, 83% with T1 (T1 at 16 rows 80%, at 32 76%; NTA 37-43%;
          * no prefetch 50%); Q4_K 80-81% with T0 at 4 rows, 84-86% with T1
-         * at 8; Q8_0, Q4_1, Q5_0, Q5_1, Q6_K and IQ4_XS gain nothing */
+         * at 8; Q8_0, Q4_1, Q5_0, Q5_1, Q6_K and IQ4_XS gain nothing.
+         * Q2_K and Q3_K take Q4_K's: 66-71% of the paired read alike
+         * with T1 at 8, 16 or 32 rows and T0 at 4 or 8 (their rows are
+         * compute-bound, see rows1_q23) */
         const bool far = IS_N(kind) || kind == G_Q4_K || kind == G_Q5_K || kind == G_Q2_K ||
                          kind == G_Q3_K;
         const size_t ahead = (size_t)(far ? RVL_GEMM_ROWS : 4) * w_stride;
