@@ -128,6 +128,8 @@ static const kgemm avx512_gemms[] = {
     { RVL_K_Q5_K, RVL_KCPU_VNNI, gemm_q5_K_q8_K_avx512vnni },
     { RVL_K_IQ4_NL, RVL_KCPU_VNNI, gemm_iq4_nl_q8_0_avx512vnni },
     { RVL_K_IQ4_XS, RVL_KCPU_VNNI, gemm_iq4_xs_q8_K_avx512vnni },
+    { RVL_K_Q2_K, RVL_KCPU_VNNI, gemm_q2_K_q8_K_avx512vnni },
+    { RVL_K_Q3_K, RVL_KCPU_VNNI, gemm_q3_K_q8_K_avx512vnni },
 };
 #endif
 

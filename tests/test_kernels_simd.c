@@ -437,7 +437,8 @@ static void test_every_gemm_matches_ref_dot_for_every_tile(void **state)
     if (rvl_dispatch_isa_runnable(RVL_ISA_AVX512) && (rvl_dispatch_cpu() & RVL_KCPU_VNNI)) {
         static const uint32_t tiled[] = { RVL_K_Q4_0, RVL_K_Q4_1, RVL_K_Q8_0, RVL_K_RVL_I4S_G32,
                                           RVL_K_Q4_K, RVL_K_Q6_K, RVL_K_Q5_0, RVL_K_Q5_1,
-                                          RVL_K_Q5_K, RVL_K_IQ4_NL, RVL_K_IQ4_XS };
+                                          RVL_K_Q5_K, RVL_K_IQ4_NL, RVL_K_IQ4_XS, RVL_K_Q2_K,
+                                          RVL_K_Q3_K };
         for (size_t k = 0; k < sizeof tiled / sizeof tiled[0]; k++)
             assert_non_null(rvl_kformat_get_isa(tiled[k], RVL_ISA_AVX512)->gemm);
         assert_true(checked > 0);

@@ -42,6 +42,11 @@
  * their magnitudes with the signs moved onto the activations (vpmaddubsw
  * needs one unsigned operand), times the group's 6-bit scale - 32.
  *
+ * Q2_K and Q3_K (tile_q23): tile_q6's 32-value chunks of two groups of
+ * 16, the 2-bit levels (Q3_K: + 4 from hmask) times the group's scale;
+ * Q2_K's mins and Q3_K's -4 offset from the activation's bsums, as in
+ * int_dots.h's vec_dot.
+ *
  * One token (decode): rows1*, below, with the tile's lanes and float
  * operations and rows in the place of tokens.
  */
@@ -55,7 +60,8 @@ RVL_X86_TARGET_BEGIN("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")
 
 #include "x86/common.h"
 
-enum { G_Q4_0, G_Q4_1, G_Q8_0, G_Q4_K, G_Q6_K, G_Q5_0, G_Q5_1, G_Q5_K, G_IQ4_NL, G_IQ4_XS };
+enum { G_Q4_0, G_Q4_1, G_Q8_0, G_Q4_K, G_Q6_K, G_Q5_0, G_Q5_1, G_Q5_K, G_IQ4_NL, G_IQ4_XS, G_Q2_K,
+       G_Q3_K };
 
 /* The 32-value formats: block and activation geometry, and the offset of
  * the signed levels (weights go through vpdpbusd as unsigned levels;
@@ -571,6 +577,156 @@ AI void tile_xs(int NR, int NQ, int64_t nb, const uint8_t *w, size_t w_stride,
     store_acc(NR, NQ, acc, tn, y, y_stride, false);
 }
 
+/* Q2_K and Q3_K x Q8_K, as tile_q6() (16 groups of 16, same token layout,
+ * fold() and final reduction): each 32-value chunk c = 4h + k holds the
+ * 2-bit fields 2k of qs[32h..32h+31] (Q3_K: plus 4 where bit c of
+ * hmask[l] is set, the level + 4 in 0..7), unpacked once per row and
+ * block; vpmaddubsw (2 * 7 * 127, no saturation) times the group's scale
+ * (vpdpwssd). Q2_K: the 4-bit mins times the bsums, times dmin, a second
+ * FMA as in vec_dot; Q3_K: the -4 offset is 4 times the signed 6-bit
+ * scales times the bsums (vec_dot's integers). */
+#define Q23_QS(kind) ((kind) == G_Q2_K ? 16 : 32)   /* offset of qs[64] */
+
+/* The 16 signed 6-bit scales of a Q3_K block (rvl_q3_K_scales) as int8:
+ * scale j's low 4 bits are nibble (j / 8) of byte j % 8, its high 2 bits
+ * bits 2 (j / 4) of byte 8 + j % 4. */
+AI __m128i q3_scales(const uint8_t *s)
+{
+    const __m128i v = _mm_loadl_epi64((const __m128i *)s);
+    const __m128i lo = _mm_and_si128(_mm_unpacklo_epi64(v, _mm_srli_epi16(v, 4)), _mm_set1_epi8(0x0F));
+    /* byte 8 + j % 4 >> 2 (j / 4), j = 0..15, as one 32-bit word per j / 4 */
+    const __m128i hi = _mm_srlv_epi32(_mm_set1_epi32(ld32(s + 8)), _mm_setr_epi32(0, 2, 4, 6));
+    return _mm_sub_epi8(_mm_or_si128(lo, _mm_slli_epi16(_mm_and_si128(hi, _mm_set1_epi8(3)), 4)),
+                        _mm_set1_epi8(32));
+}
+
+/* Row block wb's 16 scales (Q2_K: the low nibbles, 0..15; Q3_K: -32..31)
+ * as int8, and Q2_K's mins (the high nibbles) in *mins. */
+AI __m128i q23_scales(int kind, const uint8_t *wb, __m128i *mins)
+{
+    if (kind == G_Q3_K)
+        return q3_scales(wb + 96);
+    const __m128i s8 = ld128(wb);
+    *mins = _mm_and_si128(_mm_srli_epi16(s8, 4), _mm_set1_epi8(0x0F));
+    return _mm_and_si128(s8, _mm_set1_epi8(0x0F));
+}
+
+/* 16 int8 scales as int32 g = scale g in both int16 halves (vpdpwssd). */
+AI __m512i scale_pairs(__m128i s8)
+{
+    const __m512i s32 = _mm512_cvtepi8_epi32(s8);
+    return _mm512_or_si512(_mm512_and_si512(s32, _mm512_set1_epi32(0xFFFF)), _mm512_slli_epi32(s32, 16));
+}
+
+/* Chunk c's levels from q, the 32 qs bytes of its half already shifted
+ * right by 2 (c % 4); Q3_K: + 4 where bit c of hm (the hmask, the same
+ * bytes) is set. One 256-bit row (tiles) or two rows (rows1). */
+AI __m256i q23_levels256(int kind, __m256i q, __m256i hm, int c)
+{
+    const __m256i l = _mm256_and_si256(q, _mm256_set1_epi8(3));
+    if (kind == G_Q2_K)
+        return l;
+    return _mm256_mask_add_epi8(l, _mm256_test_epi8_mask(hm, _mm256_set1_epi8((char)(1 << c))), l,
+                                _mm256_set1_epi8(4));
+}
+
+AI __m512i q23_levels512(int kind, __m512i q, __m512i hm, int c)
+{
+    const __m512i l = _mm512_and_si512(q, _mm512_set1_epi8(3));
+    if (kind == G_Q2_K)
+        return l;
+    return _mm512_mask_add_epi8(l, _mm512_test_epi8_mask(hm, _mm512_set1_epi8((char)(1 << c))), l,
+                                _mm512_set1_epi8(4));
+}
+
+AI void tile_q23(int kind, int NR, int NQ, int64_t nb, const uint8_t *w, size_t w_stride,
+                 const uint8_t *const ap[8], int tn, float *y, size_t y_stride)
+{
+    const size_t wsz = kind == G_Q2_K ? sizeof(block_q2_K) : sizeof(block_q3_K);
+    __m512 acc[4][2];
+    zero_acc(NR, NQ, acc);
+    for (int64_t i = 0; i < nb; i++) {
+        __m256i lv[4][8];
+        __m512i sv[4][8], bw[4];
+        __m512 dw[4], mw[4];
+        _Pragma("GCC unroll 4")
+        for (int r = 0; r < NR; r++) {
+            const uint8_t *wb = w + r * w_stride + (size_t)i * wsz;
+            prefetch_ahead(wb);
+            prefetch_ahead(wb + 64);
+            const __m256i hm = ld256(wb);   /* Q3_K's hmask */
+            for (int h = 0; h < 2; h++) {
+                __m256i q = ld256(wb + Q23_QS(kind) + 32 * h);
+                for (int k = 0; k < 4; k++, q = _mm256_srli_epi16(q, 2))
+                    lv[r][4 * h + k] = q23_levels256(kind, q, hm, 4 * h + k);
+            }
+            __m128i mins = _mm_setzero_si128();
+            const __m128i s8 = q23_scales(kind, wb, &mins);
+            /* the bsums' factor: Q2_K's mins, Q3_K's scales */
+            bw[r] = _mm512_broadcast_i64x4(kind == G_Q2_K ? _mm256_cvtepu8_epi16(mins)
+                                                          : _mm256_cvtepi8_epi16(s8));
+            const __m512i sp = scale_pairs(s8);
+            for (int c = 0; c < 8; c++) {
+                const int g = 2 * c, g1 = 2 * c + 1;
+                sv[r][c] = _mm512_permutexvar_epi32(
+                    _mm512_setr_epi32(g, g, g, g, g1, g1, g1, g1, g, g, g, g, g1, g1, g1, g1), sp);
+            }
+            if (kind == G_Q2_K) {
+                dw[r] = _mm512_set1_ps(f16at(wb + 80));
+                mw[r] = _mm512_set1_ps(f16at(wb + 82));
+            } else {
+                dw[r] = _mm512_set1_ps(f16at(wb + 108));
+                mw[r] = dw[r];
+            }
+        }
+        _Pragma("GCC unroll 4")
+        for (int q = 0; q < NQ; q++) {
+            const uint8_t *const b[4] = { ap[4 * q] + (size_t)i * sizeof(block_q8_K),
+                                          ap[4 * q + 1] + (size_t)i * sizeof(block_q8_K),
+                                          ap[4 * q + 2] + (size_t)i * sizeof(block_q8_K),
+                                          ap[4 * q + 3] + (size_t)i * sizeof(block_q8_K) };
+            __m512i is[4][2];
+            _Pragma("GCC unroll 4")
+            for (int r = 0; r < NR; r++)
+                is[r][0] = is[r][1] = _mm512_setzero_si512();
+            for (int c = 0; c < 8; c++) {
+                const __m512i a0 = ld_pair(b[0] + 4 + 32 * c, b[1] + 4 + 32 * c);
+                const __m512i a1 = ld_pair(b[2] + 4 + 32 * c, b[3] + 4 + 32 * c);
+                _Pragma("GCC unroll 4")
+                for (int r = 0; r < NR; r++) {
+                    const __m512i l = _mm512_broadcast_i64x4(lv[r][c]);
+                    is[r][0] = _mm512_dpwssd_epi32(is[r][0], _mm512_maddubs_epi16(l, a0), sv[r][c]);
+                    is[r][1] = _mm512_dpwssd_epi32(is[r][1], _mm512_maddubs_epi16(l, a1), sv[r][c]);
+                }
+            }
+            const __m512i bs0 = ld_pair(b[0] + 260, b[1] + 260);
+            const __m512i bs1 = ld_pair(b[2] + 260, b[3] + 260);
+            float ad[4];
+            for (int k = 0; k < 4; k++)
+                memcpy(&ad[k], b[k], 4);
+            const __m512 dq = _mm512_permutexvar_ps(
+                _mm512_setr_epi32(0, 0, 2, 2, 0, 0, 2, 2, 1, 1, 3, 3, 1, 1, 3, 3),
+                _mm512_castps128_ps512(_mm_loadu_ps(ad)));
+            _Pragma("GCC unroll 4")
+            for (int r = 0; r < NR; r++) {
+                const __m512i o0 = _mm512_madd_epi16(bw[r], bs0), o1 = _mm512_madd_epi16(bw[r], bs1);
+                if (kind == G_Q2_K) {
+                    acc[r][q] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(fold(is[r][0], is[r][1])),
+                                                _mm512_mul_ps(dw[r], dq), acc[r][q]);
+                    acc[r][q] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(fold(o0, o1)),
+                                                 _mm512_mul_ps(mw[r], dq), acc[r][q]);
+                } else {
+                    const __m512i i0 = _mm512_sub_epi32(is[r][0], _mm512_slli_epi32(o0, 2));
+                    const __m512i i1 = _mm512_sub_epi32(is[r][1], _mm512_slli_epi32(o1, 2));
+                    acc[r][q] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(fold(i0, i1)),
+                                                _mm512_mul_ps(dw[r], dq), acc[r][q]);
+                }
+            }
+        }
+    }
+    store_acc(NR, NQ, acc, tn, y, y_stride, false);
+}
+
 /* ======================================================================
  * One token (GEMV, decode): up to 4 rows against one activation row.
  *
@@ -607,11 +763,12 @@ AI __m512 f16_rows(const uint8_t *const wb[4], size_t off)
     return _mm512_permutexvar_ps(_mm512_setr_epi32(0, 0, 2, 2, 0, 0, 2, 2, 1, 1, 3, 3, 1, 1, 3, 3), d);
 }
 
-/* Q4_1's d and m of the 4 rows' blocks, as f16_rows(wb, 0) and (wb, 2). */
-AI void f16_rows_dm(const uint8_t *const wb[4], __m512 *d, __m512 *m)
+/* Q4_1's d and m of the 4 rows' blocks, as f16_rows(wb, off) and (wb,
+ * off + 2) (Q2_K's d and dmin at off = 80). */
+AI void f16_rows_dm(const uint8_t *const wb[4], size_t off, __m512 *d, __m512 *m)
 {
-    const uint64_t lo = (uint64_t)(uint32_t)ld32(wb[0]) | (uint64_t)(uint32_t)ld32(wb[1]) << 32;
-    const uint64_t hi = (uint64_t)(uint32_t)ld32(wb[2]) | (uint64_t)(uint32_t)ld32(wb[3]) << 32;
+    const uint64_t lo = (uint64_t)(uint32_t)ld32(wb[0] + off) | (uint64_t)(uint32_t)ld32(wb[1] + off) << 32;
+    const uint64_t hi = (uint64_t)(uint32_t)ld32(wb[2] + off) | (uint64_t)(uint32_t)ld32(wb[3] + off) << 32;
     const __m512 dm = _mm512_castps256_ps512(
         _mm256_cvtph_ps(_mm_set_epi64x((long long)hi, (long long)lo)));
     *d = _mm512_permutexvar_ps(_mm512_setr_epi32(0, 0, 4, 4, 0, 0, 4, 4, 2, 2, 6, 6, 2, 2, 6, 6), dm);
@@ -723,7 +880,7 @@ AI void rows1(int kind, int64_t nb, const uint8_t *const wr[4], size_t ahead, co
             const __m512 da = _mm512_broadcastss_ps(ds);
             const __m512 sa = _mm512_maskz_broadcastss_ps((__mmask16)0x0505, _mm_movehdup_ps(ds));
             __m512 dw, mw;
-            f16_rows_dm(wb, &dw, &mw);
+            f16_rows_dm(wb, 0, &dw, &mw);
             acc = _mm512_fmadd_ps(is, _mm512_mul_ps(dw, da), acc);
             acc = _mm512_fmadd_ps(mw, sa, acc);
         } else {
@@ -1096,6 +1253,130 @@ AI void rows1_q6(int64_t nb, const uint8_t *const wr[4], size_t ahead, const uin
     store_rows(acc, rn, y);
 }
 
+/* Q2_K, Q3_K: as tile_q23() with rows for tokens; rows 2h and 2h+1 of a
+ * pair unpack their chunks together in one zmm. The 4 rows' scales are
+ * decoded together, row k in 128-bit lane k (the 16 bytes of Q2_K's
+ * scales; of Q3_K from byte 94: the last 2 qs bytes, scales and d, all
+ * within the block), and each chunk's scale vector is one vpermw of
+ * them (a scalar decode per row was 6% of Q3_K's time). Blocks are 84
+ * and 110 bytes: two prefetches per row and block reach every line.
+ *
+ * These rows cost as much per value as Q4_K's (one thread, weights in
+ * cache: 78-82 ns per row of 4096 against Q4_K's 72-76) for half or
+ * two thirds of the bytes, so they reach 66-72% of the paired read on
+ * 2 threads where Q4_K reaches 84%. The per-chunk work is 5 vector
+ * uops per 64 values (shift, and, vpmaddubsw, vpdpwssd, the scale's
+ * vpermw; Q3_K 2 more for the hmask bit); a vpdpwssd chain split in two
+ * and shift-free fields (4^k times the level in a separate sum) were
+ * each 2-8% slower. */
+AI __m512i ld_rows4(const uint8_t *const wb[4], size_t off)
+{
+    __m512i v = _mm512_castsi128_si512(ld128(wb[0] + off));
+    v = _mm512_inserti32x4(v, ld128(wb[1] + off), 1);
+    v = _mm512_inserti32x4(v, ld128(wb[2] + off), 2);
+    return _mm512_inserti32x4(v, ld128(wb[3] + off), 3);
+}
+
+/* q3_scales() of the 4 rows at once: v's 128-bit lane k holds bytes
+ * 94..109 of row k's block (scales[] from byte 2). */
+AI __m512i q3_scales4(__m512i v)
+{
+    const __m512i x = _mm512_bsrli_epi128(v, 2);
+    const __m512i lo = _mm512_and_si512(_mm512_unpacklo_epi64(x, _mm512_srli_epi16(x, 4)),
+                                        _mm512_set1_epi8(0x0F));
+    const __m512i hi = _mm512_srlv_epi32(_mm512_shuffle_epi32(x, (_MM_PERM_ENUM)0xAA),
+                                         _mm512_setr4_epi32(0, 2, 4, 6));
+    return _mm512_sub_epi8(
+        _mm512_or_si512(lo, _mm512_slli_epi16(_mm512_and_si512(hi, _mm512_set1_epi8(3)), 4)),
+        _mm512_set1_epi8(32));
+}
+
+AI void rows1_q23(int kind, int64_t nb, const uint8_t *const wr[4], size_t ahead,
+                  const uint8_t *a, int rn, float *y)
+{
+    const size_t wsz = kind == G_Q2_K ? sizeof(block_q2_K) : sizeof(block_q3_K);
+    const __m512i dsel = _mm512_setr_epi32(0, 0, 2, 2, 0, 0, 2, 2, 1, 1, 3, 3, 1, 1, 3, 3);
+    /* int16 lanes of chunk c's scales (+ 2c): group 2c of the low row in
+     * int32 0-3, 2c + 1 in 4-7, the high row's (int16 16..31) in 8-15 */
+    const __m512i sbase = _mm512_setr_epi32(0, 0, 0, 0, 0x10001, 0x10001, 0x10001, 0x10001,
+                                            0x100010, 0x100010, 0x100010, 0x100010, 0x110011,
+                                            0x110011, 0x110011, 0x110011);
+    __m512 acc = _mm512_setzero_ps();
+    for (int64_t i = 0; i < nb; i++) {
+        const uint8_t *ab = a + (size_t)i * sizeof(block_q8_K);
+        const uint8_t *wb[4];
+        _Pragma("GCC unroll 4")
+        for (int k = 0; k < 4; k++) {
+            wb[k] = wr[k] + (size_t)i * wsz;
+            _mm_prefetch((const char *)wb[k] + ahead, _MM_HINT_T1);
+            _mm_prefetch((const char *)wb[k] + ahead + 64, _MM_HINT_T1);
+        }
+        /* row k's 16 scales as int8 in lane k, the bsums' factors (Q2_K's
+         * mins, Q3_K's scales) in bw8; as int16 per pair of rows in sc[],
+         * bw[] (row 2h in the low 256 bits) */
+        const __m512i v = ld_rows4(wb, kind == G_Q2_K ? 0 : 94);
+        __m512i sc[2], bw[2];
+        __m512 dw, mw;
+        if (kind == G_Q2_K) {
+            const __m512i m4 = _mm512_set1_epi8(0x0F);
+            const __m512i sc8 = _mm512_and_si512(v, m4);
+            const __m512i bw8 = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+            sc[0] = _mm512_cvtepu8_epi16(_mm512_castsi512_si256(sc8));
+            sc[1] = _mm512_cvtepu8_epi16(_mm512_extracti64x4_epi64(sc8, 1));
+            bw[0] = _mm512_cvtepu8_epi16(_mm512_castsi512_si256(bw8));
+            bw[1] = _mm512_cvtepu8_epi16(_mm512_extracti64x4_epi64(bw8, 1));
+            f16_rows_dm(wb, 80, &dw, &mw);
+        } else {
+            const __m512i sc8 = q3_scales4(v);
+            bw[0] = sc[0] = _mm512_cvtepi8_epi16(_mm512_castsi512_si256(sc8));
+            bw[1] = sc[1] = _mm512_cvtepi8_epi16(_mm512_extracti64x4_epi64(sc8, 1));
+            /* d: int16 7 of each lane */
+            const __m512i dh = _mm512_permutexvar_epi16(_mm512_set1_epi64(0x001f0017000f0007), v);
+            dw = mw = _mm512_permutexvar_ps(dsel, _mm512_cvtph_ps(_mm512_castsi512_si256(dh)));
+        }
+        __m512i hm[2] = { _mm512_setzero_si512(), _mm512_setzero_si512() };
+        if (kind == G_Q3_K)
+            for (int h = 0; h < 2; h++)
+                hm[h] = pair256(ld256(wb[2 * h]), ld256(wb[2 * h + 1]));
+        __m512i is[2] = { _mm512_setzero_si512(), _mm512_setzero_si512() };
+        _Pragma("GCC unroll 2")
+        for (int hh = 0; hh < 2; hh++) {
+            __m512i q[2];
+            _Pragma("GCC unroll 2")
+            for (int h = 0; h < 2; h++)
+                q[h] = pair256(ld256(wb[2 * h] + Q23_QS(kind) + 32 * hh),
+                               ld256(wb[2 * h + 1] + Q23_QS(kind) + 32 * hh));
+            _Pragma("GCC unroll 4")
+            for (int k = 0; k < 4; k++) {
+                const int c = 4 * hh + k;
+                const __m512i av = _mm512_broadcast_i64x4(ld256(ab + 4 + 32 * c));
+                const __m512i sel = _mm512_add_epi16(sbase, _mm512_set1_epi16((short)(2 * c)));
+                _Pragma("GCC unroll 2")
+                for (int h = 0; h < 2; h++) {
+                    const __m512i s = _mm512_permutexvar_epi16(sel, sc[h]);
+                    const __m512i l = q23_levels512(kind, q[h], hm[h], c);
+                    is[h] = _mm512_dpwssd_epi32(is[h], _mm512_maddubs_epi16(l, av), s);
+                    q[h] = _mm512_srli_epi16(q[h], 2);
+                }
+            }
+        }
+        const __m512i bs = _mm512_broadcast_i64x4(ld256(ab + 260));
+        const __m512i o0 = _mm512_madd_epi16(bw[0], bs), o1 = _mm512_madd_epi16(bw[1], bs);
+        float adf;
+        memcpy(&adf, ab, 4);
+        const __m512 da = _mm512_set1_ps(adf);
+        if (kind == G_Q2_K) {
+            acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(fold(is[0], is[1])), _mm512_mul_ps(dw, da), acc);
+            acc = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(fold(o0, o1)), _mm512_mul_ps(mw, da), acc);
+        } else {
+            const __m512i i0 = _mm512_sub_epi32(is[0], _mm512_slli_epi32(o0, 2));
+            const __m512i i1 = _mm512_sub_epi32(is[1], _mm512_slli_epi32(o1, 2));
+            acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(fold(i0, i1)), _mm512_mul_ps(dw, da), acc);
+        }
+    }
+    store_rows(acc, rn, y);
+}
+
 /* One token, up to 4 rows, every format but Q4_0 and IQ4_NL. */
 AI void rows1_4(int kind, int64_t nb, const uint8_t *const wr[4], size_t ahead, const uint8_t *a,
                 int rn, float *y)
@@ -1106,6 +1387,8 @@ AI void rows1_4(int kind, int64_t nb, const uint8_t *const wr[4], size_t ahead, 
         rows1_q6(nb, wr, ahead, a, rn, y);
     else if (kind == G_IQ4_XS)
         rows1_xs(nb, wr, ahead, a, rn, y);
+    else if (kind == G_Q2_K || kind == G_Q3_K)
+        rows1_q23(kind, nb, wr, ahead, a, rn, y);
     else
         rows1(kind, nb, wr, ahead, a, rn, y);
 }
@@ -1118,6 +1401,8 @@ AI void rows1_4(int kind, int64_t nb, const uint8_t *const wr[4], size_t ahead, 
             tile_q6(R, P, nb, wr, w_stride, ap, tn, yt, y_stride);                 \
         else if (kind == G_IQ4_XS)                                                 \
             tile_xs(R, P, nb, wr, w_stride, ap, tn, yt, y_stride);                 \
+        else if (kind == G_Q2_K || kind == G_Q3_K)                                 \
+            tile_q23(kind, R, P, nb, wr, w_stride, ap, tn, yt, y_stride);          \
         else                                                                       \
             tile(kind, R, P, nb, wr, w_stride, ap, tn, yt, y_stride);              \
         break;
@@ -1126,7 +1411,10 @@ AI void gemm(int kind, int64_t n, const void *vw, size_t w_stride, int nr, const
              size_t act_stride, int nt, float *y, size_t y_stride)
 {
     const int64_t nb =
-        n / (kind == G_Q4_K || kind == G_Q5_K || kind == G_Q6_K || kind == G_IQ4_XS ? 256 : 32);
+        n / (kind == G_Q4_K || kind == G_Q5_K || kind == G_Q6_K || kind == G_IQ4_XS ||
+                     kind == G_Q2_K || kind == G_Q3_K
+                 ? 256
+                 : 32);
     const uint8_t *w = vw, *act = vact;
     if (nt == 1) {
         /* one token: groups of RVL_GEMM_ROWS (8) rows; Q4_0 and IQ4_NL
@@ -1138,8 +1426,12 @@ AI void gemm(int kind, int64_t n, const void *vw, size_t w_stride, int nr, const
          * threads, fraction of the paired read: Q4_0 78-80% with T0 at 8
          * rows, 83% with T1 (T1 at 16 rows 80%, at 32 76%; NTA 37-43%;
          * no prefetch 50%); Q4_K 80-81% with T0 at 4 rows, 84-86% with T1
-         * at 8; Q8_0, Q4_1, Q5_0, Q5_1, Q6_K and IQ4_XS gain nothing */
-        const bool far = IS_N(kind) || kind == G_Q4_K || kind == G_Q5_K;
+         * at 8; Q8_0, Q4_1, Q5_0, Q5_1, Q6_K and IQ4_XS gain nothing.
+         * Q2_K and Q3_K take Q4_K's: 66-71% of the paired read alike
+         * with T1 at 8, 16 or 32 rows and T0 at 4 or 8 (their rows are
+         * compute-bound, see rows1_q23) */
+        const bool far = IS_N(kind) || kind == G_Q4_K || kind == G_Q5_K || kind == G_Q2_K ||
+                         kind == G_Q3_K;
         const size_t ahead = (size_t)(far ? RVL_GEMM_ROWS : 4) * w_stride;
         for (int r0 = 0; r0 < nr; r0 += 8) {
             const int rn = nr - r0 < 8 ? nr - r0 : 8;
@@ -1256,6 +1548,20 @@ void gemm_iq4_xs_q8_K_avx512vnni(int64_t n, const void *w, size_t w_stride, int 
                                  size_t y_stride)
 {
     gemm(G_IQ4_XS, n, w, w_stride, nr, act, act_stride, nt, y, y_stride);
+}
+
+void gemm_q2_K_q8_K_avx512vnni(int64_t n, const void *w, size_t w_stride, int nr,
+                               const void *act, size_t act_stride, int nt, float *y,
+                               size_t y_stride)
+{
+    gemm(G_Q2_K, n, w, w_stride, nr, act, act_stride, nt, y, y_stride);
+}
+
+void gemm_q3_K_q8_K_avx512vnni(int64_t n, const void *w, size_t w_stride, int nr,
+                               const void *act, size_t act_stride, int nt, float *y,
+                               size_t y_stride)
+{
+    gemm(G_Q3_K, n, w, w_stride, nr, act, act_stride, nt, y, y_stride);
 }
 
 RVL_X86_TARGET_END
