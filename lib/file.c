@@ -151,21 +151,15 @@ const rvl_tensor_info *rvl_file_find_tensor(const rvl_file *f, const char *name)
 
 /* Map every page of a GGUF file into the page tables now, as llama.cpp's
  * MAP_POPULATE does, so the first forward pass does not take ~25 000
- * minor faults per 100 MB of weights (time to first token). Before that,
- * MADV_HUGEPAGE: where the page cache reads the file into 2 MiB folios
- * (Linux 6.x on ext4/xfs/tmpfs, pages not already cached in 4 KiB ones)
- * the weights are mapped with 2 MiB entries (map.c aligns the mapping).
- * Best effort: kernels without MADV_POPULATE_READ (Linux < 5.14) keep
- * faulting lazily, and without file THP the pages stay 4 KiB. */
+ * minor faults per 100 MB of weights (time to first token). Best effort:
+ * kernels without MADV_POPULATE_READ (Linux < 5.14) keep faulting lazily. */
 void rvl_file_prefault(const rvl_file *f)
 {
-    if (f->fmt != RVL_FMT_GGUF || !f->map.base || !f->map.size)
-        return;
-#ifdef MADV_HUGEPAGE
-    (void)madvise(f->map.base, (size_t)f->map.size, MADV_HUGEPAGE);
-#endif
 #ifdef MADV_POPULATE_READ
-    (void)madvise(f->map.base, (size_t)f->map.size, MADV_POPULATE_READ);
+    if (f->fmt == RVL_FMT_GGUF && f->map.base && f->map.size)
+        (void)madvise(f->map.base, (size_t)f->map.size, MADV_POPULATE_READ);
+#else
+    (void)f;
 #endif
 }
 

@@ -15,7 +15,6 @@
 #include <cmocka.h>
 
 #include <dirent.h>
-#include <fcntl.h>
 #include <glob.h>
 #include <math.h>
 #include <stdio.h>
@@ -1291,66 +1290,6 @@ static void test_gguf_writer_writes_empty_file(void **state)
     unlink(tpath("empty.gguf"));
 }
 
-/* Bytes of the process's mappings, from /proc/self/maps (read without
- * malloc, so that the heap does not move between two calls). */
-static uint64_t mapped_bytes(void)
-{
-    static char b[1 << 20];
-    int fd = open("/proc/self/maps", O_RDONLY);
-    assert_true(fd >= 0);
-    size_t n = 0;
-    ssize_t r;
-    while (n < sizeof b - 1 && (r = read(fd, b + n, sizeof b - 1 - n)) > 0)
-        n += (size_t)r;
-    close(fd);
-    b[n] = 0;
-    uint64_t total = 0;
-    for (char *l = b; *l;) {
-        unsigned long long lo, hi;
-        if (sscanf(l, "%llx-%llx", &lo, &hi) == 2)
-            total += hi - lo;
-        char *e = strchr(l, '\n');
-        if (!e)
-            break;
-        l = e + 1;
-    }
-    return total;
-}
-
-/* rvl_map_file: files of 2 MiB or more are mapped at a 2 MiB boundary
- * (so the page cache can be mapped with 2 MiB entries), with the same
- * bytes, and the alignment slack is given back: the process maps the
- * file's pages and nothing more, and nothing after the unmap. */
-static void test_map_aligns_large_files_and_keeps_no_slack(void **state)
-{
-    (void)state;
-    static const size_t sizes[] = { 100, (2u << 20) - 1, 2u << 20, (5u << 20) + 12345 };
-    for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
-        const size_t n = sizes[k];
-        uint8_t *d = malloc(n);
-        assert_non_null(d);
-        for (size_t i = 0; i < n; i++)
-            d[i] = (uint8_t)(i * 2654435761u >> 13);
-        FILE *f = fopen(tpath("map.bin"), "wb");
-        assert_non_null(f);
-        assert_int_equal(fwrite(d, 1, n, f), n);
-        assert_int_equal(fclose(f), 0);
-        const uint64_t before = mapped_bytes();
-        rvl_map m;
-        assert_int_equal(rvl_map_file(&m, tpath("map.bin")), 0);
-        const uint64_t during = mapped_bytes();
-        assert_int_equal(m.size, n);
-        assert_memory_equal(m.base, d, n);
-        if (n >= (2u << 20))
-            assert_int_equal((uintptr_t)m.base % (2u << 20), 0);
-        assert_int_equal(during - before, (n + 4095) / 4096 * 4096);
-        rvl_map_unmap(&m);
-        assert_int_equal(mapped_bytes(), before);
-        free(d);
-        unlink(tpath("map.bin"));
-    }
-}
-
 int main(void)
 {
     const struct CMUnitTest reader[] = {
@@ -1394,7 +1333,6 @@ int main(void)
         cmocka_unit_test(test_gguf_writer_replaces_destination_only_at_finish),
         cmocka_unit_test(test_gguf_writer_rejects_bad_input),
         cmocka_unit_test(test_gguf_writer_writes_empty_file),
-        cmocka_unit_test(test_map_aligns_large_files_and_keeps_no_slack),
     };
     int failed = cmocka_run_group_tests_name("gguf reader", reader, NULL, NULL);
     failed += cmocka_run_group_tests_name("gguf writer", writer, setup_tmpdir, teardown_tmpdir);
