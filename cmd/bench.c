@@ -35,7 +35,7 @@ static rvl_opt opts[] = {
     {OPT_STRING, 0, "isa", "LIST", "kernels: kernel variants side by side, a column each: comma-separated ref, avx2, avx512, neon, or 'all' (default: the selected one)", NULL, &opt_isa, 0, 0, NULL, COMPL_NONE},
     {OPT_INT, 0, "tokens", "M", "kernels: activation rows of the GEMM rows", "64", &opt_m, 1, 4096, NULL, COMPL_NONE},
     {OPT_INT, 0, "mem-size", "MIB", "kernels: working set the weights cycle through, of which each bandwidth array is half (0: twice the last-level cache, within 256..1024 MiB)", "0", &opt_mem, 0, 1 << 20, NULL, COMPL_NONE},
-    {OPT_FLAG, 0, "huge-pages", NULL, "kernels: 2 MiB pages (MADV_HUGEPAGE) for the bandwidth arrays and the weights, as a model file gets where the kernel maps its page cache so (default: the pages malloc gives)", NULL, &opt_huge, 0, 0, NULL, COMPL_NONE},
+    {OPT_FLAG, 0, "huge-pages", NULL, "kernels: 2 MiB pages (MADV_HUGEPAGE) for the bandwidth arrays and the weights, as recent kernels map a model file's page cache (default: the pages malloc gives)", NULL, &opt_huge, 0, 0, NULL, COMPL_NONE},
     {OPT_INT, 'p', "n-prompt", "N", "model: prompt tokens of the pp test (0: none)", "512", &opt_p, 0, 1 << 20, NULL, COMPL_NONE},
     {OPT_INT, 'n', "n-gen", "N", "model: generated tokens of the tg test (0: none)", "128", &opt_n, 0, 1 << 20, NULL, COMPL_NONE},
     {OPT_STRING, 0, "synthetic", "SHAPE", "model: random weights of a named shape instead of -m (llama-7b, llama-1b, smollm2-135m, ...)", NULL, &opt_synth, 0, 0, NULL, COMPL_NONE},
