@@ -377,6 +377,41 @@ AI void tile_k4(int kind, int NR, int NQ, int64_t nb, const uint8_t *w, size_t w
     store_acc(NR, NQ, acc, tn, y, y_stride, false);
 }
 
+/* tile_q6 and tile_q23: the 8 tokens at ap[0..3]'s block i against the
+ * NR rows' levels lv (group pair c: 32 bytes) and int16 scale pairs sv:
+ * is[r][h] the exact scaled sums of row r with tokens 2h, 2h+1 (fold's
+ * lanes), *bs0, *bs1 the tokens' bsums (pairs 0-1, 2-3) for the level
+ * offset or min terms; returns the tokens' d in fold's token lanes. */
+AI __m512 q8k_tokens(int NR, const uint8_t *const *ap, int64_t i, const __m256i lv[4][8],
+                     const __m512i sv[4][8], __m512i is[4][2], __m512i *bs0, __m512i *bs1)
+{
+    const uint8_t *const b[4] = { ap[0] + (size_t)i * sizeof(block_q8_K),
+                                  ap[1] + (size_t)i * sizeof(block_q8_K),
+                                  ap[2] + (size_t)i * sizeof(block_q8_K),
+                                  ap[3] + (size_t)i * sizeof(block_q8_K) };
+    _Pragma("GCC unroll 4")
+    for (int r = 0; r < NR; r++)
+        is[r][0] = is[r][1] = _mm512_setzero_si512();
+    for (int c = 0; c < 8; c++) {
+        const __m512i a0 = ld_pair(b[0] + 4 + 32 * c, b[1] + 4 + 32 * c);
+        const __m512i a1 = ld_pair(b[2] + 4 + 32 * c, b[3] + 4 + 32 * c);
+        _Pragma("GCC unroll 4")
+        for (int r = 0; r < NR; r++) {
+            const __m512i l = _mm512_broadcast_i64x4(lv[r][c]);
+            is[r][0] = _mm512_dpwssd_epi32(is[r][0], _mm512_maddubs_epi16(l, a0), sv[r][c]);
+            is[r][1] = _mm512_dpwssd_epi32(is[r][1], _mm512_maddubs_epi16(l, a1), sv[r][c]);
+        }
+    }
+    *bs0 = ld_pair(b[0] + 260, b[1] + 260);
+    *bs1 = ld_pair(b[2] + 260, b[3] + 260);
+    float ad[4];
+    for (int k = 0; k < 4; k++)
+        memcpy(&ad[k], b[k], 4);
+    return _mm512_permutexvar_ps(
+        _mm512_setr_epi32(0, 0, 2, 2, 0, 0, 2, 2, 1, 1, 3, 3, 1, 1, 3, 3),
+        _mm512_castps128_ps512(_mm_loadu_ps(ad)));
+}
+
 /* Q6_K x Q8_K, as tile_k4(): the levels + 32 (0..63) of each row's block
  * are unpacked once into lv[][] and each 32-value chunk (two groups of
  * 16) gets its two 8-bit scales from sv[][]; the -32 offset is the
@@ -425,32 +460,8 @@ AI void tile_q6(int NR, int NQ, int64_t nb, const uint8_t *w, size_t w_stride,
         }
         _Pragma("GCC unroll 4")
         for (int q = 0; q < NQ; q++) {
-            const uint8_t *const b[4] = { ap[4 * q] + (size_t)i * sizeof(block_q8_K),
-                                          ap[4 * q + 1] + (size_t)i * sizeof(block_q8_K),
-                                          ap[4 * q + 2] + (size_t)i * sizeof(block_q8_K),
-                                          ap[4 * q + 3] + (size_t)i * sizeof(block_q8_K) };
-            __m512i is[4][2];
-            _Pragma("GCC unroll 4")
-            for (int r = 0; r < NR; r++)
-                is[r][0] = is[r][1] = _mm512_setzero_si512();
-            for (int c = 0; c < 8; c++) {
-                const __m512i a0 = ld_pair(b[0] + 4 + 32 * c, b[1] + 4 + 32 * c);
-                const __m512i a1 = ld_pair(b[2] + 4 + 32 * c, b[3] + 4 + 32 * c);
-                _Pragma("GCC unroll 4")
-                for (int r = 0; r < NR; r++) {
-                    const __m512i l = _mm512_broadcast_i64x4(lv[r][c]);
-                    is[r][0] = _mm512_dpwssd_epi32(is[r][0], _mm512_maddubs_epi16(l, a0), sv[r][c]);
-                    is[r][1] = _mm512_dpwssd_epi32(is[r][1], _mm512_maddubs_epi16(l, a1), sv[r][c]);
-                }
-            }
-            const __m512i bs0 = ld_pair(b[0] + 260, b[1] + 260);
-            const __m512i bs1 = ld_pair(b[2] + 260, b[3] + 260);
-            float ad[4];
-            for (int k = 0; k < 4; k++)
-                memcpy(&ad[k], b[k], 4);
-            const __m512 dq = _mm512_permutexvar_ps(
-                _mm512_setr_epi32(0, 0, 2, 2, 0, 0, 2, 2, 1, 1, 3, 3, 1, 1, 3, 3),
-                _mm512_castps128_ps512(_mm_loadu_ps(ad)));
+            __m512i is[4][2], bs0, bs1;
+            const __m512 dq = q8k_tokens(NR, ap + 4 * q, i, lv, sv, is, &bs0, &bs1);
             _Pragma("GCC unroll 4")
             for (int r = 0; r < NR; r++) {
                 const __m512i i0 = _mm512_sub_epi32(
@@ -681,32 +692,8 @@ AI void tile_q23(int kind, int NR, int NQ, int64_t nb, const uint8_t *w, size_t 
         }
         _Pragma("GCC unroll 4")
         for (int q = 0; q < NQ; q++) {
-            const uint8_t *const b[4] = { ap[4 * q] + (size_t)i * sizeof(block_q8_K),
-                                          ap[4 * q + 1] + (size_t)i * sizeof(block_q8_K),
-                                          ap[4 * q + 2] + (size_t)i * sizeof(block_q8_K),
-                                          ap[4 * q + 3] + (size_t)i * sizeof(block_q8_K) };
-            __m512i is[4][2];
-            _Pragma("GCC unroll 4")
-            for (int r = 0; r < NR; r++)
-                is[r][0] = is[r][1] = _mm512_setzero_si512();
-            for (int c = 0; c < 8; c++) {
-                const __m512i a0 = ld_pair(b[0] + 4 + 32 * c, b[1] + 4 + 32 * c);
-                const __m512i a1 = ld_pair(b[2] + 4 + 32 * c, b[3] + 4 + 32 * c);
-                _Pragma("GCC unroll 4")
-                for (int r = 0; r < NR; r++) {
-                    const __m512i l = _mm512_broadcast_i64x4(lv[r][c]);
-                    is[r][0] = _mm512_dpwssd_epi32(is[r][0], _mm512_maddubs_epi16(l, a0), sv[r][c]);
-                    is[r][1] = _mm512_dpwssd_epi32(is[r][1], _mm512_maddubs_epi16(l, a1), sv[r][c]);
-                }
-            }
-            const __m512i bs0 = ld_pair(b[0] + 260, b[1] + 260);
-            const __m512i bs1 = ld_pair(b[2] + 260, b[3] + 260);
-            float ad[4];
-            for (int k = 0; k < 4; k++)
-                memcpy(&ad[k], b[k], 4);
-            const __m512 dq = _mm512_permutexvar_ps(
-                _mm512_setr_epi32(0, 0, 2, 2, 0, 0, 2, 2, 1, 1, 3, 3, 1, 1, 3, 3),
-                _mm512_castps128_ps512(_mm_loadu_ps(ad)));
+            __m512i is[4][2], bs0, bs1;
+            const __m512 dq = q8k_tokens(NR, ap + 4 * q, i, lv, sv, is, &bs0, &bs1);
             _Pragma("GCC unroll 4")
             for (int r = 0; r < NR; r++) {
                 const __m512i o0 = _mm512_madd_epi16(bw[r], bs0), o1 = _mm512_madd_epi16(bw[r], bs1);
