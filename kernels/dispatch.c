@@ -116,6 +116,21 @@ static const kgemm avx2_gemms[] = {
     { RVL_K_IQ4_XS, 0, gemm_iq4_xs_q8_K_avx2 },
 };
 
+/* Packed decode layouts (formats.h gemv8), per ISA. */
+typedef struct {
+    uint32_t type;
+    unsigned need;
+    rvl_gemv8_fn gemv8;
+    rvl_pack8_fn pack8;
+    rvl_unpack8_fn unpack8;
+} kpack;
+
+static const kpack avx512_packs[] = {
+    { RVL_K_Q4_0, RVL_KCPU_VNNI, gemv8_q4_0_q8_0_avx512vnni, pack8_q4_0, unpack8_q4_0 },
+    { RVL_K_RVL_I4S_G32, RVL_KCPU_VNNI, gemv8_q4_0_q8_0_avx512vnni, pack8_q4_0, unpack8_q4_0 },
+    { RVL_K_IQ4_NL, RVL_KCPU_VNNI, gemv8_iq4_nl_q8_0_avx512vnni, pack8_q4_0, unpack8_q4_0 },
+};
+
 static const kgemm avx512_gemms[] = {
     { RVL_K_Q4_0, RVL_KCPU_VNNI, gemm_q4_0_q8_0_avx512vnni },
     { RVL_K_RVL_I4S_G32, RVL_KCPU_VNNI, gemm_q4_0_q8_0_avx512vnni },
@@ -325,6 +340,14 @@ static void build(int isa)
         for (size_t i = 0; i < sizeof avx512_gemms / sizeof avx512_gemms[0]; i++)
             if (!(avx512_gemms[i].need & ~cpu_caps))
                 t[rvl_kformat_slot(avx512_gemms[i].type)].gemm = avx512_gemms[i].gemm;
+    if (isa == RVL_ISA_AVX512)
+        for (size_t i = 0; i < sizeof avx512_packs / sizeof avx512_packs[0]; i++)
+            if (!(avx512_packs[i].need & ~cpu_caps)) {
+                rvl_kformat *f = &t[rvl_kformat_slot(avx512_packs[i].type)];
+                f->gemv8 = avx512_packs[i].gemv8;
+                f->pack8 = avx512_packs[i].pack8;
+                f->unpack8 = avx512_packs[i].unpack8;
+            }
 #endif
 #ifdef RVL_HAVE_NEON
     if (isa == RVL_ISA_NEON)

@@ -194,6 +194,21 @@ typedef void (*rvl_gemm_fn)(int64_t n, const void *w, size_t w_stride, int nr, c
                             size_t act_stride, int nt, float *y, size_t y_stride);
 #define RVL_GEMM_ROWS 8
 
+/* Weights repacked for decode, RVL_GEMM_ROWS rows at a time (Q4_0 with
+ * AVX-512 VNNI): a group holds the bytes of its 8 rows (8 * row_bytes,
+ * nothing added), interleaved so that the one-token GEMV reads one
+ * sequential stream, 64 bytes per load, instead of gathering 16 bytes from
+ * each of 8 rows (kernels/ref/pack8.c has the layout). pack8 and unpack8
+ * convert one group (rows `stride` bytes apart; no alignment needed).
+ * gemv8 multiplies ng consecutive groups (group g at w + g * 8 *
+ * row_bytes) with one activation row: y[8g + k] = vec_dot(row 8g + k,
+ * act), the same bits as gemm with nt = 1 on the unpacked rows, so a
+ * packed model decodes exactly as an unpacked one. NULL where the selected
+ * ISA has no packed kernel for the format. */
+typedef void (*rvl_pack8_fn)(int64_t n, const void *rows, size_t stride, void *group);
+typedef void (*rvl_unpack8_fn)(int64_t n, const void *group, void *rows, size_t stride);
+typedef void (*rvl_gemv8_fn)(int64_t n, const void *w, int64_t ng, const void *act, float *y);
+
 enum {
     RVL_KF_QUANTIZED = 1 << 0,   /* block-quantized (not a plain element type) */
     RVL_KF_PROJECT = 1 << 1,     /* ruvllm-only format, marked in GGUF metadata */
@@ -212,6 +227,9 @@ typedef struct {
     rvl_dequantize_fn dequantize;/* NULL: no dequantizer */
     rvl_vec_dot_fn vec_dot;      /* NULL: not a weight format we multiply */
     rvl_gemm_fn gemm;            /* NULL: no tiled kernel, loop over vec_dot */
+    rvl_gemv8_fn gemv8;          /* NULL: no packed layout (then pack8 and */
+    rvl_pack8_fn pack8;          /*  unpack8 are NULL too) */
+    rvl_unpack8_fn unpack8;
 } rvl_kformat;
 
 /* borrowed: static entry, or NULL for an unknown or removed type id. The
@@ -249,6 +267,9 @@ RVL_DECL_Q(q8_0) RVL_DECL_Q(q8_1) RVL_DECL_Q(q1_0)
 RVL_DECL_Q(q2_K) RVL_DECL_Q(q3_K) RVL_DECL_Q(q4_K) RVL_DECL_Q(q5_K)
 RVL_DECL_Q(q6_K) RVL_DECL_Q(q8_K)
 RVL_DECL_Q(iq4_nl) RVL_DECL_Q(iq4_xs)
+/* the packed layout of Q4_0 (and RVL_I4S_G32, the same blocks): ref/pack8.c */
+void pack8_q4_0(int64_t n, const void *rows, size_t stride, void *group);
+void unpack8_q4_0(int64_t n, const void *group, void *rows, size_t stride);
 RVL_DECL_DQ(iq2_xxs) RVL_DECL_DQ(iq2_xs) RVL_DECL_DQ(iq2_s)
 RVL_DECL_DQ(iq3_xxs) RVL_DECL_DQ(iq3_s) RVL_DECL_DQ(iq1_s) RVL_DECL_DQ(iq1_m)
 RVL_DECL_DQ(tq1_0) RVL_DECL_DQ(tq2_0) RVL_DECL_DQ(mxfp4) RVL_DECL_DQ(nvfp4)

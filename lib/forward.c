@@ -59,6 +59,8 @@ struct rvl_ctx {
     float *norm_w;                /* dequantized norm weights: (2*n_layer+1, dim) */
     float *bias;                  /* dequantized biases: (n_layer, q_dim + 2*kv_dim) or NULL */
     unsigned char *actq;          /* (UBATCH, act_stride) activations for vec_dot */
+    unsigned char *unpack;        /* per thread: one group of packed rows, row-major */
+    size_t unpack_stride;         /* bytes per thread (m->packed_max_group, aligned) */
     size_t act_stride;
     const rvl_lora *lora;         /* run-time LoRA adapters (borrowed), or NULL */
     /* Another backend (rvl_ctx_params.backend, not "cpu"): the session
@@ -102,6 +104,8 @@ typedef struct {
 typedef struct {
     matmul_part part[MM_PARTS];
     int n_parts;
+    unsigned char *unpack;        /* rvl_ctx.unpack */
+    size_t unpack_stride;
     const unsigned char *act;     /* nb rows in the weights' vec_dot_type */
     size_t act_stride;            /* bytes between activation rows */
     uint32_t nb;
@@ -116,7 +120,6 @@ typedef struct {
 static void matmul_rows(void *arg, int ith, int nth)
 {
     matmul_job *j = arg;
-    (void)ith;
     (void)nth;
     for (;;) {
         uint64_t ci = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed);
@@ -136,6 +139,26 @@ static void matmul_rows(void *arg, int ith, int nth)
          * one-token path shares activation loads across 4 rows and
          * prefetches ahead) */
         const rvl_gemm_fn gemm = w->kf->gemm;
+        if (w->packed && r0 < w->packed_rows) {
+            /* packed groups (chunks are whole groups): one token reads
+             * them as they are; a batch unpacks each group into this
+             * thread's buffer for the tiles (8 rows of copying per 8 rows
+             * x nb tokens of arithmetic) */
+            const uint64_t pr1 = r1 < w->packed_rows ? r1 : w->packed_rows;
+            const char *pk = (const char *)w->packed;
+            if (j->nb == 1) {
+                w->kf->gemv8(n, pk + r0 * w->row_bytes, (int64_t)((pr1 - r0) / RVL_GEMM_ROWS),
+                             j->act, pt->y + r0);
+            } else {
+                unsigned char *u = j->unpack + (size_t)ith * j->unpack_stride;
+                for (uint64_t r = r0; r < pr1; r += RVL_GEMM_ROWS) {
+                    w->kf->unpack8(n, pk + r * w->row_bytes, u, w->row_bytes);
+                    gemm(n, u, w->row_bytes, RVL_GEMM_ROWS, j->act, j->act_stride, (int)j->nb,
+                         pt->y + r, pt->y_stride);
+                }
+            }
+            r0 = pr1;
+        }
         if (gemm) {
             /* tiles of RVL_GEMM_ROWS rows x all nb tokens; each result is
              * the same whatever the grouping (formats.h) */
@@ -198,7 +221,8 @@ static void matmul_act_n(rvl_ctx *c, int n, const rvl_weight *const *ws, float *
                          const size_t *y_strides, const unsigned char *act, size_t act_stride,
                          uint32_t nb)
 {
-    matmul_job j = {.n_parts = n, .act = act, .act_stride = act_stride, .nb = nb};
+    matmul_job j = {.n_parts = n, .act = act, .act_stride = act_stride, .nb = nb,
+                    .unpack = c->unpack, .unpack_stride = c->unpack_stride};
     uint64_t total = 0;
     for (int i = 0; i < n; i++) {
         /* about 8 chunks per thread and weight: fine enough to balance,
@@ -631,7 +655,11 @@ int rvl_ctx_open(rvl_ctx **out, const rvl_model *m, const rvl_ctx_params *p)
     if (hp->has_qkv_bias)
         c->bias = calloc((size_t)hp->n_layer * (q_dim + 2 * kv_dim), sizeof(float));
     c->actq = malloc(UBATCH * c->act_stride);
-    if (!c->rope_cos || !c->rope_sin || !c->x || !c->xb || !c->q ||
+    if (m->packed_max_group) {
+        c->unpack_stride = (size_t)(m->packed_max_group + 63) / 64 * 64;
+        c->unpack = aligned_alloc(64, c->unpack_stride * (size_t)rvl_pool_size(c->pool));
+    }
+    if ((m->packed_max_group && !c->unpack) || !c->rope_cos || !c->rope_sin || !c->x || !c->xb || !c->q ||
         !c->k || !c->v || !c->hb || !c->hb2 || !c->xo || !c->logits || !c->norm_w ||
         (hp->has_qkv_bias && !c->bias) || !c->actq) {
         uint32_t n = c->n_ctx;
@@ -692,6 +720,7 @@ void rvl_ctx_close(rvl_ctx *c)
     free(c->norm_w);
     free(c->bias);
     free(c->actq);
+    free(c->unpack);
     free(c);
 }
 

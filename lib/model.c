@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "model.h"
 
@@ -191,6 +192,100 @@ static int load_weights(rvl_model *m)
 }
 
 /* ====================================================================
+ * Packed decode layout (formats.h gemv8)
+ * ==================================================================== */
+
+/* The weights the forward pass multiplies, for packing. */
+static size_t matmul_weights(rvl_model *m, rvl_weight **ws, size_t cap)
+{
+    size_t n = 0;
+    for (uint32_t i = 0; i < m->hp.n_layer; i++) {
+        rvl_layer *L = &m->layers[i];
+        rvl_weight *lw[] = { &L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down };
+        for (size_t k = 0; k < sizeof lw / sizeof lw[0]; k++)
+            if (n < cap)
+                ws[n++] = lw[k];
+    }
+    if (n < cap)
+        ws[n++] = &m->output;
+    return n;
+}
+
+static bool packable(const rvl_weight *w)
+{
+    return w->present && w->kf->gemv8 && w->ne1 >= RVL_GEMM_ROWS && w->kf->row_header == 0;
+}
+
+/* Drop the file pages of the packed weights from the page tables: the
+ * forward pass reads the packed copy, and the process would otherwise hold
+ * both (twice the weights' memory). The page cache keeps them; a reader
+ * of the row-major bytes (another backend, the fingerprint) faults them
+ * back. Not the tied output: its rows are the token embeddings too. */
+void rvl_model_release_packed_source(const rvl_model *m)
+{
+    rvl_weight *ws[8 * 1024 + 1];
+    size_t n = matmul_weights((rvl_model *)m, ws, sizeof ws / sizeof ws[0]);
+    const uintptr_t pg = 4096;
+    for (size_t i = 0; i < n; i++) {
+        const rvl_weight *w = ws[i];
+        if (!w->packed || (w == &m->output && m->hp.tied_output))
+            continue;
+        const uintptr_t a = ((uintptr_t)w->data + pg - 1) & ~(pg - 1);
+        const uintptr_t e = ((uintptr_t)w->data + w->packed_rows * w->row_bytes) & ~(pg - 1);
+        if (e > a)
+            (void)madvise((void *)a, e - a, MADV_DONTNEED);
+    }
+}
+
+/* Copy the weights whose format has a packed decode kernel on this CPU
+ * into that layout (one allocation, 2 MiB pages where the kernel gives
+ * them: decode streams it). RUVLLM_REPACK=0 keeps the row-major path
+ * (the same bits, for comparisons). */
+static int pack_weights(rvl_model *m)
+{
+    const char *env = getenv("RUVLLM_REPACK");
+    if (env && strcmp(env, "0") == 0)
+        return 0;
+    rvl_weight *ws[8 * 1024 + 1];
+    const size_t n = matmul_weights(m, ws, sizeof ws / sizeof ws[0]);
+    uint64_t total = 0;
+    for (size_t i = 0; i < n; i++)
+        if (packable(ws[i]))
+            total += ws[i]->ne1 / RVL_GEMM_ROWS * RVL_GEMM_ROWS * ws[i]->row_bytes;
+    if (total == 0)
+        return 0;
+    const size_t huge = (size_t)2 << 20;
+    const size_t bytes = (size_t)((total + huge - 1) / huge * huge);
+    void *p = NULL;
+    if (posix_memalign(&p, huge, bytes))
+        return rvl_seterr(RVL_ENOMEM, "out of memory for the packed weights (%llu MiB)",
+                          (unsigned long long)(bytes >> 20));
+#ifdef MADV_HUGEPAGE
+    (void)madvise(p, bytes, MADV_HUGEPAGE);
+#endif
+    m->packed = p;
+    m->packed_bytes = bytes;
+    char *dst = p;
+    for (size_t i = 0; i < n; i++) {
+        rvl_weight *w = ws[i];
+        if (!packable(w))
+            continue;
+        const uint64_t rows = w->ne1 / RVL_GEMM_ROWS * RVL_GEMM_ROWS;
+        const uint64_t gbytes = RVL_GEMM_ROWS * w->row_bytes;
+        for (uint64_t r = 0; r < rows; r += RVL_GEMM_ROWS)
+            w->kf->pack8((int64_t)w->ne0, (const char *)w->data + r * w->row_bytes, w->row_bytes,
+                         dst + r * w->row_bytes);
+        w->packed = dst;
+        w->packed_rows = rows;
+        if (gbytes > m->packed_max_group)
+            m->packed_max_group = gbytes;
+        dst += rows * w->row_bytes;
+    }
+    rvl_model_release_packed_source(m);
+    return 0;
+}
+
+/* ====================================================================
  * Hyper-parameters
  * ==================================================================== */
 
@@ -337,6 +432,8 @@ int rvl_model_open(rvl_model **out, const char *path)
     if ((rc = load_hparams(m)) < 0 || (rc = load_weights(m)) < 0)
         goto fail;
     rvl_file_prefault(m->file);
+    if ((rc = pack_weights(m)) < 0)
+        goto fail;
     if ((rc = rvl_tokenizer_open(&m->tok, m->file)) < 0)
         goto fail;
     /* ids the model has no row for would fail in rvl_decode mid-chat */
@@ -358,6 +455,7 @@ void rvl_model_close(rvl_model *m)
         return;
     rvl_tokenizer_close(m->tok);
     free(m->layers);
+    free(m->packed);
     rvl_file_close(m->file);
     free(m);
 }
@@ -403,6 +501,7 @@ uint64_t rvl_model_fingerprint(const rvl_model *cm)
     }
     uint64_t h = XXH3_64bits_digest(st);
     XXH3_freeState(st);
+    rvl_model_release_packed_source(m);
     h = h ? h : 1;
     atomic_store(&m->fingerprint, h);
     return h;

@@ -17,6 +17,12 @@ typedef struct {
     uint64_t ne0, ne1;
     uint64_t row_bytes;
     const void *data;
+    /* Rows 0..packed_rows-1 (whole groups of RVL_GEMM_ROWS) also in the
+     * kernels' packed decode layout (formats.h gemv8), owned by the model;
+     * NULL when the format or ISA has none or RUVLLM_REPACK=0. data
+     * stays the file's row-major bytes (token lookups, other backends). */
+    const void *packed;
+    uint64_t packed_rows;
 } rvl_weight;
 
 typedef struct {
@@ -38,6 +44,9 @@ struct rvl_model {
     rvl_weight rope_freqs;            /* (rope_dim/2) f32, Llama 3.1; or absent */
     rvl_layer *layers;                /* owned: n_layer */
     struct rvl_tokenizer *tok;        /* owned */
+    void *packed;                     /* owned: every weight's packed rows */
+    size_t packed_bytes;
+    uint64_t packed_max_group;        /* largest group of packed rows, bytes */
     _Atomic uint64_t fingerprint;     /* 0: not computed yet (then set once;
                                          racing computations agree) */
 };
@@ -52,6 +61,9 @@ void rvl_ctx_set_pos(rvl_ctx *c, uint32_t pos);
  * type, shape and data: computed once per model (the first call reads all
  * weights), then cached. */
 uint64_t rvl_model_fingerprint(const rvl_model *m);
+/* After a pass over the row-major weights (the fingerprint): drop the file
+ * pages of the packed ones from the page tables again. */
+void rvl_model_release_packed_source(const rvl_model *m);
 
 /* rvl_session_load from a buffer (the fuzz harness); path names it. */
 int rvl_session_load_mem(rvl_ctx *c, const char *path, const void *buf, size_t size,

@@ -457,6 +457,111 @@ static void test_every_gemm_matches_ref_dot_for_every_tile(void **state)
     }
 }
 
+/* ======================================================================
+ * Packed decode layout (formats.h gemv8): pack8 and unpack8 are each
+ * other's inverse, the layout is the documented one, and gemv8 on packed
+ * groups gives gemm's bits for one token on the row-major rows
+ * ====================================================================== */
+
+static void check_packed(const rvl_kformat *fx, const char *isa, int64_t n, int odd)
+{
+    enum { NG = 3, ROWS = 8 * NG };
+    const rvl_kformat *fr = rvl_kformat_get_isa(fx->type, RVL_ISA_REF);
+    const rvl_kformat *ar = rvl_kformat_get_isa(fr->vec_dot_type, RVL_ISA_REF);
+    const size_t rb = rowb(fr, n), ab = rowb(ar, n), gb = 8 * rb;
+    const size_t ws = rb + (size_t)odd; /* row-major rows at odd strides */
+    uint8_t *rows = xmalloc(ROWS * ws), *back = xmalloc(ROWS * ws);
+    uint8_t *pbuf = xmalloc(NG * gb + (size_t)odd), *pk = pbuf + odd; /* exact size: ASan */
+    uint8_t *abuf = xmalloc(ab + (size_t)odd), *act = abuf + odd;
+    float *x = xmalloc((size_t)n * sizeof(float));
+    for (int r = 0; r < ROWS; r++) {
+        fill(x, n, D_WEIGHTS);
+        fr->quantize(x, rows + r * ws, n, NULL);
+        if (r % 3 == 2)
+            random_blocks(fr, rows + r * ws, n);
+    }
+    fill(x, n, D_HEAVY);
+    ar->quantize(x, act, n, NULL);
+    for (int g = 0; g < NG; g++)
+        fx->pack8(n, rows + (size_t)g * 8 * ws, ws, pk + (size_t)g * gb);
+    /* the layout: the first superblock's scales, then row k's first
+     * nibbles at 16 * (8 * E + k), E its blocks */
+    const int64_t nb = n / 32, E = nb < 4 ? nb : 4;
+    for (int k = 0; k < 8; k++) {
+        assert_memory_equal(pk + 2 * k, rows + k * ws, 2);
+        assert_memory_equal(pk + 16 * E + 16 * k, rows + k * ws + 2, 16);
+    }
+    memset(back, 0x5A, ROWS * ws);
+    for (int g = 0; g < NG; g++)
+        fx->unpack8(n, pk + (size_t)g * gb, back + (size_t)g * 8 * ws, ws);
+    for (int r = 0; r < ROWS; r++)
+        if (memcmp(back + r * ws, rows + r * ws, rb))
+            fail_msg("%s unpack8(pack8) n=%lld: row %d differs", fr->name, (long long)n, r);
+    /* gemv8 over all groups at once and group by group: gemm's bits */
+    float want[ROWS], got[ROWS + 1], one[8];
+    for (int g = 0; g < NG; g++)
+        fx->gemm(n, rows + (size_t)g * 8 * ws, ws, 8, act, ab, 1, want + 8 * g, 1);
+    memset(got, 0x7f, sizeof got);
+    fx->gemv8(n, pk, NG, act, got);
+    for (int r = 0; r < ROWS; r++)
+        if (memcmp(&got[r], &want[r], 4))
+            fail_msg("%s gemv8 %s, n=%lld: row %d %.9g, gemm %.9g", fr->name, isa, (long long)n, r,
+                     got[r], want[r]);
+    uint32_t canary;
+    memcpy(&canary, &got[ROWS], 4);
+    assert_int_equal(canary, 0x7f7f7f7fu);
+    fx->gemv8(n, pk + gb, 1, act, one);
+    assert_memory_equal(one, want + 8, sizeof one);
+    /* and within the bound of ref's vec_dot, as every gemm */
+    for (int r = 0; r < ROWS; r++) {
+        const double ref = fr->vec_dot(n, rows + r * ws, act);
+        const double bound = ((double)n / 32 + 16) * ldexp(1.0, -22) *
+                                 magnitude(fr, ar, rows + r * ws, act, n) + 1e-37;
+        if (!(fabs((double)got[r] - ref) <= bound))
+            fail_msg("%s gemv8 %s, n=%lld, row %d: %.9g, ref %.9g", fr->name, isa, (long long)n, r,
+                     got[r], ref);
+    }
+    free(rows);
+    free(back);
+    free(pbuf);
+    free(abuf);
+    free(x);
+}
+
+static void test_packed_gemv_gives_gemm_bits(void **state)
+{
+    (void)state;
+    int vs[RVL_ISA_COUNT], nv = variants(vs), checked = 0;
+    const rvl_kformat *f;
+    /* 1..9 blocks: every tail after whole superblocks of 4; and a long row */
+    static const int64_t lens[] = { 32, 64, 96, 128, 160, 224, 256, 288, 4096 + 96 };
+    for (size_t i = 0; (f = rvl_kformat_at(i)) != NULL; i++) {
+        const rvl_kformat *fr = rvl_kformat_get_isa(f->type, RVL_ISA_REF);
+        assert_null(fr->gemv8); /* no packed layout on ref: lib/ keeps rows */
+    }
+    for (int v = 0; v < nv; v++) {
+        const char *isa = rvl_dispatch_isa_name(vs[v]);
+        for (size_t i = 0; (f = rvl_kformat_at(i)) != NULL; i++) {
+            const rvl_kformat *fx = rvl_kformat_get_isa(f->type, vs[v]);
+            if (!fx->gemv8)
+                continue;
+            assert_non_null(fx->pack8);
+            assert_non_null(fx->unpack8);
+            assert_non_null(fx->gemm);
+            assert_int_equal(fx->block_size, 32);
+            assert_int_equal(fx->type_size, 18);
+            checked++;
+            for (size_t k = 0; k < sizeof lens / sizeof lens[0]; k++)
+                check_packed(fx, isa, lens[k], (int)(k & 1));
+        }
+    }
+    if (rvl_dispatch_isa_runnable(RVL_ISA_AVX512) && (rvl_dispatch_cpu() & RVL_KCPU_VNNI)) {
+        assert_non_null(rvl_kformat_get_isa(RVL_K_Q4_0, RVL_ISA_AVX512)->gemv8);
+        assert_non_null(rvl_kformat_get_isa(RVL_K_IQ4_NL, RVL_ISA_AVX512)->gemv8);
+        assert_true(checked >= 3);
+    }
+}
+
 /* The kernel issue's list: on every variant that runs here, these slots
  * are not ref's. */
 static void test_variants_override_the_listed_kernels(void **state)
@@ -690,6 +795,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_every_variant_dequantizes_like_ref),
         cmocka_unit_test(test_every_variant_dot_product_matches_ref),
         cmocka_unit_test(test_every_gemm_matches_ref_dot_for_every_tile),
+        cmocka_unit_test(test_packed_gemv_gives_gemm_bits),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
