@@ -214,6 +214,7 @@ struct rvl_bench {
     uint64_t cursor;
     uint32_t fill_type;       /* what the arena holds (UINT32_MAX: nothing) */
     uint64_t fill_k;          /* row length for formats with a row header */
+    uint64_t fill_pack_k;     /* packed in groups of 8 rows of this length (0: rows) */
     uint64_t fill_unit;       /* bytes of a block (or a row with a header) */
     uint64_t fill_bytes;      /* whole units written: the ring's end */
     bool huge;                /* the big buffers ask for 2 MiB pages */
@@ -717,12 +718,12 @@ static int ensure_arena(rvl_bench *b, uint64_t need)
 
 /* Fill the whole arena with weights of kf (rows of k for row-header
  * formats), unless it already holds them. */
-static int fill_arena(rvl_bench *b, const rvl_kformat *kf, uint64_t k)
+static int fill_arena(rvl_bench *b, const rvl_kformat *kf, uint64_t k, bool packed)
 {
-    uint64_t key_k = kf->row_header ? k : 0;
+    uint64_t key_k = kf->row_header ? k : 0, pack_k = packed ? k : 0;
     /* every variant quantizes to the same bytes (dispatch.h): one fill
-     * serves them all */
-    if (b->fill_type == kf->type && b->fill_k == key_k)
+     * serves them all, but for the layout */
+    if (b->fill_type == kf->type && b->fill_k == key_k && b->fill_pack_k == pack_k)
         return 0;
     char *pool;
     uint64_t pool_bytes;
@@ -734,10 +735,25 @@ static int fill_arena(rvl_bench *b, const rvl_kformat *kf, uint64_t k)
     uint64_t bytes = b->arena_bytes / unit * unit;
     tile(b->arena, bytes, pool, pool_bytes, 0);
     free(pool);
+    b->fill_type = UINT32_MAX;
+    if (packed) {
+        /* every whole group of 8 rows of k, as model.c packs a weight
+         * (matrices start at multiples of their size: whole groups) */
+        const uint64_t gb = RVL_GEMM_ROWS * rvl_kformat_row_bytes(kf, k);
+        char *tmp = malloc(gb);
+        if (!tmp)
+            return rvl_seterr(RVL_ENOMEM, "out of memory");
+        for (uint64_t o = 0; o + gb <= bytes; o += gb) {
+            memcpy(tmp, b->arena + o, gb);
+            kf->pack8((int64_t)k, tmp, gb / RVL_GEMM_ROWS, b->arena + o);
+        }
+        free(tmp);
+    }
     b->fill_unit = unit;
     b->fill_bytes = bytes;
     b->fill_type = kf->type;
     b->fill_k = key_k;
+    b->fill_pack_k = pack_k;
     b->cursor = 0;
     return 0;
 }
@@ -764,6 +780,9 @@ typedef struct {
     uint64_t act_row_bytes;
     float *x, *y, *aux;       /* float input, output, weights / tables */
     uint64_t chunk;           /* GEMV/GEMM: rows per chunk (whole tiles) */
+    bool packed;              /* GEMV/GEMM: w in kf's packed layout (whole groups) */
+    unsigned char *unpack;    /* GEMM on packed weights: a group per thread */
+    size_t unpack_stride;
     atomic_uint_fast64_t next; /* GEMV/GEMM: the next chunk to take */
 } kjob;
 
@@ -824,7 +843,7 @@ static uint64_t matmul_chunk(uint64_t n, int nth)
     return (chunk + RVL_GEMM_ROWS - 1) / RVL_GEMM_ROWS * RVL_GEMM_ROWS;
 }
 
-static void matmul_run(kjob *j)
+static void matmul_run(kjob *j, int ith)
 {
     const uint64_t n_chunks = (j->n + j->chunk - 1) / j->chunk;
     for (;;) {
@@ -833,6 +852,20 @@ static void matmul_run(kjob *j)
             break;
         const uint64_t r0 = ci * j->chunk, r1 = r0 + j->chunk < j->n ? r0 + j->chunk : j->n;
         const rvl_gemm_fn gemm = j->kf->gemm;
+        if (j->packed) { /* as forward.c's matmul_rows */
+            if (j->m == 1) {
+                j->kf->gemv8((int64_t)j->k, j->w + r0 * j->row_bytes,
+                             (int64_t)((r1 - r0) / RVL_GEMM_ROWS), j->act, j->y + r0);
+                continue;
+            }
+            unsigned char *u = j->unpack + (size_t)ith * j->unpack_stride;
+            for (uint64_t r = r0; r < r1; r += RVL_GEMM_ROWS) {
+                j->kf->unpack8((int64_t)j->k, j->w + r * j->row_bytes, u, j->row_bytes);
+                gemm((int64_t)j->k, u, j->row_bytes, RVL_GEMM_ROWS, j->act, j->act_row_bytes,
+                     (int)j->m, j->y + r, j->n);
+            }
+            continue;
+        }
         if (gemm) {
             for (uint64_t r = r0; r < r1; r += RVL_GEMM_ROWS) {
                 const int nr = (int)(r1 - r < RVL_GEMM_ROWS ? r1 - r : RVL_GEMM_ROWS);
@@ -858,7 +891,7 @@ static void kjob_run(void *arg, int ith, int nth)
     switch (j->op) {
     case RVL_BENCH_GEMV:
     case RVL_BENCH_GEMM:
-        matmul_run(j);
+        matmul_run(j, ith);
         break;
     case RVL_BENCH_QUANTIZE:
         for (uint64_t r = r0; r < r1; r++)
@@ -972,7 +1005,19 @@ int rvl_bench_kernel(rvl_bench *b, const rvl_bench_kcase *c, rvl_bench_kresult *
         free(xf);
         j.act = act;
         j.y = outbuf;
-        if ((rc = ensure_arena(b, mat_bytes)) < 0 || (rc = fill_arena(b, kf, c->k)) < 0)
+        /* the layout the forward pass gives this format (model.c) */
+        const char *rp = getenv("RUVLLM_REPACK");
+        j.packed = kf->gemv8 && c->n % RVL_GEMM_ROWS == 0 && !(rp && strcmp(rp, "0") == 0);
+        if (j.packed && j.m > 1) {
+            j.unpack_stride = (size_t)(RVL_GEMM_ROWS * j.row_bytes + 63) / 64 * 64;
+            j.unpack = alloc_aligned(j.unpack_stride * (size_t)rvl_pool_size(b->pool));
+            if (!j.unpack) {
+                rc = rvl_seterr(RVL_ENOMEM, "out of memory");
+                goto out;
+            }
+        }
+        r->packed = j.packed;
+        if ((rc = ensure_arena(b, mat_bytes)) < 0 || (rc = fill_arena(b, kf, c->k, j.packed)) < 0)
             goto out;
         /* at least ~32 MB of weights per timed repetition, each matrix
          * the next one in the ring */
@@ -1009,7 +1054,7 @@ int rvl_bench_kernel(rvl_bench *b, const rvl_bench_kcase *c, rvl_bench_kresult *
             rc = rvl_seterr(RVL_ENOMEM, "out of memory");
             goto out;
         }
-        if ((rc = ensure_arena(b, mat_bytes)) < 0 || (rc = fill_arena(b, kf, c->k)) < 0)
+        if ((rc = ensure_arena(b, mat_bytes)) < 0 || (rc = fill_arena(b, kf, c->k, false)) < 0)
             goto out;
         j.y = outbuf;
         r->bytes = (double)mat_bytes + (double)nk * 4;
@@ -1102,6 +1147,7 @@ int rvl_bench_kernel(rvl_bench *b, const rvl_bench_kcase *c, rvl_bench_kresult *
         r->read_max_gbs = st.max;
     }
 out:
+    free(j.unpack);
     free(act);
     free(inbuf);
     free(outbuf);
