@@ -152,14 +152,31 @@ const rvl_tensor_info *rvl_file_find_tensor(const rvl_file *f, const char *name)
 /* Map every page of a GGUF file into the page tables now, as llama.cpp's
  * MAP_POPULATE does, so the first forward pass does not take ~25 000
  * minor faults per 100 MB of weights (time to first token). Best effort:
- * kernels without MADV_POPULATE_READ (Linux < 5.14) keep faulting lazily. */
-void rvl_file_prefault(const rvl_file *f)
+ * kernels without MADV_POPULATE_READ (Linux < 5.14) keep faulting lazily.
+ * skip: n_skip [start, end) address ranges, sorted, left out (weights
+ * read once for packing, model.c). */
+void rvl_file_prefault(const rvl_file *f, const void *const (*skip)[2], size_t n_skip)
 {
 #ifdef MADV_POPULATE_READ
-    if (f->fmt == RVL_FMT_GGUF && f->map.base && f->map.size)
-        (void)madvise(f->map.base, (size_t)f->map.size, MADV_POPULATE_READ);
+    if (f->fmt != RVL_FMT_GGUF || !f->map.base || !f->map.size)
+        return;
+    /* the gaps between the skipped ranges (sorted, not overlapping), in
+     * whole pages */
+    const uintptr_t pg = 4096, end = (uintptr_t)f->map.base + (uintptr_t)f->map.size;
+    uintptr_t at = (uintptr_t)f->map.base;
+    for (size_t i = 0; i <= n_skip; i++) {
+        const uintptr_t stop = i < n_skip ? ((uintptr_t)skip[i][0] + pg - 1) & ~(pg - 1) : end;
+        if (stop > at)
+            (void)madvise((void *)at, stop - at, MADV_POPULATE_READ);
+        if (i < n_skip) {
+            const uintptr_t next = (uintptr_t)skip[i][1] & ~(pg - 1);
+            at = next > at ? next : at;
+        }
+    }
 #else
     (void)f;
+    (void)skip;
+    (void)n_skip;
 #endif
 }
 

@@ -54,7 +54,7 @@ typedef struct {
 } rvl_map;
 int rvl_map_file(rvl_map *m, const char *path);
 /* Populate the page tables of a GGUF file's mapping (best effort). */
-void rvl_file_prefault(const rvl_file *f);
+void rvl_file_prefault(const rvl_file *f, const void *const (*skip)[2], size_t n_skip);
 void rvl_map_unmap(rvl_map *m);
 
 /* The model's hyper-parameters *hp with a context's RoPE overrides applied

@@ -221,20 +221,57 @@ static bool packable(const rvl_weight *w)
  * both (twice the weights' memory). The page cache keeps them; a reader
  * of the row-major bytes (another backend, the fingerprint) faults them
  * back. Not the tied output: its rows are the token embeddings too. */
+static bool releasable(const rvl_model *m, const rvl_weight *w)
+{
+    return w->packed && !(w == &m->output && m->hp.tied_output);
+}
+
+static void release_source(const rvl_weight *w)
+{
+    const uintptr_t pg = 4096;
+    const uintptr_t a = ((uintptr_t)w->data + pg - 1) & ~(pg - 1);
+    const uintptr_t e = ((uintptr_t)w->data + w->packed_rows * w->row_bytes) & ~(pg - 1);
+    if (e > a)
+        (void)madvise((void *)a, e - a, MADV_DONTNEED);
+}
+
 void rvl_model_release_packed_source(const rvl_model *m)
 {
     rvl_weight *ws[8 * 1024 + 1];
     size_t n = matmul_weights((rvl_model *)m, ws, sizeof ws / sizeof ws[0]);
-    const uintptr_t pg = 4096;
-    for (size_t i = 0; i < n; i++) {
-        const rvl_weight *w = ws[i];
-        if (!w->packed || (w == &m->output && m->hp.tied_output))
-            continue;
-        const uintptr_t a = ((uintptr_t)w->data + pg - 1) & ~(pg - 1);
-        const uintptr_t e = ((uintptr_t)w->data + w->packed_rows * w->row_bytes) & ~(pg - 1);
-        if (e > a)
-            (void)madvise((void *)a, e - a, MADV_DONTNEED);
-    }
+    for (size_t i = 0; i < n; i++)
+        if (releasable(m, ws[i]))
+            release_source(ws[i]);
+}
+
+static int cmp_range(const void *a, const void *b)
+{
+    const uintptr_t x = (uintptr_t)((const void *const *)a)[0];
+    const uintptr_t y = (uintptr_t)((const void *const *)b)[0];
+    return x < y ? -1 : x > y;
+}
+
+/* Prefault the file (rvl_file_prefault) but for the packed weights'
+ * row-major bytes: they were read once, and the packed copy is what
+ * decode reads. */
+static int prefault_unpacked(rvl_model *m)
+{
+    rvl_weight *ws[8 * 1024 + 1];
+    const size_t n = matmul_weights(m, ws, sizeof ws / sizeof ws[0]);
+    const void *(*skip)[2] = malloc((n + 1) * sizeof *skip);
+    if (!skip)
+        return rvl_seterr(RVL_ENOMEM, "out of memory");
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++)
+        if (releasable(m, ws[i])) {
+            skip[k][0] = ws[i]->data;
+            skip[k][1] = (const char *)ws[i]->data + ws[i]->packed_rows * ws[i]->row_bytes;
+            k++;
+        }
+    qsort(skip, k, sizeof *skip, cmp_range);
+    rvl_file_prefault(m->file, (const void *const (*)[2])skip, k);
+    free(skip);
+    return 0;
 }
 
 /* Copy the weights whose format has a packed decode kernel on this CPU
@@ -277,11 +314,12 @@ static int pack_weights(rvl_model *m)
                          dst + r * w->row_bytes);
         w->packed = dst;
         w->packed_rows = rows;
+        if (releasable(m, w)) /* as we go: the process never holds both */
+            release_source(w);
         if (gbytes > m->packed_max_group)
             m->packed_max_group = gbytes;
         dst += rows * w->row_bytes;
     }
-    rvl_model_release_packed_source(m);
     return 0;
 }
 
@@ -431,8 +469,7 @@ int rvl_model_open(rvl_model **out, const char *path)
     }
     if ((rc = load_hparams(m)) < 0 || (rc = load_weights(m)) < 0)
         goto fail;
-    rvl_file_prefault(m->file);
-    if ((rc = pack_weights(m)) < 0)
+    if ((rc = pack_weights(m)) < 0 || (rc = prefault_unpacked(m)) < 0)
         goto fail;
     if ((rc = rvl_tokenizer_open(&m->tok, m->file)) < 0)
         goto fail;
