@@ -456,10 +456,12 @@ static void test_every_gemm_matches_ref_dot_for_every_tile(void **state)
             assert_non_null(rvl_kformat_get_isa(tiled[k], RVL_ISA_AVX512)->gemm);
         assert_true(checked > 0);
     }
-    /* and the plain float formats, with AVX-512 F/BW/VL alone */
-    if (rvl_dispatch_isa_runnable(RVL_ISA_AVX512)) {
-        static const uint32_t plain[] = { RVL_K_F32, RVL_K_F16, RVL_K_BF16 };
-        for (size_t k = 0; k < sizeof plain / sizeof plain[0]; k++)
+    /* and the plain float formats, on both */
+    static const uint32_t plain[] = { RVL_K_F32, RVL_K_F16, RVL_K_BF16 };
+    for (size_t k = 0; k < sizeof plain / sizeof plain[0]; k++) {
+        if (rvl_dispatch_isa_runnable(RVL_ISA_AVX2))
+            assert_non_null(rvl_kformat_get_isa(plain[k], RVL_ISA_AVX2)->gemm);
+        if (rvl_dispatch_isa_runnable(RVL_ISA_AVX512))
             assert_non_null(rvl_kformat_get_isa(plain[k], RVL_ISA_AVX512)->gemm);
     }
     /* the avx2 table has them for what real models use (Q4_K_M files:

@@ -83,6 +83,10 @@ RVL_X86_GEMM(gemm_iq4_xs_q8_K_avx2)
 RVL_X86_GEMM(gemm_f32_f32_avx512)
 RVL_X86_GEMM(gemm_f16_f16_avx512)
 RVL_X86_GEMM(gemm_bf16_bf16_avx512)
+/* gemm_float_avx2.c: the same tiles on AVX2 + FMA + F16C. */
+RVL_X86_GEMM(gemm_f32_f32_avx2)
+RVL_X86_GEMM(gemm_f16_f16_avx2)
+RVL_X86_GEMM(gemm_bf16_bf16_avx2)
 #undef RVL_X86_GEMM
 
 /* Turn a target on for every function defined up to RVL_X86_TARGET_END
