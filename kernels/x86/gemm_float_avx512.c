@@ -7,7 +7,8 @@
  * one zmm accumulator whose lane j gets, with one FMA each and in
  * increasing k, w[16c + j] * a[16c + j] for the 16-element chunks c of
  * the row (the last chunk zero-padded by masked loads: +0 * +0), then
- * the 16 lanes summed by hsum16() in one fixed tree. Nothing else ever
+ * the 16 lanes summed by hsum16() in one fixed tree (the tile's
+ * hsum16x8 sums 8 at once with the same pairs). Nothing else ever
  * touches that accumulator (it may be stored and reloaded between
  * k-blocks, which is exact), so every path (tile, one token, any nr, nt,
  * row or token offset) gives the same bits. Against ref's vec_dot (a
@@ -104,6 +105,30 @@ AI float hsum16(__m512 v)
     const __m256 lo = _mm512_castps512_ps256(v);
     const __m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1));
     return hsum_ps(_mm256_add_ps(lo, hi));
+}
+
+/* hsum16 of 8 accumulators at once, into out[0..rn-1]: at each level the
+ * same pairs of lanes (and the same operand order) as hsum16, so the
+ * same bits, with a quarter of the shuffles. */
+AI void hsum16x8(const __m512 *v, int rn, float *out)
+{
+    __m512 u[4], w[2];
+    for (int i = 0; i < 4; i++) /* lanes j + 8: 256-bit halves */
+        u[i] = _mm512_add_ps(_mm512_shuffle_f32x4(v[2 * i], v[2 * i + 1], _MM_SHUFFLE(1, 0, 1, 0)),
+                             _mm512_shuffle_f32x4(v[2 * i], v[2 * i + 1], _MM_SHUFFLE(3, 2, 3, 2)));
+    for (int i = 0; i < 2; i++) /* j + 4: 128-bit lane k of w[i] is v[4i + k]'s */
+        w[i] = _mm512_add_ps(_mm512_shuffle_f32x4(u[2 * i], u[2 * i + 1], _MM_SHUFFLE(2, 0, 2, 0)),
+                             _mm512_shuffle_f32x4(u[2 * i], u[2 * i + 1], _MM_SHUFFLE(3, 1, 3, 1)));
+    /* j + 2: in 128-bit lane k, v[k]'s two values then v[4 + k]'s */
+    const __m512 x = _mm512_add_ps(
+        _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(w[0]), _mm512_castps_pd(w[1]))),
+        _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(w[0]), _mm512_castps_pd(w[1]))));
+    /* j + 1: lane 4k is v[k]'s sum, 4k + 1 v[4 + k]'s */
+    const __m512 z = _mm512_add_ps(_mm512_shuffle_ps(x, x, _MM_SHUFFLE(2, 0, 2, 0)),
+                                   _mm512_shuffle_ps(x, x, _MM_SHUFFLE(3, 1, 3, 1)));
+    const __m512 r = _mm512_permutexvar_ps(
+        _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 0, 0, 0, 0, 0, 0, 0, 0), z);
+    _mm256_mask_storeu_ps(out, (__mmask8)((1u << rn) - 1), _mm512_castps512_ps256(r));
 }
 
 AI __mmask16 tail16(int64_t left)
@@ -252,8 +277,7 @@ AI void tile(int kind, int64_t n, const uint8_t *const wr[GR], size_t w_stride, 
             }
         }
         for (int t = 0; t < tn; t++)
-            for (int r = 0; r < rn; r++)
-                y[(size_t)(t0 + t) * ys + r] = hsum16(acc[t][r]);
+            hsum16x8(acc[t], rn, y + (size_t)(t0 + t) * ys);
     }
 }
 
