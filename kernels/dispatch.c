@@ -114,6 +114,10 @@ static const kgemm avx2_gemms[] = {
     { RVL_K_Q2_K, 0, gemm_q2_K_q8_K_avx2 },
     { RVL_K_Q3_K, 0, gemm_q3_K_q8_K_avx2 },
     { RVL_K_IQ4_XS, 0, gemm_iq4_xs_q8_K_avx2 },
+    /* plain float formats (gemm_float_avx2.c) */
+    { RVL_K_F32, 0, gemm_f32_f32_avx2 },
+    { RVL_K_F16, 0, gemm_f16_f16_avx2 },
+    { RVL_K_BF16, 0, gemm_bf16_bf16_avx2 },
 };
 
 /* Packed decode layouts (formats.h gemv8), per ISA. */
@@ -145,6 +149,10 @@ static const kgemm avx512_gemms[] = {
     { RVL_K_IQ4_XS, RVL_KCPU_VNNI, gemm_iq4_xs_q8_K_avx512vnni },
     { RVL_K_Q2_K, RVL_KCPU_VNNI, gemm_q2_K_q8_K_avx512vnni },
     { RVL_K_Q3_K, RVL_KCPU_VNNI, gemm_q3_K_q8_K_avx512vnni },
+    /* plain float formats (gemm_float_avx512.c) */
+    { RVL_K_F32, 0, gemm_f32_f32_avx512 },
+    { RVL_K_F16, 0, gemm_f16_f16_avx512 },
+    { RVL_K_BF16, 0, gemm_bf16_bf16_avx512 },
 };
 #endif
 

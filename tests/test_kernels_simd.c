@@ -366,7 +366,16 @@ static void check_gemm_format(const rvl_kformat *fx, const rvl_kformat *fr, cons
     /* the whole tile once: each result against ref's vec_dot */
     float full[GEMM_TOKENS][GEMM_ROWS];
     fx->gemm(n, w, ws, GEMM_ROWS, act, as, GEMM_TOKENS, &full[0][0], GEMM_ROWS);
-    const double chain = (double)n / 32;
+    /* vec_dot's bound (dispatch.h): for block formats ref adds one float
+     * per block (chain n/32); F32/F16/BF16 are compared with ref's double
+     * sum (chain n/8), as check_dot does. The float tiles sum n/16
+     * products per f32 lane (FMA, one rounding each, or vdpbf16ps: n/32
+     * steps of two roundings) and then 16 lanes in 4 levels, each
+     * rounding at most 2^-24 of a partial sum no larger than S: |tile -
+     * exact| <= (n/16 + 4) * 2^-24 * S to first order, well inside
+     * (n/8 + 16) * 2^-22 * S; ref's double sum adds a negligible 2^-53 n S.
+     * Products of floats are exact in double (magnitude), so S is exact. */
+    const double chain = fr->block_size == 1 ? (double)n / 8 : (double)n / 32;
     for (int t = 0; t < GEMM_TOKENS; t++)
         for (int r = 0; r < GEMM_ROWS; r++) {
             const double ref = fr->vec_dot(n, w + r * ws, act + t * as);
@@ -412,6 +421,10 @@ static void test_every_gemm_matches_ref_dot_for_every_tile(void **state)
     const rvl_kformat *f;
     static const int64_t lens[] = { 32, 64, 96, 576 };
     static const int64_t klens[] = { 256, 512, 768, 2304 }; /* K-quants: 256-value blocks */
+    /* F32/F16/BF16: tails of every size class (a masked chunk alone, a
+     * 32-value pass + a chunk + a tail, a whole 256-value k-block + a
+     * tail, several k-blocks) */
+    static const int64_t plens[] = { 7, 61, 300, 576 };
     for (size_t i = 0; (f = rvl_kformat_at(i)) != NULL; i++) {
         const rvl_kformat *fr = rvl_kformat_get_isa(f->type, RVL_ISA_REF);
         assert_null(fr->gemm); /* ref has none: lib/ loops over vec_dot */
@@ -424,8 +437,8 @@ static void test_every_gemm_matches_ref_dot_for_every_tile(void **state)
                 continue;
             const rvl_kformat *fr = rvl_kformat_get_isa(f->type, RVL_ISA_REF);
             assert_int_equal(fx->vec_dot_type, fr->vec_dot_type);
-            assert_true(fr->block_size == 32 || fr->block_size == 256);
-            const int64_t *ls = fr->block_size == 256 ? klens : lens;
+            assert_true(fr->block_size == 1 || fr->block_size == 32 || fr->block_size == 256);
+            const int64_t *ls = fr->block_size == 256 ? klens : fr->block_size == 1 ? plens : lens;
             checked++;
             for (size_t k = 0; k < sizeof lens / sizeof lens[0]; k++) {
                 check_gemm_format(fx, fr, isa, ls[k], (int)(k & 1), false);
@@ -442,6 +455,14 @@ static void test_every_gemm_matches_ref_dot_for_every_tile(void **state)
         for (size_t k = 0; k < sizeof tiled / sizeof tiled[0]; k++)
             assert_non_null(rvl_kformat_get_isa(tiled[k], RVL_ISA_AVX512)->gemm);
         assert_true(checked > 0);
+    }
+    /* and the plain float formats, on both */
+    static const uint32_t plain[] = { RVL_K_F32, RVL_K_F16, RVL_K_BF16 };
+    for (size_t k = 0; k < sizeof plain / sizeof plain[0]; k++) {
+        if (rvl_dispatch_isa_runnable(RVL_ISA_AVX2))
+            assert_non_null(rvl_kformat_get_isa(plain[k], RVL_ISA_AVX2)->gemm);
+        if (rvl_dispatch_isa_runnable(RVL_ISA_AVX512))
+            assert_non_null(rvl_kformat_get_isa(plain[k], RVL_ISA_AVX512)->gemm);
     }
     /* the avx2 table has them for what real models use (Q4_K_M files:
      * Q4_K and Q6_K; Q2_K and Q3_K files, IQ4_XS), and so does avx512

@@ -81,6 +81,15 @@ RVL_X86_GEMM(gemm_iq4_nl_q8_0_avx2)
 RVL_X86_GEMM(gemm_q2_K_q8_K_avx2)
 RVL_X86_GEMM(gemm_q3_K_q8_K_avx2)
 RVL_X86_GEMM(gemm_iq4_xs_q8_K_avx2)
+/* gemm_float_avx512.c: F32, F16, BF16 tiles (AVX-512 F/BW/VL; BF16 also
+ * with vdpbf16ps). */
+RVL_X86_GEMM(gemm_f32_f32_avx512)
+RVL_X86_GEMM(gemm_f16_f16_avx512)
+RVL_X86_GEMM(gemm_bf16_bf16_avx512)
+/* gemm_float_avx2.c: the same tiles on AVX2 + FMA + F16C. */
+RVL_X86_GEMM(gemm_f32_f32_avx2)
+RVL_X86_GEMM(gemm_f16_f16_avx2)
+RVL_X86_GEMM(gemm_bf16_bf16_avx2)
 #undef RVL_X86_GEMM
 
 /* Turn a target on for every function defined up to RVL_X86_TARGET_END
