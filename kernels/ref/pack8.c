@@ -21,6 +21,8 @@
  */
 #include "formats.h"
 
+#include <stdbool.h>
+#include <stdint.h>
 #include <string.h>
 
 #define P8_ROWS 8
@@ -37,34 +39,34 @@ static size_t p8_base(int64_t i, int64_t nb, int64_t *e, int64_t *E)
     return (size_t)s * P8_SB * P8_ROWS * P8_BLOCK;
 }
 
-void pack8_q4_0(int64_t n, const void *rows, size_t stride, void *group)
+/* Copy between the 8 rows and the packed group, one way or the other. */
+static void p8_copy(int64_t n, unsigned char *rows, size_t stride, unsigned char *group, bool pack)
 {
     const int64_t nb = n / 32;
-    const unsigned char *src = rows;
-    unsigned char *dst = group;
     for (int64_t i = 0; i < nb; i++) {
         int64_t e, E;
         const size_t b = p8_base(i, nb, &e, &E);
         for (int k = 0; k < P8_ROWS; k++) {
-            const unsigned char *blk = src + (size_t)k * stride + (size_t)i * P8_BLOCK;
-            memcpy(dst + b + (size_t)(e * P8_ROWS + k) * 2, blk, 2);
-            memcpy(dst + b + (size_t)E * P8_ROWS * 2 + (size_t)(e * P8_ROWS + k) * 16, blk + 2, 16);
+            unsigned char *blk = rows + (size_t)k * stride + (size_t)i * P8_BLOCK;
+            unsigned char *d = group + b + (size_t)(e * P8_ROWS + k) * 2;
+            unsigned char *qs = group + b + (size_t)E * P8_ROWS * 2 + (size_t)(e * P8_ROWS + k) * 16;
+            if (pack) {
+                memcpy(d, blk, 2);
+                memcpy(qs, blk + 2, 16);
+            } else {
+                memcpy(blk, d, 2);
+                memcpy(blk + 2, qs, 16);
+            }
         }
     }
 }
 
+void pack8_q4_0(int64_t n, const void *rows, size_t stride, void *group)
+{
+    p8_copy(n, (unsigned char *)(uintptr_t)rows, stride, group, true);
+}
+
 void unpack8_q4_0(int64_t n, const void *group, void *rows, size_t stride)
 {
-    const int64_t nb = n / 32;
-    const unsigned char *src = group;
-    unsigned char *dst = rows;
-    for (int64_t i = 0; i < nb; i++) {
-        int64_t e, E;
-        const size_t b = p8_base(i, nb, &e, &E);
-        for (int k = 0; k < P8_ROWS; k++) {
-            unsigned char *blk = dst + (size_t)k * stride + (size_t)i * P8_BLOCK;
-            memcpy(blk, src + b + (size_t)(e * P8_ROWS + k) * 2, 2);
-            memcpy(blk + 2, src + b + (size_t)E * P8_ROWS * 2 + (size_t)(e * P8_ROWS + k) * 16, 16);
-        }
-    }
+    p8_copy(n, rows, stride, (unsigned char *)(uintptr_t)group, false);
 }

@@ -281,41 +281,9 @@ AI void tile(int kind, int64_t n, const uint8_t *const wr[GR], size_t w_stride, 
     }
 }
 
-AI void gemm(int kind, int64_t n, const void *vw, size_t w_stride, int nr, const void *vact,
-             size_t act_stride, int nt, float *y, size_t y_stride)
-{
-    const uint8_t *w = vw, *act = vact;
-    /* the same offset of the row one call (8 rows) further on */
-    const size_t ahead = (size_t)GR * w_stride;
-    for (int r0 = 0; r0 < nr; r0 += GR) {
-        const int rn = nr - r0 < GR ? nr - r0 : GR;
-        const uint8_t *wr[GR];
-        for (int k = 0; k < GR; k++)
-            wr[k] = w + (size_t)(r0 + (k < rn ? k : rn - 1)) * w_stride;
-        if (nt == 1)
-            rows1(kind, n, wr, ahead, act, rn, y + r0);
-        else if (nt > 1)
-            tile(kind, n, wr, w_stride, ahead, act, act_stride, nt, rn, y + r0, y_stride);
-    }
-}
-
-void gemm_f32_f32_avx512(int64_t n, const void *w, size_t w_stride, int nr, const void *act,
-                         size_t act_stride, int nt, float *y, size_t y_stride)
-{
-    gemm(F_F32, n, w, w_stride, nr, act, act_stride, nt, y, y_stride);
-}
-
-void gemm_f16_f16_avx512(int64_t n, const void *w, size_t w_stride, int nr, const void *act,
-                         size_t act_stride, int nt, float *y, size_t y_stride)
-{
-    gemm(F_F16, n, w, w_stride, nr, act, act_stride, nt, y, y_stride);
-}
-
-void gemm_bf16_bf16_avx512(int64_t n, const void *w, size_t w_stride, int nr, const void *act,
-                           size_t act_stride, int nt, float *y, size_t y_stride)
-{
-    gemm(F_BF16, n, w, w_stride, nr, act, act_stride, nt, y, y_stride);
-}
+#define FLOAT_ISA avx512
+#include "x86/gemm_float_entry.h"
+#undef FLOAT_ISA
 
 RVL_X86_TARGET_END
 
