@@ -195,7 +195,7 @@ typedef void (*rvl_gemm_fn)(int64_t n, const void *w, size_t w_stride, int nr, c
 #define RVL_GEMM_ROWS 8
 
 /* Weights repacked for decode, RVL_GEMM_ROWS rows at a time (Q4_0,
- * IQ4_NL, Q4_K and Q5_K with AVX-512 VNNI): a group holds the bytes of
+ * IQ4_NL and Q4_K with AVX-512 VNNI): a group holds the bytes of
  * its 8 rows (8 * row_bytes, nothing added), interleaved so that the
  * one-token GEMV reads one sequential stream, 64 bytes per load, instead
  * of gathering 16 or 32 bytes from each of 8 rows (kernels/ref/pack8.c
@@ -271,11 +271,9 @@ RVL_DECL_Q(iq4_nl) RVL_DECL_Q(iq4_xs)
 /* the packed layout of Q4_0 (and RVL_I4S_G32, the same blocks): ref/pack8.c */
 void pack8_q4_0(int64_t n, const void *rows, size_t stride, void *group);
 void unpack8_q4_0(int64_t n, const void *group, void *rows, size_t stride);
-/* Q4_K and Q5_K: 8 rows' blocks of 256 together, as rows1_k4 reads them */
+/* Q4_K: 8 rows' blocks of 256 together, as rows1_k4 reads them */
 void pack8_q4_K(int64_t n, const void *rows, size_t stride, void *group);
 void unpack8_q4_K(int64_t n, const void *group, void *rows, size_t stride);
-void pack8_q5_K(int64_t n, const void *rows, size_t stride, void *group);
-void unpack8_q5_K(int64_t n, const void *group, void *rows, size_t stride);
 RVL_DECL_DQ(iq2_xxs) RVL_DECL_DQ(iq2_xs) RVL_DECL_DQ(iq2_s)
 RVL_DECL_DQ(iq3_xxs) RVL_DECL_DQ(iq3_s) RVL_DECL_DQ(iq1_s) RVL_DECL_DQ(iq1_m)
 RVL_DECL_DQ(tq1_0) RVL_DECL_DQ(tq2_0) RVL_DECL_DQ(mxfp4) RVL_DECL_DQ(nvfp4)

@@ -1120,13 +1120,13 @@ AI __m512i k4_scales(__m512i h)
 }
 
 /* Where k4_block loads 4 rows' block from: row-major (wb, the rows'
- * blocks) or, pk, the packed layout of kernels/ref/pack8.c (hp: the 64
- * header bytes of the 4 rows, hbp: their first Q5_K qh pair line, qp:
- * their first qs pair line of the 32-byte piece c = 0; pairs 64 bytes
- * apart, pieces 256). The vectors are the same either way. */
+ * blocks) or, pk (Q4_K only), the packed layout of kernels/ref/pack8.c
+ * (hp: the 64 header bytes of the 4 rows, qp: their first qs pair line of
+ * the 32-byte piece c = 0; pairs 64 bytes apart, pieces 256). The vectors
+ * are the same either way. */
 typedef struct {
     const uint8_t *wb[4];
-    const uint8_t *hp, *hbp, *qp;
+    const uint8_t *hp, *qp;
 } k4_src;
 
 AI __m512i k4_ld_heads(bool pk, const k4_src *s)
@@ -1134,10 +1134,6 @@ AI __m512i k4_ld_heads(bool pk, const k4_src *s)
     return pk ? ld512(s->hp) : k4_heads(s->wb);
 }
 
-AI __m512i k4_ld_qh(bool pk, const k4_src *s, int h)
-{
-    return pk ? ld512(s->hbp + 64 * h) : pair256(ld256(s->wb[2 * h] + 16), ld256(s->wb[2 * h + 1] + 16));
-}
 
 AI __m512i k4_ld_qs(int kind, bool pk, const k4_src *s, int c, int h)
 {
@@ -1162,7 +1158,7 @@ AI __m512 k4_block(int kind, bool pk, const k4_src *src, const uint8_t *ab, __m5
     __m512i hb[2] = { _mm512_setzero_si512(), _mm512_setzero_si512() };
     if (kind == G_Q5_K) /* bit j of qh[l]: bit 4 of level l of group j */
         for (int h = 0; h < 2; h++)
-            hb[h] = k4_ld_qh(pk, src, h);
+            hb[h] = pair256(ld256(src->wb[2 * h] + 16), ld256(src->wb[2 * h + 1] + 16));
     __m512i is[2] = { _mm512_setzero_si512(), _mm512_setzero_si512() };
     /* 32 bytes of qs per row hold groups 2c (low nibbles) and 2c+1 */
     _Pragma("GCC unroll 4")
@@ -1235,14 +1231,14 @@ AI void rows1_k4(int kind, int64_t nb, const uint8_t *const wr[4], size_t ahead,
     store_rows(acc, rn, y);
 }
 
-/* Q4_K, Q5_K in the packed layout of kernels/ref/pack8.c: rows1_k4 on
+/* Q4_K in the packed layout of kernels/ref/pack8.c: rows1_k4 on
  * rows 0-3 and on rows 4-7 of a group, block by block, each operation the
  * same, only the loads differ (one 64-byte load per vector, the group read
  * front to back). The prefetch runs RVL_K8_AHEAD bytes ahead (into the
  * next group: callers pass consecutive groups). Hot in L2, 4096-value
- * rows: 65-67 ns per row, row-major 76-78 (Q5_K 86-88, 98-101), whatever
- * the prefetch. Streaming 11008x4096 on 2 threads, ms (alternated, noisy
- * shared machine): row-major 1.10-1.18; packed with T1 at 2304 bytes
+ * rows: 65-67 ns per row, row-major 76-78, whatever the prefetch.
+ * Streaming 11008x4096 on 2 threads, ms (alternated on a noisy shared
+ * machine, quiet runs): row-major 1.02-1.18; packed with T1 at 2304 bytes
  * (2 blocks) 1.08-1.16, at 4608 1.09-1.25, at 1152 1.17-1.36, at 9216
  * 1.14-1.17, at 18432 1.09-1.17; with T0 at 1152 1.15-1.24, at 2304
  * 1.25-1.39; no prefetch 1.25-1.32. */
@@ -1252,22 +1248,20 @@ AI void rows1_k4(int kind, int64_t nb, const uint8_t *const wr[4], size_t ahead,
 #ifndef RVL_K8_HINT
 #define RVL_K8_HINT _MM_HINT_T1
 #endif
-AI void rows8_k4_packed(int kind, int64_t nb, const uint8_t *w, const uint8_t *a, float *y)
+AI void rows8_k4_packed(int64_t nb, const uint8_t *w, const uint8_t *a, float *y)
 {
-    const size_t bsz = 8 * (kind == G_Q5_K ? sizeof(block_q5_K) : sizeof(block_q4_K));
-    const size_t qs = kind == G_Q5_K ? 128 + 256 : 128;
+    const size_t bsz = 8 * sizeof(block_q4_K);
     __m512 acc[2] = { _mm512_setzero_ps(), _mm512_setzero_ps() };
     for (int64_t i = 0; i < nb; i++) {
         const uint8_t *ab = a + (size_t)i * sizeof(block_q8_K);
         const uint8_t *blk = w + (size_t)i * bsz;
-        _Pragma("GCC unroll 22")
+        _Pragma("GCC unroll 18")
         for (size_t l = 0; l < bsz / 64; l++)
             _mm_prefetch((const char *)blk + RVL_K8_AHEAD + 64 * l, RVL_K8_HINT);
         _Pragma("GCC unroll 2")
         for (int g = 0; g < 2; g++) {
-            const k4_src src = { { NULL, NULL, NULL, NULL }, blk + 64 * g, blk + 128 + 128 * g,
-                                 blk + qs + 128 * g };
-            acc[g] = k4_block(kind, true, &src, ab, acc[g]);
+            const k4_src src = { { NULL, NULL, NULL, NULL }, blk + 64 * g, blk + 128 + 128 * g };
+            acc[g] = k4_block(G_Q4_K, true, &src, ab, acc[g]);
         }
     }
     store_rows(acc[0], 4, y);
@@ -1634,21 +1628,11 @@ AI void gemv8(int kind, int64_t n, const void *w, int64_t ng, const void *act, f
         rows8_packed(kind, n / 32, (const uint8_t *)w + (size_t)g * gsz, act, y + 8 * g);
 }
 
-AI void gemv8_k4(int kind, int64_t n, const void *w, int64_t ng, const void *act, float *y)
-{
-    const size_t gsz = (size_t)(n / 256) * 8 * (kind == G_Q5_K ? sizeof(block_q5_K) : sizeof(block_q4_K));
-    for (int64_t g = 0; g < ng; g++)
-        rows8_k4_packed(kind, n / 256, (const uint8_t *)w + (size_t)g * gsz, act, y + 8 * g);
-}
-
 void gemv8_q4_K_q8_K_avx512vnni(int64_t n, const void *w, int64_t ng, const void *act, float *y)
 {
-    gemv8_k4(G_Q4_K, n, w, ng, act, y);
-}
-
-void gemv8_q5_K_q8_K_avx512vnni(int64_t n, const void *w, int64_t ng, const void *act, float *y)
-{
-    gemv8_k4(G_Q5_K, n, w, ng, act, y);
+    const size_t gsz = (size_t)(n / 256) * 8 * sizeof(block_q4_K);
+    for (int64_t g = 0; g < ng; g++)
+        rows8_k4_packed(n / 256, (const uint8_t *)w + (size_t)g * gsz, (const uint8_t *)act, y + 8 * g);
 }
 
 void gemv8_q4_0_q8_0_avx512vnni(int64_t n, const void *w, int64_t ng, const void *act, float *y)
