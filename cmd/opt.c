@@ -469,7 +469,7 @@ void cli_print_man(const rvl_cmd *cmd, FILE *out)
                  ".TP\n.B XDG_CACHE_HOME\nThe default model lives in "
                  "\\fI${XDG_CACHE_HOME:\\-$HOME/.cache}/ruvllm/models/\\fR.\n"
                  ".TP\n.B RUVLLM_ISA\nForce a kernel instruction set (ref, avx2, avx512, neon).\n"
-                 ".TP\n.B RUVLLM_REPACK\n0: keep Q4_0 and IQ4_NL weights in the file's row-major "
+                 ".TP\n.B RUVLLM_REPACK\n0: keep Q4_0, IQ4_NL and Q4_K weights in the file's row-major "
                  "layout instead of the packed decode layout (the same results, for comparisons).\n"
                  ".TP\n.B NO_COLOR\nDisable colors.\n");
     fprintf(out, ".SH SEE ALSO\n.BR ruvllm (1)\n");

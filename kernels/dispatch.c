@@ -133,6 +133,7 @@ static const kpack avx512_packs[] = {
     { RVL_K_Q4_0, RVL_KCPU_VNNI, gemv8_q4_0_q8_0_avx512vnni, pack8_q4_0, unpack8_q4_0 },
     { RVL_K_RVL_I4S_G32, RVL_KCPU_VNNI, gemv8_q4_0_q8_0_avx512vnni, pack8_q4_0, unpack8_q4_0 },
     { RVL_K_IQ4_NL, RVL_KCPU_VNNI, gemv8_iq4_nl_q8_0_avx512vnni, pack8_q4_0, unpack8_q4_0 },
+    { RVL_K_Q4_K, RVL_KCPU_VNNI, gemv8_q4_K_q8_K_avx512vnni, pack8_q4_K, unpack8_q4_K },
 };
 
 static const kgemm avx512_gemms[] = {

@@ -194,11 +194,12 @@ typedef void (*rvl_gemm_fn)(int64_t n, const void *w, size_t w_stride, int nr, c
                             size_t act_stride, int nt, float *y, size_t y_stride);
 #define RVL_GEMM_ROWS 8
 
-/* Weights repacked for decode, RVL_GEMM_ROWS rows at a time (Q4_0 with
- * AVX-512 VNNI): a group holds the bytes of its 8 rows (8 * row_bytes,
- * nothing added), interleaved so that the one-token GEMV reads one
- * sequential stream, 64 bytes per load, instead of gathering 16 bytes from
- * each of 8 rows (kernels/ref/pack8.c has the layout). pack8 and unpack8
+/* Weights repacked for decode, RVL_GEMM_ROWS rows at a time (Q4_0,
+ * IQ4_NL and Q4_K with AVX-512 VNNI): a group holds the bytes of
+ * its 8 rows (8 * row_bytes, nothing added), interleaved so that the
+ * one-token GEMV reads one sequential stream, 64 bytes per load, instead
+ * of gathering 16 or 32 bytes from each of 8 rows (kernels/ref/pack8.c
+ * has the layouts). pack8 and unpack8
  * convert one group (rows `stride` bytes apart; no alignment needed).
  * gemv8 multiplies ng consecutive groups (group g at w + g * 8 *
  * row_bytes) with one activation row: y[8g + k] = vec_dot(row 8g + k,
@@ -270,6 +271,9 @@ RVL_DECL_Q(iq4_nl) RVL_DECL_Q(iq4_xs)
 /* the packed layout of Q4_0 (and RVL_I4S_G32, the same blocks): ref/pack8.c */
 void pack8_q4_0(int64_t n, const void *rows, size_t stride, void *group);
 void unpack8_q4_0(int64_t n, const void *group, void *rows, size_t stride);
+/* Q4_K: 8 rows' blocks of 256 together, as rows1_k4 reads them */
+void pack8_q4_K(int64_t n, const void *rows, size_t stride, void *group);
+void unpack8_q4_K(int64_t n, const void *group, void *rows, size_t stride);
 RVL_DECL_DQ(iq2_xxs) RVL_DECL_DQ(iq2_xs) RVL_DECL_DQ(iq2_s)
 RVL_DECL_DQ(iq3_xxs) RVL_DECL_DQ(iq3_s) RVL_DECL_DQ(iq1_s) RVL_DECL_DQ(iq1_m)
 RVL_DECL_DQ(tq1_0) RVL_DECL_DQ(tq2_0) RVL_DECL_DQ(mxfp4) RVL_DECL_DQ(nvfp4)

@@ -498,19 +498,33 @@ static void check_packed(const rvl_kformat *fx, const char *isa, int64_t n, int 
     for (int r = 0; r < ROWS; r++) {
         fill(x, n, D_WEIGHTS);
         fr->quantize(x, rows + r * ws, n, NULL);
-        if (r % 3 == 2)
+        if (r % 3 == 2 && fields_of(fr->type))
             random_blocks(fr, rows + r * ws, n);
     }
     fill(x, n, D_HEAVY);
     ar->quantize(x, act, n, NULL);
     for (int g = 0; g < NG; g++)
         fx->pack8(n, rows + (size_t)g * 8 * ws, ws, pk + (size_t)g * gb);
-    /* the layout: the first superblock's scales, then row k's first
-     * nibbles at 16 * (8 * E + k), E its blocks */
-    const int64_t nb = n / 32, E = nb < 4 ? nb : 4;
-    for (int k = 0; k < 8; k++) {
-        assert_memory_equal(pk + 2 * k, rows + k * ws, 2);
-        assert_memory_equal(pk + 16 * E + 16 * k, rows + k * ws + 2, 16);
+    if (fr->block_size == 32) {
+        /* the layout: the first superblock's scales, then row k's first
+         * nibbles at 16 * (8 * E + k), E its blocks */
+        const int64_t nb = n / 32, E = nb < 4 ? nb : 4;
+        for (int k = 0; k < 8; k++) {
+            assert_memory_equal(pk + 2 * k, rows + k * ws, 2);
+            assert_memory_equal(pk + 16 * E + 16 * k, rows + k * ws + 2, 16);
+        }
+    } else {
+        /* Q4_K: per block of the 8 rows, 2 lines of 4 headers, then for
+         * each 32-byte piece c of qs 4 lines of row pairs */
+        const size_t bs = fr->type_size;
+        for (int64_t i = 0; i < n / 256; i++)
+            for (int k = 0; k < 8; k++) {
+                const uint8_t *g = pk + (size_t)i * 8 * bs, *r = rows + k * ws + (size_t)i * bs;
+                const size_t pair = (size_t)(k / 2) * 64 + (size_t)(k % 2) * 32;
+                assert_memory_equal(g + (k / 4) * 64 + (k % 4) * 16, r, 16);
+                for (int c = 0; c < 4; c++)
+                    assert_memory_equal(g + 128 + 256 * (size_t)c + pair, r + 16 + 32 * c, 32);
+            }
     }
     memset(back, 0x5A, ROWS * ws);
     for (int g = 0; g < NG; g++)
@@ -556,6 +570,8 @@ static void test_packed_gemv_gives_gemm_bits(void **state)
     const rvl_kformat *f;
     /* 1..9 blocks: every tail after whole superblocks of 4; and a long row */
     static const int64_t lens[] = { 32, 64, 96, 128, 160, 224, 256, 288, 4096 + 96 };
+    /* K-quants: 1..3 blocks of 256 and a long row */
+    static const int64_t klens[] = { 256, 512, 768, 2304 };
     for (size_t i = 0; (f = rvl_kformat_at(i)) != NULL; i++) {
         const rvl_kformat *fr = rvl_kformat_get_isa(f->type, RVL_ISA_REF);
         assert_null(fr->gemv8); /* no packed layout on ref: lib/ keeps rows */
@@ -569,9 +585,16 @@ static void test_packed_gemv_gives_gemm_bits(void **state)
             assert_non_null(fx->pack8);
             assert_non_null(fx->unpack8);
             assert_non_null(fx->gemm);
+            checked++;
+            if (fx->type == RVL_K_Q4_K) {
+                assert_int_equal(fx->block_size, 256);
+                assert_int_equal(fx->type_size, 144);
+                for (size_t k = 0; k < sizeof klens / sizeof klens[0]; k++)
+                    check_packed(fx, isa, klens[k], (int)(k & 1));
+                continue;
+            }
             assert_int_equal(fx->block_size, 32);
             assert_int_equal(fx->type_size, 18);
-            checked++;
             for (size_t k = 0; k < sizeof lens / sizeof lens[0]; k++)
                 check_packed(fx, isa, lens[k], (int)(k & 1));
         }
@@ -579,7 +602,8 @@ static void test_packed_gemv_gives_gemm_bits(void **state)
     if (rvl_dispatch_isa_runnable(RVL_ISA_AVX512) && (rvl_dispatch_cpu() & RVL_KCPU_VNNI)) {
         assert_non_null(rvl_kformat_get_isa(RVL_K_Q4_0, RVL_ISA_AVX512)->gemv8);
         assert_non_null(rvl_kformat_get_isa(RVL_K_IQ4_NL, RVL_ISA_AVX512)->gemv8);
-        assert_true(checked >= 3);
+        assert_non_null(rvl_kformat_get_isa(RVL_K_Q4_K, RVL_ISA_AVX512)->gemv8);
+        assert_true(checked >= 4);
     }
 }
 

@@ -138,15 +138,18 @@ assert "--json: gemv roofline_fraction = gbs / read_gbs, read measured" \
     "awk -F'[:,]' '/\"gbs\"/{ g = \$2 } /\"roofline_fraction\"/{ f = \$2 } /\"read_gbs\"/{ r = \$2 } END { exit !(r > 0 && g > 0 && (f - g / r) < 1e-3 && (g / r - f) < 1e-3) }' '$OUT'"
 
 out_has '"huge_pages": false'
-out_has '"packed": false'
 
-# Q4_0 on a variant with a packed decode kernel (AVX-512 VNNI) measures the
-# packed layout, as the forward pass holds the weights; RUVLLM_REPACK=0 the
-# row-major one; and both GEMV and GEMM run on packed weights
+# Q4_0 (and the Q4_K GEMV above) on a variant with a packed decode kernel
+# (AVX-512 VNNI) measures the packed layout, as the forward pass holds the
+# weights; RUVLLM_REPACK=0 the row-major one; and both GEMV and GEMM run on
+# packed weights
 if grep -q avx512_vnni /proc/cpuinfo 2>/dev/null && [ -z "${RUVLLM_ISA:-}" ]; then
+    out_has '"packed": true'
     run 0 ruvllm bench kernels --json --filter '(gemv|gemm) Q4_0 .* 4096x4096 ' --tokens 9 $SMALL
     assert "Q4_0 gemv and gemm on avx512: packed" "[ \$(grep -c '\"packed\": true' '$OUT') -eq 2 ]"
     RUVLLM_REPACK=0 run 0 ruvllm bench kernels --json --filter 'gemv Q4_0 .* 4096x4096 ' $SMALL
+    out_has '"packed": false'
+else
     out_has '"packed": false'
 fi
 

@@ -1,5 +1,5 @@
 #!/bin/sh
-# Q4_0 and IQ4_NL weights run from the packed decode layout (formats.h
+# Q4_0, IQ4_NL and Q4_K weights run from the packed decode layout (formats.h
 # gemv8; model.c packs them at load where the CPU has the AVX-512 VNNI
 # kernel): greedy text and every scored log-probability of `bench ppl`
 # (prompt processing, which unpacks each group for the tiles) are the same
@@ -17,7 +17,9 @@ fi
 "$RUVLLM" dequant -q --type f16 "$MODEL" "$TMP/f16.gguf" || { echo "Bail out! dequant failed"; exit 1; }
 head -c 6000 "$TEXT" >"$TMP/text.txt"
 
-for q in Q4_0 IQ4_NL; do
+# Q4_K_S: the ffn_down rows (1536 values) in Q4_K (576-value rows are no
+# K-quant)
+for q in Q4_0 IQ4_NL Q4_K_S; do
     "$RUVLLM" quantize -q -t 2 "$TMP/f16.gguf" "$TMP/$q.gguf" $q 2>"$ERR" ||
         { not_ok "quantize $q"; continue; }
     for r in 1 0; do
