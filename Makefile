@@ -40,12 +40,19 @@ TEST_CFLAGS = $(shell pkg-config --cflags $(TEST_PKGS) 2>/dev/null)
 TEST_LIBS   = $(shell pkg-config --libs $(TEST_PKGS) 2>/dev/null)
 
 CFLAGS   ?= -g
-ALL_CFLAGS = -std=gnu11 $(OPT) $(WARN) $(CFLAGS) -pthread -Ilib -Ikernels -Icmd \
+# Each layer sees only what it may use (docs/DESIGN.md): lib/ its own
+# folders (by path from lib/: "engine/model.h") and kernels/; cmd/ the
+# public headers lib/ruvllm.h and lib/ruvllm_tools.h and its own; tests
+# everything (unit tests reach private headers on purpose).
+BASE_CFLAGS = -std=gnu11 $(OPT) $(WARN) $(CFLAGS) -pthread \
              -D_GNU_SOURCE -DPCRE2_CODE_UNIT_WIDTH=8 $(PKG_CFLAGS) -MMD -MP
+ALL_CFLAGS = $(BASE_CFLAGS) -Ilib -Ikernels
+CMD_CFLAGS = $(BASE_CFLAGS) -Ilib -Icmd
 ALL_LDFLAGS = $(OPT) $(LDFLAGS) -pthread
 LIBS     = $(PKG_LIBS) -lm
 
-LIB_SRC  := $(sort $(wildcard lib/*.c) $(wildcard kernels/*.c) $(wildcard kernels/ref/*.c) \
+LIB_DIRS := base format text chat chat/jinja engine convert tools
+LIB_SRC  := $(sort $(foreach d,$(LIB_DIRS),$(wildcard lib/$(d)/*.c)) $(wildcard kernels/*.c) $(wildcard kernels/ref/*.c) \
               $(wildcard kernels/x86/*.c) $(wildcard kernels/arm/*.c))
 CMD_SRC  := $(sort $(wildcard cmd/*.c))
 TEST_SRC := $(sort $(wildcard tests/test_*.c))
@@ -70,6 +77,10 @@ $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) -c $< -o $@
 
+$(BUILD)/cmd/%.o: cmd/%.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CMD_CFLAGS) -c $< -o $@
+
 $(BUILD)/libruvllm.a: $(LIB_OBJ)
 	@rm -f $@
 	$(AR) rcs $@ $^
@@ -81,7 +92,7 @@ $(BUILD)/version.h: FORCE
 	@echo '#define RVL_GIT_REV "$(GIT_REV)"' > $@.tmp
 	@cmp -s $@.tmp $@ 2>/dev/null && rm -f $@.tmp || mv -f $@.tmp $@
 $(BUILD)/cmd/main.o: $(BUILD)/version.h
-$(BUILD)/cmd/main.o: ALL_CFLAGS += -I$(BUILD)
+$(BUILD)/cmd/main.o: CMD_CFLAGS += -I$(BUILD)
 FORCE:
 
 $(BUILD)/ruvllm: $(CMD_OBJ) $(BUILD)/libruvllm.a
@@ -263,7 +274,7 @@ $(foreach t,$(filter-out $(EMU_BACKEND_TEST),$(EMU_TEST_SRC)),$(eval $(call EMU_
 EMU_LIB      := $(EMU_DIR)/libruvllm.a
 EMU_LIB_CFLAGS = -std=gnu11 $(EMU_OPT) -g $(WARN) -pthread -Ilib -Ikernels -Imetal -D_GNU_SOURCE \
                  -DPCRE2_CODE_UNIT_WIDTH=8 $(PKG_CFLAGS) -MMD -MP
-EMU_LIB_OBJ  := $(patsubst %.c,$(EMU_DIR)/%.o,$(sort $(wildcard lib/*.c))) $(EMU_KOBJ)
+EMU_LIB_OBJ  := $(patsubst %.c,$(EMU_DIR)/%.o,$(filter lib/%,$(LIB_SRC))) $(EMU_KOBJ)
 
 $(EMU_DIR)/lib/%.o: lib/%.c
 	@mkdir -p $(dir $@)
@@ -316,7 +327,8 @@ METAL_MSLFLAGS ?= -std=metal3.0 -fno-fast-math
 LIBS       += -framework Metal -framework Foundation
 
 $(BUILD)/libruvllm.a: $(METAL_OBJ)
-$(BUILD)/lib/backend.o $(BUILD)/cmd/main.o: ALL_CFLAGS += -DRVL_METAL
+$(BUILD)/lib/engine/backend.o: ALL_CFLAGS += -DRVL_METAL
+$(BUILD)/cmd/main.o: CMD_CFLAGS += -DRVL_METAL
 $(METAL_OBJ): ALL_CFLAGS += -Imetal
 $(BUILD)/metal/%.o: metal/%.m
 	@mkdir -p $(dir $@)

@@ -5,7 +5,7 @@
  *
  * This file chooses what to measure and prints it; every timing loop,
  * bandwidth and peak measurement, kernel call and perplexity computation
- * is in lib/bench.c and lib/bench_ppl.c.
+ * is in lib/tools/bench.c and lib/tools/ppl.c.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -15,6 +15,7 @@
 #include <pcre2.h>
 
 #include "cli.h"
+#include "ruvllm_tools.h"
 
 /* Integer options keep -1 ("not given") so that a subcommand can refuse
  * options that are not its own; the help shows the effective default. */
@@ -438,12 +439,12 @@ static int parse_isas(const char *name, const char **isas, int *n_isa)
     static const char *const all[] = {"ref", "avx2", "avx512", "neon"};
     *n_isa = 0;
     if (!opt_isa) {
-        isas[(*n_isa)++] = rvl_isa_selected();
+        isas[(*n_isa)++] = rvl_cpu_isa_selected();
         return 0;
     }
     if (strcmp(opt_isa, "all") == 0) {
         for (size_t i = 0; i < 4; i++)
-            if (rvl_isa_check(all[i]) == 0)
+            if (rvl_cpu_isa_check(all[i]) == 0)
                 isas[(*n_isa)++] = all[i];
         return 0;
     }
@@ -456,7 +457,7 @@ static int parse_isas(const char *name, const char **isas, int *n_isa)
                 hit = all[i];
         if (!hit)
             cli_usage(name, "--isa: unknown instruction set '%.*s' (ref, avx2, avx512, neon, all)", (int)l, p);
-        if (rvl_isa_check(hit) < 0) {
+        if (rvl_cpu_isa_check(hit) < 0) {
             cli_err(name, "--isa: %s is not available on this CPU or not compiled in", hit);
             return -1;
         }
@@ -627,7 +628,7 @@ static int bench_kernels(const char *name)
         rvl_jw_init(w, stdout, true);
         rvl_jw_obj(w);
         rvl_jw_key(w, "threads"); rvl_jw_i64(w, threads);
-        rvl_jw_key(w, "isa_selected"); rvl_jw_str(w, rvl_isa_selected());
+        rvl_jw_key(w, "isa_selected"); rvl_jw_str(w, rvl_cpu_isa_selected());
         rvl_jw_key(w, "llc_bytes"); rvl_jw_u64(w, rvl_bench_llc_bytes());
         rvl_jw_key(w, "working_set_bytes"); rvl_jw_u64(w, rvl_bench_ws_bytes(b));
         rvl_jw_key(w, "memory");
@@ -744,7 +745,7 @@ static void describe_model(const rvl_model *m, const char *synth, const char *ty
         snprintf(d->model, sizeof d->model, "%s %s (synthetic)", synth, type_name);
     else
         snprintf(d->model, sizeof d->model, "%s %s %s", hp->arch, plabel, ti ? ti->name : "?");
-    snprintf(d->backend, sizeof d->backend, "CPU %s", rvl_isa_selected());
+    snprintf(d->backend, sizeof d->backend, "CPU %s", rvl_cpu_isa_selected());
 }
 
 static int bench_model(const char *name)
@@ -890,7 +891,7 @@ static int bench_model(const char *name)
             rvl_jw_key(&w, "model_size"); rvl_jw_u64(&w, d.size);
             rvl_jw_key(&w, "model_n_params"); rvl_jw_u64(&w, d.params);
             rvl_jw_key(&w, "backend"); rvl_jw_str(&w, "CPU");
-            rvl_jw_key(&w, "isa"); rvl_jw_str(&w, rvl_isa_selected());
+            rvl_jw_key(&w, "isa"); rvl_jw_str(&w, rvl_cpu_isa_selected());
             rvl_jw_key(&w, "n_threads"); rvl_jw_i64(&w, threads);
             rvl_jw_key(&w, "test"); rvl_jw_str(&w, tname);
             rvl_jw_key(&w, "n_prompt"); rvl_jw_u64(&w, test == 0 ? n : 0);
@@ -994,7 +995,7 @@ static int bench_ppl(const char *name)
             status = EXIT_RUNTIME;
             goto out;
         }
-        if ((rc = rvl_tokenize_alloc(rvl_model_tokenizer(m), text ? text : "", n_text, true, false, &ids,
+        if ((rc = rvl_tok_encode_alloc(rvl_model_tokenizer(m), text ? text : "", n_text, true, false, &ids,
                                      &n_ids)) < 0) {
             status = cli_fail(name, rc);
             goto out;

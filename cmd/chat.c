@@ -425,7 +425,7 @@ static int render_msgs(const rvl_chat_msg *m, size_t n_m, bool gen_prompt, int32
      * chat must not): prepend BOS by hand */
     int32_t *body = NULL;
     size_t nb = 0;
-    rc = rvl_tokenize_alloc(tok, text, len, false, true, &body, &nb);
+    rc = rvl_tok_encode_alloc(tok, text, len, false, true, &body, &nb);
     free(text);
     if (rc < 0)
         return rc;
@@ -625,7 +625,7 @@ static int reply_turn(const char *user)
 
     /* decode only what the cache lacks (at least one token: the logits):
      * its longest prefix in common, or pages of it dropped recently (a
-     * system prompt after /clear; lib/kvcache.c's prefix reuse) */
+     * system prompt after /clear; lib/engine/kvcache.c's prefix reuse) */
     size_t reuse = rvl_ctx_reuse(ctx, ids, (uint32_t)n);
     memcpy(cached, ids, n * sizeof *ids);
     total.prompt_all += n;
@@ -757,7 +757,7 @@ static int reply(const char *user_msg)
 }
 
 /* ====================================================================
- * Sessions: the cache and its ids (lib/session.c) with the conversation
+ * Sessions: the cache and its ids (lib/engine/session.c) with the conversation
  * and the sampling settings as the extra JSON:
  *   {"format": "ruvllm-chat", "version": 1,
  *    "messages": [{"role", "content", "interrupted"?}...],
@@ -1182,7 +1182,7 @@ static int do_render(void)
     char *out = NULL, *w = NULL;
     int rc;
     if ((rc = rvl_chat_conv_load(opt_render, &msgs, &n)) < 0 ||
-        (rc = rvl_file_open(&f, model_path)) < 0 || (rc = rvl_tokenizer_open(&t, f)) < 0)
+        (rc = rvl_file_open(&f, model_path)) < 0 || (rc = rvl_tok_open(&t, f)) < 0)
         goto out;
     rc = rvl_chat_open_model(&c, f, t, opt_chat_template, &w);
     if (w) {
@@ -1219,7 +1219,7 @@ out:;
     free(all);
     free(msgs);
     rvl_chat_close(c);
-    rvl_tokenizer_close(t);
+    rvl_tok_close(t);
     rvl_file_close(f);
     return st;
 }

@@ -107,7 +107,7 @@ rvl_cmd *cli_find(const char *name);
     {OPT_FLOAT, 0, "frequency-penalty", "X", "subtract X times a token's count in the window", "0", &(freq), -100, 100, NULL, COMPL_NONE}, \
     {OPT_FLOAT, 0, "presence-penalty", "X", "subtract X from tokens present in the window", "0", &(pres), -100, 100, NULL, COMPL_NONE}
 
-/* The KV cache options run, chat and bench share (lib/kvcache.h), in
+/* The KV cache options run, chat and bench share (lib/engine/kvcache.h), in
  * this order: --kv-type, --kv-type-k, --kv-type-v, --kv-hot, --kv-warm,
  * --kv-cold. cli_kv_params puts them into a context's parameters;
  * cli_kv_type turns one --kv-type value into an rvl_kv_type (NULL: f16). */
@@ -129,7 +129,7 @@ void cli_kv_params(const cli_kv_opts *kv, rvl_ctx_params *cp);
  * options chose, for logs. Static buffer. */
 const char *cli_kv_describe(const cli_kv_opts *kv);
 
-/* --backend NAME (run and chat): rvl_ctx_params.backend (lib/backend.h).
+/* --backend NAME (run and chat): rvl_ctx_params.backend (lib/engine/backend.h).
  * cli_backend_refuse: RVL_EUNSUPPORTED naming `option` when it is given
  * (non-NULL) and c runs on another backend than the CPU, whose cache only
  * it needs (session files, context shift); else 0. */

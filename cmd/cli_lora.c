@@ -1,6 +1,6 @@
 /*
  * cli_lora.c - the --lora option run and chat share: adapters loaded
- * against the model and attached to the context (lib/lora.c).
+ * against the model and attached to the context (lib/engine/lora.c).
  */
 #include "cli.h"
 

@@ -11,6 +11,7 @@
 #include <stdbool.h>
 
 #include "ruvllm.h"
+#include "ruvllm_tools.h"
 
 typedef struct {
     const char *cmd;       /* "quantize", for the plain lines */

@@ -2,7 +2,7 @@
  * dequant.c - ruvllm dequant: convert model weights back to floating point.
  *
  * Options, progress and the closing line; the conversion is lib/'s
- * rvl_dequant_gguf (lib/convert_dequant.c).
+ * rvl_dequant_gguf (lib/convert/dequant.c).
  */
 #include <stdio.h>
 #include <string.h>
@@ -10,6 +10,7 @@
 
 #include "cli.h"
 #include "convert_progress.h"
+#include "ruvllm_tools.h"
 
 static const char *opt_type = "f16", *opt_format = "gguf";
 static bool opt_quiet;

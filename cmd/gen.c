@@ -7,7 +7,6 @@
 #include <time.h>
 
 #include "gen.h"
-#include "model.h" /* rvl_ctx_model */
 
 int gen_buf_add(gen_buf *b, const char *s, size_t n)
 {

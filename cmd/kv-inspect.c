@@ -2,7 +2,7 @@
  * kv-inspect.c - ruvllm kv-inspect: look inside saved KV-cache and session
  * files.
  *
- * Everything is read by lib/kv_inspect.c (rvl_kvi_*): the header, the
+ * Everything is read by lib/tools/kv_inspect.c (rvl_kv_inspect_*): the header, the
  * block walk with its checksums and problems, per-head statistics and the
  * diff of two files. This file adds the model check (-m: fingerprint and
  * the cached text) and prints, as text or one JSON document.
@@ -16,7 +16,7 @@
 #include <string.h>
 
 #include "cli.h"
-#include "model.h"
+#include "ruvllm_tools.h"
 
 static const char *opt_model, *opt_diff;
 static bool opt_json, opt_no_heads;
@@ -42,7 +42,7 @@ static const char *kind_name(uint32_t kind)
     }
 }
 
-static const char *status_name(rvl_kvi_status s)
+static const char *status_name(rvl_kv_inspect_status s)
 {
     switch (s) {
     case RVL_KVI_OK: return "ok";
@@ -91,7 +91,7 @@ typedef struct {
     const char *text_err;  /* why there is none */
 } model_check;
 
-static int check_model(const char *name, const char *path, const rvl_kvi_info *in, model_check *mc)
+static int check_model(const char *name, const char *path, const rvl_kv_inspect_info *in, model_check *mc)
 {
     int rc = rvl_model_open(&mc->m, path);
     if (rc < 0)
@@ -113,7 +113,7 @@ static int check_model(const char *name, const char *path, const rvl_kvi_info *i
             return 0;
         }
     size_t need = 0;
-    rc = rvl_detokenize(tok, in->tokens, in->n_tokens, true, NULL, 0, &need);
+    rc = rvl_detok_ids(tok, in->tokens, in->n_tokens, true, NULL, 0, &need);
     if (rc < 0 && rc != RVL_ERANGE) {
         mc->text_err = "the tokens do not detokenize";
         return 0;
@@ -121,7 +121,7 @@ static int check_model(const char *name, const char *path, const rvl_kvi_info *i
     mc->text = malloc(need + 1);
     if (!mc->text)
         return cli_fail(name, rvl_seterr(RVL_ENOMEM, "out of memory"));
-    if (rvl_detokenize(tok, in->tokens, in->n_tokens, true, mc->text, need + 1, &need) < 0) {
+    if (rvl_detok_ids(tok, in->tokens, in->n_tokens, true, mc->text, need + 1, &need) < 0) {
         free(mc->text);
         mc->text = NULL;
         mc->text_err = "the tokens do not detokenize";
@@ -143,7 +143,7 @@ typedef struct {
 
 /* tokens: count the block's positions (one layer's, so that a tier's
  * tokens are positions, not positions times layers) */
-static void add_usage(usage *u, const rvl_kvi_blockinfo *bl, uint32_t kv_dim, bool tokens)
+static void add_usage(usage *u, const rvl_kv_inspect_blockinfo *bl, uint32_t kv_dim, bool tokens)
 {
     if (bl->status != RVL_KVI_OK) {
         u->damaged++;
@@ -170,13 +170,13 @@ typedef struct {
 
 static int tally(const rvl_kvi *f, usage_table *t)
 {
-    const rvl_kvi_info *in = rvl_kvi_info_get(f);
+    const rvl_kv_inspect_info *in = rvl_kv_inspect_info_get(f);
     memset(t, 0, sizeof *t);
     t->layer = calloc(in->n_layer ? in->n_layer : 1, sizeof *t->layer);
     if (!t->layer)
         return rvl_seterr(RVL_ENOMEM, "out of memory");
-    for (size_t i = 0; i < rvl_kvi_n_blocks(f); i++) {
-        const rvl_kvi_blockinfo *bl = rvl_kvi_block(f, i);
+    for (size_t i = 0; i < rvl_kv_inspect_n_blocks(f); i++) {
+        const rvl_kv_inspect_blockinfo *bl = rvl_kv_inspect_block(f, i);
         if (bl->kind != RVL_KVI_BLK_KV)
             continue;
         add_usage(&t->total, bl, in->kv_dim, bl->layer == 0);
@@ -207,7 +207,7 @@ static void print_num(FILE *out, double v, const char *fmt, int width)
         fprintf(out, fmt, width, v);
 }
 
-static void print_heads_text(FILE *out, const rvl_kvi_head *h, size_t n, int kind, const rvl_kvi_info *in)
+static void print_heads_text(FILE *out, const rvl_kv_inspect_head *h, size_t n, int kind, const rvl_kv_inspect_info *in)
 {
     fprintf(out, "\n%s: per head\n", kind ? "values" : "keys");
     fprintf(out, "  layer head  absmax (channel)  median  outliers   kurtosis  rotated  "
@@ -244,10 +244,10 @@ static void print_heads_text(FILE *out, const rvl_kvi_head *h, size_t n, int kin
 }
 
 static void print_text(FILE *out, const rvl_kvi *f, const model_check *mc, const char *model_path,
-                       const usage_table *t, const rvl_kvi_head *heads, size_t n_heads,
+                       const usage_table *t, const rvl_kv_inspect_head *heads, size_t n_heads,
                        const char *heads_err)
 {
-    const rvl_kvi_info *in = rvl_kvi_info_get(f);
+    const rvl_kv_inspect_info *in = rvl_kv_inspect_info_get(f);
     char a[17], b[17];
     fprintf(out, "file        %s (%" PRIu64 " bytes)\n", in->path, in->file_size);
     fprintf(out, "format      ruvllm session (magic RVLSESS), version %u, little-endian "
@@ -272,9 +272,9 @@ static void print_text(FILE *out, const rvl_kvi *f, const model_check *mc, const
         fprintf(out, " (%u kv heads of %u)", in->n_head_kv, in->head_dim);
     fprintf(out, ", pages of %u positions\n", in->page_size);
     fprintf(out, "formats     keys %s/%s/%s, values %s/%s/%s (tiers hot/warm/cold); hot ",
-            rvl_kvi_fmt_name(in->k_fmt[0]), rvl_kvi_fmt_name(in->k_fmt[1]),
-            rvl_kvi_fmt_name(in->k_fmt[2]), rvl_kvi_fmt_name(in->v_fmt[0]),
-            rvl_kvi_fmt_name(in->v_fmt[1]), rvl_kvi_fmt_name(in->v_fmt[2]));
+            rvl_kv_inspect_fmt_name(in->k_fmt[0]), rvl_kv_inspect_fmt_name(in->k_fmt[1]),
+            rvl_kv_inspect_fmt_name(in->k_fmt[2]), rvl_kv_inspect_fmt_name(in->v_fmt[0]),
+            rvl_kv_inspect_fmt_name(in->v_fmt[1]), rvl_kv_inspect_fmt_name(in->v_fmt[2]));
     print_bound(out, in->hot);
     fputs(" tokens, warm ", out);
     print_bound(out, in->warm);
@@ -302,17 +302,17 @@ static void print_text(FILE *out, const rvl_kvi *f, const model_check *mc, const
     }
     fprintf(out, "extra       %zu bytes of JSON%s\n", in->extra_len, in->extra ? "" : " (damaged)");
 
-    size_t nb = rvl_kvi_n_blocks(f), nbad = 0;
+    size_t nb = rvl_kv_inspect_n_blocks(f), nbad = 0;
     for (size_t i = 0; i < nb; i++)
-        nbad += rvl_kvi_block(f, i)->status != RVL_KVI_OK;
+        nbad += rvl_kv_inspect_block(f, i)->status != RVL_KVI_OK;
     fprintf(out, "checksums   header %s, %zu of %" PRIu64 " blocks read, %zu bad, file %s\n",
             in->header_ok ? "ok" : "MISMATCH", nb, in->n_blocks_expected, nbad,
             in->file_ok ? "ok" : "MISMATCH");
-    size_t np = rvl_kvi_n_problems(f);
+    size_t np = rvl_kv_inspect_n_problems(f);
     if (np) {
         fprintf(out, "\nproblems (%zu):\n", np);
         for (size_t i = 0; i < np; i++)
-            fprintf(out, "  %s\n", rvl_kvi_problem(f, i));
+            fprintf(out, "  %s\n", rvl_kv_inspect_problem(f, i));
     }
 
     fprintf(out, "\npages and bytes by tier (a page: one layer's 32 positions, all kv heads; "
@@ -327,7 +327,7 @@ static void print_text(FILE *out, const rvl_kvi *f, const model_check *mc, const
             continue;
         fprintf(out, "  %-4s  %-4s  %-6s  %5" PRIu64 "  %6" PRIu64 "  %10" PRIu64 "  %11" PRIu64
                      "  %12" PRIu64 "  %10" PRIu64 "  %5.2fx  %5.2fx\n",
-                tier_names[i], rvl_kvi_fmt_name(in->k_fmt[i]), rvl_kvi_fmt_name(in->v_fmt[i]),
+                tier_names[i], rvl_kv_inspect_fmt_name(in->k_fmt[i]), rvl_kv_inspect_fmt_name(in->v_fmt[i]),
                 u->pages, u->tokens, u->k_bytes, u->v_bytes, u->stored, u->f16,
                 ratio(u->f16, u->k_bytes + u->v_bytes), ratio(u->f16_pos, u->stored));
     }
@@ -407,10 +407,10 @@ static void jw_bound(rvl_jw *w, const char *key, uint32_t v)
 }
 
 static void print_json(rvl_jw *w, const rvl_kvi *f, const model_check *mc, const char *model_path,
-                       const usage_table *t, const rvl_kvi_head *heads, size_t n_heads,
+                       const usage_table *t, const rvl_kv_inspect_head *heads, size_t n_heads,
                        const char *heads_err)
 {
-    const rvl_kvi_info *in = rvl_kvi_info_get(f);
+    const rvl_kv_inspect_info *in = rvl_kv_inspect_info_get(f);
     rvl_jw_obj(w);
     rvl_jw_key(w, "file"); rvl_jw_str(w, in->path);
     rvl_jw_key(w, "size"); rvl_jw_u64(w, in->file_size);
@@ -419,7 +419,7 @@ static void print_json(rvl_jw *w, const rvl_kvi *f, const model_check *mc, const
     rvl_jw_key(w, "byte_order"); rvl_jw_str(w, "little-endian");
     rvl_jw_key(w, "header_bytes"); rvl_jw_u64(w, in->header_bytes);
     rvl_jw_key(w, "block_header_bytes"); rvl_jw_u64(w, in->block_header_bytes);
-    rvl_jw_key(w, "intact"); rvl_jw_bool(w, rvl_kvi_intact(f));
+    rvl_jw_key(w, "intact"); rvl_jw_bool(w, rvl_kv_inspect_intact(f));
     rvl_jw_key(w, "header_checksum");
     rvl_jw_obj(w);
     rvl_jw_key(w, "ok"); rvl_jw_bool(w, in->header_ok);
@@ -474,8 +474,8 @@ static void print_json(rvl_jw *w, const rvl_kvi *f, const model_check *mc, const
     for (int i = 0; i < 3; i++) {
         rvl_jw_obj(w);
         rvl_jw_key(w, "tier"); rvl_jw_str(w, tier_names[i]);
-        rvl_jw_key(w, "key_format"); rvl_jw_str(w, rvl_kvi_fmt_name(in->k_fmt[i]));
-        rvl_jw_key(w, "value_format"); rvl_jw_str(w, rvl_kvi_fmt_name(in->v_fmt[i]));
+        rvl_jw_key(w, "key_format"); rvl_jw_str(w, rvl_kv_inspect_fmt_name(in->k_fmt[i]));
+        rvl_jw_key(w, "value_format"); rvl_jw_str(w, rvl_kv_inspect_fmt_name(in->v_fmt[i]));
         jw_usage(w, &t->tier[i]);
         rvl_jw_obj_end(w);
     }
@@ -496,8 +496,8 @@ static void print_json(rvl_jw *w, const rvl_kvi *f, const model_check *mc, const
 
     rvl_jw_key(w, "blocks");
     rvl_jw_arr(w);
-    for (size_t i = 0; i < rvl_kvi_n_blocks(f); i++) {
-        const rvl_kvi_blockinfo *bl = rvl_kvi_block(f, i);
+    for (size_t i = 0; i < rvl_kv_inspect_n_blocks(f); i++) {
+        const rvl_kv_inspect_blockinfo *bl = rvl_kv_inspect_block(f, i);
         rvl_jw_obj(w);
         rvl_jw_key(w, "offset"); rvl_jw_u64(w, bl->offset);
         rvl_jw_key(w, "kind"); rvl_jw_str(w, kind_name(bl->kind));
@@ -505,8 +505,8 @@ static void print_json(rvl_jw *w, const rvl_kvi *f, const model_check *mc, const
             rvl_jw_key(w, "layer"); rvl_jw_u64(w, bl->layer);
             rvl_jw_key(w, "page"); rvl_jw_u64(w, bl->page);
             rvl_jw_key(w, "tier"); rvl_jw_u64(w, bl->tier);
-            rvl_jw_key(w, "key_format"); rvl_jw_str(w, rvl_kvi_fmt_name(bl->k_fmt));
-            rvl_jw_key(w, "value_format"); rvl_jw_str(w, rvl_kvi_fmt_name(bl->v_fmt));
+            rvl_jw_key(w, "key_format"); rvl_jw_str(w, rvl_kv_inspect_fmt_name(bl->k_fmt));
+            rvl_jw_key(w, "value_format"); rvl_jw_str(w, rvl_kv_inspect_fmt_name(bl->v_fmt));
             rvl_jw_key(w, "positions"); rvl_jw_u64(w, bl->n_pos);
         }
         rvl_jw_key(w, "raw_bytes"); rvl_jw_u64(w, bl->raw_bytes);
@@ -519,8 +519,8 @@ static void print_json(rvl_jw *w, const rvl_kvi *f, const model_check *mc, const
     rvl_jw_arr_end(w);
     rvl_jw_key(w, "problems");
     rvl_jw_arr(w);
-    for (size_t i = 0; i < rvl_kvi_n_problems(f); i++)
-        rvl_jw_str(w, rvl_kvi_problem(f, i));
+    for (size_t i = 0; i < rvl_kv_inspect_n_problems(f); i++)
+        rvl_jw_str(w, rvl_kv_inspect_problem(f, i));
     rvl_jw_arr_end(w);
 
     if (!opt_no_heads) {
@@ -537,7 +537,7 @@ static void print_json(rvl_jw *w, const rvl_kvi *f, const model_check *mc, const
         } else {
             rvl_jw_arr(w);
             for (size_t i = 0; i < n_heads; i++) {
-                const rvl_kvi_head *h = &heads[i];
+                const rvl_kv_inspect_head *h = &heads[i];
                 rvl_jw_obj(w);
                 rvl_jw_key(w, "layer"); rvl_jw_u64(w, h->layer);
                 rvl_jw_key(w, "head"); rvl_jw_u64(w, h->head);
@@ -547,7 +547,7 @@ static void print_json(rvl_jw *w, const rvl_kvi *f, const model_check *mc, const
                 rvl_jw_obj(w);
                 for (int fm = 0; fm < RVL_KVI_NFMT; fm++)
                     if (h->n_pos_fmt[fm]) {
-                        rvl_jw_key(w, rvl_kvi_fmt_name(fm));
+                        rvl_jw_key(w, rvl_kv_inspect_fmt_name(fm));
                         rvl_jw_u64(w, h->n_pos_fmt[fm]);
                     }
                 rvl_jw_obj_end(w);
@@ -565,7 +565,7 @@ static void print_json(rvl_jw *w, const rvl_kvi *f, const model_check *mc, const
                 rvl_jw_key(w, "rel_mse");
                 rvl_jw_obj(w);
                 for (int fm = 0; fm < RVL_KVI_F32; fm++) {
-                    rvl_jw_key(w, rvl_kvi_fmt_name(fm));
+                    rvl_jw_key(w, rvl_kv_inspect_fmt_name(fm));
                     rvl_jw_f64(w, h->rel_mse[fm]);
                 }
                 rvl_jw_obj_end(w);
@@ -593,19 +593,19 @@ static void piece(FILE *out, const model_check *mc, int32_t id)
 
 static int do_diff(const char *name, rvl_kvi *a, rvl_kvi *b, const model_check *mc)
 {
-    rvl_kvi_diffres d;
-    int rc = rvl_kvi_diff(a, b, &d);
+    rvl_kv_inspect_diffres d;
+    int rc = rvl_kv_inspect_diff(a, b, &d);
     if (rc < 0)
         return cli_fail(name, rc);
-    const rvl_kvi_info *ia = rvl_kvi_info_get(a), *ib = rvl_kvi_info_get(b);
+    const rvl_kv_inspect_info *ia = rvl_kv_inspect_info_get(a), *ib = rvl_kv_inspect_info_get(b);
     if (opt_json) {
         rvl_jw w;
         rvl_jw_init(&w, stdout, true);
         rvl_jw_obj(&w);
         rvl_jw_key(&w, "a"); rvl_jw_str(&w, ia->path);
         rvl_jw_key(&w, "b"); rvl_jw_str(&w, ib->path);
-        rvl_jw_key(&w, "a_intact"); rvl_jw_bool(&w, rvl_kvi_intact(a));
-        rvl_jw_key(&w, "b_intact"); rvl_jw_bool(&w, rvl_kvi_intact(b));
+        rvl_jw_key(&w, "a_intact"); rvl_jw_bool(&w, rvl_kv_inspect_intact(a));
+        rvl_jw_key(&w, "b_intact"); rvl_jw_bool(&w, rvl_kv_inspect_intact(b));
         rvl_jw_key(&w, "same_model"); rvl_jw_bool(&w, d.same_model);
         rvl_jw_key(&w, "same_geometry"); rvl_jw_bool(&w, d.same_geometry);
         rvl_jw_key(&w, "n_tokens_a"); rvl_jw_u64(&w, d.n_tokens_a);
@@ -629,9 +629,9 @@ static int do_diff(const char *name, rvl_kvi *a, rvl_kvi *b, const model_check *
         hex64(ha, ia->fingerprint);
         hex64(hb, ib->fingerprint);
         printf("a           %s (%u tokens)%s\n", ia->path, d.n_tokens_a,
-               rvl_kvi_intact(a) ? "" : " DAMAGED");
+               rvl_kv_inspect_intact(a) ? "" : " DAMAGED");
         printf("b           %s (%u tokens)%s\n", ib->path, d.n_tokens_b,
-               rvl_kvi_intact(b) ? "" : " DAMAGED");
+               rvl_kv_inspect_intact(b) ? "" : " DAMAGED");
         if (d.same_model)
             printf("model       same fingerprint %s\n", ha);
         else
@@ -673,7 +673,7 @@ static int do_diff(const char *name, rvl_kvi *a, rvl_kvi *b, const model_check *
             }
         }
     }
-    rvl_kvi_diff_free(&d);
+    rvl_kv_inspect_diff_free(&d);
     return 0;
 }
 
@@ -683,10 +683,10 @@ static int do_diff(const char *name, rvl_kvi *a, rvl_kvi *b, const model_check *
 
 static void report_problems(const char *name, const rvl_kvi *f)
 {
-    size_t n = rvl_kvi_n_problems(f);
+    size_t n = rvl_kv_inspect_n_problems(f);
     if (!n)
         return;
-    cli_err(name, "%s: %s%s", rvl_kvi_info_get(f)->path, rvl_kvi_problem(f, 0),
+    cli_err(name, "%s: %s%s", rvl_kv_inspect_info_get(f)->path, rvl_kv_inspect_problem(f, 0),
             n > 1 ? " (and more problems, listed in the output)" : "");
 }
 
@@ -696,21 +696,21 @@ static int kv_inspect_main(rvl_cmd *cmd, int argc, char **argv)
     rvl_kvi *f = NULL, *g = NULL;
     model_check mc = {0};
     usage_table t = {0};
-    rvl_kvi_head *heads = NULL;
+    rvl_kv_inspect_head *heads = NULL;
     size_t n_heads = 0;
     const char *heads_err = NULL;
     char heads_msg[512];
     int status = 0, rc;
     (void)argc;   /* cli_parse checked: exactly one FILE */
 
-    if ((rc = rvl_kvi_open(&f, argv[0])) < 0)
+    if ((rc = rvl_kv_inspect_open(&f, argv[0])) < 0)
         return cli_fail(name, rc);
-    const rvl_kvi_info *in = rvl_kvi_info_get(f);
+    const rvl_kv_inspect_info *in = rvl_kv_inspect_info_get(f);
     if (opt_model && (status = check_model(name, opt_model, in, &mc)) != 0)
         goto out;
 
     if (opt_diff) {
-        if ((rc = rvl_kvi_open(&g, opt_diff)) < 0) {
+        if ((rc = rvl_kv_inspect_open(&g, opt_diff)) < 0) {
             status = cli_fail(name, rc);
             goto out;
         }
@@ -718,7 +718,7 @@ static int kv_inspect_main(rvl_cmd *cmd, int argc, char **argv)
             goto out;
         report_problems(name, f);
         report_problems(name, g);
-        if (!rvl_kvi_intact(f) || !rvl_kvi_intact(g))
+        if (!rvl_kv_inspect_intact(f) || !rvl_kv_inspect_intact(g))
             status = EXIT_RUNTIME;
         goto out;
     }
@@ -728,12 +728,12 @@ static int kv_inspect_main(rvl_cmd *cmd, int argc, char **argv)
         goto out;
     }
     if (!opt_no_heads) {
-        rvl_kvi_stats_params sp = {.outlier_factor = opt_outlier};
+        rvl_kv_inspect_stats_params sp = {.outlier_factor = opt_outlier};
         if (mc.m && in->version == 1 && mc.geometry) {
             sp.n_head_kv = rvl_model_hparams(mc.m)->n_head_kv;
             sp.head_dim = rvl_model_hparams(mc.m)->head_dim;
         }
-        rc = rvl_kvi_stats(f, &sp, &heads, &n_heads);
+        rc = rvl_kv_inspect_stats(f, &sp, &heads, &n_heads);
         if (rc == RVL_EINTR || rc == RVL_ENOMEM) {
             status = cli_fail(name, rc);
             goto out;
@@ -751,7 +751,7 @@ static int kv_inspect_main(rvl_cmd *cmd, int argc, char **argv)
         print_text(stdout, f, &mc, opt_model, &t, heads, n_heads, heads_err);
     }
     report_problems(name, f);
-    if (!rvl_kvi_intact(f))
+    if (!rvl_kv_inspect_intact(f))
         status = EXIT_RUNTIME;
     if (mc.m && !mc.matches) {
         char a[17], b[17];
@@ -766,12 +766,12 @@ out:
         cli_err(name, "writing to standard output failed");
         status = EXIT_RUNTIME;
     }
-    rvl_kvi_stats_free(heads, n_heads);
+    rvl_kv_inspect_stats_free(heads, n_heads);
     free(t.layer);
     free(mc.text);
     rvl_model_close(mc.m);
-    rvl_kvi_close(f);
-    rvl_kvi_close(g);
+    rvl_kv_inspect_close(f);
+    rvl_kv_inspect_close(g);
     return status;
 }
 
@@ -824,7 +824,7 @@ rvl_cmd cmd_kv_inspect_desc = {
     .man_extra =
         ".SH FILE FORMAT\n"
         "Session files are little\\-endian (version 3; the authoritative layout is in "
-        "lib/session.c and docs/formats.md):\n"
+        "lib/engine/session.c and docs/formats.md):\n"
         ".RS 4\n.nf\n"
         "offset  size  field\n"
         "0       8     magic \"RVLSESS\\e0\"\n"

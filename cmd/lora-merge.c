@@ -2,7 +2,7 @@
  * lora-merge.c - ruvllm lora-merge: merge LoRA adapters into base weights.
  *
  * Options, progress and the closing summary; the work is lib/'s
- * rvl_lora_merge (lib/lora_merge.c, adapters read by lib/lora.c).
+ * rvl_lora_merge (lib/convert/lora_merge.c, adapters read by lib/engine/lora.c).
  */
 #include <inttypes.h>
 #include <stdlib.h>
@@ -10,6 +10,7 @@
 
 #include "cli.h"
 #include "convert_progress.h"
+#include "ruvllm_tools.h"
 
 static const char *opt_out, *opt_type;
 static long long opt_threads = 0;

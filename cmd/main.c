@@ -115,7 +115,7 @@ static void print_version(void)
     if (c->neon) printf(" neon");
     if (c->dotprod) printf(" dotprod");
     printf("\nisa: %s (kernel variant selected at run time; RUVLLM_ISA overrides)\n",
-           rvl_isa_selected());
+           rvl_cpu_isa_selected());
 }
 
 static const char *const *command_names(void)
@@ -133,7 +133,7 @@ static int run_command(rvl_cmd *cmd, int argc, char **argv)
 {
     int npos = 0;
     const char *isa = getenv("RUVLLM_ISA");
-    if (isa && *isa && rvl_isa_check(isa) < 0) {
+    if (isa && *isa && rvl_cpu_isa_check(isa) < 0) {
         cli_err(cmd->name, "%s", rvl_errmsg());
         return EXIT_USAGE;
     }

@@ -2,8 +2,8 @@
  * quantize.c - ruvllm quantize: convert model weights to a quantized GGUF.
  *
  * Options, progress and the closing summary; the pipeline is lib/'s
- * rvl_quantize_gguf (lib/convert_quant.c) and the per-tensor rules are
- * lib/quant_mix.c.
+ * rvl_quantize_gguf (lib/convert/quantize.c) and the per-tensor rules are
+ * lib/convert/qmix.c.
  */
 #include <inttypes.h>
 #include <math.h>
@@ -12,6 +12,7 @@
 
 #include "cli.h"
 #include "convert_progress.h"
+#include "ruvllm_tools.h"
 
 static const char *opt_imatrix, *opt_output_type, *opt_embd_type;
 static long long opt_threads = 0;

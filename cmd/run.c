@@ -118,7 +118,7 @@ static int get_prompt(const char *cmd, int argc, char **argv, gen_buf *prompt)
 
 static int tokenize_all(const rvl_tokenizer *t, const gen_buf *prompt, int32_t **ids, size_t *n)
 {
-    return rvl_tokenize_alloc(t, prompt->p ? prompt->p : "", prompt->n, !opt_no_bos, opt_special,
+    return rvl_tok_encode_alloc(t, prompt->p ? prompt->p : "", prompt->n, !opt_no_bos, opt_special,
                               ids, n);
 }
 
@@ -201,12 +201,12 @@ static int do_tokenize(const char *cmd, const char *path, gen_buf *prompt)
     size_t n = 0;
     int rc;
 
-    if ((rc = rvl_file_open(&f, path)) < 0 || (rc = rvl_tokenizer_open(&t, f)) < 0 ||
+    if ((rc = rvl_file_open(&f, path)) < 0 || (rc = rvl_tok_open(&t, f)) < 0 ||
         (opt_chat && (rc = chat_wrap(cmd, f, t, prompt)) < 0) ||
         (rc = tokenize_all(t, prompt, &ids, &n)) < 0) {
         int st = cli_fail(cmd, rc);
         free(ids);
-        rvl_tokenizer_close(t);
+        rvl_tok_close(t);
         rvl_file_close(f);
         return st;
     }
@@ -227,7 +227,7 @@ static int do_tokenize(const char *cmd, const char *path, gen_buf *prompt)
         putchar('\n');
     }
     free(ids);
-    rvl_tokenizer_close(t);
+    rvl_tok_close(t);
     rvl_file_close(f);
     return fflush(stdout) == 0 ? 0 : EXIT_RUNTIME;
 }

@@ -1,6 +1,6 @@
 /*
  * formats.c - the type-traits table: one entry per tensor type, with its
- * geometry and reference kernels. lib/types.c (rvl_type_get & co.) reads
+ * geometry and reference kernels. lib/format/type.c (rvl_type_get & co.) reads
  * names and geometry from here; dispatch.c copies it into one table per
  * ISA and overrides the kernels with that ISA's variants.
  */

@@ -282,219 +282,7 @@ int rvl_gguf_parse(rvl_gguf **out, const void *base, uint64_t size, const char *
 void rvl_gguf_free(rvl_gguf *g);
 
 /* ======================================================================
- * GGUF writer. Streams to an rvl_afile; nothing appears at the
- * destination until rvl_gguf_writer_finish succeeds.
- *
- *   rvl_gguf_writer_open(&w, path);
- *   rvl_gguf_writer_kv_*(w, ...);                 metadata, in order
- *   rvl_gguf_writer_add_tensor(w, name, type, n_dims, ne, data_or_NULL);
- *   rvl_gguf_writer_begin_data(w);                writes header + infos
- *   rvl_gguf_writer_tensor_data(w, i, buf, n);    for tensors added with
- *                                                 NULL data, in order
- *   rvl_gguf_writer_finish(w);                    pads, fsyncs, renames
- *
- * Version 3, byte-identical to gguf-py's GGUFWriter for the same keys and
- * tensors in the same order. Duplicate keys or tensor names, names of 64
- * bytes or more (llama.cpp's limit), n_dims outside 1..4 and rows that are
- * not whole blocks are refused with RVL_EINVAL. An I/O failure is sticky:
- * later calls repeat it and finish removes the temporary.
- * ====================================================================== */
-typedef struct rvl_gguf_writer rvl_gguf_writer;
-int rvl_gguf_writer_open(rvl_gguf_writer **out, const char *path);
-/* Set general.alignment (default 32; a power of two); must precede
- * begin_data. Written as a u32 key where first set (as gguf-py does); a
- * later call updates the value in place. kv_u32 or kv_copy of
- * "general.alignment" does the same. */
-int rvl_gguf_writer_set_alignment(rvl_gguf_writer *w, uint32_t align);
-int rvl_gguf_writer_kv_u32(rvl_gguf_writer *w, const char *key, uint32_t v);
-int rvl_gguf_writer_kv_i32(rvl_gguf_writer *w, const char *key, int32_t v);
-int rvl_gguf_writer_kv_u64(rvl_gguf_writer *w, const char *key, uint64_t v);
-int rvl_gguf_writer_kv_f32(rvl_gguf_writer *w, const char *key, float v);
-int rvl_gguf_writer_kv_bool(rvl_gguf_writer *w, const char *key, bool v);
-int rvl_gguf_writer_kv_str(rvl_gguf_writer *w, const char *key, const char *v);
-/* Numeric array of `n` elements of `arr_type` from `data` (copied). */
-int rvl_gguf_writer_kv_arr(rvl_gguf_writer *w, const char *key,
-                           uint32_t arr_type, const void *data, uint64_t n);
-int rvl_gguf_writer_kv_str_arr(rvl_gguf_writer *w, const char *key,
-                               const rvl_str *strs, uint64_t n);
-/* Copy a metadata pair from a parsed file, whatever its type. */
-int rvl_gguf_writer_kv_copy(rvl_gguf_writer *w, const rvl_kv *kv);
-/* `data` is borrowed until finish (NULL: supplied later by tensor_data). */
-int rvl_gguf_writer_add_tensor(rvl_gguf_writer *w, const char *name,
-                               uint32_t type, uint32_t n_dims,
-                               const uint64_t *ne, const void *data);
-int rvl_gguf_writer_begin_data(rvl_gguf_writer *w);
-/* Stream data of tensor i (added with NULL data), in index order; a
- * tensor may come in several chunks, never more than its size. Tensors
- * with data (and empty ones) are written automatically around these. */
-int rvl_gguf_writer_tensor_data(rvl_gguf_writer *w, uint64_t i,
-                                const void *buf, uint64_t n);
-/* Calls begin_data if needed, checks every tensor is complete, pads the
- * end to the alignment, commits. On failure nothing is left at the
- * destination. Frees w either way. */
-int rvl_gguf_writer_finish(rvl_gguf_writer *w);
-void rvl_gguf_writer_abort(rvl_gguf_writer *w);   /* frees w; accepts NULL */
-
-/* ======================================================================
- * safetensors writer (one file). Tensor shapes are given in safetensors
- * order (outermost first). Written atomically.
- * ====================================================================== */
-typedef struct rvl_st_writer rvl_st_writer;
-int rvl_st_writer_open(rvl_st_writer **out, const char *path);
-int rvl_st_writer_meta(rvl_st_writer *w, const char *key, const char *value);
-/* `data` borrowed until finish. type: F64/F32/F16/BF16/I64/I32/I16/I8/U8/BOOL. */
-int rvl_st_writer_add(rvl_st_writer *w, const char *name, uint32_t type,
-                      uint32_t n_dims, const uint64_t *shape, const void *data);
-int rvl_st_writer_finish(rvl_st_writer *w);  /* frees w */
-void rvl_st_writer_abort(rvl_st_writer *w);  /* frees w; accepts NULL */
-
-/* ======================================================================
- * Conversion (lib/convert_*.c, lib/quant_mix.c): the offline work behind
- * `ruvllm dequant` and `ruvllm quantize`. Outputs are written atomically
- * (rvl_afile): on any failure, or RVL_EINTR when rvl_interrupted() turns
- * true, nothing is left at the destination.
- * ====================================================================== */
-typedef struct {
-    uint64_t tensor;        /* index of the tensor being converted (0-based) */
-    uint64_t n_tensors;
-    const char *name;       /* its name; borrowed, valid during the call */
-    uint32_t type_in, type_out;         /* its type in the input and the output */
-    uint32_t n_dims;
-    const uint64_t *ne;     /* its shape (GGUF order); borrowed, during the call */
-    uint64_t done, total;   /* input tensor bytes converted so far / in all */
-} rvl_convert_progress;
-/* Called before each tensor (tensor < n_tensors) and once at the end
- * (tensor == n_tensors, name "", done == total). */
-typedef void (*rvl_convert_progress_fn)(void *ud, const rvl_convert_progress *p);
-
-/* Refuse writing `out` over `in` (the same file, through any path): 0 when
- * they differ or `out` does not exist yet, RVL_EINVAL otherwise. */
-int rvl_convert_check_paths(const char *in, const char *out);
-
-typedef struct {
-    uint32_t type;          /* RVL_TYPE_F32, RVL_TYPE_F16 or RVL_TYPE_BF16 */
-    rvl_convert_progress_fn progress;   /* may be NULL */
-    void *ud;
-} rvl_dequant_params;
-
-/* GGUF (or a Hugging Face directory, imported as by rvl_quantize_gguf) in
- * -> GGUF out with every float or quantized tensor of two or more
- * dimensions in p->type and 1-D tensors (norms, biases) in F32, as
- * llama.cpp keeps them; integer tensors are copied. Metadata is copied in
- * order with general.file_type set to the new type (0, 1 or 32). Values are
- * the format's dequantize kernel's floats, rounded to F16/BF16 as the F16/
- * BF16 quantizers round. */
-int rvl_dequant_gguf(const char *in, const char *out, const rvl_dequant_params *p);
-/* GGUF in -> a Hugging Face model directory `out` (created; an existing
- * one must be empty) holding config.json, model.safetensors (matrices in
- * p->type, 1-D tensors in F32, Q/K rows back in Hugging Face's order for
- * llama), tokenizer.json and tokenizer_config.json (with the chat
- * template), which transformers loads. Architectures llama and qwen2 with
- * a byte-level BPE vocabulary (gpt2: gpt-2, smollm/starcoder, llama-bpe,
- * qwen2 pre-tokenizers) or a SentencePiece BPE one (llama: merges derived
- * from the scores); others fail with RVL_EUNSUPPORTED. Written into a
- * temporary directory renamed into place at the end. */
-int rvl_dequant_hf(const char *in, const char *out, const rvl_dequant_params *p);
-
-/* Quantization mixes: llama.cpp's file types by llama-quantize's names
- * (Q4_K_M, Q8_0, ...; the aliases Q3_K, Q4_K, Q5_K mean the _M mixes),
- * F32/F16/BF16, and the project formats by type name (RVL_I4S_G64, ...;
- * plain: no per-tensor rules). */
-typedef struct {
-    const char *name;       /* "Q4_K_M" */
-    uint32_t ftype;         /* general.file_type (llama_ftype); UINT32_MAX: none */
-    uint32_t type;          /* the tensor type most tensors get (rvl_type) */
-    bool llama_rules;       /* llama.cpp's per-tensor rules apply */
-    const char *desc;       /* "4.89 bpw mix (Q4_K, Q6_K for output, ...)" */
-} rvl_qmix;
-/* borrowed: static entry. NULL when unknown (case-insensitive name). */
-const rvl_qmix *rvl_qmix_find(const char *name);
-/* Iterate the supported mixes: i = 0.. until NULL. */
-const rvl_qmix *rvl_qmix_at(size_t i);
-
-/* What the per-tensor rules need to know about the model and the run. */
-typedef struct {
-    const rvl_qmix *mix;
-    const char *arch;       /* general.architecture */
-    uint32_t n_layer, n_head, n_head_kv, n_expert;
-    bool is_70b;            /* llama with 80 layers and GQA (attn_v gets Q5_K) */
-    bool has_imatrix;
-    bool pure;              /* --pure: the mix's type everywhere (still with fallbacks) */
-    bool leave_output;      /* --leave-output: output.weight is not quantized */
-    uint32_t output_type;   /* --output-tensor-type; UINT32_MAX: by the rules */
-    uint32_t embd_type;     /* --token-embedding-type; UINT32_MAX: by the rules */
-    const char *const *overrides;   /* --tensor-type "REGEX=TYPE": the first */
-    size_t n_overrides;             /* pattern found in a name (PCRE2) wins */
-} rvl_qmix_params;
-
-typedef struct {
-    const char *name;       /* NUL-terminated */
-    uint32_t type;          /* its type in the input */
-    uint32_t n_dims;
-    uint64_t ne[4];
-} rvl_qmix_tensor;
-
-/* The output type of each of n tensors (types[i] for t[i]) by llama.cpp's
- * llama_tensor_get_type: quantizable tensors (2-D+, names ending in
- * "weight", not norms, ...) get the mix's type adjusted per tensor (output
- * and tied token_embd Q6_K, some attn_v / ffn_down higher, ...), evaluated
- * in llama.cpp's tensor order (by layer, then name); rows that are not
- * whole blocks fall back (Q4_K -> Q5_0, Q6_K -> Q8_0, ... then F16), counted
- * in *n_fallback (may be NULL). Others keep their type. RVL_EINVAL for a
- * bad override, naming it. */
-int rvl_qmix_plan(const rvl_qmix_params *p, const rvl_qmix_tensor *t, size_t n,
-                  uint32_t *types, size_t *n_fallback);
-/* Does the tensor need an importance matrix (llama.cpp's rule: IQ1/IQ2/
- * IQ3_XXS types, Q2_K in a Q2_K_S file; never token_embd or output)? */
-bool rvl_qmix_needs_imatrix(const rvl_qmix *mix, const char *name, uint32_t type);
-
-typedef struct {
-    const char *mix;                    /* TYPE: a mix name (rvl_qmix_find) */
-    int n_threads;                      /* <= 0: one per CPU */
-    bool pure, leave_output, allow_requantize, dry_run, stats;
-    uint32_t output_type, embd_type;    /* UINT32_MAX: by the rules */
-    const char *const *overrides;       /* "REGEX=TYPE" */
-    size_t n_overrides;
-    const char *imatrix;                /* llama.cpp imatrix GGUF, or NULL */
-    rvl_convert_progress_fn progress;   /* may be NULL */
-    void *ud;
-} rvl_quantize_params;
-
-typedef struct {
-    char name[64];
-    uint32_t type_in, type_out;
-    uint64_t n_elements, bytes_in, bytes_out;
-    bool fallback;                      /* the rows forced another type */
-    bool imatrix;                       /* importance weights were used */
-    double rmse;                        /* with stats: RMS of (quantized - input), else 0 */
-    double rms;                         /* with stats: RMS of the input */
-} rvl_quantize_tensor_stat;
-
-typedef struct {
-    uint64_t n_tensors;
-    rvl_quantize_tensor_stat *tensors;  /* owned: free with rvl_quantize_report_free;
-                                           in output order */
-    uint64_t n_elements, bytes_in, bytes_out;   /* tensor data only */
-    uint64_t n_fallback, n_no_imatrix;  /* with an imatrix: tensors it had no entry for */
-    uint64_t file_bytes;                /* size of OUT (0 with dry_run) */
-    double seconds;
-} rvl_quantize_report;
-void rvl_quantize_report_free(rvl_quantize_report *r);
-
-/* GGUF (F32/F16/BF16 weights; quantized ones with allow_requantize) or a
- * Hugging Face directory (config.json, *.safetensors, tokenizer.json,
- * tokenizer_config.json; llama/Mistral/qwen2 with a byte-level BPE or a
- * SentencePiece-style BPE (byte_fallback) vocabulary: imported as
- * convert_hf_to_gguf.py would, into a temporary
- * file next to OUT) -> GGUF with the mix's types, metadata copied with
- * general.file_type and general.quantization_version (2) set. Tensors in
- * llama-quantize's order. `report` (may be NULL) is filled on success,
- * also for dry_run (no output written). */
-int rvl_quantize_gguf(const char *in, const char *out, const rvl_quantize_params *p,
-                      rvl_quantize_report *report);
-
-/* ======================================================================
- * LoRA adapters (lib/lora.c, lib/lora_merge.c): low-rank updates of a
+ * LoRA adapters (lib/engine/lora.c, lib/convert/lora_merge.c): low-rank updates of a
  * model's weight matrices, W' = W + scale * (alpha/r) * B A (alpha/sqrt(r)
  * with rsLoRA), B (n_out x r), A (r x n_in). An adapter is
  *  - a PEFT directory: adapter_config.json (peft_type LORA, r, lora_alpha,
@@ -547,32 +335,6 @@ void rvl_lora_close(rvl_lora *l);          /* accepts NULL */
  * opened for the context's model (RVL_EINVAL otherwise). */
 int rvl_ctx_set_lora(rvl_ctx *c, const rvl_lora *l);
 
-typedef struct {
-    const char *type;       /* NULL: every tensor keeps its own type (merged
-                               ones requantized to it); else a mix name as
-                               rvl_quantize_gguf takes, applied to all tensors */
-    int n_threads;          /* <= 0: one per CPU */
-    rvl_convert_progress_fn progress;   /* may be NULL */
-    void *ud;
-} rvl_lora_merge_params;
-
-typedef struct {
-    rvl_quantize_report q;  /* per-tensor types and sizes, as quantize's */
-    size_t n_adapters;
-    rvl_lora_info *adapters;/* owned: freed by rvl_lora_merge_report_free
-                               (paths borrowed from the caller's specs) */
-    uint64_t n_merged;      /* tensors that received an update */
-} rvl_lora_merge_report;
-void rvl_lora_merge_report_free(rvl_lora_merge_report *r);
-
-/* Merge n adapters ("FILE[:SCALE]" specs) into the GGUF base and write
- * out atomically: every targeted tensor dequantized to f32, the updates of
- * all adapters added, requantized to its type (or p->type's); the other
- * tensors copied (or converted to p->type's); metadata copied (general.
- * file_type updated for p->type). report may be NULL. */
-int rvl_lora_merge(const char *base, const char *const *specs, size_t n, const char *out,
-                   const rvl_lora_merge_params *p, rvl_lora_merge_report *report);
-
 /* ======================================================================
  * Default model location.
  * ====================================================================== */
@@ -593,13 +355,13 @@ typedef struct {
 const rvl_cpu_features *rvl_cpu(void);
 /* Name of the kernel ISA selected at run time ("avx2", "ref", ...),
  * honoring RUVLLM_ISA. */
-const char *rvl_isa_selected(void);
+const char *rvl_cpu_isa_selected(void);
 /* 0 when `isa` names a variant this binary has and this CPU can run;
  * RVL_EINVAL for an unknown name, RVL_EUNSUPPORTED otherwise. */
-int rvl_isa_check(const char *isa);
+int rvl_cpu_isa_check(const char *isa);
 
 /* ======================================================================
- * Thread pool (lib/pool.c): persistent workers, one fork/join per job.
+ * Thread pool (lib/base/pool.c): persistent workers, one fork/join per job.
  * ====================================================================== */
 typedef struct rvl_pool rvl_pool;
 typedef void (*rvl_pool_fn)(void *arg, int ith, int nth);
@@ -612,7 +374,7 @@ void rvl_pool_run(rvl_pool *p, rvl_pool_fn fn, void *arg);
 int rvl_pool_size(const rvl_pool *p);
 
 /* ======================================================================
- * Models and inference (lib/model.c, lib/forward.c).
+ * Models and inference (lib/engine/model.c, lib/engine/forward.c).
  *
  *   rvl_model_open(&m, path, NULL);          weights mapped, read-only
  *   rvl_ctx_open(&c, m, &cp);                KV cache and scratch, once
@@ -659,8 +421,12 @@ void rvl_model_close(rvl_model *m);
 const rvl_hparams *rvl_model_hparams(const rvl_model *m);
 const rvl_file *rvl_model_file(const rvl_model *m);
 struct rvl_tokenizer *rvl_model_tokenizer(const rvl_model *m); /* borrowed */
+/* xxh3-64 of the architecture, hyper-parameters, every tensor's name,
+ * type, shape and data: computed once per model (the first call reads all
+ * weights), then cached. Session files carry it to refuse another model. */
+uint64_t rvl_model_fingerprint(const rvl_model *m);
 
-/* KV cache storage formats, per page of 32 positions (lib/kvcache.h;
+/* KV cache storage formats, per page of 32 positions (lib/engine/kvcache.h;
  * layouts in kernels/kvq.h). Bytes per token per head for head_dim 64. */
 typedef enum {
     RVL_KV_F16 = 0,         /* 128 B; llama.cpp's default (q rounded to f16) */
@@ -695,7 +461,7 @@ typedef struct {
     float rope_factor;      /* 0: model's */
     float rope_base;        /* 0: model's */
     uint32_t rope_orig_ctx; /* 0: model's */
-    /* compute backend (lib/backend.h): NULL or "cpu": lib/forward.c;
+    /* compute backend (lib/engine/backend.h): NULL or "cpu": lib/engine/forward.c;
      * "metal": rvl_ctx_open fails with RVL_EUNSUPPORTED in a build without
      * it. On a backend other than the CPU the context refuses, with
      * RVL_EUNSUPPORTED naming the feature and the backend, what only the
@@ -712,6 +478,8 @@ typedef struct rvl_ctx rvl_ctx;
 int rvl_ctx_open(rvl_ctx **out, const rvl_model *m, const rvl_ctx_params *p);
 void rvl_ctx_close(rvl_ctx *c);
 uint32_t rvl_ctx_n_ctx(const rvl_ctx *c);
+/* The model the context was opened on (borrowed). */
+const rvl_model *rvl_ctx_model(const rvl_ctx *c);
 uint32_t rvl_ctx_pos(const rvl_ctx *c);      /* tokens in the cache */
 void rvl_ctx_reset(rvl_ctx *c);              /* empty the cache */
 /* Keep the first pos tokens of the cache (pos <= rvl_ctx_pos; RVL_ERANGE
@@ -751,7 +519,7 @@ const char *rvl_ctx_device(const rvl_ctx *c);
 int rvl_decode(rvl_ctx *c, const int32_t *tokens, uint32_t n, const float **logits);
 
 /* ======================================================================
- * Forward-pass trace (lib/forward.c), for step-by-step comparisons with
+ * Forward-pass trace (lib/engine/forward.c), for step-by-step comparisons with
  * other implementations (tests/ref/diverge_q4km.py). With a hook set, the
  * CPU forward pass calls fn after each named step of layer `layer` with nb
  * rows of n floats, token pos0 + t's row at x + t * stride (borrowed, valid
@@ -766,9 +534,9 @@ typedef void (*rvl_trace_fn)(void *ud, const char *name, int layer, uint32_t pos
 void rvl_ctx_set_trace(rvl_ctx *c, rvl_trace_fn fn, void *ud);
 
 /* ======================================================================
- * Session files (lib/session.c): a context's KV cache with the token ids
+ * Session files (lib/engine/session.c): a context's KV cache with the token ids
  * it holds and an opaque JSON blob of the caller's (chat keeps its
- * conversation there). Layout (version 2) in lib/session.c and
+ * conversation there). Layout (version 2) in lib/engine/session.c and
  * docs/formats.md: magic, version, byte-order mark, the model's
  * fingerprint, the cache geometry, the formats of each tier and the tier
  * sizes, then zstd-compressed blocks (tokens, extra, one per layer and
@@ -787,167 +555,7 @@ int rvl_session_load(rvl_ctx *c, const char *path, int32_t **ids, size_t *n_ids,
                      char **extra_json);
 
 /* ======================================================================
- * Session-file inspection (lib/kv_inspect.c): what `ruvllm kv-inspect`
- * shows. A reader of the session layout (docs/formats.md, versions 1 and
- * 2) that needs no model or context and does not stop at the first
- * problem: it walks every block the file holds, verifies each block's
- * xxh3-64, the header's and the whole file's, and records what is wrong
- * (with the byte offset) instead of failing, so a damaged file is still
- * inspected as far as possible. Every size is checked against the file
- * and the header before use; a block decompresses to at most 64 MiB.
- *
- *   rvl_kvi_open(&f, path);        header + block walk + checksums
- *   rvl_kvi_info(f), rvl_kvi_block(f, i), rvl_kvi_problem(f, i)
- *   rvl_kvi_page(f, i, k, v, &n);  a page's keys and values as floats
- *   rvl_kvi_stats(f, &p, &heads, &n);   per-head statistics
- *   rvl_kvi_diff(a, b, &d);        where two sessions diverge
- * ====================================================================== */
-typedef struct rvl_kvi rvl_kvi;
-
-/* Page storage formats: kernels/kvq.h's numbering (0 f16, 1 q8, 2 q4,
- * 3 tq4, 4 tq3) and 5 f32, as session files store them. */
-enum { RVL_KVI_F16 = 0, RVL_KVI_Q8, RVL_KVI_Q4, RVL_KVI_TQ4, RVL_KVI_TQ3, RVL_KVI_F32,
-       RVL_KVI_NFMT };
-/* "f16", "q8", "q4", "tq4", "tq3", "f32"; "?" out of range. */
-const char *rvl_kvi_fmt_name(int fmt);
-
-enum { RVL_KVI_BLK_TOKENS = 1, RVL_KVI_BLK_EXTRA = 2, RVL_KVI_BLK_KV = 3, RVL_KVI_BLK_CENTER = 4 };
-
-typedef enum {
-    RVL_KVI_OK = 0,
-    RVL_KVI_BAD_CHECKSUM,  /* the stored bytes do not match their xxh3-64 */
-    RVL_KVI_TRUNCATED,     /* the block runs past the end of the file */
-    RVL_KVI_BAD_DATA,      /* checksum fine, but the zstd frame does not give
-                              the raw size, or the size/formats are not what
-                              the header implies */
-    RVL_KVI_MISPLACED,     /* kind/layer/page is not what the layout puts here */
-} rvl_kvi_status;
-
-typedef struct {
-    uint64_t offset;           /* of the block's header */
-    uint32_t kind;             /* RVL_KVI_BLK_* (as read, may be anything) */
-    uint32_t layer, page;      /* kv blocks */
-    int k_fmt, v_fmt;          /* kv blocks: RVL_KVI_* */
-    uint32_t tier;             /* kv blocks: 0 hot, 1 warm, 2 cold (v1: 0) */
-    uint32_t n_pos;            /* kv blocks: positions used (1..32) */
-    uint32_t raw_bytes, stored_bytes;
-    uint64_t k_bytes, v_bytes; /* kv blocks: raw bytes of the keys, values */
-    uint64_t f16_bytes;        /* kv blocks: the same pages' bytes in f16 */
-    uint64_t hash_stored, hash_computed;
-    rvl_kvi_status status;
-} rvl_kvi_blockinfo;
-
-typedef struct {
-    const char *path;          /* borrowed: valid until rvl_kvi_close */
-    uint64_t file_size;
-    uint32_t version;          /* 1, 2 or 3 */
-    uint32_t header_bytes;     /* 56 (v1), 88 (v2, v3) */
-    uint32_t block_header_bytes; /* 28 (v1), 32 (v2, v3) */
-    uint64_t fingerprint;      /* the model's (xxh3-64) */
-    uint32_t n_layer, n_head_kv, head_dim; /* head geometry: 0 when unknown (v1) */
-    uint32_t kv_dim;           /* n_head_kv * head_dim */
-    uint32_t page_size;        /* positions per page (32) */
-    uint32_t n_tokens;
-    int k_fmt[3], v_fmt[3];    /* per tier (v1: the element type in all three) */
-    uint32_t hot, warm;        /* tier sizes in tokens (UINT32_MAX: unbounded) */
-    bool geometry_ok;          /* the header's geometry is usable (pages decode) */
-    bool header_ok;            /* header checksum matches */
-    uint64_t header_hash_stored, header_hash_computed;
-    bool file_ok;              /* whole-file checksum matches */
-    uint64_t file_hash_stored, file_hash_computed;
-    bool key_centre;           /* v3 flag: keys stored centred, a center block follows extra */
-    const float *centre;       /* (n_layer, kv_dim) the centre, added back to every key
-                                  rvl_kvi_page returns; NULL when none or damaged */
-    uint64_t n_blocks_expected;  /* 2 (+1 centred) + n_layer * ceil(n_tokens / 32) */
-    const int32_t *tokens;     /* NULL when the tokens block is damaged */
-    const char *extra;         /* the JSON blob, NUL-terminated; NULL if damaged */
-    size_t extra_len;
-} rvl_kvi_info;
-
-/* Returns an error only when the file cannot be read, is not a session
- * file (magic), is of another byte order or version, or is too short for
- * its header; any other damage is recorded as problems. owned: close with
- * rvl_kvi_close (accepts NULL). _mem: from a caller buffer (borrowed: it
- * must outlive the handle); path names it in messages. */
-int rvl_kvi_open(rvl_kvi **out, const char *path);
-int rvl_kvi_open_mem(rvl_kvi **out, const char *path, const void *buf, size_t size);
-void rvl_kvi_close(rvl_kvi *f);
-
-const rvl_kvi_info *rvl_kvi_info_get(const rvl_kvi *f);   /* borrowed */
-size_t rvl_kvi_n_blocks(const rvl_kvi *f);
-const rvl_kvi_blockinfo *rvl_kvi_block(const rvl_kvi *f, size_t i);  /* borrowed */
-/* Everything wrong with the file, in file order: "the kv block at offset
- * 5120 (layer 3, page 0): checksum mismatch (...)". borrowed. */
-size_t rvl_kvi_n_problems(const rvl_kvi *f);
-const char *rvl_kvi_problem(const rvl_kvi *f, size_t i);
-/* true when nothing is wrong (every checksum matches, nothing missing). */
-bool rvl_kvi_intact(const rvl_kvi *f);
-
-/* The index of the kv block of (layer, page), or -1 when it is missing. */
-long rvl_kvi_find_page(const rvl_kvi *f, uint32_t layer, uint32_t page);
-/* Kv block i's keys and values as floats (the reconstruction for
- * quantized pages): k and v receive *n_pos rows of kv_dim floats (head h
- * at columns h * head_dim ..), each buffer holding page_size * kv_dim.
- * RVL_EFORMAT when the block is damaged or the geometry is unusable. */
-int rvl_kvi_page(rvl_kvi *f, size_t i, float *k, float *v, uint32_t *n_pos);
-
-typedef struct {
-    double outlier_factor;     /* a channel is an outlier when its absmax
-                                  exceeds this times the median channel
-                                  absmax of its head (0: 4) */
-    uint32_t n_head_kv, head_dim; /* for files that do not record them (v1);
-                                     0: the file's */
-} rvl_kvi_stats_params;
-
-/* Statistics of one layer's keys (kind 0) or values (kind 1) of one kv
- * head over every intact page. Kurtosis is Pearson's (3 for a Gaussian)
- * of all the head's coordinates pooled; "rotated" is the same after the
- * Walsh-Hadamard rotation of each vector (kernels/kvq.h's rvl_kvq_rotate;
- * for tq pages these are the stored codes times their scale). rel_mse[f]
- * is sum |x - x^|^2 / sum |x|^2 when the f16/f32 pages are encoded in
- * format f and decoded: NaN when no page is f16/f32 (not computable
- * without the original) or the format does not apply (tq needs a
- * power-of-two head_dim). */
-typedef struct {
-    uint32_t layer, head, kind;
-    uint64_t n_pos;            /* positions seen */
-    uint64_t n_pos_fmt[RVL_KVI_NFMT]; /* ... by the page format they came from */
-    uint64_t n_pos_exact;      /* from f16/f32 pages: what rel_mse is over */
-    float absmax;
-    uint32_t absmax_channel;
-    float median_channel_absmax;
-    uint32_t n_outliers;
-    uint32_t *outliers;        /* channel indices, ascending (owned by the array) */
-    double kurtosis, kurtosis_rotated; /* NaN when not computable */
-    double rel_mse[RVL_KVI_NFMT];
-} rvl_kvi_head;
-
-/* *heads: n_layer * n_head_kv * 2 entries, layer-major, then head, then
- * kind. owned: free with rvl_kvi_stats_free. RVL_EINVAL when the head
- * geometry is unknown (a version 1 file without params). */
-int rvl_kvi_stats(rvl_kvi *f, const rvl_kvi_stats_params *p, rvl_kvi_head **heads, size_t *n);
-void rvl_kvi_stats_free(rvl_kvi_head *heads, size_t n);
-
-/* Where two sessions diverge. common = the length of the common prefix of
- * their token ids; first_diff = common when the files differ there (one
- * is longer or a token differs), else -1 (same tokens). For the common
- * prefix, the largest |a - b| of the keys and values per layer (NaN when
- * a page is missing or damaged in either file; the arrays are NULL when
- * the geometries differ). */
-typedef struct {
-    uint32_t n_tokens_a, n_tokens_b;
-    uint32_t common;
-    int64_t first_diff;
-    bool same_model;           /* fingerprints equal */
-    bool same_geometry;        /* n_layer and kv_dim equal */
-    uint32_t n_layer;
-    float *k_maxdiff, *v_maxdiff;   /* owned: [n_layer] */
-} rvl_kvi_diffres;
-int rvl_kvi_diff(rvl_kvi *a, rvl_kvi *b, rvl_kvi_diffres *d);
-void rvl_kvi_diff_free(rvl_kvi_diffres *d);
-
-/* ======================================================================
- * Sampler (lib/sampler.c). Order as llama.cpp: penalties, top-k, top-p,
+ * Sampler (lib/engine/sampler.c). Order as llama.cpp: penalties, top-k, top-p,
  * min-p, temperature, then a draw from the distribution. temp <= 0 is
  * greedy. A fixed seed makes runs reproducible.
  * ====================================================================== */
@@ -972,173 +580,6 @@ int32_t rvl_sampler_sample(rvl_sampler *s, const float *logits);
 /* Record a token (prompt or generated) for the penalties. */
 void rvl_sampler_accept(rvl_sampler *s, int32_t id);
 void rvl_sampler_reset(rvl_sampler *s);
-
-/* ======================================================================
- * Bench (lib/bench.c, lib/bench_ppl.c): the measuring behind `ruvllm
- * bench`. Timing loops, memory bandwidth, peak FLOP/s, kernel calls,
- * synthetic models and perplexity live here; cmd/bench.c chooses and
- * prints.
- * ====================================================================== */
-double rvl_bench_now(void);                  /* seconds, monotonic clock */
-
-typedef struct {
-    int n;
-    double mean, sd;                         /* sd: sample standard deviation */
-    double median, min, max;
-} rvl_bench_stat;
-void rvl_bench_stats(const double *x, int n, rvl_bench_stat *s);
-
-/* Size of the largest CPU cache (sysfs); 0 when unknown. */
-uint64_t rvl_bench_llc_bytes(void);
-
-/* A kernel bench: a thread pool and a working set of ws_bytes (0: twice
- * the LLC, within [256 MiB, 1 GiB]) through which weight matrices cycle,
- * so that GEMV reads them from memory, not from the cache.
- * owned: close with rvl_bench_close. */
-typedef struct rvl_bench rvl_bench;
-int rvl_bench_open(rvl_bench **out, int n_threads, uint64_t ws_bytes);
-void rvl_bench_close(rvl_bench *b);
-/* Ask for 2 MiB pages for the bandwidth arrays and the ring of weights
- * (before rvl_bench_mem and the kernels); rvl_bench_huge_bytes() says
- * how much anonymous memory the kernel gave them (Linux; 0 elsewhere). */
-void rvl_bench_set_huge_pages(rvl_bench *b, bool on);
-uint64_t rvl_bench_huge_bytes(void);
-int rvl_bench_n_threads(const rvl_bench *b);
-uint64_t rvl_bench_ws_bytes(const rvl_bench *b);
-
-/* STREAM-style bandwidth on the pool's threads over three arrays of
- * ws_bytes/2: best of `reps` after a warm-up, in GB/s (1e9 bytes). */
-typedef struct {
-    uint64_t array_bytes;
-    double copy_gbs;                         /* c[i] = a[i]: 16 bytes/element */
-    double triad_gbs;                        /* a[i] = b[i] + s*c[i]: 24 bytes */
-    double read_gbs;                         /* sum of a[i]: 8 bytes */
-    uint64_t huge_bytes;                     /* of the arrays, in 2 MiB pages */
-} rvl_bench_membw;
-int rvl_bench_mem(rvl_bench *b, int reps, rvl_bench_membw *out);
-/* Peak f32 GFLOP/s of independent FMA chains held in registers, on all
- * the pool's threads, for an ISA ("ref": what the compiler makes of
- * scalar C; NULL: the selected one). */
-int rvl_bench_peak(rvl_bench *b, const char *isa, double *gflops);
-
-typedef enum {
-    RVL_BENCH_GEMV, RVL_BENCH_GEMM, RVL_BENCH_QUANTIZE, RVL_BENCH_DEQUANTIZE,
-    RVL_BENCH_RMSNORM, RVL_BENCH_ROPE, RVL_BENCH_SOFTMAX,
-} rvl_bench_op;
-const char *rvl_bench_op_name(rvl_bench_op op);   /* "gemv", ... */
-
-typedef struct {
-    rvl_bench_op op;
-    uint32_t type;          /* weight format (rvl_type); ignored by rmsnorm/rope/softmax */
-    const char *isa;        /* kernel variant; NULL: the selected one */
-    uint64_t n, k;          /* n rows of k elements (GEMV/GEMM: outputs x inner dim;
-                               rope: tokens x (heads * 128)) */
-    uint32_t m;             /* GEMM: activation rows (tokens) reusing each weight row */
-    int reps;               /* timed repetitions after one warm-up (1..255) */
-} rvl_bench_kcase;
-
-typedef struct {
-    double median_s, min_s, max_s;           /* per operation */
-    double bytes;                            /* bytes read + written per operation */
-    double flops;                            /* 2*m*n*k for GEMV/GEMM; 0 for (de)quantize */
-    const char *impl;                        /* variant that ran ("avx512", "ref") */
-    /* GEMV, dequantize: the read bandwidth measured in the same window,
-     * one read-only pass over the next cold bytes of the ring (as many as
-     * the repetition's weights) paired with each kernel repetition (after
-     * it in even repetitions, before it in odd ones), on the same threads
-     * in the same chunks; GB/s, median, min and max over the repetitions.
-     * 0 for the other operations (their roofline is the peak or
-     * rvl_bench_mem's). */
-    double read_gbs, read_min_gbs, read_max_gbs;
-    /* GEMV/GEMM: the weights in the kernels' packed decode layout, as the
-     * forward pass holds them for this format and variant (Q4_0, IQ4_NL
-     * with AVX-512 VNNI; RUVLLM_REPACK=0 turns it off in both) */
-    bool packed;
-} rvl_bench_kresult;
-/* GEMV: y = W x with vec_dot over each row (x quantized to the format's
- * activation type beforehand, not timed). GEMM: the same for m rows of x,
- * each weight row reused m times. Weights come from the working set's
- * ring, filled with rows quantized by the format's own quantizer. GEMV
- * and dequantize alternate each timed repetition with a read-bandwidth
- * one (read_gbs above), so that a machine whose bandwidth drifts (other
- * tenants, other jobs) is compared with itself at the same moment. */
-int rvl_bench_kernel(rvl_bench *b, const rvl_bench_kcase *c, rvl_bench_kresult *r);
-
-/* Model speed: decode n random token ids in [0, n_vocab) from an empty
- * cache, `batch` per call (n: one prompt batch, 1: generation), and
- * return the wall time. The cache is emptied again afterwards. */
-int rvl_bench_decode(rvl_ctx *c, uint32_t n_vocab, uint32_t n, uint32_t batch, uint64_t seed,
-                     double *seconds);
-/* The same at a context depth: the cache first holds `depth` positions of
- * random keys and values (rvl_ctx_fill_random; kept from the previous
- * call when it holds at least as many), then n tokens are timed. The
- * cache keeps the depth afterwards (depth 0: emptied). */
-int rvl_bench_decode_at(rvl_ctx *c, uint32_t n_vocab, uint32_t depth, uint32_t n, uint32_t batch,
-                        uint64_t seed, double *seconds);
-
-/* Synthetic llama models of random weights, for speed measurements. */
-typedef struct {
-    const char *name;                        /* "llama-7b", "smollm2-135m", ... */
-    uint32_t n_embd, n_layer, n_head, n_head_kv, n_ff, n_vocab, n_ctx_train;
-    float rope_base;
-    bool tied_output;                        /* no output.weight: token_embd is reused */
-} rvl_bench_shape;
-const rvl_bench_shape *rvl_bench_shape_at(size_t i);          /* NULL past the end */
-const rvl_bench_shape *rvl_bench_shape_find(const char *name); /* NULL if unknown */
-uint64_t rvl_bench_synth_size(const rvl_bench_shape *s, uint32_t type);  /* tensor bytes */
-uint64_t rvl_bench_synth_params(const rvl_bench_shape *s);
-typedef void (*rvl_bench_progress_fn)(void *ud, uint64_t done, uint64_t total);
-/* Write a GGUF: every matrix in `type` (or llama.cpp's fallback format
- * where rows are not whole blocks of it), norms of ones, a placeholder
- * gpt2 vocabulary. Atomic; progress (may be NULL) gets bytes written. */
-int rvl_bench_synth_write(const char *path, const rvl_bench_shape *s, uint32_t type,
-                          rvl_bench_progress_fn progress, void *ud);
-/* The same into a private directory under `dir` (NULL: /tmp), opened with
- * rvl_model_open and unlinked at once (the mapping keeps the data).
- * Checks the free space first. owned: close with rvl_model_close. */
-int rvl_bench_synth_open(rvl_model **out, const rvl_bench_shape *s, uint32_t type, const char *dir,
-                         rvl_bench_progress_fn progress, void *ud);
-
-/* Perplexity as llama-perplexity computes it: consecutive windows of
- * n_ctx tokens, the first replaced by BOS when the model adds one, each
- * scored on its second half (positions n_ctx/2 .. n_ctx-1). With
- * save_path the log-probabilities of every scored position are written
- * (atomically, by rvl_ppl_finish) for a later base_path run, which
- * reports the KL divergence and top-token agreement against them; the
- * file layout is in lib/bench_ppl.c and ruvllm-bench(1). */
-typedef struct {
-    uint32_t n_ctx;          /* window (0: 512, or the base file's) */
-    uint32_t n_threads;      /* 0: one per CPU */
-    uint32_t n_windows;      /* at most this many (0: all) */
-    const char *save_path;   /* --kl-base FILE, or NULL */
-    const char *base_path;   /* --kl FILE, or NULL: its windows and tokens are used */
-    rvl_kv_type kv_type;     /* the context's KV cache */
-    const rvl_ctx_params *kv; /* non-NULL: its kv_* fields instead of kv_type */
-} rvl_ppl_params;
-
-typedef struct {
-    uint32_t n_windows;      /* scored so far */
-    uint64_t count;          /* scored tokens */
-    double ppl, ppl_err;     /* exp(mean NLL) and its standard error */
-    bool has_base;
-    double base_ppl, base_ppl_err;
-    double kl_mean, kl_err, kl_max;          /* KL(base || this model), nats */
-    double same_top, same_top_err;           /* fraction of equal argmax */
-} rvl_ppl_stats;
-
-typedef struct rvl_ppl rvl_ppl;
-/* tokens: the text's tokens (BOS included when the model adds one); may
- * be NULL with base_path, and must match the base file's otherwise.
- * owned: close with rvl_ppl_close. */
-int rvl_ppl_open(rvl_ppl **out, const rvl_model *m, const rvl_ppl_params *p,
-                 const int32_t *tokens, size_t n_tokens);
-uint32_t rvl_ppl_n_windows(const rvl_ppl *p);
-uint32_t rvl_ppl_n_ctx(const rvl_ppl *p);
-bool rvl_ppl_batched(const rvl_ppl *p);  /* one decode per window (all_logits) */
-int rvl_ppl_window(rvl_ppl *p);          /* score the next window */
-void rvl_ppl_get_stats(const rvl_ppl *p, rvl_ppl_stats *s);
-int rvl_ppl_finish(rvl_ppl *p);          /* commit the save file (all windows done) */
-void rvl_ppl_close(rvl_ppl *p);          /* discards an uncommitted save file */
 
 /* ======================================================================
  * JSON output (--json): a streaming writer to a caller-owned FILE*.
@@ -1170,7 +611,7 @@ void rvl_jw_bool(rvl_jw *w, bool v);
 void rvl_jw_null(rvl_jw *w);
 
 /* ======================================================================
- * Tokenizer (lib/tokenizer.c, lib/tokenizer_pre.c)
+ * Tokenizer (lib/text/tok.c, lib/text/pretok.c)
  *
  * Read from a GGUF file's tokenizer.ggml.* metadata. Supported models:
  * "gpt2" (byte-level BPE; the pre-tokenizer named by tokenizer.ggml.pre:
@@ -1191,9 +632,9 @@ enum {
 #define RVL_TOK_NULL (-1)   /* "no such token" */
 
 /* Everything is copied: `f` may be closed afterwards.
- * owned: free with rvl_tokenizer_close. */
-int rvl_tokenizer_open(rvl_tokenizer **out, const rvl_file *f);
-void rvl_tokenizer_close(rvl_tokenizer *t);  /* accepts NULL */
+ * owned: free with rvl_tok_close. */
+int rvl_tok_open(rvl_tokenizer **out, const rvl_file *f);
+void rvl_tok_close(rvl_tokenizer *t);  /* accepts NULL */
 
 const char *rvl_tok_model(const rvl_tokenizer *t);  /* "gpt2", "llama" */
 const char *rvl_tok_pre(const rvl_tokenizer *t);    /* tokenizer.ggml.pre, or "default" */
@@ -1231,17 +672,17 @@ int32_t rvl_tok_find(const rvl_tokenizer *t, const char *text, size_t len);
  * fit, returns RVL_ERANGE with *n_out = the count needed (ids may be NULL
  * with cap 0 to count). Text needs about len / 4 ids; len + 3 suffice for
  * valid UTF-8 with a byte-level vocabulary. */
-int rvl_tokenize(const rvl_tokenizer *t, const char *text, size_t len,
+int rvl_tok_encode(const rvl_tokenizer *t, const char *text, size_t len,
                  bool add_special, bool parse_special,
                  int32_t *ids, size_t cap, size_t *n_out);
 /* The same, into an array it allocates. owned: free with free(). */
-int rvl_tokenize_alloc(const rvl_tokenizer *t, const char *text, size_t len,
+int rvl_tok_encode_alloc(const rvl_tokenizer *t, const char *text, size_t len,
                        bool add_special, bool parse_special,
                        int32_t **ids, size_t *n_out);
 
 /* The bytes token `id` stands for (may be part of a UTF-8 character).
  * Control/unknown tokens give "" unless `special`. RVL_EINVAL for an
- * invalid id. borrowed: valid until rvl_tokenizer_close. */
+ * invalid id. borrowed: valid until rvl_tok_close. */
 int rvl_tok_piece(const rvl_tokenizer *t, int32_t id, bool special,
                   const char **piece, size_t *len);
 
@@ -1250,7 +691,7 @@ int rvl_tok_piece(const rvl_tokenizer *t, int32_t id, bool special,
  * of the text is removed again, so detokenize(tokenize(x)) == x. Hugging
  * Face's clean_up_tokenization_spaces is not applied. RVL_EINVAL for an
  * invalid id; RVL_ERANGE with *n_out = bytes needed when cap is short. */
-int rvl_detokenize(const rvl_tokenizer *t, const int32_t *ids, size_t n,
+int rvl_detok_ids(const rvl_tokenizer *t, const int32_t *ids, size_t n,
                    bool special, char *buf, size_t cap, size_t *n_out);
 
 /* Streaming detokenizer for generation: push tokens one by one, get valid
@@ -1274,7 +715,7 @@ int rvl_detok_push_bytes(rvl_detok *d, const char *bytes, size_t n,
 int rvl_detok_flush(rvl_detok *d, char *buf, size_t cap, size_t *n_out);
 
 /* ======================================================================
- * Chat templates (lib/chat_template.c; engine in lib/jinja*.c)
+ * Chat templates (lib/chat/chat.c; engine in lib/chat/jinja/)
  *
  * The model's tokenizer.chat_template is rendered by a Jinja2 engine that
  * matches Python's jinja2 under transformers' settings byte for byte

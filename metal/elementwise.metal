@@ -2,7 +2,7 @@
 //
 //   rvl_add_f32     y = a + b
 //   rvl_mul_f32     y = a * b
-//   rvl_swiglu_f32  y = silu(a) * b = a / (1 + exp(-a)) * b    (lib/forward.c's SwiGLU)
+//   rvl_swiglu_f32  y = silu(a) * b = a / (1 + exp(-a)) * b    (lib/engine/forward.c's SwiGLU)
 //                   Buffers: 0 a, 1 b, 2 y, 3 n (uint).
 //   rvl_silu_f32    y = x / (1 + exp(-x))
 //   rvl_gelu_f32    y = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))  (the tanh form)

@@ -2,7 +2,7 @@
 // RVL_MTL_NORM_THREADS threads per row (rvl_mtl_norm_dispatch).
 //
 //   rvl_rms_norm_f32  y = (x * s) * w, s = 1 / sqrt(sum(x^2) / n + eps)
-//                     (lib/forward.c's rmsnorm; the CPU sums the squares in
+//                     (lib/engine/forward.c's rmsnorm; the CPU sums the squares in
 //                     double, here in f32 per thread, then simd_sum and a
 //                     sum over the simdgroups).
 //                     Buffers: 0 rvl_mtl_norm_args, 1 x, 2 w, 3 y.

@@ -1,7 +1,7 @@
 // rope.metal - rotary position embedding of q or k rows.
 //
 // The angles come from cos/sin tables, not from theta parameters: the host
-// uploads the tables lib/rope.c's rvl_rope_tables builds (n_ctx x
+// uploads the tables lib/engine/rope.c's rvl_rope_tables builds (n_ctx x
 // rope_dim/2 each), so every scaling the CPU supports (linear, NTK-aware,
 // Llama 3.1 frequency divisors, YaRN's ramp; YaRN's mscale^2 goes into the
 // attention scale, not here) gives the GPU exactly the CPU's angles, and the

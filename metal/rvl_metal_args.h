@@ -114,7 +114,7 @@ typedef struct {
  * RoPE of n_tok tokens of n_head heads, head h of token t at
  * x + t * x_stride + h * head_dim: the first rope_dim elements rotated by
  * the angles of position pos[t], the rest copied. cos/sin tables as
- * lib/rope.c builds them: cos_t[p * rope_dim/2 + i] for pair i.
+ * lib/engine/rope.c builds them: cos_t[p * rope_dim/2 + i] for pair i.
  * Buffers: 0 args, 1 x, 2 y (may be x), 3 cos_t, 4 sin_t, 5 pos (int32).
  */
 typedef struct {

@@ -1,12 +1,12 @@
 /*
- * rvl_metal_backend.c - the Metal backend (lib/backend.h's operation
+ * rvl_metal_backend.c - the Metal backend (lib/engine/backend.h's operation
  * table) for Llama-family models, in pure C over metal/rvl_mtl_device.h:
  * the same file runs on Apple GPUs (rvl_mtl_device.m, make METAL=1) and
  * on Linux in the Metal emulator (tests/metal-emu/device_emu.cpp,
  * test_backend.cpp). Argument structs and dispatch sizes come from
  * rvl_metal_args.h, the header the shaders share.
  *
- * Per chunk of up to UBATCH tokens (llama2.c-style, as lib/forward.c):
+ * Per chunk of up to UBATCH tokens (llama2.c-style, as lib/engine/forward.c):
  * embedding rows (dequantized on the host into shared memory) -> per layer:
  * RMSNorm, Q/K/V matmuls (+ biases), RoPE of q, K (RoPE fused) and V
  * appended to the paged cache, flash-attention decode + reduce (one token)
@@ -15,7 +15,7 @@
  * Everything is encoded into one command buffer per chunk and waited for
  * once, when the logits are read.
  *
- * Differences from the CPU (lib/forward.c), all within rounding: matmuls
+ * Differences from the CPU (lib/engine/forward.c), all within rounding: matmuls
  * dequantize the weights and keep the activations f32 (the CPU quantizes
  * activations to Q8 for quantized formats: metal/README.md), the
  * reductions sum in f32 (the CPU's RMSNorm sums in double), attention
@@ -30,12 +30,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend.h"
-#include "model.h"
+#include "engine/backend.h"
+#include "engine/model.h"
 #include "rvl_metal_args.h"
 #include "rvl_mtl_device.h"
 
-#define UBATCH 32         /* tokens per chunk (as lib/forward.c) */
+#define UBATCH 32         /* tokens per chunk (as lib/engine/forward.c) */
 #define PAGE 32           /* KV positions per page */
 #define MAX_CHUNKS 8      /* decode's split-K */
 #define MV_MAX_TOK 4      /* GEMV up to this many tokens, GEMM above */
@@ -131,7 +131,7 @@ static rvl_mtl_dispatch elem_dispatch(size_t n)
 }
 
 /* ====================================================================
- * Ops (lib/backend.h)
+ * Ops (lib/engine/backend.h)
  * ==================================================================== */
 
 static const rvl_bw *op_weight(rvl_backend *b, uint32_t layer, rvl_bw_role role)
@@ -328,7 +328,7 @@ static int op_sync(rvl_backend *b, rvl_bt x, float *dst, size_t n)
 }
 
 /* ====================================================================
- * The forward pass: only lib/backend.h's ops and the hyper-parameters
+ * The forward pass: only lib/engine/backend.h's ops and the hyper-parameters
  * ==================================================================== */
 
 /* nb tokens at positions pos0..; logits (vocab floats apart) of every

@@ -2,7 +2,7 @@
 // read or write the KV cache and apply RoPE (attn.metal, kv.metal, rope.metal).
 // Metal Shading Language only: include it after <metal_stdlib>.
 //
-//   RoPE     rotation of pairs by lib/rope.c's cos/sin tables;
+//   RoPE     rotation of pairs by lib/engine/rope.c's cos/sin tables;
 //   rotation kernels/kvq.h's TurboQuant rotation x -> H D x (D the fixed
 //            +-1 diagonal of rvl_kvq_sign, H the orthonormal Walsh-Hadamard
 //            matrix) on rows held in threadgroup memory, with the same
@@ -36,7 +36,7 @@ static inline void rope_pair(int mode, int rope_dim, int i, thread int &ia, thre
 
 // Pairs [0, rope_dim/2) of the rows of v (nrows rows of stride floats) at
 // positions pos0 + row / rows_per_pos, split over the nt threads: the
-// rotation of lib/forward.c's rope(): x0 c - x1 s, x0 s + x1 c.
+// rotation of lib/engine/forward.c's rope(): x0 c - x1 s, x0 s + x1 c.
 static inline void rope_rows_tg(threadgroup float *v, int stride, int nrows, int rows_per_pos,
                                 int pos0, int mode, int rope_dim, device const float *cos_t,
                                 device const float *sin_t, ushort tid, ushort nt)

@@ -23,7 +23,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "internal.h"
+#include "format/format_int.h"
+#include "ruvllm_tools.h"
 
 /* ======================================================================
  * In-memory GGUF builder

@@ -40,7 +40,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "internal.h"
+#include "format/format_int.h"
+#include "ruvllm_tools.h"
 
 static char outdir[4096];
 static bool keep;

@@ -1,6 +1,6 @@
 /*
- * test_jinja.c - the chat-template engine (lib/jinja*.c) and the chat
- * formatting API (lib/chat_template.c).
+ * test_jinja.c - the chat-template engine (lib/chat/jinja/) and the chat
+ * formatting API (lib/chat/chat.c).
  *
  *  - Every real template in tests/data/templates/ x every conversation in
  *    conv/ renders byte for byte as Python's jinja2 does under
@@ -629,12 +629,12 @@ static void test_chat_open_model_reads_the_gguf_template(void **state)
     rvl_file *f;
     assert_int_equal(rvl_file_open(&f, path), 0);
     rvl_tokenizer *tok;
-    assert_int_equal(rvl_tokenizer_open(&tok, f), 0);
+    assert_int_equal(rvl_tok_open(&tok, f), 0);
     rvl_chat *c;
     char *warn, *out;
     assert_int_equal(rvl_chat_open_model(&c, f, tok, NULL, &warn), 0);
     assert_null(warn);
-    rvl_tokenizer_close(tok);
+    rvl_tok_close(tok);
     rvl_file_close(f);
     assert_int_equal(rvl_chat_family_of(c), RVL_CHAT_CHATML);
     assert_string_equal(rvl_chat_describe(c), "model template (chatml)");

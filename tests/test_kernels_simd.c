@@ -30,8 +30,8 @@
  *
  * Dispatch: RUVLLM_ISA selects the variant (checked in a fresh process,
  * since the choice is made once), the default is the best runnable one,
- * concurrent first calls agree, and rvl_isa_check() refuses unknown
- * names and variants this CPU cannot run, agreeing with lib/cpu.c's
+ * concurrent first calls agree, and rvl_cpu_isa_check() refuses unknown
+ * names and variants this CPU cannot run, agreeing with lib/base/cpu.c's
  * independent CPUID probe.
  */
 #include <stdarg.h>
@@ -770,7 +770,7 @@ static void test_default_is_the_best_runnable_variant(void **state)
     run_child(NULL, got, sizeof got);
     assert_selects_best(got, NULL);
     /* an unusable request leaves the library on the default (the CLI
-     * refuses it first through rvl_isa_check) */
+     * refuses it first through rvl_cpu_isa_check) */
     run_child("bogus", got, sizeof got);
     assert_selects_best(got, "bogus");
 #if defined(__x86_64__) || defined(__i386__)
@@ -782,30 +782,30 @@ static void test_default_is_the_best_runnable_variant(void **state)
 static void test_isa_check_refuses_unknown_and_unrunnable_variants(void **state)
 {
     (void)state;
-    assert_int_equal(rvl_isa_check("ref"), 0);
-    assert_int_equal(rvl_isa_check("bogus"), RVL_EINVAL);
+    assert_int_equal(rvl_cpu_isa_check("ref"), 0);
+    assert_int_equal(rvl_cpu_isa_check("bogus"), RVL_EINVAL);
     assert_non_null(strstr(rvl_errmsg(), "RUVLLM_ISA=bogus"));
-    assert_int_equal(rvl_isa_check(""), RVL_EINVAL);
-    assert_int_equal(rvl_isa_check("AVX2"), RVL_EINVAL);
+    assert_int_equal(rvl_cpu_isa_check(""), RVL_EINVAL);
+    assert_int_equal(rvl_cpu_isa_check("AVX2"), RVL_EINVAL);
 #if defined(__x86_64__) || defined(__i386__)
-    assert_int_equal(rvl_isa_check("neon"), RVL_EUNSUPPORTED);
+    assert_int_equal(rvl_cpu_isa_check("neon"), RVL_EUNSUPPORTED);
     assert_non_null(strstr(rvl_errmsg(), "not available"));
-    /* agrees with lib/cpu.c's own CPUID probe */
+    /* agrees with lib/base/cpu.c's own CPUID probe */
     const rvl_cpu_features *c = rvl_cpu();
     const bool avx2 = c->avx2 && c->fma && c->f16c;
     const bool avx512 = avx2 && c->avx512f && c->avx512bw && c->avx512vl;
-    assert_int_equal(rvl_isa_check("avx2"), avx2 ? 0 : RVL_EUNSUPPORTED);
-    assert_int_equal(rvl_isa_check("avx512"), avx512 ? 0 : RVL_EUNSUPPORTED);
+    assert_int_equal(rvl_cpu_isa_check("avx2"), avx2 ? 0 : RVL_EUNSUPPORTED);
+    assert_int_equal(rvl_cpu_isa_check("avx512"), avx512 ? 0 : RVL_EUNSUPPORTED);
     assert_int_equal(!!(rvl_dispatch_cpu() & RVL_KCPU_VNNI), avx512 && c->avx512vnni);
     assert_int_equal(!!(rvl_dispatch_cpu() & RVL_KCPU_BF16), avx512 && c->avx512bf16);
 #elif defined(__aarch64__)
-    assert_int_equal(rvl_isa_check("avx2"), RVL_EUNSUPPORTED);
-    assert_int_equal(rvl_isa_check("avx512"), RVL_EUNSUPPORTED);
-    /* agrees with lib/cpu.c's own HWCAP probe */
-    assert_int_equal(rvl_isa_check("neon"), rvl_cpu()->neon ? 0 : RVL_EUNSUPPORTED);
+    assert_int_equal(rvl_cpu_isa_check("avx2"), RVL_EUNSUPPORTED);
+    assert_int_equal(rvl_cpu_isa_check("avx512"), RVL_EUNSUPPORTED);
+    /* agrees with lib/base/cpu.c's own HWCAP probe */
+    assert_int_equal(rvl_cpu_isa_check("neon"), rvl_cpu()->neon ? 0 : RVL_EUNSUPPORTED);
     assert_int_equal(!!(rvl_dispatch_cpu() & RVL_KCPU_DOTPROD), !!rvl_cpu()->dotprod);
 #endif
-    assert_string_equal(rvl_isa_selected(), rvl_dispatch_isa_name(rvl_dispatch_isa()));
+    assert_string_equal(rvl_cpu_isa_selected(), rvl_dispatch_isa_name(rvl_dispatch_isa()));
     assert_int_equal(rvl_dispatch_isa_parse("avx512"), RVL_ISA_AVX512);
     assert_int_equal(rvl_dispatch_isa_parse(NULL), -1);
     assert_null(rvl_dispatch_isa_name(RVL_ISA_COUNT));

@@ -1,9 +1,9 @@
 /*
- * test_kv_inspect.c - the session-file inspector (lib/kv_inspect.c) and
+ * test_kv_inspect.c - the session-file inspector (lib/tools/kv_inspect.c) and
  * `ruvllm kv-inspect --json`.
  *
  * Version 2 files are built here byte by byte from the layout in
- * docs/formats.md (independently of lib/session.c's writer) with
+ * docs/formats.md (independently of lib/engine/session.c's writer) with
  * synthetic keys whose statistics are known: a Gaussian head with one
  * channel 20 times larger (an outlier; kurtosis far above 3, near 3 after
  * the Walsh-Hadamard rotation). Files the library writes itself
@@ -26,6 +26,7 @@
 
 #include "kvq.h"
 #include "ruvllm.h"
+#include "ruvllm_tools.h"
 
 #define TINY "tests/data/tiny/llama.gguf"
 #define NL 2
@@ -176,25 +177,25 @@ static void test_kvi_reads_v2_geometry_tokens_and_blocks(void **state)
     (void)state;
     buf o = make_v2(40, F32x3, F32x3, UINT32_MAX, tiers0);
     rvl_kvi *f;
-    assert_int_equal(rvl_kvi_open_mem(&f, "v2", o.b, o.n), 0);
-    const rvl_kvi_info *in = rvl_kvi_info_get(f);
-    assert_true(rvl_kvi_intact(f));
+    assert_int_equal(rvl_kv_inspect_open_mem(&f, "v2", o.b, o.n), 0);
+    const rvl_kv_inspect_info *in = rvl_kv_inspect_info_get(f);
+    assert_true(rvl_kv_inspect_intact(f));
     assert_int_equal(in->version, 2);
     assert_int_equal(in->n_layer, NL);
     assert_int_equal(in->n_head_kv, NH);
     assert_int_equal(in->head_dim, HD);
     assert_int_equal(in->n_tokens, 40);
     assert_true(in->fingerprint == 0x1234567890abcdefull);
-    assert_int_equal(rvl_kvi_n_blocks(f), 2 + NL * 2);
+    assert_int_equal(rvl_kv_inspect_n_blocks(f), 2 + NL * 2);
     assert_non_null(in->tokens);
     assert_int_equal(in->tokens[3], 21);
     assert_string_equal(in->extra, "{}");
-    const rvl_kvi_blockinfo *last = rvl_kvi_block(f, rvl_kvi_n_blocks(f) - 1);
+    const rvl_kv_inspect_blockinfo *last = rvl_kv_inspect_block(f, rvl_kv_inspect_n_blocks(f) - 1);
     assert_int_equal(last->layer, 1);
     assert_int_equal(last->page, 1);
     assert_int_equal(last->n_pos, 8);
     assert_int_equal(last->k_bytes, NH * 32 * HD * 4);
-    rvl_kvi_close(f);
+    rvl_kv_inspect_close(f);
     free(o.b);
 }
 
@@ -203,10 +204,10 @@ static void test_kvi_stats_find_outlier_channel_and_rotation_flattens_it(void **
     (void)state;
     buf o = make_v2(64, F32x3, F32x3, UINT32_MAX, tiers0);
     rvl_kvi *f;
-    assert_int_equal(rvl_kvi_open_mem(&f, "v2", o.b, o.n), 0);
-    rvl_kvi_head *h;
+    assert_int_equal(rvl_kv_inspect_open_mem(&f, "v2", o.b, o.n), 0);
+    rvl_kv_inspect_head *h;
     size_t n;
-    assert_int_equal(rvl_kvi_stats(f, NULL, &h, &n), 0);
+    assert_int_equal(rvl_kv_inspect_stats(f, NULL, &h, &n), 0);
     assert_int_equal(n, NL * NH * 2);
     for (size_t i = 0; i < n; i++) {
         assert_int_equal(h[i].n_pos, 64);
@@ -233,8 +234,8 @@ static void test_kvi_stats_find_outlier_channel_and_rotation_flattens_it(void **
         /* TurboQuant's error on Gaussian input is its codebook's MSE */
         assert_true(fabs(h[i].rel_mse[RVL_KVI_TQ4] - rvl_kvq_codebook_mse(16)) < 0.004);
     }
-    rvl_kvi_stats_free(h, n);
-    rvl_kvi_close(f);
+    rvl_kv_inspect_stats_free(h, n);
+    rvl_kv_inspect_close(f);
     free(o.b);
 }
 
@@ -247,33 +248,33 @@ static void test_kvi_reconstruction_error_only_from_full_precision_pages(void **
     const int tiers[2] = {1, 0};
     buf o = make_v2(40, kf, kf, 8, tiers);
     rvl_kvi *f;
-    assert_int_equal(rvl_kvi_open_mem(&f, "tiered", o.b, o.n), 0);
-    assert_true(rvl_kvi_intact(f));
-    assert_int_equal(rvl_kvi_block(f, 2)->k_fmt, RVL_KVI_Q8);
-    assert_int_equal(rvl_kvi_block(f, 2)->tier, 1);
-    assert_int_equal(rvl_kvi_block(f, 2)->k_bytes, NH * rvl_kvq_page_bytes(RVL_KVQ_Q8, 0, HD));
-    rvl_kvi_head *h;
+    assert_int_equal(rvl_kv_inspect_open_mem(&f, "tiered", o.b, o.n), 0);
+    assert_true(rvl_kv_inspect_intact(f));
+    assert_int_equal(rvl_kv_inspect_block(f, 2)->k_fmt, RVL_KVI_Q8);
+    assert_int_equal(rvl_kv_inspect_block(f, 2)->tier, 1);
+    assert_int_equal(rvl_kv_inspect_block(f, 2)->k_bytes, NH * rvl_kvq_page_bytes(RVL_KVQ_Q8, 0, HD));
+    rvl_kv_inspect_head *h;
     size_t n;
-    assert_int_equal(rvl_kvi_stats(f, NULL, &h, &n), 0);
+    assert_int_equal(rvl_kv_inspect_stats(f, NULL, &h, &n), 0);
     assert_int_equal(h[0].n_pos_fmt[RVL_KVI_Q8], 32);
     assert_int_equal(h[0].n_pos_fmt[RVL_KVI_F16], 8);
     assert_int_equal(h[0].n_pos_exact, 8);   /* only the f16 page's rows */
     assert_true(h[0].rel_mse[RVL_KVI_Q8] > 0);
     assert_int_equal(h[0].outliers[0], OUTLIER_CH);
-    rvl_kvi_stats_free(h, n);
-    rvl_kvi_close(f);
+    rvl_kv_inspect_stats_free(h, n);
+    rvl_kv_inspect_close(f);
 
     /* all pages quantized: not computable */
     const int tiers1[2] = {1, 1};
     buf q = make_v2(64, kf, kf, 0, tiers1);
-    assert_int_equal(rvl_kvi_open_mem(&f, "q8", q.b, q.n), 0);
-    assert_true(rvl_kvi_intact(f));
-    assert_int_equal(rvl_kvi_stats(f, NULL, &h, &n), 0);
+    assert_int_equal(rvl_kv_inspect_open_mem(&f, "q8", q.b, q.n), 0);
+    assert_true(rvl_kv_inspect_intact(f));
+    assert_int_equal(rvl_kv_inspect_stats(f, NULL, &h, &n), 0);
     assert_int_equal(h[0].n_pos_exact, 0);
     assert_true(isnan(h[0].rel_mse[RVL_KVI_Q8]));
     assert_false(isnan(h[0].kurtosis_rotated));
-    rvl_kvi_stats_free(h, n);
-    rvl_kvi_close(f);
+    rvl_kv_inspect_stats_free(h, n);
+    rvl_kv_inspect_close(f);
     free(o.b);
     free(q.b);
 }
@@ -283,31 +284,31 @@ static void test_kvi_names_the_block_with_a_bad_checksum(void **state)
     (void)state;
     buf o = make_v2(40, F32x3, F32x3, UINT32_MAX, tiers0);
     rvl_kvi *f;
-    assert_int_equal(rvl_kvi_open_mem(&f, "x", o.b, o.n), 0);
-    uint64_t off = rvl_kvi_block(f, 4)->offset;   /* layer 1, page 0 */
-    rvl_kvi_close(f);
+    assert_int_equal(rvl_kv_inspect_open_mem(&f, "x", o.b, o.n), 0);
+    uint64_t off = rvl_kv_inspect_block(f, 4)->offset;   /* layer 1, page 0 */
+    rvl_kv_inspect_close(f);
     o.b[off + 32 + 10] ^= 0x10;
-    assert_int_equal(rvl_kvi_open_mem(&f, "x", o.b, o.n), 0);
-    assert_false(rvl_kvi_intact(f));
-    assert_false(rvl_kvi_info_get(f)->file_ok);
-    assert_true(rvl_kvi_info_get(f)->header_ok);
-    for (size_t i = 0; i < rvl_kvi_n_blocks(f); i++)
-        assert_int_equal(rvl_kvi_block(f, i)->status, i == 4 ? RVL_KVI_BAD_CHECKSUM : RVL_KVI_OK);
-    assert_non_null(strstr(rvl_kvi_problem(f, 0), "(layer 1, page 0): checksum mismatch"));
+    assert_int_equal(rvl_kv_inspect_open_mem(&f, "x", o.b, o.n), 0);
+    assert_false(rvl_kv_inspect_intact(f));
+    assert_false(rvl_kv_inspect_info_get(f)->file_ok);
+    assert_true(rvl_kv_inspect_info_get(f)->header_ok);
+    for (size_t i = 0; i < rvl_kv_inspect_n_blocks(f); i++)
+        assert_int_equal(rvl_kv_inspect_block(f, i)->status, i == 4 ? RVL_KVI_BAD_CHECKSUM : RVL_KVI_OK);
+    assert_non_null(strstr(rvl_kv_inspect_problem(f, 0), "(layer 1, page 0): checksum mismatch"));
     char want[64];
     snprintf(want, sizeof want, "offset %llu", (unsigned long long)off);
-    assert_non_null(strstr(rvl_kvi_problem(f, 0), want));
+    assert_non_null(strstr(rvl_kv_inspect_problem(f, 0), want));
     float k[32 * NH * HD], v[32 * NH * HD];
     uint32_t np;
-    assert_int_equal(rvl_kvi_page(f, 4, k, v, &np), RVL_EFORMAT);
-    assert_int_equal(rvl_kvi_page(f, 3, k, v, &np), 0);   /* the others still read */
+    assert_int_equal(rvl_kv_inspect_page(f, 4, k, v, &np), RVL_EFORMAT);
+    assert_int_equal(rvl_kv_inspect_page(f, 3, k, v, &np), 0);   /* the others still read */
     assert_int_equal(np, 8);
-    rvl_kvi_head *h;
+    rvl_kv_inspect_head *h;
     size_t n;
-    assert_int_equal(rvl_kvi_stats(f, NULL, &h, &n), 0);
+    assert_int_equal(rvl_kv_inspect_stats(f, NULL, &h, &n), 0);
     assert_int_equal(h[2 * NH].n_pos, 8);   /* layer 1: only page 1 */
-    rvl_kvi_stats_free(h, n);
-    rvl_kvi_close(f);
+    rvl_kv_inspect_stats_free(h, n);
+    rvl_kv_inspect_close(f);
     free(o.b);
 }
 
@@ -316,20 +317,20 @@ static void test_kvi_reports_truncation_and_missing_blocks(void **state)
     (void)state;
     buf o = make_v2(40, F32x3, F32x3, UINT32_MAX, tiers0);
     rvl_kvi *f;
-    assert_int_equal(rvl_kvi_open_mem(&f, "x", o.b, o.n), 0);
-    uint64_t off = rvl_kvi_block(f, 3)->offset;   /* layer 0, page 1 */
-    rvl_kvi_close(f);
-    assert_int_equal(rvl_kvi_open_mem(&f, "cut", o.b, off + 100), 0);
-    assert_false(rvl_kvi_intact(f));
-    assert_int_equal(rvl_kvi_n_blocks(f), 4);
-    assert_int_equal(rvl_kvi_block(f, 3)->status, RVL_KVI_TRUNCATED);
-    assert_int_equal(rvl_kvi_block(f, 2)->status, RVL_KVI_OK);
-    assert_non_null(rvl_kvi_info_get(f)->tokens);
+    assert_int_equal(rvl_kv_inspect_open_mem(&f, "x", o.b, o.n), 0);
+    uint64_t off = rvl_kv_inspect_block(f, 3)->offset;   /* layer 0, page 1 */
+    rvl_kv_inspect_close(f);
+    assert_int_equal(rvl_kv_inspect_open_mem(&f, "cut", o.b, off + 100), 0);
+    assert_false(rvl_kv_inspect_intact(f));
+    assert_int_equal(rvl_kv_inspect_n_blocks(f), 4);
+    assert_int_equal(rvl_kv_inspect_block(f, 3)->status, RVL_KVI_TRUNCATED);
+    assert_int_equal(rvl_kv_inspect_block(f, 2)->status, RVL_KVI_OK);
+    assert_non_null(rvl_kv_inspect_info_get(f)->tokens);
     bool missing = false;
-    for (size_t i = 0; i < rvl_kvi_n_problems(f); i++)
-        missing |= strstr(rvl_kvi_problem(f, i), "missing: 2 of the 6 blocks") != NULL;
+    for (size_t i = 0; i < rvl_kv_inspect_n_problems(f); i++)
+        missing |= strstr(rvl_kv_inspect_problem(f, i), "missing: 2 of the 6 blocks") != NULL;
     assert_true(missing);
-    rvl_kvi_close(f);
+    rvl_kv_inspect_close(f);
     free(o.b);
 }
 
@@ -337,14 +338,14 @@ static void test_kvi_refuses_what_is_not_a_session(void **state)
 {
     (void)state;
     rvl_kvi *f;
-    assert_int_equal(rvl_kvi_open_mem(&f, "x", "GGUF\3\0\0\0\0\0\0\0\0\0\0\0", 16), RVL_EFORMAT);
+    assert_int_equal(rvl_kv_inspect_open_mem(&f, "x", "GGUF\3\0\0\0\0\0\0\0\0\0\0\0", 16), RVL_EFORMAT);
     assert_null(f);
     buf o = make_v2(5, F32x3, F32x3, UINT32_MAX, tiers0);
-    assert_int_equal(rvl_kvi_open_mem(&f, "x", o.b, 60), RVL_EFORMAT);
+    assert_int_equal(rvl_kv_inspect_open_mem(&f, "x", o.b, 60), RVL_EFORMAT);
     assert_non_null(strstr(rvl_errmsg(), "truncated"));
     o.b[12] = 1;   /* the byte-order mark as a big-endian writer puts it */
     o.b[15] = 4;
-    assert_int_equal(rvl_kvi_open_mem(&f, "x", o.b, o.n), RVL_EUNSUPPORTED);
+    assert_int_equal(rvl_kv_inspect_open_mem(&f, "x", o.b, o.n), RVL_EUNSUPPORTED);
     free(o.b);
 }
 
@@ -353,14 +354,14 @@ static void test_kvi_rejects_page_formats_that_are_not_their_tiers(void **state)
     (void)state;
     buf o = make_v2(40, F32x3, F32x3, UINT32_MAX, tiers0);
     rvl_kvi *f;
-    assert_int_equal(rvl_kvi_open_mem(&f, "x", o.b, o.n), 0);
-    uint64_t off = rvl_kvi_block(f, 2)->offset;
-    rvl_kvi_close(f);
+    assert_int_equal(rvl_kv_inspect_open_mem(&f, "x", o.b, o.n), 0);
+    uint64_t off = rvl_kv_inspect_block(f, 2)->offset;
+    rvl_kv_inspect_close(f);
     o.b[off + 12] = RVL_KVI_F16;   /* the block header is not checksummed by its block hash */
-    assert_int_equal(rvl_kvi_open_mem(&f, "x", o.b, o.n), 0);
-    assert_int_equal(rvl_kvi_block(f, 2)->status, RVL_KVI_BAD_DATA);
-    assert_non_null(strstr(rvl_kvi_problem(f, 0), "are not tier 0's f32/f32"));
-    rvl_kvi_close(f);
+    assert_int_equal(rvl_kv_inspect_open_mem(&f, "x", o.b, o.n), 0);
+    assert_int_equal(rvl_kv_inspect_block(f, 2)->status, RVL_KVI_BAD_DATA);
+    assert_non_null(strstr(rvl_kv_inspect_problem(f, 0), "are not tier 0's f32/f32"));
+    rvl_kv_inspect_close(f);
     free(o.b);
 }
 
@@ -404,17 +405,17 @@ static void test_kvi_adds_the_key_centre_back(void **state)
         rvl_ctx_close(c);
     }
     rvl_kvi *fq, *ff;
-    assert_int_equal(rvl_kvi_open(&fq, pq), 0);
-    assert_int_equal(rvl_kvi_open(&ff, pf), 0);
-    const rvl_kvi_info *iq = rvl_kvi_info_get(fq), *iff = rvl_kvi_info_get(ff);
-    assert_true(rvl_kvi_intact(fq));
+    assert_int_equal(rvl_kv_inspect_open(&fq, pq), 0);
+    assert_int_equal(rvl_kv_inspect_open(&ff, pf), 0);
+    const rvl_kv_inspect_info *iq = rvl_kv_inspect_info_get(fq), *iff = rvl_kv_inspect_info_get(ff);
+    assert_true(rvl_kv_inspect_intact(fq));
     assert_int_equal(iq->version, 3);
     assert_true(iq->key_centre);
     assert_non_null(iq->centre);
     assert_false(iff->key_centre);
     assert_null(iff->centre);
-    assert_int_equal(rvl_kvi_n_blocks(fq), iq->n_blocks_expected);
-    assert_int_equal(rvl_kvi_block(fq, 2)->kind, RVL_KVI_BLK_CENTER);
+    assert_int_equal(rvl_kv_inspect_n_blocks(fq), iq->n_blocks_expected);
+    assert_int_equal(rvl_kv_inspect_block(fq, 2)->kind, RVL_KVI_BLK_CENTER);
     const size_t kd = iq->kv_dim;
     float *kq = malloc(32 * kd * sizeof(float)), *vq = malloc(32 * kd * sizeof(float));
     float *kf = malloc(32 * kd * sizeof(float)), *vf = malloc(32 * kd * sizeof(float));
@@ -424,15 +425,15 @@ static void test_kvi_adds_the_key_centre_back(void **state)
     assert_true(cmax > 0.01); /* a real centre, not zeros */
     for (uint32_t l = 0; l < iq->n_layer; l++) {
         uint32_t nq, nf;
-        assert_int_equal(rvl_kvi_page(fq, (size_t)rvl_kvi_find_page(fq, l, 0), kq, vq, &nq), 0);
-        assert_int_equal(rvl_kvi_page(ff, (size_t)rvl_kvi_find_page(ff, l, 0), kf, vf, &nf), 0);
+        assert_int_equal(rvl_kv_inspect_page(fq, (size_t)rvl_kv_inspect_find_page(fq, l, 0), kq, vq, &nq), 0);
+        assert_int_equal(rvl_kv_inspect_page(ff, (size_t)rvl_kv_inspect_find_page(ff, l, 0), kf, vf, &nf), 0);
         assert_int_equal(nq, 32);
         for (size_t i = 0; i < 32 * kd; i++)
             assert_true(fabsf(kq[i] - kf[i]) <= 2e-3f * (fabsf(kf[i]) + (float)cmax));
     }
     free(kq), free(vq), free(kf), free(vf);
-    rvl_kvi_close(fq);
-    rvl_kvi_close(ff);
+    rvl_kv_inspect_close(fq);
+    rvl_kv_inspect_close(ff);
     unlink(pq);
     unlink(pf);
 }
@@ -450,18 +451,18 @@ static void test_kvi_reads_what_session_save_writes_and_diffs_two_prompts(void *
     save_prompt(pa, a, 37);
     save_prompt(pb, b, 37);
     rvl_kvi *fa, *fb;
-    assert_int_equal(rvl_kvi_open(&fa, pa), 0);
-    assert_int_equal(rvl_kvi_open(&fb, pb), 0);
-    const rvl_kvi_info *in = rvl_kvi_info_get(fa);
-    assert_true(rvl_kvi_intact(fa));
+    assert_int_equal(rvl_kv_inspect_open(&fa, pa), 0);
+    assert_int_equal(rvl_kv_inspect_open(&fb, pb), 0);
+    const rvl_kv_inspect_info *in = rvl_kv_inspect_info_get(fa);
+    assert_true(rvl_kv_inspect_intact(fa));
     assert_int_equal(in->n_tokens, 37);
     assert_int_equal(in->n_layer, rvl_model_hparams(tiny)->n_layer);
     assert_memory_equal(in->tokens, a, sizeof a);
     assert_string_equal(in->extra, "{\"k\":1}");
-    assert_int_equal(rvl_kvi_n_blocks(fa), in->n_blocks_expected);
+    assert_int_equal(rvl_kv_inspect_n_blocks(fa), in->n_blocks_expected);
 
-    rvl_kvi_diffres d;
-    assert_int_equal(rvl_kvi_diff(fa, fb, &d), 0);
+    rvl_kv_inspect_diffres d;
+    assert_int_equal(rvl_kv_inspect_diff(fa, fb, &d), 0);
     assert_int_equal(d.common, 34);
     assert_int_equal(d.first_diff, 34);
     assert_true(d.same_model && d.same_geometry);
@@ -470,11 +471,11 @@ static void test_kvi_reads_what_session_save_writes_and_diffs_two_prompts(void *
         assert_true(d.k_maxdiff[l] == 0);
         assert_true(d.v_maxdiff[l] == 0);
     }
-    rvl_kvi_diff_free(&d);
-    assert_int_equal(rvl_kvi_diff(fa, fa, &d), 0);
+    rvl_kv_inspect_diff_free(&d);
+    assert_int_equal(rvl_kv_inspect_diff(fa, fa, &d), 0);
     assert_int_equal(d.first_diff, -1);
     assert_int_equal(d.common, 37);
-    rvl_kvi_diff_free(&d);
+    rvl_kv_inspect_diff_free(&d);
 
     /* the command's JSON parses and says the same */
     const char *r = getenv("RUVLLM");
@@ -498,8 +499,8 @@ static void test_kvi_reads_what_session_save_writes_and_diffs_two_prompts(void *
     assert_int_equal(cJSON_GetArraySize(cJSON_GetObjectItem(j, "blocks")), in->n_blocks_expected);
     cJSON_Delete(j);
 
-    rvl_kvi_close(fa);
-    rvl_kvi_close(fb);
+    rvl_kv_inspect_close(fa);
+    rvl_kv_inspect_close(fb);
     unlink(pa);
     unlink(pb);
 }

@@ -1,5 +1,5 @@
 /*
- * test_kvcache.c - the paged, tiered KV cache (lib/kvcache.c): attention
+ * test_kvcache.c - the paged, tiered KV cache (lib/engine/kvcache.c): attention
  * over pages of every storage format, alone and mixed (tiered, keys and
  * values in different formats), against double-precision attention; pages
  * re-encoded as they age; truncation into a quantized page; context shift;
@@ -7,7 +7,7 @@
  *
  * Two references per attention output:
  *   - "cache": softmax(q K^T * scale) V in double over the rows the cache
- *     holds, decoded (rvl_kvc_read_page): checks the attention machinery
+ *     holds, decoded (rvl_kvcache_read_page): checks the attention machinery
  *     (page walk, online softmax across formats, split-K reduce, TQ
  *     rotation of q and of the output). Tolerance 2e-5 of max |v|, f32
  *     rounding over at most a few hundred keys;
@@ -26,7 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kvcache.h"
+#include "engine/kvcache.h"
 
 #define NL 2
 #define NH 4
@@ -64,13 +64,13 @@ static void make_data(void)
             Q[p][i] = (float)gauss();
 }
 
-static rvl_kvc_params geometry(void)
+static rvl_kvcache_params geometry(void)
 {
-    return (rvl_kvc_params){.n_layer = NL, .n_head = NH, .n_head_kv = NKV, .head_dim = HD,
+    return (rvl_kvcache_params){.n_layer = NL, .n_head = NH, .n_head_kv = NKV, .head_dim = HD,
                             .n_ctx = NCTX, .scale = 1.0f / 8.0f, .q_f16 = 0};
 }
 
-static void set_fmt(rvl_kvc_params *p, const int k[3], const int v[3], uint32_t hot, uint32_t warm)
+static void set_fmt(rvl_kvcache_params *p, const int k[3], const int v[3], uint32_t hot, uint32_t warm)
 {
     memcpy(p->fmt_k, k, sizeof p->fmt_k);
     memcpy(p->fmt_v, v, sizeof p->fmt_v);
@@ -107,7 +107,7 @@ static void cache_rows(rvl_kvc *kc, uint32_t l, int kind, uint32_t n, float *dst
     float page[32 * HD];
     for (uint32_t pg = 0; pg * 32 < n; pg++)
         for (uint32_t h = 0; h < NKV; h++) {
-            rvl_kvc_read_page(kc, l, kind, pg, h, page);
+            rvl_kvcache_read_page(kc, l, kind, pg, h, page);
             for (uint32_t j = 0; j < 32 && pg * 32 + j < n; j++)
                 memcpy(dst + (size_t)(pg * 32 + j) * KVD + h * HD, page + j * HD, HD * sizeof(float));
         }
@@ -118,21 +118,21 @@ typedef struct {
     double exact_err;    /* RMS(out - exact ref) / RMS(exact ref) */
 } errs;
 
-/* Feeds positions rvl_kvc_n .. n - 1 in batches of the sizes given (cycled), and
+/* Feeds positions rvl_kvcache_n .. n - 1 in batches of the sizes given (cycled), and
  * after each batch compares every query's attention with both references. */
 static errs run_cache(rvl_kvc *kc, rvl_pool *pool, int n, const int *batches, int nbatches)
 {
     static float out[32][QD], ck[NCTX * KVD], cv[NCTX * KVD];
     double e2 = 0, r2 = 0, cmax = 0;
-    int pos = (int)rvl_kvc_n(kc), bi = 0;
+    int pos = (int)rvl_kvcache_n(kc), bi = 0;
     while (pos < n) {
         int nb = batches[bi++ % nbatches];
         nb = nb > n - pos ? n - pos : nb;
-        rvl_kvc_begin(kc, (uint32_t)nb);
+        rvl_kvcache_begin(kc, (uint32_t)nb);
         for (int l = 0; l < NL; l++)
-            rvl_kvc_write(kc, (uint32_t)l, (uint32_t)pos, (uint32_t)nb, K[l][pos], KVD, V[l][pos], KVD);
+            rvl_kvcache_write(kc, (uint32_t)l, (uint32_t)pos, (uint32_t)nb, K[l][pos], KVD, V[l][pos], KVD);
         for (int l = 0; l < NL; l++) {
-            rvl_kvc_attend(kc, pool, (uint32_t)l, Q[pos], QD, (uint32_t)pos, (uint32_t)nb, out[0], QD);
+            rvl_kvcache_attend(kc, pool, (uint32_t)l, Q[pos], QD, (uint32_t)pos, (uint32_t)nb, out[0], QD);
             cache_rows(kc, (uint32_t)l, 0, (uint32_t)(pos + nb), ck);
             cache_rows(kc, (uint32_t)l, 1, (uint32_t)(pos + nb), cv);
             for (int t = 0; t < nb; t++)
@@ -150,10 +150,10 @@ static errs run_cache(rvl_kvc *kc, rvl_pool *pool, int n, const int *batches, in
                     }
                 }
         }
-        rvl_kvc_commit(kc, (uint32_t)nb);
+        rvl_kvcache_commit(kc, (uint32_t)nb);
         pos += nb;
     }
-    assert_int_equal(rvl_kvc_n(kc), n);
+    assert_int_equal(rvl_kvcache_n(kc), n);
     /* |v| of N(0,1) data is below ~5 */
     return (errs){cmax / 5.0, sqrt(e2 / r2)};
 }
@@ -188,17 +188,17 @@ static void test_kvcache_attention_matches_reference_for_every_format(void **sta
     rvl_pool *pool;
     assert_int_equal(rvl_pool_open(&pool, 2), 0);
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        rvl_kvc_params p = geometry();
+        rvl_kvcache_params p = geometry();
         set_fmt(&p, cases[i].k, cases[i].v, cases[i].hot, cases[i].warm);
         rvl_kvc *kc;
-        if (rvl_kvc_open(&kc, &p, 2) != 0)
+        if (rvl_kvcache_open(&kc, &p, 2) != 0)
             fail_msg("%s: %s", cases[i].name, rvl_errmsg());
         errs e = run_cache(kc, pool, 300, batches, 9);
         print_message("%-24s vs cache content %.2e, vs exact f32 %.2e (bound %.1e)\n", cases[i].name,
                       e.cache_err, e.exact_err, cases[i].tol);
         if (e.cache_err > 2e-5 || e.exact_err > cases[i].tol)
             fail_msg("%s: errors %.3g %.3g", cases[i].name, e.cache_err, e.exact_err);
-        rvl_kvc_close(kc);
+        rvl_kvcache_close(kc);
     }
     rvl_pool_close(pool);
 }
@@ -206,33 +206,33 @@ static void test_kvcache_attention_matches_reference_for_every_format(void **sta
 static void test_kvcache_pages_age_through_tiers(void **state)
 {
     (void)state;
-    rvl_kvc_params p = geometry();
+    rvl_kvcache_params p = geometry();
     set_fmt(&p, (int[]){F16, Q8, TQ4}, (int[]){F16, Q8, Q4}, 32, 64);
     rvl_kvc *kc;
-    assert_int_equal(rvl_kvc_open(&kc, &p, 1), 0);
+    assert_int_equal(rvl_kvcache_open(&kc, &p, 1), 0);
     float before[32 * HD], after[32 * HD];
     for (uint32_t n = 1; n <= 300; n++) {
         const uint32_t pos = n - 1;
-        rvl_kvc_begin(kc, 1);
+        rvl_kvcache_begin(kc, 1);
         for (int l = 0; l < NL; l++)
-            rvl_kvc_write(kc, (uint32_t)l, pos, 1, K[l][pos], KVD, V[l][pos], KVD);
+            rvl_kvcache_write(kc, (uint32_t)l, pos, 1, K[l][pos], KVD, V[l][pos], KVD);
         /* page 1 just before it leaves tier 0 (n = 96: age 32 at commit) */
         if (n == 96)
-            rvl_kvc_read_page(kc, 1, 0, 1, 1, before);
-        rvl_kvc_commit(kc, 1);
-        for (uint32_t pg = 0; pg < rvl_kvc_n_pages(kc); pg++) {
+            rvl_kvcache_read_page(kc, 1, 0, 1, 1, before);
+        rvl_kvcache_commit(kc, 1);
+        for (uint32_t pg = 0; pg < rvl_kvcache_n_pages(kc); pg++) {
             int want = 0;
             if ((pg + 1) * 32 <= n) {
                 const uint32_t age = n - (pg + 1) * 32;
                 want = age < 32 ? 0 : age < 96 ? 1 : 2;
             }
-            if (rvl_kvc_page_tier(kc, pg) != want)
+            if (rvl_kvcache_page_tier(kc, pg) != want)
                 fail_msg("after %u positions page %u is in tier %d, expected %d", n, pg,
-                         rvl_kvc_page_tier(kc, pg), want);
+                         rvl_kvcache_page_tier(kc, pg), want);
         }
         if (n == 96) {
             /* re-encoded as q8: the keys come back within q8's step */
-            rvl_kvc_read_page(kc, 1, 0, 1, 1, after);
+            rvl_kvcache_read_page(kc, 1, 0, 1, 1, after);
             double mx = 0;
             for (int i = 0; i < 32 * HD; i++)
                 mx = fmax(mx, fabs(after[i] - before[i]) / (fabs(before[i]) + 1));
@@ -241,55 +241,55 @@ static void test_kvcache_pages_age_through_tiers(void **state)
         }
     }
     /* bytes per token of each tier's formats: f16 256, q8 136, tq4 + q4 74, per head pair */
-    assert_true(fabs(rvl_kvc_tier_token_bytes(kc, 0) - NL * NKV * (128 + 128)) < 1e-9);
-    assert_true(fabs(rvl_kvc_tier_token_bytes(kc, 1) - NL * NKV * (68 + 68)) < 1e-9);
-    assert_true(fabs(rvl_kvc_tier_token_bytes(kc, 2) - NL * NKV * (34 + 40)) < 1e-9);
-    rvl_kvc_close(kc);
+    assert_true(fabs(rvl_kvcache_tier_token_bytes(kc, 0) - NL * NKV * (128 + 128)) < 1e-9);
+    assert_true(fabs(rvl_kvcache_tier_token_bytes(kc, 1) - NL * NKV * (68 + 68)) < 1e-9);
+    assert_true(fabs(rvl_kvcache_tier_token_bytes(kc, 2) - NL * NKV * (34 + 40)) < 1e-9);
+    rvl_kvcache_close(kc);
 }
 
 static void fill(rvl_kvc *kc, uint32_t n)
 {
-    for (uint32_t pos = rvl_kvc_n(kc); pos < n; pos++) {
-        rvl_kvc_begin(kc, 1);
+    for (uint32_t pos = rvl_kvcache_n(kc); pos < n; pos++) {
+        rvl_kvcache_begin(kc, 1);
         for (int l = 0; l < NL; l++)
-            rvl_kvc_write(kc, (uint32_t)l, pos, 1, K[l][pos], KVD, V[l][pos], KVD);
-        rvl_kvc_commit(kc, 1);
+            rvl_kvcache_write(kc, (uint32_t)l, pos, 1, K[l][pos], KVD, V[l][pos], KVD);
+        rvl_kvcache_commit(kc, 1);
     }
 }
 
 static void test_kvcache_truncate_into_quantized_page_decodes_it(void **state)
 {
     (void)state;
-    rvl_kvc_params p = geometry();
+    rvl_kvcache_params p = geometry();
     set_fmt(&p, (int[]){F16, Q4, Q4}, (int[]){F16, TQ4, TQ4}, 0, U);
     rvl_kvc *kc;
-    assert_int_equal(rvl_kvc_open(&kc, &p, 2), 0);
+    assert_int_equal(rvl_kvcache_open(&kc, &p, 2), 0);
     fill(kc, 100);
-    assert_int_equal(rvl_kvc_page_tier(kc, 2), 1);
+    assert_int_equal(rvl_kvcache_page_tier(kc, 2), 1);
     float q4rows[32 * HD], rows[32 * HD];
-    rvl_kvc_read_page(kc, 1, 0, 2, 0, q4rows);
-    assert_int_equal(rvl_kvc_truncate(kc, 101), RVL_ERANGE);
-    assert_int_equal(rvl_kvc_truncate(kc, 70), 0);
-    assert_int_equal(rvl_kvc_n(kc), 70);
-    assert_int_equal(rvl_kvc_n_pages(kc), 3);
-    assert_int_equal(rvl_kvc_page_tier(kc, 2), 0); /* the page being filled: full precision */
-    rvl_kvc_read_page(kc, 1, 0, 2, 0, rows);
+    rvl_kvcache_read_page(kc, 1, 0, 2, 0, q4rows);
+    assert_int_equal(rvl_kvcache_truncate(kc, 101), RVL_ERANGE);
+    assert_int_equal(rvl_kvcache_truncate(kc, 70), 0);
+    assert_int_equal(rvl_kvcache_n(kc), 70);
+    assert_int_equal(rvl_kvcache_n_pages(kc), 3);
+    assert_int_equal(rvl_kvcache_page_tier(kc, 2), 0); /* the page being filled: full precision */
+    rvl_kvcache_read_page(kc, 1, 0, 2, 0, rows);
     for (int i = 0; i < 6 * HD; i++) /* its rows: the q4 reconstruction, rounded to f16 */
         assert_true(fabsf(rows[i] - q4rows[i]) <= 1e-3f * (fabsf(q4rows[i]) + 1));
     /* and it goes on: new positions, attention still matches its content */
     static const int one[] = {1, 3};
     rvl_pool *pool;
     assert_int_equal(rvl_pool_open(&pool, 2), 0);
-    rvl_kvc_reset(kc);
+    rvl_kvcache_reset(kc);
     fill(kc, 70);
-    assert_int_equal(rvl_kvc_truncate(kc, 45), 0);
+    assert_int_equal(rvl_kvcache_truncate(kc, 45), 0);
     errs e = run_cache(kc, pool, 120, one, 2);
     print_message("after truncating into a q4/tq4 page: vs cache content %.2e, vs exact %.2e\n",
                   e.cache_err, e.exact_err);
     assert_true(e.cache_err < 2e-5);
     assert_true(e.exact_err < 0.15);
     rvl_pool_close(pool);
-    rvl_kvc_close(kc);
+    rvl_kvcache_close(kc);
 }
 
 static void test_kvcache_shift_rotates_kept_keys(void **state)
@@ -297,10 +297,10 @@ static void test_kvcache_shift_rotates_kept_keys(void **state)
     (void)state;
     /* rotating by -d the keys of positions p gives the keys rotated at p - d:
      * with keys R(p) x written, after the shift position i holds R(i) x */
-    rvl_kvc_params p = geometry();
+    rvl_kvcache_params p = geometry();
     set_fmt(&p, (int[]){F32, F32, F32}, (int[]){F32, F32, F32}, U, U);
     rvl_kvc *kc;
-    assert_int_equal(rvl_kvc_open(&kc, &p, 1), 0);
+    assert_int_equal(rvl_kvcache_open(&kc, &p, 1), 0);
     const int n = 80, keep = 5, drop = 30;
     static float x[NCTX][KVD];
     for (int t = 0; t < n; t++)
@@ -317,19 +317,19 @@ static void test_kvcache_shift_rotates_kept_keys(void **state)
                 k[h * HD + 2 * i] = (float)(x0 * cos(a) - x1 * sin(a));
                 k[h * HD + 2 * i + 1] = (float)(x0 * sin(a) + x1 * cos(a));
             }
-        rvl_kvc_begin(kc, 1);
+        rvl_kvcache_begin(kc, 1);
         for (int l = 0; l < NL; l++)
-            rvl_kvc_write(kc, (uint32_t)l, (uint32_t)pos, 1, k, KVD, V[l][pos], KVD);
-        rvl_kvc_commit(kc, 1);
+            rvl_kvcache_write(kc, (uint32_t)l, (uint32_t)pos, 1, k, KVD, V[l][pos], KVD);
+        rvl_kvcache_commit(kc, 1);
     }
     for (int i = 0; i < HD / 2; i++) {
         const double a = drop * pow(10000.0, -2.0 * i / HD);
         cs[i] = (float)cos(a);
         sn[i] = (float)sin(a);
     }
-    assert_int_equal(rvl_kvc_shift(kc, keep, drop + 100, cs, sn, HD, false), RVL_ERANGE);
-    assert_int_equal(rvl_kvc_shift(kc, keep, drop, cs, sn, HD, false), 0);
-    assert_int_equal(rvl_kvc_n(kc), n - drop);
+    assert_int_equal(rvl_kvcache_shift(kc, keep, drop + 100, cs, sn, HD, false), RVL_ERANGE);
+    assert_int_equal(rvl_kvcache_shift(kc, keep, drop, cs, sn, HD, false), 0);
+    assert_int_equal(rvl_kvcache_n(kc), n - drop);
     static float ck[NCTX * KVD], cv[NCTX * KVD];
     cache_rows(kc, 1, 0, (uint32_t)(n - drop), ck);
     cache_rows(kc, 1, 1, (uint32_t)(n - drop), cv);
@@ -347,34 +347,34 @@ static void test_kvcache_shift_rotates_kept_keys(void **state)
     }
     print_message("shifted keys vs keys rotated at their new positions: %.2e\n", mx);
     assert_true(mx < 1e-4);
-    rvl_kvc_close(kc);
+    rvl_kvcache_close(kc);
 }
 
 static void test_kvcache_refuses_bad_formats(void **state)
 {
     (void)state;
     rvl_kvc *kc = (rvl_kvc *)1;
-    rvl_kvc_params p = geometry();
+    rvl_kvcache_params p = geometry();
     p.head_dim = 80;
     set_fmt(&p, (int[]){F16, TQ4, TQ4}, (int[]){F16, Q8, Q8}, 0, U);
-    assert_int_equal(rvl_kvc_open(&kc, &p, 1), RVL_EINVAL);
+    assert_int_equal(rvl_kvcache_open(&kc, &p, 1), RVL_EINVAL);
     assert_null(kc);
     assert_non_null(strstr(rvl_errmsg(), "tq4 needs a power-of-two head_dim"));
     assert_non_null(strstr(rvl_errmsg(), "got 80"));
     assert_non_null(strstr(rvl_errmsg(), "keys"));
     set_fmt(&p, (int[]){F16, Q8, Q8}, (int[]){F16, TQ3, TQ3}, 0, U);
-    assert_int_equal(rvl_kvc_open(&kc, &p, 1), RVL_EINVAL);
+    assert_int_equal(rvl_kvcache_open(&kc, &p, 1), RVL_EINVAL);
     assert_non_null(strstr(rvl_errmsg(), "values: tq3 needs a power-of-two head_dim"));
     /* q4 and q8 take any head_dim */
     set_fmt(&p, (int[]){F16, Q4, Q4}, (int[]){F16, Q8, Q8}, 0, U);
-    assert_int_equal(rvl_kvc_open(&kc, &p, 1), 0);
-    rvl_kvc_close(kc);
+    assert_int_equal(rvl_kvcache_open(&kc, &p, 1), 0);
+    rvl_kvcache_close(kc);
     p = geometry();
     set_fmt(&p, (int[]){Q8, Q8, Q8}, (int[]){Q8, Q8, Q8}, U, U);
-    assert_int_equal(rvl_kvc_open(&kc, &p, 1), RVL_EINVAL);
+    assert_int_equal(rvl_kvcache_open(&kc, &p, 1), RVL_EINVAL);
     assert_non_null(strstr(rvl_errmsg(), "hot tier must be f16 or f32"));
     set_fmt(&p, (int[]){F16, 9, 9}, (int[]){F16, Q8, Q8}, 0, U);
-    assert_int_equal(rvl_kvc_open(&kc, &p, 1), RVL_EINVAL);
+    assert_int_equal(rvl_kvcache_open(&kc, &p, 1), RVL_EINVAL);
     /* the names the options use */
     assert_int_equal(rvl_kv_type_parse("tiered"), RVL_KV_TIERED);
     assert_int_equal(rvl_kv_type_parse("tq3"), RVL_KV_TQ3);
@@ -391,21 +391,21 @@ static void test_kvcache_sink_page_stays_f16(void **state)
     (void)state;
     rvl_pool *pool = NULL;
     assert_int_equal(rvl_pool_open(&pool, 2), 0);
-    rvl_kvc_params p = geometry();
+    rvl_kvcache_params p = geometry();
     set_fmt(&p, (int[]){F16, TQ4, TQ4}, (int[]){F16, TQ4, TQ4}, 0, U);
     p.sink = 32;
     rvl_kvc *kc;
-    assert_int_equal(rvl_kvc_open(&kc, &p, 2), 0);
+    assert_int_equal(rvl_kvcache_open(&kc, &p, 2), 0);
     const errs e = run_cache(kc, pool, 200, (const int[]){1, 7, 32}, 3);
     assert_true(e.cache_err < 1e-4);
-    assert_int_equal(rvl_kvc_page_tier(kc, 0), 0);
+    assert_int_equal(rvl_kvcache_page_tier(kc, 0), 0);
     for (uint32_t pg = 1; pg < 200 / 32; pg++)
-        assert_int_equal(rvl_kvc_page_tier(kc, pg), 1);
+        assert_int_equal(rvl_kvcache_page_tier(kc, pg), 1);
     /* the sink page holds the keys and values at f16 precision */
     float page[32 * HD];
     for (int kind = 0; kind < 2; kind++)
         for (uint32_t h = 0; h < NKV; h++) {
-            rvl_kvc_read_page(kc, 1, kind, 0, h, page);
+            rvl_kvcache_read_page(kc, 1, kind, 0, h, page);
             for (int j = 0; j < 32; j++)
                 for (int d = 0; d < HD; d++) {
                     const float x = (kind ? V : K)[1][j][h * HD + d];
@@ -415,11 +415,11 @@ static void test_kvcache_sink_page_stays_f16(void **state)
                 }
         }
     /* truncating into the sink and refilling keeps it f16 */
-    assert_int_equal(rvl_kvc_truncate(kc, 20), 0);
+    assert_int_equal(rvl_kvcache_truncate(kc, 20), 0);
     fill(kc, 150);
-    assert_int_equal(rvl_kvc_page_tier(kc, 0), 0);
-    assert_int_equal(rvl_kvc_page_tier(kc, 1), 1);
-    rvl_kvc_close(kc);
+    assert_int_equal(rvl_kvcache_page_tier(kc, 0), 0);
+    assert_int_equal(rvl_kvcache_page_tier(kc, 1), 1);
+    rvl_kvcache_close(kc);
     rvl_pool_close(pool);
 }
 
@@ -442,20 +442,20 @@ static void test_kvcache_centres_quantized_keys(void **state)
                 kk[l][p][i] = c[i] + (float)gauss();
                 vv[l][p][i] = (float)gauss();
             }
-    rvl_kvc_params p = geometry();
+    rvl_kvcache_params p = geometry();
     set_fmt(&p, (int[]){F16, TQ4, TQ4}, (int[]){F16, TQ4, TQ4}, 0, U);
     p.sink = 32;
     rvl_kvc *kc;
-    assert_int_equal(rvl_kvc_open(&kc, &p, 1), 0);
+    assert_int_equal(rvl_kvcache_open(&kc, &p, 1), 0);
     for (uint32_t pos = 0; pos < 200; pos++) {
-        rvl_kvc_begin(kc, 1);
+        rvl_kvcache_begin(kc, 1);
         for (int l = 0; l < NL; l++)
-            rvl_kvc_write(kc, (uint32_t)l, pos, 1, kk[l][pos], KVD, vv[l][pos], KVD);
-        rvl_kvc_commit(kc, 1);
+            rvl_kvcache_write(kc, (uint32_t)l, pos, 1, kk[l][pos], KVD, vv[l][pos], KVD);
+        rvl_kvcache_commit(kc, 1);
         if (pos < 63)
-            assert_null(rvl_kvc_key_center(kc)); /* nothing quantized yet */
+            assert_null(rvl_kvcache_key_center(kc)); /* nothing quantized yet */
     }
-    const float *mu = rvl_kvc_key_center(kc);
+    const float *mu = rvl_kvcache_key_center(kc);
     assert_non_null(mu);
     for (int l = 0; l < NL; l++)
         for (int i = 0; i < KVD; i++)
@@ -465,8 +465,8 @@ static void test_kvcache_centres_quantized_keys(void **state)
         for (uint32_t h = 0; h < NKV; h++) {
             double e2 = 0, s2 = 0;
             for (uint32_t pg = 2; pg < 6; pg++) {
-                assert_int_equal(rvl_kvc_page_tier(kc, pg), 1);
-                rvl_kvc_read_page(kc, (uint32_t)l, 0, pg, h, page);
+                assert_int_equal(rvl_kvcache_page_tier(kc, pg), 1);
+                rvl_kvcache_read_page(kc, (uint32_t)l, 0, pg, h, page);
                 for (int j = 0; j < 32; j++)
                     for (int d = 0; d < HD; d++) {
                         const double x = kk[l][pg * 32 + j][h * HD + d];
@@ -478,21 +478,21 @@ static void test_kvcache_centres_quantized_keys(void **state)
         }
     float mu0[NL * KVD];
     memcpy(mu0, mu, sizeof mu0);
-    rvl_kvc_reset(kc);
-    assert_non_null(rvl_kvc_key_center(kc));
-    assert_memory_equal(rvl_kvc_key_center(kc), mu0, sizeof mu0);
-    rvl_kvc_close(kc);
+    rvl_kvcache_reset(kc);
+    assert_non_null(rvl_kvcache_key_center(kc));
+    assert_memory_equal(rvl_kvcache_key_center(kc), mu0, sizeof mu0);
+    rvl_kvcache_close(kc);
     set_fmt(&p, (int[]){F16, F16, F16}, (int[]){F16, F16, F16}, U, U);
     p.sink = 0;
-    assert_int_equal(rvl_kvc_open(&kc, &p, 1), 0);
+    assert_int_equal(rvl_kvcache_open(&kc, &p, 1), 0);
     for (uint32_t pos = 0; pos < 100; pos++) {
-        rvl_kvc_begin(kc, 1);
+        rvl_kvcache_begin(kc, 1);
         for (int l = 0; l < NL; l++)
-            rvl_kvc_write(kc, (uint32_t)l, pos, 1, kk[l][pos], KVD, vv[l][pos], KVD);
-        rvl_kvc_commit(kc, 1);
+            rvl_kvcache_write(kc, (uint32_t)l, pos, 1, kk[l][pos], KVD, vv[l][pos], KVD);
+        rvl_kvcache_commit(kc, 1);
     }
-    assert_null(rvl_kvc_key_center(kc));
-    rvl_kvc_close(kc);
+    assert_null(rvl_kvcache_key_center(kc));
+    rvl_kvcache_close(kc);
 }
 
 /* Sliding windows: with a window of W = 40 on both layers (f16 and f32
@@ -509,12 +509,12 @@ static void test_kvcache_sliding_window_attends_last_w_keys(void **state)
     rvl_pool *pool = NULL;
     assert_int_equal(rvl_pool_open(&pool, 2), 0);
     for (int ci = 0; ci < 2; ci++) {
-        rvl_kvc_params p = geometry();
+        rvl_kvcache_params p = geometry();
         const int f = ci ? F32 : F16;
         set_fmt(&p, (int[]){f, f, f}, (int[]){f, f, f}, U, U);
         p.window = win;
         rvl_kvc *kc;
-        assert_int_equal(rvl_kvc_open(&kc, &p, 2), 0);
+        assert_int_equal(rvl_kvcache_open(&kc, &p, 2), 0);
         static float out[32][QD];
         double mx = 0;
         const int batches[] = {1, 5, 32, 3};
@@ -522,11 +522,11 @@ static void test_kvcache_sliding_window_attends_last_w_keys(void **state)
         while (pos < N) {
             int nb = batches[bi++ % 4];
             nb = nb > N - pos ? N - pos : nb;
-            rvl_kvc_begin(kc, (uint32_t)nb);
+            rvl_kvcache_begin(kc, (uint32_t)nb);
             for (int l = 0; l < NL; l++)
-                rvl_kvc_write(kc, (uint32_t)l, (uint32_t)pos, (uint32_t)nb, K[l][pos], KVD, V[l][pos], KVD);
+                rvl_kvcache_write(kc, (uint32_t)l, (uint32_t)pos, (uint32_t)nb, K[l][pos], KVD, V[l][pos], KVD);
             for (int l = 0; l < NL; l++) {
-                rvl_kvc_attend(kc, pool, (uint32_t)l, Q[pos], QD, (uint32_t)pos, (uint32_t)nb, out[0], QD);
+                rvl_kvcache_attend(kc, pool, (uint32_t)l, Q[pos], QD, (uint32_t)pos, (uint32_t)nb, out[0], QD);
                 for (int t = 0; t < nb; t++)
                     for (int h = 0; h < NH; h++) {
                         const int kh = h / (NH / NKV), qp = pos + t, lo = qp - W + 1 > 0 ? qp - W + 1 : 0;
@@ -537,31 +537,31 @@ static void test_kvcache_sliding_window_attends_last_w_keys(void **state)
                             mx = fmax(mx, fabs(out[t][h * HD + e] - r[e]));
                     }
             }
-            rvl_kvc_commit(kc, (uint32_t)nb);
+            rvl_kvcache_commit(kc, (uint32_t)nb);
             pos += nb;
             /* every page older than the next query's window is freed */
             const uint32_t want = pos + 1 - W > 0 ? (uint32_t)(pos + 1 - W) / 32 : 0;
-            if (rvl_kvc_n_dropped(kc) != want)
-                fail_msg("at %d positions %u pages dropped, expected %u", pos, rvl_kvc_n_dropped(kc), want);
+            if (rvl_kvcache_n_dropped(kc) != want)
+                fail_msg("at %d positions %u pages dropped, expected %u", pos, rvl_kvcache_n_dropped(kc), want);
         }
         print_message("%s window %d: max |out - reference over the last W keys| %.3g\n",
                       ci ? "f32" : "f16", W, mx);
         assert_true(mx < (ci ? 1e-5 : 2e-2));
         /* keys before 32 * dropped are gone: a truncate needing them is refused, to 0 resets */
-        assert_int_equal(rvl_kvc_truncate(kc, N - 30), RVL_ERANGE);
-        assert_int_equal(rvl_kvc_truncate(kc, N - 3), 0);
-        assert_int_equal(rvl_kvc_truncate(kc, 0), 0);
-        assert_int_equal(rvl_kvc_n_dropped(kc), 0);
+        assert_int_equal(rvl_kvcache_truncate(kc, N - 30), RVL_ERANGE);
+        assert_int_equal(rvl_kvcache_truncate(kc, N - 3), 0);
+        assert_int_equal(rvl_kvcache_truncate(kc, 0), 0);
+        assert_int_equal(rvl_kvcache_n_dropped(kc), 0);
         fill(kc, 100);
-        assert_int_equal(rvl_kvc_n(kc), 100);
-        rvl_kvc_close(kc);
+        assert_int_equal(rvl_kvcache_n(kc), 100);
+        rvl_kvcache_close(kc);
     }
     /* quantized caches take no window */
-    rvl_kvc_params p = geometry();
+    rvl_kvcache_params p = geometry();
     set_fmt(&p, (int[]){F16, Q8, Q8}, (int[]){F16, Q8, Q8}, 0, U);
     p.window = win;
     rvl_kvc *kc = NULL;
-    assert_int_equal(rvl_kvc_open(&kc, &p, 1), RVL_EUNSUPPORTED);
+    assert_int_equal(rvl_kvcache_open(&kc, &p, 1), RVL_EUNSUPPORTED);
     rvl_pool_close(pool);
 }
 
@@ -610,8 +610,8 @@ static void test_context_shift_matches_fresh_context(void **state)
         for (int kind = 0; kind < 2; kind++)
             for (uint32_t pg = 0; pg * 32 < (uint32_t)nk; pg++)
                 for (uint32_t h = 0; h < nkv; h++) {
-                    rvl_kvc_read_page(rvl_ctx_kvc(a), 0, kind, pg, h, pa);
-                    rvl_kvc_read_page(rvl_ctx_kvc(b), 0, kind, pg, h, pb);
+                    rvl_kvcache_read_page(rvl_ctx_kvc(a), 0, kind, pg, h, pa);
+                    rvl_kvcache_read_page(rvl_ctx_kvc(b), 0, kind, pg, h, pb);
                     for (uint32_t j = 0; j < 32 && pg * 32 + j < (uint32_t)nk; j++)
                         for (uint32_t e = 0; e < hd; e++) {
                             mx = fmax(mx, fabs(pa[j * hd + e] - pb[j * hd + e]));
@@ -658,8 +658,8 @@ static void test_prefix_reuse_after_reset_matches_fresh(void **state)
     const float *lx, *ly;
     assert_int_equal(rvl_decode(x, a_b, NA, &lx), 0);
     assert_int_equal(rvl_decode(x, a_b + NA, NB, &lx), 0);
-    assert_true(rvl_kvc_page_hash(rvl_ctx_kvc(x), 1) != 0);
-    assert_int_equal(rvl_kvc_page_hash(rvl_ctx_kvc(x), 2), 0); /* partial: no hash */
+    assert_true(rvl_kvcache_page_hash(rvl_ctx_kvc(x), 1) != 0);
+    assert_int_equal(rvl_kvcache_page_hash(rvl_ctx_kvc(x), 2), 0); /* partial: no hash */
     rvl_ctx_reset(x);
     assert_int_equal(rvl_ctx_pos(x), 0);
     assert_int_equal(rvl_ctx_reuse(x, a_c_d, NA + NC), NA);   /* both pages of A */
@@ -694,11 +694,11 @@ static void test_prefix_reuse_after_reset_matches_fresh(void **state)
     assert_int_equal(rvl_ctx_open(&x, m, &cp), 0);
     assert_int_equal(rvl_ctx_open(&y, m, &cp), 0);
     assert_int_equal(rvl_decode(x, a_b, NA + NB, &lx), 0);
-    assert_int_equal(rvl_kvc_page_tier(rvl_ctx_kvc(x), 1), 1);
+    assert_int_equal(rvl_kvcache_page_tier(rvl_ctx_kvc(x), 1), 1);
     assert_int_equal(rvl_ctx_truncate(x, 10), 0);
     assert_int_equal(rvl_ctx_reuse(x, a_c_d, NA + NC), NA);
-    assert_int_equal(rvl_kvc_page_tier(rvl_ctx_kvc(x), 0), 0);
-    assert_int_equal(rvl_kvc_page_tier(rvl_ctx_kvc(x), 1), 1);
+    assert_int_equal(rvl_kvcache_page_tier(rvl_ctx_kvc(x), 0), 0);
+    assert_int_equal(rvl_kvcache_page_tier(rvl_ctx_kvc(x), 1), 1);
     assert_int_equal(rvl_decode(x, a_c_d + NA, NC, &lx), 0);
     assert_int_equal(rvl_decode(y, a_c_d, NA + NC, &ly), 0);
     double mt = 0, ref = 0;

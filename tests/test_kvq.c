@@ -35,6 +35,7 @@
 #include "dispatch.h"
 #include "f16.h"
 #include "kvq.h"
+#include "ruvllm_tools.h"
 
 static int verbose;
 

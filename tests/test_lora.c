@@ -21,6 +21,7 @@
 
 #include "formats.h"
 #include "ruvllm.h"
+#include "ruvllm_tools.h"
 
 #define DATA "tests/data/lora"
 

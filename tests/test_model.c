@@ -1,6 +1,6 @@
 /*
- * test_model.c - the model loader (lib/model.c) and the forward pass
- * (lib/forward.c).
+ * test_model.c - the model loader (lib/engine/model.c) and the forward pass
+ * (lib/engine/forward.c).
  *
  * Every test writes a tiny Llama-family GGUF (2 layers, dim 64, ff 96,
  * 4 query heads over 2 KV heads of 16, vocab 300, a small byte-level BPE
@@ -33,8 +33,9 @@
 
 #include "formats.h"
 #include "ruvllm.h"
+#include "ruvllm_tools.h"
 #include "f16.h"
-#include "model.h"
+#include "engine/model.h"
 
 /* ======================================================================
  * The tiny model's geometry
@@ -736,7 +737,7 @@ static void test_model_reads_llama_hyperparameters(void **state)
     assert_string_equal(rvl_tok_model(tok), "gpt2");
     int32_t ids[8];
     size_t n = 0;
-    assert_int_equal(rvl_tokenize(tok, "be", 2, false, false, ids, 8, &n), 0);
+    assert_int_equal(rvl_tok_encode(tok, "be", 2, false, false, ids, 8, &n), 0);
     assert_int_equal(n, 1);
     assert_int_equal(ids[0], 256 + 1); /* "b e" is merge 1 */
 

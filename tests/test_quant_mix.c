@@ -1,6 +1,6 @@
 /*
  * test_quant_mix.c - the per-tensor type rules of the quantization mixes
- * (lib/quant_mix.c) against llama.cpp, and their options.
+ * (lib/convert/qmix.c) against llama.cpp, and their options.
  *
  * tests/ref/quantize/mix-<model>.tsv hold, for synthetic llama models
  * (GQA with a separate output; tied embeddings with ffn rows that are not
@@ -28,6 +28,7 @@
 
 #include "formats.h"
 #include "ruvllm.h"
+#include "ruvllm_tools.h"
 
 #define REF_DIR "tests/ref/quantize"
 #define MAX_T 1024

@@ -22,7 +22,8 @@
 
 #include <cjson/cJSON.h>
 
-#include "internal.h"
+#include "format/format_int.h"
+#include "ruvllm_tools.h"
 
 #define FN "t.safetensors"
 

@@ -1,5 +1,5 @@
 /*
- * test_sampler.c - choosing the next token (lib/sampler.c).
+ * test_sampler.c - choosing the next token (lib/engine/sampler.c).
  *
  * Greedy and truncation are checked exactly; the random draw is checked
  * statistically against the softmax with a chi-square statistic. Seeds

@@ -1,5 +1,5 @@
 /*
- * test_session.c - session files (lib/session.c): saving a context's cache
+ * test_session.c - session files (lib/engine/session.c): saving a context's cache
  * and restoring it gives the same continuation as never having stopped,
  * and every kind of bad file is refused with a message that says why,
  * leaving the context empty. Uses the tiny real GGUF models of

@@ -27,7 +27,8 @@
 #include <unistd.h>
 
 #include "ruvllm.h"
-#include "tokenizer_int.h"
+#include "ruvllm_tools.h"
+#include "text/tok_int.h"
 
 static const char *const VOCABS[] = {
     "gpt-2", "llama-spm", "deepseek-coder", "falcon", "starcoder", "mpt",
@@ -92,7 +93,7 @@ static int setup(void **state)
             fprintf(stderr, "cannot open %s: %s\n", path, rvl_errmsg());
             return -1;
         }
-        if (rvl_tokenizer_open(&g_vocab[i].t, g_vocab[i].f) != 0) {
+        if (rvl_tok_open(&g_vocab[i].t, g_vocab[i].f) != 0) {
             fprintf(stderr, "tokenizer %s: %s\n", path, rvl_errmsg());
             return -1;
         }
@@ -109,7 +110,7 @@ static int teardown(void **state)
 {
     (void)state;
     for (size_t i = 0; i < N_VOCABS; i++) {
-        rvl_tokenizer_close(g_vocab[i].t);
+        rvl_tok_close(g_vocab[i].t);
         rvl_file_close(g_vocab[i].f);
         memset(&g_vocab[i], 0, sizeof g_vocab[i]);
     }
@@ -123,14 +124,14 @@ static int32_t *tokenize(const rvl_tokenizer *t, const char *s, size_t len,
     /* both entry points must agree */
     int32_t *alloc;
     size_t n_alloc;
-    assert_int_equal(rvl_tokenize_alloc(t, s, len, add_special, parse_special,
+    assert_int_equal(rvl_tok_encode_alloc(t, s, len, add_special, parse_special,
                                         &alloc, &n_alloc), 0);
     size_t cap = 0;
-    int rc = rvl_tokenize(t, s, len, add_special, parse_special, NULL, 0, &cap);
+    int rc = rvl_tok_encode(t, s, len, add_special, parse_special, NULL, 0, &cap);
     assert_true(rc == 0 || rc == RVL_ERANGE);
     int32_t *ids = malloc((cap ? cap : 1) * sizeof *ids);
     assert_non_null(ids);
-    rc = rvl_tokenize(t, s, len, add_special, parse_special, ids, cap, n);
+    rc = rvl_tok_encode(t, s, len, add_special, parse_special, ids, cap, n);
     if (rc)
         fail_msg("tokenize: %s", rvl_errmsg());
     assert_int_equal(*n, n_alloc);
@@ -143,11 +144,11 @@ static char *detokenize(const rvl_tokenizer *t, const int32_t *ids, size_t n,
                         bool special, size_t *len)
 {
     size_t need = 0;
-    int rc = rvl_detokenize(t, ids, n, special, NULL, 0, &need);
+    int rc = rvl_detok_ids(t, ids, n, special, NULL, 0, &need);
     assert_true(rc == 0 || rc == RVL_ERANGE);
     char *buf = malloc(need + 1);
     assert_non_null(buf);
-    rc = rvl_detokenize(t, ids, n, special, buf, need, len);
+    rc = rvl_detok_ids(t, ids, n, special, buf, need, len);
     if (rc)
         fail_msg("detokenize: %s", rvl_errmsg());
     assert_int_equal(*len, need);
@@ -494,11 +495,11 @@ static void test_tokenize_reports_needed_capacity(void **state)
     int32_t ids[2];
     size_t n = 0;
     const char *txt = "Hello world, this is a test";
-    assert_int_equal(rvl_tokenize(g, txt, strlen(txt), false, false, ids, 2, &n), RVL_ERANGE);
+    assert_int_equal(rvl_tok_encode(g, txt, strlen(txt), false, false, ids, 2, &n), RVL_ERANGE);
     assert_int_equal(n, 7);
-    assert_int_equal(rvl_tokenize(g, txt, strlen(txt), false, false, NULL, 0, &n), RVL_ERANGE);
+    assert_int_equal(rvl_tok_encode(g, txt, strlen(txt), false, false, NULL, 0, &n), RVL_ERANGE);
     assert_int_equal(n, 7);
-    assert_int_equal(rvl_tokenize(g, "", 0, false, false, NULL, 0, &n), 0);
+    assert_int_equal(rvl_tok_encode(g, "", 0, false, false, NULL, 0, &n), 0);
     assert_int_equal(n, 0);
 }
 
@@ -530,10 +531,10 @@ static void test_detokenize_rejects_invalid_ids(void **state)
     int32_t ids[] = { 15496, -1 };
     char buf[64];
     size_t n;
-    assert_int_equal(rvl_detokenize(g, ids, 2, false, buf, sizeof buf, &n), RVL_EINVAL);
+    assert_int_equal(rvl_detok_ids(g, ids, 2, false, buf, sizeof buf, &n), RVL_EINVAL);
     assert_non_null(strstr(rvl_errmsg(), "out of range"));
     ids[1] = 50257;
-    assert_int_equal(rvl_detokenize(g, ids, 2, false, buf, sizeof buf, &n), RVL_EINVAL);
+    assert_int_equal(rvl_detok_ids(g, ids, 2, false, buf, sizeof buf, &n), RVL_EINVAL);
     const char *p;
     size_t len;
     assert_int_equal(rvl_tok_piece(g, INT32_MAX, true, &p, &len), RVL_EINVAL);
@@ -701,7 +702,7 @@ static void test_every_pretokenizer_compiles(void **state)
             pos += sp.len[i];
         }
         assert_int_equal(pos, sizeof txt - 1);
-        rvl_spans_free(&sp);
+        rvl_pretok_spans_free(&sp);
         rvl_pretok_close(p);
     }
     assert_true(n >= 10);
@@ -736,7 +737,7 @@ static void check_split(const char *pre, const char *text, const char *const *wa
             fprintf(stderr, " [%.*s]", (int)sp.len[i], text + sp.start[i]);
         fprintf(stderr, "\n");
     }
-    rvl_spans_free(&sp);
+    rvl_pretok_spans_free(&sp);
     rvl_pretok_close(p);
     assert_true(same);
 }
@@ -796,7 +797,7 @@ static int open_tok(const char *path, rvl_tokenizer **t)
 {
     rvl_file *f;
     assert_int_equal(rvl_file_open(&f, path), 0);
-    int rc = rvl_tokenizer_open(t, f);
+    int rc = rvl_tok_open(t, f);
     rvl_file_close(f);
     unlink(path);
     return rc;
@@ -834,11 +835,11 @@ static void test_tokenizer_rejects_unsupported_and_malformed_vocabularies(void *
     assert_int_equal(open_tok(path, &t), 0);
     size_t n;
     int32_t ids[16];
-    assert_int_equal(rvl_tokenize(t, "ab", 2, false, false, ids, 16, &n), 0);
+    assert_int_equal(rvl_tok_encode(t, "ab", 2, false, false, ids, 16, &n), 0);
     assert_int_equal(n, 1);
     assert_int_equal(ids[0], 2);
     /* bytes without a token are dropped, as llama.cpp does */
-    assert_int_equal(rvl_tokenize(t, "a zb", 4, false, false, ids, 16, &n), 0);
+    assert_int_equal(rvl_tok_encode(t, "a zb", 4, false, false, ids, 16, &n), 0);
     assert_int_equal(n, 3);
     assert_int_equal(ids[0], 0);
     assert_int_equal(ids[1], 6);
@@ -846,8 +847,8 @@ static void test_tokenizer_rejects_unsupported_and_malformed_vocabularies(void *
     /* defaults: bos/eos 11 are out of range for 8 tokens, so none */
     assert_int_equal(rvl_tok_bos(t), RVL_TOK_NULL);
     assert_int_equal(rvl_tok_eos(t), RVL_TOK_NULL);
-    rvl_tokenizer_close(t);
-    rvl_tokenizer_close(NULL);
+    rvl_tok_close(t);
+    rvl_tok_close(NULL);
 }
 
 int main(void)

@@ -12,7 +12,7 @@ MODEL=${XDG_CACHE_HOME:-$HOME/.cache}/ruvllm/models/SmolLM2-135M-Instruct.Q4_1.g
 SHARED=${RVL_SHARED_DATA:-../shared/data}
 REF=tests/ref/info
 
-# Flatten the pretty JSON of one file (lib/jsonw.c: one member per line,
+# Flatten the pretty JSON of one file (lib/base/jw.c: one member per line,
 # two spaces per level) into the golden's lines:
 #   version|alignment|data_offset|size TAB value
 #   kv TAB "key" TAB type TAB value          (scalars, value as in the JSON)

@@ -1,6 +1,6 @@
 #!/bin/sh
 # `ruvllm run --prompt-cache FILE`: the cache of the longest prompt prefix
-# saved in FILE is reused (a session file, lib/session.c), the output is
+# saved in FILE is reused (a session file, lib/engine/session.c), the output is
 # the same as without it, and a damaged or foreign file is refused with a
 # message (and replaced), never used silently.
 . tests/cli/lib.sh

@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "format/format_int.h"
 
 static volatile uint64_t sink;
 

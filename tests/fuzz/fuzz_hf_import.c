@@ -1,6 +1,6 @@
 /*
  * fuzz_hf_import.c - libFuzzer harness for the metadata half of the
- * Hugging Face import (lib/convert_hf_in.c): config.json, tokenizer.json
+ * Hugging Face import (lib/convert/convert_hf.c): config.json, tokenizer.json
  * and tokenizer_config.json, given as one input split at the first two
  * NUL bytes (missing parts are empty). Hostile JSON must give an error,
  * never a crash, a leak or a huge allocation. Corpus:
@@ -10,7 +10,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "convert_int.h"
+#include "convert/convert_int.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {

@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "format/format_int.h"
 
 static volatile uint64_t sink;
 

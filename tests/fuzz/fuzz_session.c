@@ -12,7 +12,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 
-#include "model.h"
+#include "engine/model.h"
 
 #define NCTX 5
 static rvl_model *model;

@@ -70,7 +70,7 @@ static void load_all(void)
         char path[1024];
         rvl_file *f;
         snprintf(path, sizeof path, "%s/tokenizers/ggml-vocab-%s.gguf", dir, VOCABS[i]);
-        if (rvl_file_open(&f, path) != 0 || rvl_tokenizer_open(&g_tok[i], f) != 0) {
+        if (rvl_file_open(&f, path) != 0 || rvl_tok_open(&g_tok[i], f) != 0) {
             fprintf(stderr, "fuzz_tokenizer: %s: %s\n", path, rvl_errmsg());
             abort();
         }
@@ -116,12 +116,12 @@ static char *detok_both(const rvl_tokenizer *t, const int32_t *ids, size_t n,
                         bool special, size_t *len)
 {
     size_t need = 0;
-    int rc = rvl_detokenize(t, ids, n, special, NULL, 0, &need);
+    int rc = rvl_detok_ids(t, ids, n, special, NULL, 0, &need);
     if (rc == RVL_EINVAL)
         return NULL;
     check(rc == 0 || rc == RVL_ERANGE, "detokenize failed");
     char *whole = malloc(need + 1);
-    check(rvl_detokenize(t, ids, n, special, whole, need, len) == 0, "detokenize refill");
+    check(rvl_detok_ids(t, ids, n, special, whole, need, len) == 0, "detokenize refill");
     check(*len == need && valid_utf8((unsigned char *)whole, *len), "whole text not UTF-8");
 
     size_t bound = rvl_detok_bound(t), k = 0, m;
@@ -162,11 +162,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     char *copy = malloc(len ? len : 1);
     memcpy(copy, text, len);
     size_t n = 0;
-    int rc = rvl_tokenize(t, copy, len, add_special, parse_special, NULL, 0, &n);
+    int rc = rvl_tok_encode(t, copy, len, add_special, parse_special, NULL, 0, &n);
     check(rc == 0 || rc == RVL_ERANGE, "tokenize (count) failed");
     int32_t *ids = malloc((n ? n : 1) * sizeof *ids);
     size_t n2;
-    check(rvl_tokenize(t, copy, len, add_special, parse_special, ids, n, &n2) == 0 && n2 == n,
+    check(rvl_tok_encode(t, copy, len, add_special, parse_special, ids, n, &n2) == 0 && n2 == n,
           "tokenize failed");
     for (size_t i = 0; i < n; i++)
         check(ids[i] >= 0 && ids[i] < rvl_tok_n_vocab(t), "token id out of range");

@@ -1,7 +1,7 @@
 /*
  * mtl_testutil.h - helpers of the Metal kernel tests (test_matmul,
  * test_norm, test_rope, test_attn, test_kv): random data, the kernels/
- * headers in C++, the host-side RoPE of lib/forward.c, and worst-error
+ * headers in C++, the host-side RoPE of lib/engine/forward.c, and worst-error
  * bookkeeping (printed with METAL_TEST_VERBOSE=1).
  *
  * The oracles are kernels/ref (dequantize, attention, KV page codecs) and
@@ -146,9 +146,9 @@ struct mt_worst {
     }
 };
 
-/* ---- host-side RoPE (lib/forward.c's rope()) and tables ---- */
+/* ---- host-side RoPE (lib/engine/forward.c's rope()) and tables ---- */
 
-/* Angle tables as lib/rope.c lays them out (pos x rope_dim/2), built here
+/* Angle tables as lib/engine/rope.c lays them out (pos x rope_dim/2), built here
  * from plain frequencies: the kernels take any table. */
 static inline void mt_rope_tables(int n_pos, int rope_dim, float base, std::vector<float> &cs,
                                   std::vector<float> &sn)

@@ -1,7 +1,7 @@
 // metal-emu-uses: metal/matmul.metal metal/matmul_f32.metal metal/norm.metal metal/rope.metal metal/attn.metal metal/kv.metal metal/elementwise.metal
 /*
  * test_backend - the Metal backend's forward pass (metal/rvl_metal_backend.c
- * through lib/backend.h's table), run in the emulator on the shipped
+ * through lib/engine/backend.h's table), run in the emulator on the shipped
  * kernels (tests/metal-emu/device_emu.cpp implements the device API),
  * against the CPU forward (rvl_decode) on the same model, and against
  * Hugging Face transformers' logits (tests/data/tiny, see test_tiny_hf.c).
@@ -59,7 +59,8 @@ extern "C" {
 #include <cmocka.h>
 }
 
-#include "backend.h"
+#include "engine/backend.h"
+#include "ruvllm_tools.h"
 
 #define DATA_DIR "tests/data/tiny"
 
@@ -671,7 +672,7 @@ static void test_ctx_default_model(void **state)
     static const char text[] = "The capital of France is Paris. The capital of Germany is";
     int32_t *ids = nullptr;
     size_t n = 0;
-    assert_int_equal(rvl_tokenize_alloc(tk, text, strlen(text), true, false, &ids, &n), 0);
+    assert_int_equal(rvl_tok_encode_alloc(tk, text, strlen(text), true, false, &ids, &n), 0);
     std::vector<int32_t> prompt(ids, ids + n);
     free(ids);
     ensure_registered();

@@ -2,7 +2,7 @@
 /*
  * test_elementwise - metal/elementwise.metal in the emulator against scalar
  * C++ loops with the CPU's float operations: kernels/ref has no element-wise
- * kernels, so the oracle is lib/forward.c's SwiGLU expression
+ * kernels, so the oracle is lib/engine/forward.c's SwiGLU expression
  * (g / (1 + expf(-g)) * u), its SiLU part, and the tanh form of GELU.
  *
  * Shapes: n = 1 .. 4099 around the float4 and threadgroup boundaries, so the

@@ -1,8 +1,8 @@
 // metal-emu-uses: metal/norm.metal
 /*
  * test_norm - metal/norm.metal's RMSNorm and softmax against
- * double-precision loops of lib/forward.c's rmsnorm and the CPU softmax
- * (lib/bench.c's softmax_row): no kernels/ref function exists for them.
+ * double-precision loops of lib/engine/forward.c's rmsnorm and the CPU softmax
+ * (lib/tools/bench.c's softmax_row): no kernels/ref function exists for them.
  *
  * Tolerances, per element, relative to the exact value e:
  *   RMSNorm  |y - e| <= (n / 256 + 16) * 2^-23 * |e|: the sum of squares

@@ -1,6 +1,6 @@
 // metal-emu-uses: metal/rope.metal
 /*
- * test_rope - metal/rope.metal against lib/forward.c's rope() (the same
+ * test_rope - metal/rope.metal against lib/engine/forward.c's rope() (the same
  * float operations, mt_rope_head) on the same cos/sin tables.
  *
  * Tolerance: |y - ref| <= 2^-22 * (|x0| + |x1|) per element of a pair: the

@@ -125,7 +125,7 @@ def json_value(vtype, part):
 
 
 # ----------------------------------------------------------------------
-# ruvllm's JSON writer, mirrored (lib/jsonw.c) for the .lines golden
+# ruvllm's JSON writer, mirrored (lib/base/jw.c) for the .lines golden
 # ----------------------------------------------------------------------
 
 ESC = {0x22: '\\"', 0x5c: "\\\\", 0x0a: "\\n", 0x0d: "\\r", 0x09: "\\t",

@@ -4,7 +4,7 @@
 KL divergence of ruvllm's next-token distributions from llama.cpp's and how
 often the top token agrees.
 
-Tokens and windows are those of lib/bench_ppl.c and cmd/bench.c: the whole
+Tokens and windows are those of lib/tools/ppl.c and cmd/bench.c: the whole
 text tokenized once (BOS in front only when the model adds one, special
 tokens not parsed), cut into consecutive windows of N_CTX tokens, the first
 token of each window replaced by BOS when the model adds one, positions
@@ -64,7 +64,7 @@ def log_softmax(row):
 
 
 class Base:
-    """A base file, mapped and checked like lib/bench_ppl.c's base_open."""
+    """A base file, mapped and checked like lib/tools/ppl.c's base_open."""
 
     def __init__(self, path):
         self.path = path

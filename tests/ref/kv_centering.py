@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """kv_centering.py - how much key centering helps quantized KV pages, simulated
-on SmolLM2-135M's real keys and queries (lib/kvcache.c "Key centering").
+on SmolLM2-135M's real keys and queries (lib/engine/kvcache.c "Key centering").
 
 For each layer and query head over 1024 tokens of wikitext-2 it compares the
 attention distribution with exact keys against the one with quantized keys

@@ -1,0 +1,771 @@
+/*
+ * chat.c - chat formatting: the model's own Jinja2 chat template
+ * rendered by lib/chat/jinja/, family detection by marker substrings,
+ * built-in formatters per family (the fallback when a template cannot be
+ * parsed or rendered, and what --chat-template NAME selects), end-of-turn
+ * strings, and conversations read from JSON files.
+ */
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "chat/jinja/jinja.h"
+#include "ruvllm.h"
+
+struct rvl_chat_tmpl {
+    jtmpl *t;
+};
+
+/* ======================================================================
+ * Templates
+ * ====================================================================== */
+
+int rvl_chat_tmpl_open(rvl_chat_tmpl **out, const char *src, size_t len, const char *name)
+{
+    *out = NULL;
+    if (!src) return rvl_seterr(RVL_EINVAL, "%s: no template text", name ? name : "template");
+    rvl_chat_tmpl *c = calloc(1, sizeof *c);
+    if (!c) return rvl_seterr(RVL_ENOMEM, "out of memory");
+    int rc = jinja_parse(&c->t, src, len, name);
+    if (rc) {
+        free(c);
+        return rc;
+    }
+    *out = c;
+    return 0;
+}
+
+void rvl_chat_tmpl_close(rvl_chat_tmpl *t)
+{
+    if (!t) return;
+    jinja_free(t->t);
+    free(t);
+}
+
+static jv mkstr(jarena *ar, const char *s)
+{
+    size_t n = strlen(s);
+    return jv_strn(ja_strndup(ar, s, n), n);
+}
+
+static void ctx_set(jarena *ar, jkv **d, size_t *n, size_t *cap, const char *k, jv v)
+{
+    for (size_t i = 0; i < *n; i++)
+        if ((*d)[i].k.n == strlen(k) && !memcmp((*d)[i].k.s, k, (*d)[i].k.n)) {
+            (*d)[i].v = v;
+            return;
+        }
+    if (*n == *cap) {
+        size_t nc = *cap ? *cap * 2 : 16;
+        jkv *nd = ja_alloc(ar, nc * sizeof *nd);
+        if (*n) memcpy(nd, *d, *n * sizeof *nd);
+        *d = nd;
+        *cap = nc;
+    }
+    (*d)[*n].k = mkstr(ar, k);
+    (*d)[*n].v = v;
+    (*n)++;
+}
+
+int rvl_chat_tmpl_render_ex(const rvl_chat_tmpl *t, const rvl_chat_render_opts *o,
+                            char **out, size_t *out_len)
+{
+    *out = NULL;
+    if (out_len) *out_len = 0;
+    jarena ar = {0};
+    jmp_buf jb;
+    ar.oom = &jb;
+    if (setjmp(jb)) {
+        ja_free(&ar);
+        return rvl_seterr(RVL_ENOMEM, "%s: out of memory", t->t->name);
+    }
+    jkv *d = NULL;
+    size_t n = 0, cap = 0;
+    jv *msgs = ja_alloc(&ar, (o->n_msgs + 1) * sizeof *msgs);
+    for (size_t i = 0; i < o->n_msgs; i++) {
+        jkv *m = ja_alloc(&ar, 2 * sizeof *m);
+        m[0].k = mkstr(&ar, "role");
+        m[0].v = mkstr(&ar, o->msgs[i].role ? o->msgs[i].role : "");
+        m[1].k = mkstr(&ar, "content");
+        m[1].v = o->msgs[i].content ? mkstr(&ar, o->msgs[i].content) : jv_none();
+        msgs[i] = jv_dict(m, 2);
+    }
+    /* what transformers passes: messages, tools=None, documents=None,
+     * add_generation_prompt, and the special tokens */
+    ctx_set(&ar, &d, &n, &cap, "messages", jv_list(msgs, o->n_msgs));
+    ctx_set(&ar, &d, &n, &cap, "tools", jv_none());
+    ctx_set(&ar, &d, &n, &cap, "documents", jv_none());
+    ctx_set(&ar, &d, &n, &cap, "add_generation_prompt", jv_bool(o->add_generation_prompt));
+    if (o->bos_token) ctx_set(&ar, &d, &n, &cap, "bos_token", mkstr(&ar, o->bos_token));
+    if (o->eos_token) ctx_set(&ar, &d, &n, &cap, "eos_token", mkstr(&ar, o->eos_token));
+    if (o->context_json) {
+        jv extra;
+        int rc = jinja_from_json(&ar, o->context_json, strlen(o->context_json), &extra);
+        if (rc) {
+            ja_free(&ar);
+            return rvl_preerr(rc, "%s: context", t->t->name);
+        }
+        if (extra.t != JV_DICT) {
+            ja_free(&ar);
+            return rvl_seterr(RVL_EINVAL, "%s: context JSON is not an object", t->t->name);
+        }
+        for (size_t i = 0; i < extra.n; i++)
+            ctx_set(&ar, &d, &n, &cap, ja_strndup(&ar, extra.d[i].k.s, extra.d[i].k.n), extra.d[i].v);
+    }
+    ar.oom = NULL;
+    jlimits lim = JINJA_DEFAULT_LIMITS;
+    if (o->limit_ops) lim.max_ops = o->limit_ops;
+    if (o->limit_output) lim.max_output = o->limit_output;
+    if (o->limit_memory) lim.max_memory = o->limit_memory;
+    int rc = jinja_render(t->t, &ar, jv_dict(d, n), o->use_now ? o->now : INT64_MIN, &lim, out, out_len);
+    ja_free(&ar);
+    return rc;
+}
+
+int rvl_chat_tmpl_render(const rvl_chat_tmpl *t, const rvl_chat_msg *msgs, size_t n,
+                         bool add_generation_prompt, const char *bos_token, const char *eos_token,
+                         char **out)
+{
+    rvl_chat_render_opts o = {
+        .msgs = msgs, .n_msgs = n, .add_generation_prompt = add_generation_prompt,
+        .bos_token = bos_token, .eos_token = eos_token,
+    };
+    return rvl_chat_tmpl_render_ex(t, &o, out, NULL);
+}
+
+/* ======================================================================
+ * Families
+ * ====================================================================== */
+
+static const struct {
+    const char *name;
+    const char *const stops[4];
+} FAMILIES[RVL_CHAT_FAMILY_COUNT] = {
+    [RVL_CHAT_UNKNOWN] = {"unknown", {NULL}},
+    [RVL_CHAT_CHATML] = {"chatml", {"<|im_end|>", NULL}},
+    [RVL_CHAT_LLAMA2] = {"llama2", {"</s>", NULL}},
+    [RVL_CHAT_LLAMA3] = {"llama3", {"<|eot_id|>", "<|eom_id|>", NULL}},
+    [RVL_CHAT_MISTRAL_V1] = {"mistral-v1", {"</s>", NULL}},
+    [RVL_CHAT_MISTRAL_V3] = {"mistral-v3", {"</s>", NULL}},
+    [RVL_CHAT_MISTRAL_V3_TEKKEN] = {"mistral-v3-tekken", {"</s>", NULL}},
+    [RVL_CHAT_MISTRAL_V7] = {"mistral-v7", {"</s>", NULL}},
+    [RVL_CHAT_MISTRAL_V7_TEKKEN] = {"mistral-v7-tekken", {"</s>", NULL}},
+    [RVL_CHAT_GEMMA] = {"gemma", {"<end_of_turn>", NULL}},
+    [RVL_CHAT_PHI3] = {"phi3", {"<|end|>", "<|endoftext|>", NULL}},
+    [RVL_CHAT_PHI4] = {"phi4", {"<|im_end|>", NULL}},
+    [RVL_CHAT_ZEPHYR] = {"zephyr", {"</s>", NULL}},
+    [RVL_CHAT_DEEPSEEK2] = {"deepseek2", {"<\xef\xbd\x9c" "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>", NULL}},
+    [RVL_CHAT_DEEPSEEK3] = {"deepseek3", {"<\xef\xbd\x9c" "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>", NULL}},
+    [RVL_CHAT_DEEPSEEK_R1] = {"deepseek-r1", {"<\xef\xbd\x9c" "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>", NULL}},
+    [RVL_CHAT_COMMAND_R] = {"command-r", {"<|END_OF_TURN_TOKEN|>", NULL}},
+    [RVL_CHAT_GRANITE] = {"granite", {"<|end_of_text|>", NULL}},
+    [RVL_CHAT_VICUNA] = {"vicuna", {"</s>", NULL}},
+    [RVL_CHAT_VICUNA_ORCA] = {"vicuna-orca", {"</s>", NULL}},
+};
+
+const char *rvl_chat_family_name(rvl_chat_family f)
+{
+    return (unsigned)f < RVL_CHAT_FAMILY_COUNT ? FAMILIES[f].name : "unknown";
+}
+
+rvl_chat_family rvl_chat_family_from_name(const char *name)
+{
+    if (!name) return RVL_CHAT_UNKNOWN;
+    for (int f = 1; f < RVL_CHAT_FAMILY_COUNT; f++)
+        if (!strcmp(FAMILIES[f].name, name)) return (rvl_chat_family)f;
+    return RVL_CHAT_UNKNOWN;
+}
+
+const char *const *rvl_chat_stop_strings(rvl_chat_family f)
+{
+    static const char *const none[] = {NULL};
+    return (unsigned)f < RVL_CHAT_FAMILY_COUNT ? FAMILIES[f].stops : none;
+}
+
+#define DS_USER "<\xef\xbd\x9cUser\xef\xbd\x9c>"
+#define DS_ASSISTANT "<\xef\xbd\x9c" "Assistant\xef\xbd\x9c>"
+#define DS_EOS "<\xef\xbd\x9c" "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>"
+
+rvl_chat_family rvl_chat_detect(const char *src)
+{
+    if (!src) return RVL_CHAT_UNKNOWN;
+#define HAS(s) (strstr(src, s) != NULL)
+    if (HAS("<|im_sep|>")) return RVL_CHAT_PHI4;
+    if (HAS("<|im_start|>")) return RVL_CHAT_CHATML;
+    if (HAS("<|start_header_id|>") && HAS("<|end_header_id|>")) return RVL_CHAT_LLAMA3;
+    if (HAS("<start_of_turn>")) return RVL_CHAT_GEMMA;
+    if (HAS(DS_USER) && HAS(DS_ASSISTANT)) return HAS("</think>") ? RVL_CHAT_DEEPSEEK_R1 : RVL_CHAT_DEEPSEEK3;
+    if (HAS("<|START_OF_TURN_TOKEN|>") && HAS("<|USER_TOKEN|>")) return RVL_CHAT_COMMAND_R;
+    if (HAS("<|start_of_role|>")) return RVL_CHAT_GRANITE;
+    if (HAS("[SYSTEM_PROMPT]"))
+        return HAS("'[INST]'") || HAS("\"[INST]\"") ? RVL_CHAT_MISTRAL_V7_TEKKEN : RVL_CHAT_MISTRAL_V7;
+    if (HAS("[AVAILABLE_TOOLS]") || HAS("[TOOL_CALLS]"))
+        return HAS("\"[INST] \"") || HAS("'[INST] '") ? RVL_CHAT_MISTRAL_V3 : RVL_CHAT_MISTRAL_V3_TEKKEN;
+    if (HAS("[INST]"))
+        return HAS("<<SYS>>") || !HAS("' [INST] '") ? RVL_CHAT_LLAMA2 : RVL_CHAT_MISTRAL_V1;
+    if (HAS("<|assistant|>") && HAS("<|end|>")) return RVL_CHAT_PHI3;
+    if (HAS("<|user|>") && HAS("<|assistant|>") && HAS("eos_token")) return RVL_CHAT_ZEPHYR;
+    if (HAS("'User: '") && HAS("Assistant:")) return RVL_CHAT_DEEPSEEK2;
+    if (HAS("USER: ") && HAS("ASSISTANT: ")) return HAS("SYSTEM: ") ? RVL_CHAT_VICUNA_ORCA : RVL_CHAT_VICUNA;
+#undef HAS
+    return RVL_CHAT_UNKNOWN;
+}
+
+/* ---------------------------------------------------------------- built-ins */
+
+typedef struct { char *p; size_t n, cap; bool oom; } sbuf;
+
+static void sb_put(sbuf *b, const char *s, size_t n)
+{
+    if (b->oom || !n) return;
+    if (b->cap - b->n < n + 1) {
+        size_t nc = b->cap ? b->cap : 256;
+        while (nc - b->n < n + 1) nc *= 2;
+        char *np = realloc(b->p, nc);
+        if (!np) { b->oom = true; return; }
+        b->p = np;
+        b->cap = nc;
+    }
+    memcpy(b->p + b->n, s, n);
+    b->n += n;
+    b->p[b->n] = 0;
+}
+static void sb_s(sbuf *b, const char *s) { if (s) sb_put(b, s, strlen(s)); }
+
+static bool is_sp(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; }
+/* ASCII-whitespace trim, what |trim and .strip() do for usual text */
+static void sb_trim(sbuf *b, const char *s)
+{
+    if (!s) return;
+    size_t n = strlen(s), a = 0;
+    while (a < n && is_sp(s[a])) a++;
+    while (n > a && is_sp(s[n - 1])) n--;
+    sb_put(b, s + a, n - a);
+}
+
+static bool role_is(const rvl_chat_msg *m, const char *r) { return m->role && !strcmp(m->role, r); }
+
+int rvl_chat_builtin_render(rvl_chat_family f, const rvl_chat_msg *msgs, size_t n,
+                            bool add_gen, const char *bos, const char *eos, char **out)
+{
+    *out = NULL;
+    sbuf b = {0};
+    const char *sys = n && role_is(&msgs[0], "system") ? msgs[0].content : NULL;
+    size_t first = sys ? 1 : 0;
+    if (!bos) bos = "";
+    if (!eos) eos = "";
+    sb_s(&b, "");
+    switch (f) {
+    case RVL_CHAT_CHATML:
+        for (size_t i = 0; i < n; i++) {
+            sb_s(&b, "<|im_start|>"); sb_s(&b, msgs[i].role); sb_s(&b, "\n");
+            sb_s(&b, msgs[i].content); sb_s(&b, "<|im_end|>\n");
+        }
+        if (add_gen) sb_s(&b, "<|im_start|>assistant\n");
+        break;
+    case RVL_CHAT_PHI4:
+        for (size_t i = 0; i < n; i++) {
+            if (role_is(&msgs[i], "assistant")) { sb_s(&b, msgs[i].content); sb_s(&b, "<|im_end|>"); continue; }
+            sb_s(&b, "<|im_start|>"); sb_s(&b, msgs[i].role); sb_s(&b, "<|im_sep|>");
+            sb_s(&b, msgs[i].content); sb_s(&b, "<|im_end|>");
+            if (role_is(&msgs[i], "user")) sb_s(&b, "<|im_start|>assistant<|im_sep|>");
+        }
+        break;
+    case RVL_CHAT_LLAMA2:
+        for (size_t i = first; i < n; i++) {
+            if (role_is(&msgs[i], "user")) {
+                sb_s(&b, bos); sb_s(&b, "[INST] ");
+                if (i == first && sys) {
+                    sbuf c = {0};
+                    sb_s(&c, "<<SYS>>\n"); sb_s(&c, sys); sb_s(&c, "\n<</SYS>>\n\n"); sb_s(&c, msgs[i].content);
+                    sb_trim(&b, c.p);
+                    free(c.p);
+                } else {
+                    sb_trim(&b, msgs[i].content);
+                }
+                sb_s(&b, " [/INST]");
+            } else {
+                sb_s(&b, " "); sb_trim(&b, msgs[i].content); sb_s(&b, " "); sb_s(&b, eos);
+            }
+        }
+        break;
+    case RVL_CHAT_LLAMA3:
+        sb_s(&b, bos);
+        for (size_t i = 0; i < n; i++) {
+            sb_s(&b, "<|start_header_id|>"); sb_s(&b, msgs[i].role); sb_s(&b, "<|end_header_id|>\n\n");
+            sb_trim(&b, msgs[i].content); sb_s(&b, "<|eot_id|>");
+        }
+        if (add_gen) sb_s(&b, "<|start_header_id|>assistant<|end_header_id|>\n\n");
+        break;
+    case RVL_CHAT_MISTRAL_V1:
+        sb_s(&b, bos);
+        for (size_t i = first; i < n; i++) {
+            if (role_is(&msgs[i], "user")) {
+                sb_s(&b, " [INST] ");
+                if (i == first && sys) { sb_s(&b, sys); sb_s(&b, "\n\n"); }
+                sb_s(&b, msgs[i].content); sb_s(&b, " [/INST]");
+            } else {
+                sb_s(&b, " "); sb_s(&b, msgs[i].content); sb_s(&b, eos);
+            }
+        }
+        break;
+    case RVL_CHAT_MISTRAL_V3:
+    case RVL_CHAT_MISTRAL_V3_TEKKEN: {
+        bool tekken = f == RVL_CHAT_MISTRAL_V3_TEKKEN;
+        size_t last_user = n;
+        for (size_t i = first; i < n; i++) if (role_is(&msgs[i], "user")) last_user = i;
+        sb_s(&b, bos);
+        for (size_t i = first; i < n; i++) {
+            if (role_is(&msgs[i], "user")) {
+                sb_s(&b, tekken ? "[INST]" : "[INST] ");
+                /* the template puts the system message before the last message when it is a user's */
+                if (sys && i == n - 1 && i == last_user) { sb_s(&b, sys); sb_s(&b, "\n\n"); }
+                sb_s(&b, msgs[i].content); sb_s(&b, "[/INST]");
+            } else if (tekken) {
+                sb_s(&b, msgs[i].content); sb_s(&b, eos);
+            } else {
+                sb_s(&b, " "); sb_trim(&b, msgs[i].content); sb_s(&b, eos);
+            }
+        }
+        break;
+    }
+    case RVL_CHAT_MISTRAL_V7:
+    case RVL_CHAT_MISTRAL_V7_TEKKEN: {
+        bool tekken = f == RVL_CHAT_MISTRAL_V7_TEKKEN;
+        sb_s(&b, bos);
+        for (size_t i = 0; i < n; i++) {
+            if (role_is(&msgs[i], "system")) {
+                sb_s(&b, tekken ? "[SYSTEM_PROMPT]" : "[SYSTEM_PROMPT] "); sb_s(&b, msgs[i].content);
+                sb_s(&b, "[/SYSTEM_PROMPT]");
+            } else if (role_is(&msgs[i], "user")) {
+                sb_s(&b, tekken ? "[INST]" : "[INST] "); sb_s(&b, msgs[i].content); sb_s(&b, "[/INST]");
+            } else {
+                if (!tekken) sb_s(&b, " ");
+                sb_s(&b, msgs[i].content); sb_s(&b, eos);
+            }
+        }
+        break;
+    }
+    case RVL_CHAT_GEMMA:
+        sb_s(&b, bos);
+        for (size_t i = first; i < n; i++) {
+            bool asst = role_is(&msgs[i], "assistant");
+            sb_s(&b, "<start_of_turn>"); sb_s(&b, asst ? "model" : msgs[i].role); sb_s(&b, "\n");
+            if (i == first && sys) { sb_s(&b, sys); sb_s(&b, "\n\n"); }
+            sb_trim(&b, msgs[i].content); sb_s(&b, "<end_of_turn>\n");
+        }
+        if (add_gen) sb_s(&b, "<start_of_turn>model\n");
+        break;
+    case RVL_CHAT_PHI3:
+        for (size_t i = 0; i < n; i++) {
+            if (role_is(&msgs[i], "system") && !(msgs[i].content && *msgs[i].content)) continue;
+            sb_s(&b, "<|"); sb_s(&b, msgs[i].role); sb_s(&b, "|>\n"); sb_s(&b, msgs[i].content); sb_s(&b, "<|end|>\n");
+        }
+        sb_s(&b, add_gen ? "<|assistant|>\n" : eos);
+        break;
+    case RVL_CHAT_ZEPHYR:
+        for (size_t i = 0; i < n; i++) {
+            sb_s(&b, "<|"); sb_s(&b, msgs[i].role); sb_s(&b, "|>\n"); sb_s(&b, msgs[i].content);
+            sb_s(&b, eos); sb_s(&b, "\n");
+        }
+        if (add_gen) sb_s(&b, "<|assistant|>\n");
+        break;
+    case RVL_CHAT_DEEPSEEK2:
+        sb_s(&b, bos);
+        for (size_t i = 0; i < n; i++) {
+            if (role_is(&msgs[i], "user")) { sb_s(&b, "User: "); sb_s(&b, msgs[i].content); sb_s(&b, "\n\n"); }
+            else if (role_is(&msgs[i], "assistant")) { sb_s(&b, "Assistant: "); sb_s(&b, msgs[i].content); sb_s(&b, eos); }
+            else if (role_is(&msgs[i], "system")) { sb_s(&b, msgs[i].content); sb_s(&b, "\n\n"); }
+        }
+        if (add_gen) sb_s(&b, "Assistant:");
+        break;
+    case RVL_CHAT_DEEPSEEK3:
+    case RVL_CHAT_DEEPSEEK_R1: {
+        sb_s(&b, bos);
+        bool firstsys = true;
+        for (size_t i = 0; i < n; i++)
+            if (role_is(&msgs[i], "system")) {
+                if (!firstsys && f == RVL_CHAT_DEEPSEEK3) sb_s(&b, "\n\n");
+                if (f == RVL_CHAT_DEEPSEEK_R1 && !firstsys) continue;   /* R1 keeps one */
+                sb_s(&b, msgs[i].content);
+                firstsys = false;
+            }
+        for (size_t i = 0; i < n; i++) {
+            if (role_is(&msgs[i], "user")) { sb_s(&b, DS_USER); sb_s(&b, msgs[i].content); }
+            else if (role_is(&msgs[i], "assistant")) {
+                const char *c = msgs[i].content ? msgs[i].content : "";
+                if (f == RVL_CHAT_DEEPSEEK_R1) {
+                    const char *t, *last = NULL;
+                    for (t = strstr(c, "</think>"); t; t = strstr(t + 1, "</think>")) last = t;
+                    if (last) c = last + 8;
+                }
+                sb_s(&b, DS_ASSISTANT); sb_s(&b, c); sb_s(&b, DS_EOS);
+            }
+        }
+        if (add_gen) sb_s(&b, f == RVL_CHAT_DEEPSEEK_R1 ? DS_ASSISTANT "<think>\n" : DS_ASSISTANT);
+        break;
+    }
+    case RVL_CHAT_COMMAND_R:
+        sb_s(&b, bos);
+        if (sys) { sb_s(&b, "<|START_OF_TURN_TOKEN|><|SYSTEM_TOKEN|>"); sb_s(&b, sys); sb_s(&b, "<|END_OF_TURN_TOKEN|>"); }
+        for (size_t i = first; i < n; i++) {
+            if (role_is(&msgs[i], "user")) sb_s(&b, "<|START_OF_TURN_TOKEN|><|USER_TOKEN|>");
+            else if (role_is(&msgs[i], "assistant")) sb_s(&b, "<|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|>");
+            else continue;
+            sb_trim(&b, msgs[i].content); sb_s(&b, "<|END_OF_TURN_TOKEN|>");
+        }
+        if (add_gen) sb_s(&b, "<|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|>");
+        break;
+    case RVL_CHAT_GRANITE:
+        for (size_t i = 0; i < n; i++) {
+            sb_s(&b, "<|start_of_role|>"); sb_s(&b, msgs[i].role); sb_s(&b, "<|end_of_role|>");
+            sb_s(&b, msgs[i].content); sb_s(&b, "<|end_of_text|>\n");
+        }
+        if (add_gen && n) sb_s(&b, "<|start_of_role|>assistant<|end_of_role|>");
+        break;
+    case RVL_CHAT_VICUNA:
+    case RVL_CHAT_VICUNA_ORCA:
+        for (size_t i = 0; i < n; i++) {
+            if (role_is(&msgs[i], "system")) {
+                if (f == RVL_CHAT_VICUNA_ORCA) { sb_s(&b, "SYSTEM: "); sb_s(&b, msgs[i].content); sb_s(&b, "\n"); }
+                else { sb_s(&b, msgs[i].content); sb_s(&b, "\n\n"); }
+            } else if (role_is(&msgs[i], "user")) {
+                sb_s(&b, "USER: "); sb_s(&b, msgs[i].content); sb_s(&b, "\n");
+            } else {
+                sb_s(&b, "ASSISTANT: "); sb_s(&b, msgs[i].content); sb_s(&b, "</s>\n");
+            }
+        }
+        if (add_gen) sb_s(&b, "ASSISTANT:");
+        break;
+    default:
+        free(b.p);
+        return rvl_seterr(RVL_EINVAL, "no built-in chat format '%s'", rvl_chat_family_name(f));
+    }
+    if (b.oom) {
+        free(b.p);
+        return rvl_seterr(RVL_ENOMEM, "out of memory");
+    }
+    *out = b.p;
+    return 0;
+}
+
+/* ======================================================================
+ * Chat formatting with fallback
+ * ====================================================================== */
+
+struct rvl_chat {
+    rvl_chat_tmpl *tmpl;       /* NULL: built-in formatter */
+    rvl_chat_family family;
+    char *bos, *eos;
+    char desc[300];
+};
+
+static char *dupz(const char *s) { return s ? strdup(s) : NULL; }
+
+static char *warnf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static char *warnf(const char *fmt, ...)
+{
+    char buf[600];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    return strdup(buf);
+}
+
+static int read_file(const char *path, char **data, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) return rvl_seterr(errno == ENOENT ? RVL_ENOTFOUND : RVL_EIO, "%s: %s", path, strerror(errno));
+    char *buf = NULL;
+    size_t n = 0, cap = 0;
+    for (;;) {
+        if (cap - n < 65536) {
+            if (cap > ((size_t)64 << 20)) {
+                fclose(f);
+                free(buf);
+                return rvl_seterr(RVL_ERANGE, "%s: file larger than 64 MiB", path);
+            }
+            cap = cap ? cap * 2 : 65536 * 2;
+            char *nb = realloc(buf, cap + 1);
+            if (!nb) {
+                fclose(f);
+                free(buf);
+                return rvl_seterr(RVL_ENOMEM, "%s: out of memory", path);
+            }
+            buf = nb;
+        }
+        size_t k = fread(buf + n, 1, cap - n, f);
+        n += k;
+        if (k == 0) break;
+    }
+    bool err = ferror(f);
+    fclose(f);
+    if (err) {
+        free(buf);
+        return rvl_seterr(RVL_EIO, "%s: read error", path);
+    }
+    buf[n] = 0;
+    *data = buf;
+    *len = n;
+    return 0;
+}
+
+int rvl_chat_open(rvl_chat **out, const char *model_tmpl, size_t len, const char *override,
+                  const char *bos_token, const char *eos_token, char **warning)
+{
+    *out = NULL;
+    if (warning) *warning = NULL;
+    rvl_chat *c = calloc(1, sizeof *c);
+    if (!c) return rvl_seterr(RVL_ENOMEM, "out of memory");
+    c->bos = dupz(bos_token);
+    c->eos = dupz(eos_token);
+    if ((bos_token && !c->bos) || (eos_token && !c->eos)) {
+        rvl_chat_close(c);
+        return rvl_seterr(RVL_ENOMEM, "out of memory");
+    }
+    if (override && *override) {
+        rvl_chat_family f = rvl_chat_family_from_name(override);
+        if (f != RVL_CHAT_UNKNOWN) {
+            c->family = f;
+            snprintf(c->desc, sizeof c->desc, "built-in %s", rvl_chat_family_name(f));
+            *out = c;
+            return 0;
+        }
+        char *data;
+        size_t n;
+        int rc = read_file(override, &data, &n);
+        if (rc) {
+            rvl_chat_close(c);
+            if (rc == RVL_ENOTFOUND)
+                return rvl_seterr(RVL_ENOTFOUND, "chat template '%s': neither a format name nor a file", override);
+            return rc;
+        }
+        rc = rvl_chat_tmpl_open(&c->tmpl, data, n, override);
+        c->family = rvl_chat_detect(data);
+        free(data);
+        if (rc) {
+            rvl_chat_close(c);
+            return rc;
+        }
+        snprintf(c->desc, sizeof c->desc, "template file %s", override);
+        *out = c;
+        return 0;
+    }
+    if (!model_tmpl) {
+        c->family = RVL_CHAT_CHATML;
+        snprintf(c->desc, sizeof c->desc, "built-in chatml");
+        if (warning) *warning = warnf("the model has no chat template: using chatml");
+        *out = c;
+        return 0;
+    }
+    /* the detection reads a NUL-terminated copy */
+    char *z = malloc(len + 1);
+    if (!z) {
+        rvl_chat_close(c);
+        return rvl_seterr(RVL_ENOMEM, "out of memory");
+    }
+    memcpy(z, model_tmpl, len);
+    z[len] = 0;
+    c->family = rvl_chat_detect(z);
+    free(z);
+    int rc = rvl_chat_tmpl_open(&c->tmpl, model_tmpl, len, "chat template");
+    if (rc) {
+        rvl_chat_family f = c->family ? c->family : RVL_CHAT_CHATML;
+        if (warning)
+            *warning = warnf("%s; using the built-in %s format", rvl_errmsg(), rvl_chat_family_name(f));
+        c->family = f;
+        snprintf(c->desc, sizeof c->desc, "built-in %s (the model's template failed to parse)", rvl_chat_family_name(f));
+    } else {
+        snprintf(c->desc, sizeof c->desc, "model template (%s)", rvl_chat_family_name(c->family));
+    }
+    *out = c;
+    return 0;
+}
+
+int rvl_chat_open_model(rvl_chat **out, const rvl_file *f, const rvl_tokenizer *tok,
+                        const char *override, char **warning)
+{
+    rvl_str tmpl = {0};
+    const rvl_kv *kv = f ? rvl_file_find_kv(f, "tokenizer.chat_template") : NULL;
+    if (kv && rvl_kv_get_str(kv, &tmpl)) tmpl.ptr = NULL;
+    char bos[256] = "", eos[256] = "";
+    bool has_bos = false, has_eos = false;
+    if (tok) {
+        size_t n;
+        const char *s;
+        if (rvl_tok_bos(tok) != RVL_TOK_NULL && (s = rvl_tok_text(tok, rvl_tok_bos(tok), &n)) && n < sizeof bos) {
+            memcpy(bos, s, n);
+            bos[n] = 0;
+            has_bos = true;
+        }
+        if (rvl_tok_eos(tok) != RVL_TOK_NULL && (s = rvl_tok_text(tok, rvl_tok_eos(tok), &n)) && n < sizeof eos) {
+            memcpy(eos, s, n);
+            eos[n] = 0;
+            has_eos = true;
+        }
+    }
+    int rc = rvl_chat_open(out, tmpl.ptr, tmpl.ptr ? (size_t)tmpl.len : 0, override,
+                           has_bos ? bos : "", has_eos ? eos : "", warning);
+    if (rc || tmpl.ptr || (override && *override) || !tok) return rc;
+    /* no template: pick the family from the vocabulary's special tokens */
+    static const struct { const char *tok; rvl_chat_family f; } VOCAB[] = {
+        {"<|im_sep|>", RVL_CHAT_PHI4}, {"<|im_start|>", RVL_CHAT_CHATML},
+        {"<|eot_id|>", RVL_CHAT_LLAMA3}, {"<start_of_turn>", RVL_CHAT_GEMMA},
+        {"<|end|>", RVL_CHAT_PHI3}, {"<|START_OF_TURN_TOKEN|>", RVL_CHAT_COMMAND_R},
+        {"<|start_of_role|>", RVL_CHAT_GRANITE}, {"[INST]", RVL_CHAT_MISTRAL_V3_TEKKEN},
+    };
+    for (size_t i = 0; i < sizeof VOCAB / sizeof VOCAB[0]; i++)
+        if (rvl_tok_find(tok, VOCAB[i].tok, strlen(VOCAB[i].tok)) != RVL_TOK_NULL) {
+            (*out)->family = VOCAB[i].f;
+            snprintf((*out)->desc, sizeof (*out)->desc, "built-in %s", rvl_chat_family_name(VOCAB[i].f));
+            if (warning) {
+                free(*warning);
+                *warning = warnf("the model has no chat template: using %s (from its vocabulary)",
+                                 rvl_chat_family_name(VOCAB[i].f));
+            }
+            break;
+        }
+    return 0;
+}
+
+int rvl_chat_format(const rvl_chat *c, const rvl_chat_msg *msgs, size_t n, bool add_generation_prompt,
+                    char **out, char **warning)
+{
+    *out = NULL;
+    if (warning) *warning = NULL;
+    if (c->tmpl) {
+        int rc = rvl_chat_tmpl_render(c->tmpl, msgs, n, add_generation_prompt, c->bos, c->eos, out);
+        if (rc == 0) return 0;
+        if (rc == RVL_ENOMEM) return rc;
+        rvl_chat_family f = c->family ? c->family : RVL_CHAT_CHATML;
+        if (warning) *warning = warnf("%s; using the built-in %s format", rvl_errmsg(), rvl_chat_family_name(f));
+        return rvl_chat_builtin_render(f, msgs, n, add_generation_prompt, c->bos, c->eos, out);
+    }
+    return rvl_chat_builtin_render(c->family, msgs, n, add_generation_prompt, c->bos, c->eos, out);
+}
+
+rvl_chat_family rvl_chat_family_of(const rvl_chat *c) { return c->family; }
+const char *const *rvl_chat_stops(const rvl_chat *c) { return rvl_chat_stop_strings(c->family); }
+const char *rvl_chat_describe(const rvl_chat *c) { return c->desc; }
+
+void rvl_chat_close(rvl_chat *c)
+{
+    if (!c) return;
+    rvl_chat_tmpl_close(c->tmpl);
+    free(c->bos);
+    free(c->eos);
+    free(c);
+}
+
+/* ======================================================================
+ * Conversations from JSON
+ * ====================================================================== */
+
+/* byte offset of the first invalid UTF-8 sequence, or -1 */
+static long utf8_invalid_at(const char *s)
+{
+    const unsigned char *p = (const unsigned char *)s;
+    size_t i = 0;
+    while (p[i]) {
+        unsigned c = p[i];
+        size_t k;
+        uint32_t cp;
+        if (c < 0x80) { i++; continue; }
+        if (c >= 0xC2 && c <= 0xDF) { k = 1; cp = c & 0x1F; }
+        else if (c >= 0xE0 && c <= 0xEF) { k = 2; cp = c & 0x0F; }
+        else if (c >= 0xF0 && c <= 0xF4) { k = 3; cp = c & 0x07; }
+        else return (long)i;
+        for (size_t j = 1; j <= k; j++) {
+            if ((p[i + j] & 0xC0) != 0x80) return (long)i;
+            cp = cp << 6 | (p[i + j] & 0x3F);
+        }
+        if ((k == 2 && cp < 0x800) || (k == 3 && (cp < 0x10000 || cp > 0x10FFFF)) || (cp >= 0xD800 && cp <= 0xDFFF))
+            return (long)i;
+        i += k + 1;
+    }
+    return -1;
+}
+
+int rvl_chat_conv_parse(const char *json, size_t len, const char *name, rvl_chat_msg **msgs, size_t *n)
+{
+    *msgs = NULL;
+    *n = 0;
+    const char *end = NULL;
+    cJSON *j = cJSON_ParseWithLengthOpts(json, len, &end, false);
+    if (!j) {
+        size_t off = end && end >= json ? (size_t)(end - json) : 0;
+        return rvl_seterr(RVL_EFORMAT, "%s: invalid JSON at byte %zu", name, off);
+    }
+    int rc = 0;
+    if (!cJSON_IsArray(j)) {
+        rc = rvl_seterr(RVL_EFORMAT, "%s: not a JSON array of messages", name);
+        goto done;
+    }
+    size_t count = 0, bytes = 0;
+    for (const cJSON *m = j->child; m; m = m->next, count++) {
+        if (!cJSON_IsObject(m)) {
+            rc = rvl_seterr(RVL_EFORMAT, "%s: message %zu: not an object", name, count);
+            goto done;
+        }
+        static const char *const keys[] = {"role", "content"};
+        for (int k = 0; k < 2; k++) {
+            const cJSON *v = cJSON_GetObjectItemCaseSensitive(m, keys[k]);
+            if (!v) {
+                rc = rvl_seterr(RVL_EFORMAT, "%s: message %zu: missing \"%s\"", name, count, keys[k]);
+                goto done;
+            }
+            if (!cJSON_IsString(v)) {
+                rc = rvl_seterr(RVL_EFORMAT, "%s: message %zu: \"%s\" is not a string", name, count, keys[k]);
+                goto done;
+            }
+            long bad = utf8_invalid_at(v->valuestring);
+            if (bad >= 0) {
+                rc = rvl_seterr(RVL_EFORMAT, "%s: message %zu: invalid UTF-8 in \"%s\" at byte %ld",
+                                name, count, keys[k], bad);
+                goto done;
+            }
+            bytes += strlen(v->valuestring) + 1;
+        }
+    }
+    /* one block: the array, then the strings */
+    rvl_chat_msg *out = malloc(count * sizeof *out + bytes + 1);
+    if (!out) {
+        rc = rvl_seterr(RVL_ENOMEM, "%s: out of memory", name);
+        goto done;
+    }
+    char *s = (char *)(out + count);
+    size_t i = 0;
+    for (const cJSON *m = j->child; m; m = m->next, i++) {
+        const char *r = cJSON_GetObjectItemCaseSensitive(m, "role")->valuestring;
+        const char *c = cJSON_GetObjectItemCaseSensitive(m, "content")->valuestring;
+        size_t rl = strlen(r) + 1, cl = strlen(c) + 1;
+        memcpy(s, r, rl);
+        out[i].role = s;
+        s += rl;
+        memcpy(s, c, cl);
+        out[i].content = s;
+        s += cl;
+    }
+    *msgs = out;
+    *n = count;
+done:
+    cJSON_Delete(j);
+    return rc;
+}
+
+int rvl_chat_conv_load(const char *path, rvl_chat_msg **msgs, size_t *n)
+{
+    char *data;
+    size_t len;
+    *msgs = NULL;
+    *n = 0;
+    int rc = read_file(path, &data, &len);
+    if (rc) return rc;
+    rc = rvl_chat_conv_parse(data, len, path, msgs, n);
+    free(data);
+    return rc;
+}

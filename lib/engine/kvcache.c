@@ -1,0 +1,1303 @@
+/*
+ * kvcache.c - the paged, tiered KV cache and attention over it (contract
+ * and tier rules in kvcache.h).
+ *
+ * Memory: per tier t and kind (keys, values) one pool of n_layer * cap[t]
+ * slots, allocated at open; cap[0] covers the hot tier plus the page being
+ * filled and the next one (a batch crosses at most one page boundary),
+ * cap[1] the warm tier, cap[2] every page. One free-slot stack per tier.
+ * Nothing is allocated after open except by rvl_kvcache_shift.
+ *
+ * Attention of a query token at position qp over one layer:
+ *   pages [0, f0) are quantized (tiers 1, 2: any mix of formats), pages
+ *   [f0, qp / 32] are tier 0 (f16/f32). The tier-0 region runs through
+ *   attn.h's kernels (decode_chunk; or prefill when f0 = 0, the whole
+ *   context in tier 0), restricted to keys >= 32 f0 through their window
+ *   mask; the quantized region through kvq.h's page readers with an
+ *   online softmax per chunk of pages. Both produce split-K partials
+ *   {m, l, acc} merged by rvl_attn_decode_reduce. TQ keys are scored with
+ *   q rotated once per head and step; TQ values accumulate in the rotated
+ *   domain and each chunk's sum is rotated back once.
+ */
+#include <math.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <xxhash.h>
+
+#include "attn.h"
+#include "f16.h"
+#include "formats.h"
+#include "engine/kvcache.h"
+
+#define PG RVL_KVQ_PAGE
+#define MAXC 16                  /* most chunks per region and token */
+
+typedef struct {
+    uint64_t hash, used;         /* used: 0 for a free entry, else its last tick */
+    int tier;
+    int32_t ids[RVL_KVQ_PAGE];
+} kvc_lru;
+
+struct rvl_kvc {
+    rvl_kvcache_params p;
+    uint32_t kv_dim, max_pages;
+    int maxtier;                 /* coldest tier in use */
+    uint32_t cap[3];             /* slots per layer */
+    size_t pb[2][3];             /* bytes of one head's page, [kind][tier] */
+    size_t sb[2][3];             /* bytes of a slot: n_head_kv pages */
+    unsigned char *pool[2][3];   /* (layer, cap, sb) */
+    int32_t *freel[3];
+    uint32_t nfree[3];
+    uint8_t *tier;               /* (max_pages) tier of each logical page */
+    int32_t *slot;               /* (max_pages) its slot in that tier */
+    int32_t *pt0;                /* (max_pages) tier-0 slot, for the kernels */
+    uint32_t n, n_pages;         /* committed positions; pages with a slot */
+    bool tq_k, tq_v;             /* some tier holds TQ keys / values */
+    /* key centering (the section "Key centering" below) */
+    int kc_state;                /* KC_OFF, KC_PENDING (no centre yet), KC_SET */
+    float *kmean;                /* (n_layer, n_head_kv, hd) the centre, when KC_SET */
+    /* prefix reuse (the section "Prefix reuse" below) */
+    int32_t *ids;                /* (n_ctx) token ids of positions 0 .. ids_n - 1 */
+    uint32_t ids_n, hashed;      /* known ids; pages 0 .. hashed - 1 have a hash */
+    uint64_t *hash;              /* (max_pages) chained hash of each full page */
+    kvc_lru *lru;                /* (lru_cap) pages dropped by a truncate or reset */
+    uint32_t lru_cap;
+    size_t lru_bytes;            /* bytes of one entry's data: every layer, K and V */
+    unsigned char *lru_data;     /* (lru_cap, lru_bytes) */
+    uint64_t tick;
+    /* sliding windows (the section "Sliding windows" below) */
+    uint32_t *win;               /* (n_layer) window of each layer, 0: none; NULL: none at all */
+    uint32_t win_all;            /* every layer has one: the largest, else 0 */
+    uint32_t dropped;            /* pages 0 .. dropped - 1 are freed: outside every window */
+    /* attention */
+    const rvl_attn_kernels *ak;
+    const rvl_kvq_kernels *qk;
+    rvl_attn_params ap;          /* the tier-0 region; k, v per layer */
+    int nth;
+    size_t ws_bytes;
+    unsigned char *ws;           /* (nth, ws_bytes) */
+    float *partials;             /* (2 * RVL_KVC_MAX_BATCH or 2 MAXC, n_head, hd + 2) */
+    float *qrot;                 /* (RVL_KVC_MAX_BATCH, q_dim) */
+    float *tmp;                  /* (PG, hd) */
+    const rvl_kformat *f16f;
+};
+
+enum { KC_OFF, KC_PENDING, KC_SET };
+
+static bool is_tq(int f) { return f == RVL_KVQ_TQ4 || f == RVL_KVQ_TQ3; }
+static uint32_t cdiv(uint64_t a, uint64_t b) { return (uint32_t)((a + b - 1) / b); }
+
+/* ====================================================================
+ * Formats
+ * ==================================================================== */
+
+static const char *const type_names[] = {"f16", "f32", "q8", "q4", "tq4", "tq3", "tiered"};
+
+int rvl_kv_type_parse(const char *name)
+{
+    for (int i = 0; name && i < (int)(sizeof type_names / sizeof *type_names); i++)
+        if (!strcmp(name, type_names[i]))
+            return i;
+    return -1;
+}
+
+const char *rvl_kv_type_name(rvl_kv_type t)
+{
+    return (unsigned)t < sizeof type_names / sizeof *type_names ? type_names[t] : NULL;
+}
+
+const char *rvl_kvcache_fmt_name(int fmt)
+{
+    return fmt == RVL_KVF_F32 ? "f32" : rvl_kvq_name(fmt);
+}
+
+int rvl_kvcache_type_formats(rvl_kv_type t, rvl_kv_type cold, int fmt[3])
+{
+    static const int q[] = {[RVL_KV_Q8] = RVL_KVQ_Q8, [RVL_KV_Q4] = RVL_KVQ_Q4,
+                            [RVL_KV_TQ4] = RVL_KVQ_TQ4, [RVL_KV_TQ3] = RVL_KVQ_TQ3};
+    switch (t) {
+    case RVL_KV_F16:
+    case RVL_KV_F32:
+        fmt[0] = fmt[1] = fmt[2] = t == RVL_KV_F16 ? RVL_KVQ_F16 : RVL_KVF_F32;
+        return 0;
+    case RVL_KV_Q8:
+    case RVL_KV_Q4:
+    case RVL_KV_TQ4:
+    case RVL_KV_TQ3:
+        fmt[0] = RVL_KVQ_F16;
+        fmt[1] = fmt[2] = q[t];
+        return 0;
+    case RVL_KV_TIERED:
+        fmt[0] = RVL_KVQ_F16;
+        fmt[1] = RVL_KVQ_Q8;
+        fmt[2] = cold == RVL_KV_Q4 ? RVL_KVQ_Q4 : RVL_KVQ_TQ4;
+        return 1;
+    default:
+        return -1;
+    }
+}
+
+static size_t fmt_page_bytes(int fmt, int kind, int hd)
+{
+    return fmt == RVL_KVF_F32 ? (size_t)PG * hd * 4 : rvl_kvq_page_bytes(fmt, kind, hd);
+}
+
+static void decode_page(int fmt, int kind, int hd, const void *page, int n, float *x)
+{
+    if (fmt == RVL_KVF_F32)
+        memcpy(x, page, (size_t)n * hd * sizeof(float));
+    else
+        rvl_kvq_decode_page(fmt, kind, hd, page, n, x, (size_t)hd);
+}
+
+static void encode_page(int fmt, int kind, int hd, const float *x, int n, void *page)
+{
+    if (fmt == RVL_KVF_F32) {
+        memcpy(page, x, (size_t)n * hd * sizeof(float));
+        memset((float *)page + (size_t)n * hd, 0, (size_t)(PG - n) * hd * sizeof(float));
+    } else {
+        rvl_kvq_encode_page(fmt, kind, hd, x, (size_t)hd, n, page);
+    }
+}
+
+/* ====================================================================
+ * Slots and pages
+ * ==================================================================== */
+
+static int32_t slot_alloc(rvl_kvc *kc, int t)
+{
+    if (kc->nfree[t] == 0)
+        return -1;
+    return kc->freel[t][--kc->nfree[t]];
+}
+
+static void slot_free(rvl_kvc *kc, int t, int32_t s)
+{
+    kc->freel[t][kc->nfree[t]++] = s;
+}
+
+static unsigned char *slot_ptr(const rvl_kvc *kc, int kind, int t, uint32_t layer, int32_t s)
+{
+    return kc->pool[kind][t] + ((size_t)layer * kc->cap[t] + (size_t)s) * kc->sb[kind][t];
+}
+
+static void free_all(rvl_kvc *kc)
+{
+    for (int t = 0; t < 3; t++) {
+        kc->nfree[t] = kc->cap[t];
+        for (uint32_t i = 0; i < kc->cap[t]; i++)
+            kc->freel[t][i] = (int32_t)(kc->cap[t] - 1 - i); /* slot 0 first */
+    }
+    kc->n = kc->n_pages = 0;
+    kc->ids_n = kc->hashed = 0;
+    kc->dropped = 0;
+}
+
+static void hash_pages(rvl_kvc *kc);
+static void age_pages(rvl_kvc *kc);
+static void center_rows(const rvl_kvc *kc, uint32_t l, uint32_t h, float *rows, int n, float sign);
+static void center_keys(rvl_kvc *kc);
+static void ring_free(rvl_kvc *kc);
+static bool window_gone(const rvl_kvc *kc, uint32_t n);
+static void lru_evict(rvl_kvc *kc, uint32_t n);
+
+/* The tier a full page belongs in when the cache holds n positions. */
+static int want_tier(const rvl_kvc *kc, uint32_t page, uint32_t n)
+{
+    if ((uint64_t)page * PG < kc->p.sink)
+        return 0; /* an attention sink */
+    const uint64_t age = (uint64_t)n - (uint64_t)(page + 1) * PG;
+    if (kc->p.hot == RVL_KVC_UNBOUNDED || age < kc->p.hot)
+        return 0;
+    if (kc->p.warm == RVL_KVC_UNBOUNDED || age < (uint64_t)kc->p.hot + kc->p.warm)
+        return 1;
+    return 2;
+}
+
+/* Moves page `page` (rows 0 .. rows - 1 meaningful) to tier `to` in every
+ * layer: decoded to floats, encoded in the new format (copied when the
+ * format is the same). */
+static void move_page(rvl_kvc *kc, uint32_t page, int to, int rows)
+{
+    const int from = kc->tier[page], hd = (int)kc->p.head_dim;
+    const int32_t os = kc->slot[page], ns = slot_alloc(kc, to);
+    const int *fmts[2] = {kc->p.fmt_k, kc->p.fmt_v};
+    for (uint32_t l = 0; l < kc->p.n_layer; l++)
+        for (int kind = 0; kind < 2; kind++) {
+            const int ff = fmts[kind][from], tf = fmts[kind][to];
+            for (uint32_t h = 0; h < kc->p.n_head_kv; h++) {
+                const unsigned char *src = slot_ptr(kc, kind, from, l, os) + h * kc->pb[kind][from];
+                unsigned char *dst = slot_ptr(kc, kind, to, l, ns) + h * kc->pb[kind][to];
+                if (ff == tf && rows == PG) {
+                    memcpy(dst, src, kc->pb[kind][to]);
+                    continue;
+                }
+                decode_page(ff, kind, hd, src, rows, kc->tmp);
+                encode_page(tf, kind, hd, kc->tmp, rows, dst);
+            }
+        }
+    slot_free(kc, from, os);
+    kc->tier[page] = (uint8_t)to;
+    kc->slot[page] = ns;
+    if (to == 0)
+        kc->pt0[page] = ns;
+}
+
+/* ====================================================================
+ * Open / close
+ * ==================================================================== */
+
+int rvl_kvcache_open(rvl_kvc **out, const rvl_kvcache_params *p, int n_threads)
+{
+    *out = NULL;
+    const int hd = (int)p->head_dim;
+    if (!p->n_layer || !p->n_head_kv || !p->n_head || p->n_head % p->n_head_kv || !p->n_ctx)
+        return rvl_seterr(RVL_EINVAL, "KV cache: bad geometry (%u heads, %u kv heads)", p->n_head,
+                          p->n_head_kv);
+    if (hd < 1 || hd > RVL_ATTN_MAX_HEAD_DIM)
+        return rvl_seterr(RVL_EUNSUPPORTED, "KV cache: head_dim %d is out of range (1 .. %d)", hd,
+                          RVL_ATTN_MAX_HEAD_DIM);
+    if (p->fmt_k[0] != p->fmt_v[0] || (p->fmt_k[0] != RVL_KVQ_F16 && p->fmt_k[0] != RVL_KVF_F32))
+        return rvl_seterr(RVL_EINVAL, "KV cache: the hot tier must be f16 or f32 for keys and values");
+    for (uint32_t l = 0; p->window && l < p->n_layer; l++)
+        if (p->window[l] && p->hot != RVL_KVC_UNBOUNDED)
+            return rvl_seterr(RVL_EUNSUPPORTED, "KV cache: sliding windows need an f16 or f32 cache "
+                              "(layer %u has a window of %u)", l, p->window[l]);
+    for (int kind = 0; kind < 2; kind++)
+        for (int t = 0; t < 3; t++) {
+            const int f = kind ? p->fmt_v[t] : p->fmt_k[t];
+            if (f == RVL_KVF_F32)
+                continue;
+            const char *why = rvl_kvq_check(f, kind, hd);
+            if (why)
+                return rvl_seterr(RVL_EINVAL, "KV cache %s: %s", kind ? "values" : "keys", why);
+        }
+
+    rvl_kvc *kc = calloc(1, sizeof *kc);
+    if (!kc)
+        return rvl_seterr(RVL_ENOMEM, "out of memory");
+    kc->p = *p;
+    kc->kv_dim = p->n_head_kv * p->head_dim;
+    kc->max_pages = cdiv(p->n_ctx, PG);
+    kc->maxtier = p->hot == RVL_KVC_UNBOUNDED ? 0 : p->warm == RVL_KVC_UNBOUNDED ? 1 : 2;
+    const uint32_t mp = kc->max_pages;
+    uint32_t c0 = p->hot == RVL_KVC_UNBOUNDED ? mp : cdiv(p->hot, PG) + 3 + cdiv(p->sink, PG);
+    uint32_t c1 = kc->maxtier < 1 ? 0
+                  : p->warm == RVL_KVC_UNBOUNDED ? mp : cdiv((uint64_t)p->hot + p->warm, PG) + 3;
+    bool win_all = p->window != NULL;
+    for (uint32_t l = 0; p->window && l < p->n_layer; l++) {
+        win_all &= p->window[l] > 0;
+        kc->win_all = p->window[l] > kc->win_all ? p->window[l] : kc->win_all;
+    }
+    if (!win_all)
+        kc->win_all = 0;
+    if (kc->win_all) /* the window, the batch being added, partial pages at both ends */
+        c0 = cdiv((uint64_t)kc->win_all + RVL_KVC_MAX_BATCH, PG) + 2 < c0
+                 ? cdiv((uint64_t)kc->win_all + RVL_KVC_MAX_BATCH, PG) + 2 : c0;
+    kc->cap[0] = c0 < mp ? c0 : mp;
+    kc->cap[1] = c1 < mp ? c1 : mp;
+    kc->cap[2] = kc->maxtier == 2 ? mp : 0;
+    bool ok = true;
+    for (int t = 0; t < 3; t++) {
+        for (int kind = 0; kind < 2; kind++) {
+            const int f = kind ? p->fmt_v[t] : p->fmt_k[t];
+            kc->pb[kind][t] = fmt_page_bytes(f, kind, hd);
+            kc->sb[kind][t] = kc->pb[kind][t] * p->n_head_kv;
+            if (t > 0 && t <= kc->maxtier) {
+                kc->tq_k |= kind == 0 && is_tq(f);
+                kc->tq_v |= kind == 1 && is_tq(f);
+                if (kind == 0 && f != RVL_KVQ_F16 && f != RVL_KVF_F32)
+                    kc->kc_state = KC_PENDING;
+            }
+            if (kc->cap[t]) {
+                kc->pool[kind][t] = calloc((size_t)p->n_layer * kc->cap[t], kc->sb[kind][t]);
+                ok &= kc->pool[kind][t] != NULL;
+            }
+        }
+        kc->freel[t] = malloc(((size_t)kc->cap[t] + 1) * sizeof(int32_t));
+        ok &= kc->freel[t] != NULL;
+    }
+    kc->tier = calloc(mp, 1);
+    kc->slot = calloc(mp, sizeof(int32_t));
+    kc->pt0 = calloc(mp, sizeof(int32_t));
+
+    kc->ak = rvl_attn_get();
+    kc->qk = rvl_kvq_get();
+    const bool f32 = p->fmt_k[0] == RVL_KVF_F32;
+    kc->ap = (rvl_attn_params){
+        .head_dim = hd, .n_head = (int)p->n_head, .n_head_kv = (int)p->n_head_kv,
+        .scale = p->scale, .softcap = p->softcap, .window = 0, .q_f16 = p->q_f16 && !f32,
+        .kv_type = f32 ? RVL_ATTN_F32 : RVL_ATTN_F16, .page_tokens = PG,
+        .k = kc->pool[0][0], .v = kc->pool[1][0], .page_stride = kc->sb[0][0],
+        .head_stride = kc->pb[0][0], .page_table = kc->pt0};
+    const char *why = ok ? rvl_attn_check(&kc->ap) : NULL;
+    if (why) {
+        rvl_kvcache_close(kc);
+        return rvl_seterr(RVL_EINVAL, "KV cache: %s", why);
+    }
+    kc->nth = n_threads > 0 ? n_threads : 1;
+    const size_t g = p->n_head / p->n_head_kv;
+    size_t gen = (2 * rvl_attn_pad16(g * PG) + 2 * rvl_attn_pad16(g) + 2 * rvl_attn_pad16(g * hd)) *
+                 sizeof(float);
+    size_t ker = rvl_attn_ws_size(&kc->ap);
+    kc->ws_bytes = ((gen > ker ? gen : ker) + 63) & ~(size_t)63;
+    if (ok && posix_memalign((void **)&kc->ws, 64, (size_t)kc->nth * kc->ws_bytes) != 0)
+        kc->ws = NULL;
+    const size_t nparts = 2 * (RVL_KVC_MAX_BATCH > MAXC ? RVL_KVC_MAX_BATCH : MAXC);
+    kc->partials = malloc(nparts * p->n_head * ((size_t)hd + 2) * sizeof(float));
+    kc->qrot = malloc((size_t)RVL_KVC_MAX_BATCH * p->n_head * hd * sizeof(float));
+    kc->tmp = malloc((size_t)PG * hd * sizeof(float));
+    if (kc->kc_state != KC_OFF) {
+        kc->kmean = calloc((size_t)p->n_layer * kc->kv_dim, sizeof(float));
+        ok &= kc->kmean != NULL;
+    }
+    kc->ids = malloc((size_t)p->n_ctx * sizeof(int32_t));
+    kc->hash = malloc((size_t)mp * sizeof(uint64_t));
+    /* the LRU of dropped pages: at most RVL_KVC_LRU_PAGES pages and an
+     * eighth of the cache's bytes */
+    size_t pool_bytes = 0;
+    for (int t = 0; t <= kc->maxtier; t++) {
+        const size_t b = (size_t)p->n_layer * (kc->sb[0][t] + kc->sb[1][t]);
+        kc->lru_bytes = b > kc->lru_bytes ? b : kc->lru_bytes;
+        pool_bytes += b * kc->cap[t];
+    }
+    const size_t lru_max = pool_bytes / 8 / kc->lru_bytes;
+    kc->lru_cap = lru_max < RVL_KVC_LRU_PAGES ? (uint32_t)lru_max : RVL_KVC_LRU_PAGES;
+    if (kc->lru_cap) {
+        kc->lru = calloc(kc->lru_cap, sizeof *kc->lru);
+        kc->lru_data = malloc(kc->lru_cap * kc->lru_bytes);
+    }
+    kc->f16f = rvl_kformat_get(RVL_K_F16);
+    if (p->window) {
+        kc->win = malloc((size_t)p->n_layer * sizeof *kc->win);
+        ok &= kc->win != NULL;
+        if (kc->win)
+            memcpy(kc->win, p->window, (size_t)p->n_layer * sizeof *kc->win);
+        kc->p.window = NULL; /* not the caller's array */
+    }
+    if (!ok || !kc->tier || !kc->slot || !kc->pt0 || !kc->ws || !kc->partials || !kc->qrot ||
+        !kc->tmp || !kc->ids || !kc->hash || (kc->lru_cap && (!kc->lru || !kc->lru_data))) {
+        rvl_kvcache_close(kc);
+        return rvl_seterr(RVL_ENOMEM, "out of memory for a KV cache of %u tokens", p->n_ctx);
+    }
+    free_all(kc);
+    *out = kc;
+    return 0;
+}
+
+void rvl_kvcache_close(rvl_kvc *kc)
+{
+    if (!kc)
+        return;
+    for (int t = 0; t < 3; t++) {
+        free(kc->pool[0][t]);
+        free(kc->pool[1][t]);
+        free(kc->freel[t]);
+    }
+    free(kc->tier);
+    free(kc->slot);
+    free(kc->pt0);
+    free(kc->ws);
+    free(kc->partials);
+    free(kc->qrot);
+    free(kc->tmp);
+    free(kc->kmean);
+    free(kc->ids);
+    free(kc->hash);
+    free(kc->lru);
+    free(kc->lru_data);
+    free(kc->win);
+    free(kc);
+}
+
+const rvl_kvcache_params *rvl_kvcache_params_of(const rvl_kvc *kc) { return &kc->p; }
+uint32_t rvl_kvcache_n(const rvl_kvc *kc) { return kc->n; }
+uint32_t rvl_kvcache_n_pages(const rvl_kvc *kc) { return cdiv(kc->n, PG); }
+int rvl_kvcache_page_tier(const rvl_kvc *kc, uint32_t page) { return kc->tier[page]; }
+size_t rvl_kvcache_page_bytes(const rvl_kvc *kc, int kind, int tier) { return kc->pb[kind][tier]; }
+void rvl_kvcache_reset(rvl_kvc *kc)
+{
+    lru_evict(kc, 0);
+    free_all(kc);
+}
+
+void *rvl_kvcache_page_data(rvl_kvc *kc, uint32_t layer, int kind, uint32_t page)
+{
+    return slot_ptr(kc, kind, kc->tier[page], layer, kc->slot[page]);
+}
+
+double rvl_kvcache_tier_token_bytes(const rvl_kvc *kc, int tier)
+{
+    return (double)kc->p.n_layer * (double)(kc->sb[0][tier] + kc->sb[1][tier]) / PG;
+}
+
+void rvl_kvcache_read_page(rvl_kvc *kc, uint32_t layer, int kind, uint32_t page, uint32_t head,
+                       float *rows)
+{
+    const int t = kc->tier[page];
+    const int f = kind ? kc->p.fmt_v[t] : kc->p.fmt_k[t];
+    const unsigned char *src = slot_ptr(kc, kind, t, layer, kc->slot[page]) + head * kc->pb[kind][t];
+    decode_page(f, kind, (int)kc->p.head_dim, src, PG, rows);
+    if (kind == 0 && kc->kc_state == KC_SET)
+        center_rows(kc, layer, head, rows, PG, 1.0f);
+}
+
+/* ====================================================================
+ * Writing, aging, truncation
+ * ==================================================================== */
+
+void rvl_kvcache_begin(rvl_kvc *kc, uint32_t nb)
+{
+    const uint32_t last = (kc->n + nb - 1) / PG;
+    for (uint32_t pg = kc->n_pages; pg <= last; pg++) {
+        const int32_t s = slot_alloc(kc, 0); /* cap[0] covers it (see the top) */
+        kc->tier[pg] = 0;
+        kc->slot[pg] = s;
+        kc->pt0[pg] = s;
+        kc->n_pages = pg + 1;
+    }
+}
+
+void rvl_kvcache_write(rvl_kvc *kc, uint32_t layer, uint32_t pos, uint32_t nb, const float *k,
+                   size_t k_stride, const float *v, size_t v_stride)
+{
+    const uint32_t hd = kc->p.head_dim;
+    const bool f32 = kc->p.fmt_k[0] == RVL_KVF_F32;
+    const size_t es = f32 ? 4 : 2;
+    for (uint32_t t = 0; t < nb; t++) {
+        const uint32_t P = pos + t, pg = P / PG, j = P % PG;
+        for (int kind = 0; kind < 2; kind++) {
+            const float *src = kind ? v + t * v_stride : k + t * k_stride;
+            unsigned char *base = slot_ptr(kc, kind, 0, layer, kc->slot[pg]) + (size_t)j * hd * es;
+            for (uint32_t h = 0; h < kc->p.n_head_kv; h++) {
+                unsigned char *dst = base + h * kc->pb[kind][0];
+                const float *row = src + (size_t)h * hd;
+                float c[RVL_ATTN_MAX_HEAD_DIM];
+                if (kind == 0 && kc->kc_state == KC_SET) {
+                    const float *mu = kc->kmean + ((size_t)layer * kc->p.n_head_kv + h) * hd;
+                    for (uint32_t i = 0; i < hd; i++)
+                        c[i] = row[i] - mu[i];
+                    row = c;
+                }
+                if (f32)
+                    memcpy(dst, row, hd * sizeof(float));
+                else
+                    kc->f16f->quantize(row, dst, hd, NULL);
+            }
+        }
+    }
+}
+
+void rvl_kvcache_commit(rvl_kvc *kc, uint32_t nb)
+{
+    kc->n += nb;
+    hash_pages(kc);
+    age_pages(kc);
+    ring_free(kc);
+}
+
+/* ====================================================================
+ * Key centering
+ *
+ * Softmax does not change when the same number is added to every score
+ * of a query, so keys may be stored as k - mu for any fixed mu per layer
+ * and kv head: q.(k - mu) = q.k - q.mu. Keys of real models share a large
+ * common component (SmolLM2-135M, wikitext-2: about 69% of a key's energy
+ * is the mean over positions), which costs a per-vector quantizer its
+ * precision without carrying information; stored centred, the quantized
+ * formats spend their levels on what differs between positions (TQ keys
+ * are rotated and normalized after centering: their norm is the centred
+ * key's). Caches with quantized keys fix mu just before the first key
+ * page is quantized: the mean of positions 1 .. n - 1 (position 0, the
+ * sink, is an outlier) of every layer and kv head; the f16/f32 pages
+ * written so far (and their copies in the LRU) are centred in place, and
+ * later rows are centred as they are written. mu then never changes for
+ * the life of the cache (resets included: LRU pages keep their meaning);
+ * session files carry it. Measured (SmolLM2-135M, wikitext-2, ctx 2048,
+ * 8 windows, perplexity against f16, before -> after): q8 +0.15% ->
+ * +0.09%, tq4 +1.61% -> +1.43%, tq3 +7.29% -> +4.82%, tiered 256/2048/tq4
+ * +0.02% -> -0.05%, tiered 256/512/tq4 +0.42% -> +0.49% (README "KV cache
+ * formats"). Simulated on the same keys (tests/ref/kv_centering.py), the
+ * attention KL of tq4 keys halves (0.030 -> 0.016) with a centre from 256
+ * positions, 0.019 from 64: an earlier, longer prefix estimates it better.
+ * ==================================================================== */
+
+/* Subtracts (sign -1) or adds (+1) mu of layer l, kv head h, from n rows. */
+static void center_rows(const rvl_kvc *kc, uint32_t l, uint32_t h, float *rows, int n, float sign)
+{
+    const uint32_t hd = kc->p.head_dim;
+    const float *mu = kc->kmean + ((size_t)l * kc->p.n_head_kv + h) * hd;
+    for (int j = 0; j < n; j++)
+        for (uint32_t i = 0; i < hd; i++)
+            rows[(size_t)j * hd + i] += sign * mu[i];
+}
+
+/* Centres the keys of one tier-0 slot of layer l in place. */
+static void center_slot(rvl_kvc *kc, uint32_t l, unsigned char *slot)
+{
+    const int hd = (int)kc->p.head_dim, f = kc->p.fmt_k[0];
+    for (uint32_t h = 0; h < kc->p.n_head_kv; h++) {
+        unsigned char *pgp = slot + h * kc->pb[0][0];
+        decode_page(f, 0, hd, pgp, PG, kc->tmp);
+        center_rows(kc, l, h, kc->tmp, PG, -1.0f);
+        if (f == RVL_KVF_F32)
+            memcpy(pgp, kc->tmp, (size_t)PG * hd * sizeof(float));
+        else
+            kc->f16f->quantize(kc->tmp, pgp, (int64_t)PG * hd, NULL);
+    }
+}
+
+static void center_keys(rvl_kvc *kc)
+{
+    const uint32_t hd = kc->p.head_dim, nkv = kc->p.n_head_kv, n = kc->n;
+    for (uint32_t l = 0; l < kc->p.n_layer; l++)
+        for (uint32_t h = 0; h < nkv; h++) {
+            double acc[RVL_ATTN_MAX_HEAD_DIM] = {0};
+            for (uint32_t pg = 0; pg * PG < n; pg++) {
+                rvl_kvcache_read_page(kc, l, 0, pg, h, kc->tmp); /* all tier 0 still */
+                for (uint32_t j = pg ? 0 : 1; j < PG && pg * PG + j < n; j++)
+                    for (uint32_t i = 0; i < hd; i++)
+                        acc[i] += kc->tmp[(size_t)j * hd + i];
+            }
+            float *mu = kc->kmean + ((size_t)l * nkv + h) * hd;
+            for (uint32_t i = 0; i < hd; i++)
+                mu[i] = n > 1 ? (float)(acc[i] / (n - 1)) : 0.0f;
+        }
+    kc->kc_state = KC_SET;
+    for (uint32_t pg = 0; pg < kc->n_pages; pg++)
+        for (uint32_t l = 0; l < kc->p.n_layer; l++)
+            center_slot(kc, l, slot_ptr(kc, 0, 0, l, kc->slot[pg]));
+    /* the LRU's pages (all tier 0: nothing was quantized before) */
+    for (uint32_t i = 0; i < kc->lru_cap; i++) {
+        if (!kc->lru[i].used || kc->lru[i].tier != 0)
+            continue;
+        unsigned char *d = kc->lru_data + (size_t)i * kc->lru_bytes;
+        for (uint32_t l = 0; l < kc->p.n_layer; l++) {
+            center_slot(kc, l, d);
+            d += kc->sb[0][0] + kc->sb[1][0];
+        }
+    }
+}
+
+const float *rvl_kvcache_key_center(const rvl_kvc *kc)
+{
+    return kc->kc_state == KC_SET ? kc->kmean : NULL;
+}
+
+int rvl_kvcache_load_center(rvl_kvc *kc, const float *mu)
+{
+    if (kc->kc_state == KC_OFF) {
+        if (mu)
+            return rvl_seterr(RVL_EFORMAT, "keys stored centred, but this cache's keys are f16/f32");
+        return 0;
+    }
+    const size_t n = (size_t)kc->p.n_layer * kc->kv_dim;
+    const bool same = mu ? kc->kc_state == KC_SET && !memcmp(mu, kc->kmean, n * sizeof *mu)
+                         : kc->kc_state == KC_PENDING;
+    if (!same) /* the LRU's pages were stored with another centre */
+        for (uint32_t i = 0; i < kc->lru_cap; i++)
+            kc->lru[i].used = 0;
+    if (mu)
+        memcpy(kc->kmean, mu, n * sizeof *mu);
+    else
+        memset(kc->kmean, 0, n * sizeof *mu);
+    kc->kc_state = mu ? KC_SET : KC_PENDING;
+    return 0;
+}
+
+/* Pages that aged past a tier boundary to their tier. */
+static void age_pages(rvl_kvc *kc)
+{
+    if (kc->maxtier == 0 || kc->n < PG)
+        return;
+    for (int64_t pg = (int64_t)(kc->n / PG) - 1; pg >= 0; pg--) {
+        const int cur = kc->tier[pg];
+        if (cur >= kc->maxtier)
+            break; /* older pages are at least as cold */
+        const int want = want_tier(kc, (uint32_t)pg, kc->n);
+        if (want > cur && kc->kc_state == KC_PENDING)
+            center_keys(kc); /* before the first quantized key page */
+        if (want > cur)
+            move_page(kc, (uint32_t)pg, want, PG);
+    }
+}
+
+int rvl_kvcache_truncate(rvl_kvc *kc, uint32_t n)
+{
+    if (n > kc->n)
+        return rvl_seterr(RVL_ERANGE, "cannot truncate the cache to %u tokens: it holds %u", n,
+                          kc->n);
+    if (n == 0 && kc->dropped) {
+        lru_evict(kc, 0);
+        free_all(kc);
+        return 0;
+    }
+    if (window_gone(kc, n))
+        return rvl_seterr(RVL_ERANGE, "cannot truncate the cache to %u tokens: the sliding window "
+                          "dropped positions before %u", n, kc->dropped * PG);
+    const uint32_t keep_pages = cdiv(n, PG);
+    lru_evict(kc, n);
+    for (uint32_t pg = keep_pages; pg < kc->n_pages; pg++)
+        slot_free(kc, kc->tier[pg], kc->slot[pg]);
+    kc->n_pages = keep_pages;
+    kc->n = n;
+    if (n % PG && kc->tier[n / PG] != 0)
+        move_page(kc, n / PG, 0, (int)(n % PG)); /* the page being filled is full precision */
+    return 0;
+}
+
+/* ====================================================================
+ * Session loading
+ * ==================================================================== */
+
+int rvl_kvcache_load_page(rvl_kvc *kc, uint32_t page, int tier)
+{
+    if (page != kc->n_pages || page >= kc->max_pages)
+        return rvl_seterr(RVL_EFORMAT, "page %u out of order or past the context", page);
+    if (tier < 0 || tier > kc->maxtier)
+        return rvl_seterr(RVL_EFORMAT, "page %u is in tier %d, which this cache does not use",
+                          page, tier);
+    if (page > 0 && tier > kc->tier[page - 1] && (uint64_t)(page - 1) * PG >= kc->p.sink)
+        return rvl_seterr(RVL_EFORMAT, "page %u is in tier %d, colder than the older page %u "
+                          "(tier %d)", page, tier, page - 1, kc->tier[page - 1]);
+    const int32_t s = slot_alloc(kc, tier);
+    if (s < 0)
+        return rvl_seterr(RVL_EFORMAT, "page %u: more pages in tier %d than this context holds "
+                          "(%u)", page, tier, kc->cap[tier]);
+    kc->tier[page] = (uint8_t)tier;
+    kc->slot[page] = s;
+    if (tier == 0)
+        kc->pt0[page] = s;
+    kc->n_pages = page + 1;
+    return 0;
+}
+
+int rvl_kvcache_load_done(rvl_kvc *kc, uint32_t n)
+{
+    if (cdiv(n, PG) != kc->n_pages)
+        return rvl_seterr(RVL_EFORMAT, "%u pages for %u positions", kc->n_pages, n);
+    if (n % PG && kc->tier[n / PG] != 0)
+        return rvl_seterr(RVL_EFORMAT, "the partial page %u is not in tier 0", n / PG);
+    /* pages quantized without a centre: the centre is 0 from now on */
+    for (uint32_t pg = 0; kc->kc_state == KC_PENDING && pg < kc->n_pages; pg++)
+        if (kc->tier[pg] != 0)
+            kc->kc_state = KC_SET;
+    /* a page may be colder than its age says (a truncated cache), never
+     * warmer: that bounds every tier's population, so aging always finds
+     * a slot */
+    for (uint32_t pg = 0; pg < n / PG; pg++)
+        if (kc->tier[pg] < want_tier(kc, pg, n))
+            return rvl_seterr(RVL_EFORMAT, "page %u is in tier %d, its age puts it in tier %d", pg,
+                              kc->tier[pg], want_tier(kc, pg, n));
+    kc->n = n;
+    return 0;
+}
+
+/* ====================================================================
+ * Prefix reuse
+ *
+ * A full page whose token ids are known (rvl_kvcache_set_ids) is named by a
+ * chained hash: xxh3-64 of its parent's hash (0 for page 0) as 8
+ * little-endian bytes followed by its 32 ids as little-endian int32, so
+ * equal hashes mean equal prefixes. Full hashed pages that a truncate or
+ * a reset drops go to a small LRU allocated at open: at most
+ * RVL_KVC_LRU_PAGES (64) entries and an eighth of the cache's bytes (f16
+ * SmolLM2-135M, 4096 tokens: 16 pages, 11.3 MiB; memory the kernel maps
+ * only once pages are dropped), each a page of every layer, keys and values,
+ * in the format of the tier it had, with its ids (checked on a hit, so a
+ * hash collision cannot serve wrong keys). rvl_kvcache_reuse matches a prompt
+ * against the live pages by hash, the rest of the live cache by tokens,
+ * then continues page by page from the LRU. Dropped pages enter newest
+ * first, so the oldest ones (a system prompt) are the last replaced.
+ * ==================================================================== */
+
+static uint64_t page_hash(uint64_t parent, const int32_t *ids)
+{
+    unsigned char b[8 + 4 * PG];
+    for (int i = 0; i < 8; i++)
+        b[i] = (unsigned char)(parent >> (8 * i));
+    for (int j = 0; j < PG; j++)
+        for (int i = 0; i < 4; i++)
+            b[8 + 4 * j + i] = (unsigned char)((uint32_t)ids[j] >> (8 * i));
+    return XXH3_64bits(b, sizeof b);
+}
+
+static void hash_pages(rvl_kvc *kc)
+{
+    const uint32_t known = kc->ids_n < kc->n ? kc->ids_n : kc->n;
+    for (; (kc->hashed + 1) * PG <= known; kc->hashed++)
+        kc->hash[kc->hashed] = page_hash(kc->hashed ? kc->hash[kc->hashed - 1] : 0,
+                                         kc->ids + (size_t)kc->hashed * PG);
+}
+
+void rvl_kvcache_set_ids(rvl_kvc *kc, uint32_t pos, const int32_t *ids, uint32_t n)
+{
+    if (pos > kc->ids_n || n > kc->p.n_ctx - pos)
+        return; /* after a gap of unknown ids: stays unknown */
+    memcpy(kc->ids + pos, ids, (size_t)n * sizeof *ids);
+    kc->ids_n = pos + n;
+    if (kc->hashed > pos / PG)
+        kc->hashed = pos / PG;
+    hash_pages(kc);
+}
+
+void rvl_kvcache_forget(rvl_kvc *kc)
+{
+    kc->ids_n = kc->hashed = 0;
+    for (uint32_t i = 0; i < kc->lru_cap; i++)
+        kc->lru[i].used = 0;
+}
+
+uint64_t rvl_kvcache_page_hash(const rvl_kvc *kc, uint32_t page)
+{
+    return page < kc->hashed ? kc->hash[page] : 0;
+}
+
+/* Page `page`'s slot of every layer to (or from) an LRU entry's data. */
+static void page_copy(rvl_kvc *kc, uint32_t page, unsigned char *data, bool to_cache)
+{
+    const int t = kc->tier[page];
+    for (uint32_t l = 0; l < kc->p.n_layer; l++)
+        for (int kind = 0; kind < 2; kind++) {
+            unsigned char *sp = slot_ptr(kc, kind, t, l, kc->slot[page]);
+            if (to_cache)
+                memcpy(sp, data, kc->sb[kind][t]);
+            else
+                memcpy(data, sp, kc->sb[kind][t]);
+            data += kc->sb[kind][t];
+        }
+}
+
+static kvc_lru *lru_find(rvl_kvc *kc, uint64_t h, const int32_t *ids)
+{
+    for (uint32_t i = 0; i < kc->lru_cap; i++)
+        if (kc->lru[i].used && kc->lru[i].hash == h &&
+            !memcmp(kc->lru[i].ids, ids, sizeof kc->lru[i].ids))
+            return &kc->lru[i];
+    return NULL;
+}
+
+/* Before positions n .. are dropped: their full hashed pages into the LRU;
+ * ids and hashes cut to n. */
+static void lru_evict(rvl_kvc *kc, uint32_t n)
+{
+    const uint32_t lo = n / PG > kc->dropped ? n / PG : kc->dropped; /* dropped: no data */
+    for (uint32_t pg = kc->hashed; kc->lru_cap && pg-- > lo;) {
+        kvc_lru *e = lru_find(kc, kc->hash[pg], kc->ids + (size_t)pg * PG);
+        if (!e) { /* a free entry, else the least recently used */
+            e = &kc->lru[0];
+            for (uint32_t i = 1; i < kc->lru_cap && e->used; i++)
+                if (kc->lru[i].used < e->used)
+                    e = &kc->lru[i];
+        }
+        e->hash = kc->hash[pg];
+        e->used = ++kc->tick;
+        e->tier = kc->tier[pg];
+        memcpy(e->ids, kc->ids + (size_t)pg * PG, sizeof e->ids);
+        page_copy(kc, pg, kc->lru_data + (size_t)(e - kc->lru) * kc->lru_bytes, false);
+    }
+    if (kc->ids_n > n)
+        kc->ids_n = n;
+    if (kc->hashed > n / PG)
+        kc->hashed = n / PG;
+}
+
+/* The next page (the cache ends on a page boundary, every page hashed)
+ * from the LRU entry for ids (PG of them) with hash h: false when there is
+ * none, or it would break "tiers only get colder with age", or its tier
+ * has no free slot. */
+static bool lru_restore(rvl_kvc *kc, const int32_t *ids, uint64_t h)
+{
+    const uint32_t pg = kc->n_pages;
+    kvc_lru *e = lru_find(kc, h, ids);
+    if (!e || pg >= kc->max_pages || kc->win_all) /* a ring holds only the window */
+        return false;
+    if (pg > 0 && e->tier > kc->tier[pg - 1] && (uint64_t)(pg - 1) * PG >= kc->p.sink)
+        return false;
+    const int32_t s = slot_alloc(kc, e->tier);
+    if (s < 0)
+        return false;
+    kc->tier[pg] = (uint8_t)e->tier;
+    kc->slot[pg] = s;
+    if (e->tier == 0)
+        kc->pt0[pg] = s;
+    kc->n_pages = pg + 1;
+    page_copy(kc, pg, kc->lru_data + (size_t)(e - kc->lru) * kc->lru_bytes, true);
+    memcpy(kc->ids + (size_t)pg * PG, ids, PG * sizeof *ids);
+    kc->hash[pg] = h;
+    kc->n = kc->ids_n = (pg + 1) * PG;
+    kc->hashed = pg + 1;
+    e->used = 0; /* live again: a later drop puts it back */
+    age_pages(kc);
+    return true;
+}
+
+uint32_t rvl_kvcache_reuse(rvl_kvc *kc, const int32_t *ids, uint32_t n)
+{
+    if (n > kc->p.n_ctx)
+        n = kc->p.n_ctx;
+    uint32_t k = 0;
+    /* whole live pages by hash, then the rest of the live cache by tokens */
+    for (uint32_t pg = 0; pg < kc->hashed && (pg + 1) * PG <= n; pg++) {
+        if (page_hash(pg ? kc->hash[pg - 1] : 0, ids + (size_t)pg * PG) != kc->hash[pg])
+            break;
+        k = (pg + 1) * PG;
+    }
+    const uint32_t known = kc->ids_n < kc->n ? kc->ids_n : kc->n;
+    while (k < n && k < known && kc->ids[k] == ids[k])
+        k++;
+    if (window_gone(kc, k))
+        k = 0; /* keys the window of position k needs are gone */
+    /* a match that ends inside a page the LRU holds whole: from its start */
+    const uint32_t b = k - k % PG;
+    if (k % PG && b + PG <= n && kc->hashed >= b / PG &&
+        lru_find(kc, page_hash(b ? kc->hash[b / PG - 1] : 0, ids + b), ids + b))
+        k = b;
+    if (k < kc->n)
+        rvl_kvcache_truncate(kc, k); /* cannot fail: k <= n */
+    /* then whole pages dropped earlier */
+    while (k % PG == 0 && k == kc->n && kc->hashed == k / PG && k + PG <= n &&
+           lru_restore(kc, ids + k, page_hash(k ? kc->hash[k / PG - 1] : 0, ids + k)))
+        k += PG;
+    return k;
+}
+
+/* ====================================================================
+ * Sliding windows
+ *
+ * A layer with window W attends to the keys t > qp - W only (attn.h's
+ * mask, which the tier-0 kernels apply). When every layer has a window,
+ * pages that are entirely older than the largest window can never be
+ * seen again: ring_free gives their slots back and the tier-0 pool is
+ * sized for the window (plus a batch and partial pages), so the cache's
+ * memory is bounded by the window, not the context; positions still count
+ * up to n_ctx (the page table and RoPE). Windows need an f16/f32 cache:
+ * the quantized page readers take whole pages (refused at open). No
+ * loaded architecture has sliding-window layers yet, so forward.c sets
+ * none.
+ * ==================================================================== */
+
+/* Whether a cache truncated to n positions lacks keys the next query (at
+ * position n, seeing positions n + 1 - W ..) needs: they were dropped. */
+static bool window_gone(const rvl_kvc *kc, uint32_t n)
+{
+    return kc->dropped && (uint64_t)n + 1 < (uint64_t)kc->dropped * PG + kc->win_all;
+}
+
+static void ring_free(rvl_kvc *kc)
+{
+    if (!kc->win_all)
+        return;
+    /* page p's newest key (p + 1) PG - 1 is older than the next query's
+     * first one, n + 1 - W */
+    while (kc->dropped < kc->n_pages &&
+           (uint64_t)(kc->dropped + 1) * PG + kc->win_all <= (uint64_t)kc->n + 1) {
+        slot_free(kc, kc->tier[kc->dropped], kc->slot[kc->dropped]);
+        kc->dropped++;
+    }
+}
+
+uint32_t rvl_kvcache_n_dropped(const rvl_kvc *kc) { return kc->dropped; }
+
+/* ====================================================================
+ * Context shift
+ * ==================================================================== */
+
+static void rotate_back(float *x, uint32_t n_heads, uint32_t hd, const float *cs, const float *sn,
+                        uint32_t rope_dim, bool neox)
+{
+    const uint32_t half = rope_dim / 2;
+    for (uint32_t h = 0; h < n_heads; h++) {
+        float *r = x + (size_t)h * hd;
+        for (uint32_t i = 0; i < half; i++) {
+            const uint32_t a = neox ? i : 2 * i, b = neox ? i + half : 2 * i + 1;
+            const float x0 = r[a], x1 = r[b];
+            r[a] = x0 * cs[i] + x1 * sn[i];
+            r[b] = -x0 * sn[i] + x1 * cs[i];
+        }
+    }
+}
+
+int rvl_kvcache_shift(rvl_kvc *kc, uint32_t keep, uint32_t n_discard, const float *cos_d,
+                  const float *sin_d, uint32_t rope_dim, bool neox)
+{
+    const uint32_t n = kc->n, hd = kc->p.head_dim, nkv = kc->p.n_head_kv, kvd = kc->kv_dim;
+    if (keep > n || n_discard > n - keep)
+        return rvl_seterr(RVL_ERANGE, "context shift: keeping %u and dropping %u of %u positions",
+                          keep, n_discard, n);
+    if (n_discard == 0)
+        return 0;
+    if (kc->dropped)
+        return rvl_seterr(RVL_EUNSUPPORTED, "context shift of a sliding-window cache that dropped "
+                          "pages");
+    if (kc->kc_state == KC_PENDING)
+        center_keys(kc); /* pages may go straight to a quantized tier below */
+    const uint32_t nn = n - n_discard, np_old = kc->n_pages, np_new = cdiv(nn, PG);
+    float *rows = malloc((size_t)2 * np_old * PG * kvd * sizeof(float));
+    uint8_t *ot = malloc(np_old ? np_old : 1);
+    int32_t *os = malloc((np_old ? np_old : 1) * sizeof(int32_t));
+    if (!rows || !ot || !os) {
+        free(rows);
+        free(ot);
+        free(os);
+        return rvl_seterr(RVL_ENOMEM, "out of memory for a context shift");
+    }
+    memcpy(ot, kc->tier, np_old);
+    memcpy(os, kc->slot, np_old * sizeof(int32_t));
+    /* the new page table: each page straight into the tier of its age */
+    free_all(kc);
+    for (uint32_t pg = 0; pg < np_new; pg++) {
+        const int t = (pg + 1) * PG <= nn ? want_tier(kc, pg, nn) : 0;
+        kc->tier[pg] = (uint8_t)t;
+        kc->slot[pg] = slot_alloc(kc, t);
+        if (t == 0)
+            kc->pt0[pg] = kc->slot[pg];
+    }
+    kc->n_pages = np_new;
+    const int *fmts[2] = {kc->p.fmt_k, kc->p.fmt_v};
+    for (uint32_t l = 0; l < kc->p.n_layer; l++) {
+        /* every old position of this layer as floats, (kind, pos, kvd) */
+        for (int kind = 0; kind < 2; kind++) {
+            float *dst = rows + (size_t)kind * np_old * PG * kvd;
+            for (uint32_t pg = 0; pg < np_old; pg++)
+                for (uint32_t h = 0; h < nkv; h++) {
+                    const int t = ot[pg];
+                    const unsigned char *src = slot_ptr(kc, kind, t, l, os[pg]) + h * kc->pb[kind][t];
+                    decode_page(fmts[kind][t], kind, (int)hd, src, PG, kc->tmp);
+                    if (kind == 0 && kc->kc_state == KC_SET) /* rotate the key, not k - mu */
+                        center_rows(kc, l, h, kc->tmp, PG, 1.0f);
+                    for (uint32_t j = 0; j < PG; j++)
+                        memcpy(dst + ((size_t)pg * PG + j) * kvd + (size_t)h * hd,
+                               kc->tmp + (size_t)j * hd, hd * sizeof(float));
+                }
+        }
+        /* drop the discarded rows, rotate the moved keys back */
+        for (int kind = 0; kind < 2; kind++) {
+            float *r = rows + (size_t)kind * np_old * PG * kvd;
+            memmove(r + (size_t)keep * kvd, r + (size_t)(keep + n_discard) * kvd,
+                    (size_t)(n - keep - n_discard) * kvd * sizeof(float));
+            if (kind == 0)
+                for (uint32_t i = keep; i < nn; i++)
+                    rotate_back(r + (size_t)i * kvd, nkv, hd, cos_d, sin_d, rope_dim, neox);
+        }
+        /* and encode the new pages */
+        for (uint32_t pg = 0; pg < np_new; pg++) {
+            const int t = kc->tier[pg];
+            const int nr = nn - pg * PG < PG ? (int)(nn - pg * PG) : PG;
+            for (int kind = 0; kind < 2; kind++)
+                for (uint32_t h = 0; h < nkv; h++) {
+                    const float *r = rows + (size_t)kind * np_old * PG * kvd;
+                    for (int j = 0; j < nr; j++)
+                        memcpy(kc->tmp + (size_t)j * hd, r + ((size_t)pg * PG + j) * kvd + h * hd,
+                               hd * sizeof(float));
+                    if (kind == 0 && kc->kc_state == KC_SET)
+                        center_rows(kc, l, h, kc->tmp, nr, -1.0f);
+                    unsigned char *dst = slot_ptr(kc, kind, t, l, kc->slot[pg]) + h * kc->pb[kind][t];
+                    if (fmts[kind][t] == RVL_KVQ_F16 && t == 0) {
+                        memset(dst, 0, kc->pb[kind][t]);
+                        kc->f16f->quantize(kc->tmp, dst, (int64_t)nr * hd, NULL);
+                    } else {
+                        encode_page(fmts[kind][t], kind, (int)hd, kc->tmp, nr, dst);
+                    }
+                }
+        }
+    }
+    kc->n = nn;
+    free(rows);
+    free(ot);
+    free(os);
+    return 0;
+}
+
+/* ====================================================================
+ * Attention
+ * ==================================================================== */
+
+typedef struct {
+    rvl_kvc *kc;
+    uint32_t layer, pos, nb;
+    const float *q, *qr;         /* qr: q rotated (TQ keys) */
+    size_t q_stride;
+    float *out;
+    size_t out_stride;
+    rvl_attn_params ap;          /* this layer's tier-0 region */
+    int mode;                    /* 0 decode (all tier 0), 1 prefill (all tier 0), 2 mixed */
+    uint32_t f0;                 /* first tier-0 page */
+    int cq, cf;                  /* chunks of the quantized and the tier-0 region */
+    uint64_t n_items;
+    atomic_uint_fast64_t next;
+} attend_job;
+
+/* x[i] <- e^(x[i] - m) over n floats (x[i] <= m; -inf gives 0): the attn
+ * kernels' v_exp (kernels/attn_simd.h: Taylor to r^7 after n ln2
+ * reduction, about 2 ulp), written for the compiler to vectorize: one
+ * exp per key is most of a quantized page's cost otherwise. */
+#if defined(__x86_64__) && defined(__clang__)
+__attribute__((target_clones("avx512f", "avx2", "default")))
+#elif defined(__x86_64__) && defined(__GNUC__)
+__attribute__((target_clones("avx512f", "avx2", "default"), optimize("tree-vectorize")))
+#endif
+static void exp_shift(float *restrict x, int n, float m)
+{
+    for (int i = 0; i < n; i++) {
+        const float v = x[i] - m;
+        const float xc = v > -87.3f ? v : -87.3f;
+        const float k = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f; /* round */
+        float r = xc - k * 0.693145751953125f;
+        r = r - k * 1.42860682030941723e-06f;
+        float y = 1.0f / 5040;
+        y = y * r + 1.0f / 720;
+        y = y * r + 1.0f / 120;
+        y = y * r + 1.0f / 24;
+        y = y * r + 1.0f / 6;
+        y = y * r + 0.5f;
+        y = y * r + 1.0f;
+        y = y * r + 1.0f;
+        const int32_t e = ((int32_t)k + 127) << 23;
+        float sc;
+        memcpy(&sc, &e, sizeof sc);
+        x[i] = v > -87.3f ? y * sc : 0.0f;
+    }
+}
+
+/* The quantized pages [pa, pb) of kv head kh for one query token: the
+ * partial {m, l, acc} of each of its g query heads. */
+static void quant_chunk(const attend_job *j, const float *q, const float *qr, uint32_t pa,
+                        uint32_t pb, int kh, float *part, void *ws)
+{
+    const rvl_kvc *kc = j->kc;
+    const int hd = (int)kc->p.head_dim, nh = (int)kc->p.n_head;
+    const int g = nh / (int)kc->p.n_head_kv;
+    const float scale = kc->p.scale, cap = kc->p.softcap;
+    /* s, pr: (g, PG) scores and weights of one page; acc, accr: (g, hd) */
+    float *s = ws, *pr = s + rvl_attn_pad16((size_t)g * PG),
+          *m = pr + rvl_attn_pad16((size_t)g * PG), *l = m + rvl_attn_pad16((size_t)g), *acc = l + rvl_attn_pad16((size_t)g),
+          *accr = acc + rvl_attn_pad16((size_t)g * hd);
+    for (int i = 0; i < g; i++) {
+        m[i] = -INFINITY;
+        l[i] = 0;
+    }
+    memset(acc, 0, (size_t)g * hd * sizeof(float));
+    if (kc->tq_v)
+        memset(accr, 0, (size_t)g * hd * sizeof(float));
+    for (uint32_t pg = pa; pg < pb; pg++) {
+        const int t = kc->tier[pg];
+        const int kf = kc->p.fmt_k[t], vf = kc->p.fmt_v[t];
+        const unsigned char *kp = slot_ptr(kc, 0, t, j->layer, kc->slot[pg]) + kh * kc->pb[0][t];
+        const unsigned char *vp = slot_ptr(kc, 1, t, j->layer, kc->slot[pg]) + kh * kc->pb[1][t];
+        if (pg + 1 < pb) { /* pages of a head are slots apart: fetch the next one early */
+            const int tn = kc->tier[pg + 1];
+            const unsigned char *kn =
+                slot_ptr(kc, 0, tn, j->layer, kc->slot[pg + 1]) + kh * kc->pb[0][tn];
+            const unsigned char *vn =
+                slot_ptr(kc, 1, tn, j->layer, kc->slot[pg + 1]) + kh * kc->pb[1][tn];
+            for (size_t o = 0; o < kc->pb[0][tn]; o += 64)
+                __builtin_prefetch(kn + o);
+            for (size_t o = 0; o < kc->pb[1][tn]; o += 64)
+                __builtin_prefetch(vn + o);
+        }
+        /* the page's keys against the g query heads at once: one decode */
+        const float *qg = (is_tq(kf) ? qr : q) + (size_t)kh * g * hd;
+        if (kf == RVL_KVF_F32) {
+            for (int i = 0; i < g; i++)
+                for (int r = 0; r < PG; r++) {
+                    const float *kr = (const float *)kp + (size_t)r * hd;
+                    float d = 0;
+                    for (int e = 0; e < hd; e++)
+                        d += qg[(size_t)i * hd + e] * kr[e];
+                    s[i * PG + r] = d;
+                }
+        } else {
+            kc->qk->scores(kf, hd, kp, 0, PG - 1, qg, g, s);
+        }
+        for (int i = 0; i < g; i++) {
+            float *si = s + i * PG, *pi = pr + i * PG;
+            /* 8 running maxima and sums, for the compiler to vectorize */
+            float mk[8], sk[8];
+            for (int r = 0; r < PG; r++)
+                si[r] *= scale;
+            if (cap > 0)
+                for (int r = 0; r < PG; r++)
+                    si[r] = cap * tanhf(si[r] / cap);
+            for (int k = 0; k < 8; k++)
+                mk[k] = si[k];
+            for (int r = 8; r < PG; r += 8)
+                for (int k = 0; k < 8; k++)
+                    mk[k] = si[r + k] > mk[k] ? si[r + k] : mk[k];
+            float mx = mk[0];
+            for (int k = 1; k < 8; k++)
+                mx = mk[k] > mx ? mk[k] : mx;
+            float *a = acc + (size_t)i * hd, *ar = accr + (size_t)i * hd;
+            if (mx > m[i]) {
+                const float corr = expf(m[i] - mx); /* 0 when m was -inf */
+                l[i] *= corr;
+                for (int e = 0; e < hd; e++)
+                    a[e] *= corr;
+                if (kc->tq_v)
+                    for (int e = 0; e < hd; e++)
+                        ar[e] *= corr;
+                m[i] = mx;
+            }
+            memcpy(pi, si, PG * sizeof *pi);
+            exp_shift(pi, PG, m[i]);
+            for (int k = 0; k < 8; k++)
+                sk[k] = pi[k];
+            for (int r = 8; r < PG; r += 8)
+                for (int k = 0; k < 8; k++)
+                    sk[k] += pi[r + k];
+            float sum = 0;
+            for (int k = 0; k < 8; k++)
+                sum += sk[k];
+            l[i] += sum;
+            if (vf == RVL_KVF_F32)
+                for (int r = 0; r < PG; r++) {
+                    const float *vr = (const float *)vp + (size_t)r * hd;
+                    for (int e = 0; e < hd; e++)
+                        a[e] += pi[r] * vr[e];
+                }
+        }
+        /* p . V for the g heads at once */
+        if (vf != RVL_KVF_F32)
+            kc->qk->accum(vf, hd, vp, 0, PG - 1, pr, g, is_tq(vf) ? accr : acc);
+    }
+    for (int i = 0; i < g; i++) {
+        float *o = part + (size_t)(kh * g + i) * (hd + 2);
+        float *a = acc + (size_t)i * hd;
+        if (kc->tq_v) {
+            float *ar = accr + (size_t)i * hd;
+            rvl_kvq_unrotate(ar, hd);
+            for (int e = 0; e < hd; e++)
+                a[e] += ar[e];
+        }
+        o[0] = m[i];
+        o[1] = l[i];
+        memcpy(o + 2, a, (size_t)hd * sizeof(float));
+    }
+}
+
+static void attend_items(void *arg, int ith, int nth)
+{
+    attend_job *j = arg;
+    rvl_kvc *kc = j->kc;
+    const int nkv = (int)kc->p.n_head_kv, nh = (int)kc->p.n_head, hd = (int)kc->p.head_dim;
+    const size_t ps = (size_t)nh * (hd + 2); /* floats of one chunk's partials */
+    void *ws = kc->ws + (size_t)ith * kc->ws_bytes;
+    (void)nth;
+    for (;;) {
+        const uint64_t it = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed);
+        if (it >= j->n_items)
+            break;
+        if (j->mode == 0) {
+            const int c = (int)(it / nkv), kh = (int)(it % nkv);
+            kc->ak->decode_chunk(&j->ap, j->q, (int)j->pos, (int)j->pos + 1, c, j->cf, kh, kh + 1,
+                                 kc->partials, ws);
+        } else if (j->mode == 1) {
+            const int tt = rvl_attn_tile_tokens(&j->ap);
+            const int nt_tiles = (int)((j->nb + tt - 1) / tt);
+            const int tile = nt_tiles - 1 - (int)(it / nkv), kh = (int)(it % nkv); /* longest first */
+            const int t0 = tile * tt, n = (int)j->nb - t0 < tt ? (int)j->nb - t0 : tt;
+            kc->ak->prefill(&j->ap, j->q + (size_t)t0 * j->q_stride, j->q_stride,
+                            (int)j->pos + t0, n, kh, kh + 1, j->out + (size_t)t0 * j->out_stride,
+                            j->out_stride, ws);
+        } else {
+            const int per = (j->cq + j->cf) * nkv;
+            const uint32_t t = (uint32_t)(it / per);
+            const int r = (int)(it % per), c = r / nkv, kh = r % nkv;
+            const int qp = (int)(j->pos + t);
+            float *pt = kc->partials + (size_t)t * (j->cq + j->cf) * ps;
+            const float *q = j->q + (size_t)t * j->q_stride;
+            if (c < j->cq) {
+                const uint32_t pa = (uint32_t)((uint64_t)j->f0 * c / j->cq);
+                const uint32_t pb = (uint32_t)((uint64_t)j->f0 * (c + 1) / j->cq);
+                quant_chunk(j, q, j->qr + (size_t)t * nh * hd, pa, pb, kh, pt + (size_t)c * ps, ws);
+            } else {
+                rvl_attn_params ap = j->ap;
+                ap.window = qp - (int)(j->f0 * PG) + 1; /* keys from page f0 on */
+                kc->ak->decode_chunk(&ap, q, qp, qp + 1, c - j->cq, j->cf, kh, kh + 1,
+                                     pt + (size_t)j->cq * ps, ws);
+            }
+        }
+    }
+}
+
+static int chunks_for(const rvl_kvc *kc, uint32_t pages)
+{
+    int c = (int)cdiv((uint64_t)4 * kc->nth, kc->p.n_head_kv);
+    if (pages < 4)
+        c = 1; /* short: the reduce would cost more than the balance gains */
+    if (c > MAXC)
+        c = MAXC;
+    if ((uint32_t)c > pages)
+        c = (int)pages;
+    return c < 1 ? 1 : c;
+}
+
+/* The quantized region: chunks of whole pages, about 8 items (chunks x kv
+ * heads) per thread, so that a few kv heads (3 in SmolLM2) still split
+ * evenly over the threads; its items are handed out first, the tier-0
+ * region's fill the gaps. */
+static int quant_chunks_for(const rvl_kvc *kc, uint32_t pages)
+{
+    int c = (int)cdiv((uint64_t)8 * kc->nth, kc->p.n_head_kv);
+    if (pages < 4 || kc->nth == 1)
+        c = 1;
+    if (c > MAXC)
+        c = MAXC;
+    if ((uint32_t)c > pages)
+        c = (int)pages;
+    return c < 1 ? 1 : c;
+}
+
+void rvl_kvcache_attend(rvl_kvc *kc, rvl_pool *pool, uint32_t layer, const float *q,
+                    size_t q_stride, uint32_t pos, uint32_t nb, float *out, size_t out_stride)
+{
+    const uint32_t nkv = kc->p.n_head_kv, nh = kc->p.n_head, hd = kc->p.head_dim;
+    attend_job j = {.kc = kc, .layer = layer, .pos = pos, .nb = nb, .q = q, .q_stride = q_stride,
+                    .out = out, .out_stride = out_stride, .ap = kc->ap};
+    j.ap.window = kc->win ? (int)kc->win[layer] : 0;
+    j.ap.k = kc->pool[0][0] + (size_t)layer * kc->cap[0] * kc->sb[0][0];
+    j.ap.v = kc->pool[1][0] + (size_t)layer * kc->cap[0] * kc->sb[1][0];
+    /* the first tier-0 page: tiers only get colder with age */
+    uint32_t f0 = (pos + nb - 1) / PG;
+    while (f0 > 0 && kc->tier[f0 - 1] == 0)
+        f0--;
+    j.f0 = f0;
+    const uint32_t last = (pos + nb - 1) / PG;
+    if (f0 == 0) {
+        j.mode = nb == 1 ? 0 : 1;
+        j.cf = chunks_for(kc, last + 1);
+        if (j.mode == 0)
+            j.n_items = (uint64_t)j.cf * nkv;
+        else
+            j.n_items = (uint64_t)cdiv(nb, (uint32_t)rvl_attn_tile_tokens(&j.ap)) * nkv;
+    } else {
+        j.mode = 2;
+        j.cq = nb == 1 ? quant_chunks_for(kc, f0) : 1;
+        j.cf = nb == 1 ? chunks_for(kc, last - f0 + 1) : 1;
+        j.n_items = (uint64_t)nb * (j.cq + j.cf) * nkv;
+        if (kc->tq_k) {
+            for (uint32_t t = 0; t < nb; t++)
+                for (uint32_t h = 0; h < nh; h++) {
+                    float *d = kc->qrot + ((size_t)t * nh + h) * hd;
+                    memcpy(d, q + t * q_stride + (size_t)h * hd, hd * sizeof(float));
+                    rvl_kvq_rotate(d, (int)hd);
+                }
+        }
+        j.qr = kc->qrot;
+    }
+    atomic_init(&j.next, 0);
+    if (j.n_items > 1 && pool && rvl_pool_size(pool) <= kc->nth) /* a workspace per thread */
+        rvl_pool_run(pool, attend_items, &j);
+    else
+        attend_items(&j, 0, 1);
+    if (j.mode == 0) {
+        rvl_attn_decode_reduce(&j.ap, j.cf, kc->partials, 0, (int)nh, out);
+    } else if (j.mode == 2) {
+        const size_t ps = (size_t)nh * (hd + 2) * (size_t)(j.cq + j.cf);
+        for (uint32_t t = 0; t < nb; t++)
+            rvl_attn_decode_reduce(&j.ap, j.cq + j.cf, kc->partials + t * ps, 0, (int)nh,
+                                   out + t * out_stride);
+    }
+}

@@ -1,0 +1,180 @@
+/*
+ * kvcache.h - the paged, tiered KV cache of one sequence (internal to lib/).
+ *
+ * Positions are grouped in pages of RVL_KVQ_PAGE (32). One page table
+ * serves every layer (all layers hold the same positions): logical page p
+ * (positions 32p .. 32p + 31) has a tier and a slot in that tier's pool;
+ * each layer has its own pool region per tier and kind (keys, values). A
+ * slot holds the page of every kv head, head after head, each in the
+ * tier's storage format of that kind (kernels/kvq.h's page layouts; f32:
+ * 32 rows of head_dim floats).
+ *
+ * Tiers, by the age of a full page (how many positions its newest one is
+ * behind the newest token):
+ *   0  hot:  f16 (or f32) for keys and values; age < hot, and always the
+ *            page being filled (full precision until it is full: KIVI's
+ *            residual, which per-channel q4 keys need);
+ *   1  warm: age < hot + warm;
+ *   2  cold: older.
+ * Attention sinks: the pages holding positions 0 .. sink - 1 (forward.c:
+ * the first page, 32 positions, for every quantized cache) stay in tier 0
+ * whatever their age. Models put a large share of every head's attention
+ * on the first tokens (StreamingLLM's "attention sinks"), so their
+ * quantization error weighs on every later token. SmolLM2-135M, wikitext-2,
+ * ctx 2048, perplexity against f16 without -> with the sink, 8 windows:
+ * tiered 256/512/tq4 +0.63% -> +0.28%, tq4 +1.54% -> +1.65%, q8 +0.11% ->
+ * +0.15% (4 windows: +0.74% -> +0.11%, +1.36% -> +1.17%, +0.22% ->
+ * -0.20%); measured before key centering. It pays where the first page
+ * would be the only 4-bit one (tiered); for fixed formats it is within the
+ * noise: tq4's loss is its keys' (tq4 keys + f16 values +1.36%, f16 keys +
+ * tq4 values +0.21%) at the Lloyd-Max floor (relative MSE 0.0083-0.0090
+ * per key, vs 0.0095 for N(0, 1) input). Key centering (kvcache.c) then
+ * took the keys' share down: q8 +0.09%, tq4 +1.43%, tq4 keys + f16 values
+ * +1.15% (8 windows; README "KV cache formats").
+ * They cost one f16 page per layer (SmolLM2-135M: 720 KiB) and are the one
+ * exception to "tiers only get colder with age" below: attention reads a
+ * sink page that is not next to the hot tier with the kvq.h F16 reader.
+ * A fixed f16/f32 cache has an unbounded hot tier; a fixed quantized
+ * format X is (f16, X, X) with hot 0 and an unbounded warm tier. Pages
+ * are re-encoded as they age (decoded to floats, encoded in the next
+ * tier's format): the cold tier is encoded from the warm tier's
+ * reconstruction (q8: 8-bit error, ~0.4% of a group's range, well below
+ * the 4-bit step it then gets). Tiers only get colder with age, so the
+ * full-precision pages are always the newest ones: attention runs the
+ * attn.h kernels over them and kvq.h's page readers over the older ones,
+ * with one online softmax (split-K partials merged by the reduce step).
+ *
+ * Keys are cached after RoPE: attention then needs no rotation per step
+ * and the kernels are position-agnostic; the price is that a context
+ * shift must re-rotate the kept keys (rvl_kvcache_shift), which happens
+ * rarely.
+ */
+#ifndef RVL_KVCACHE_H
+#define RVL_KVCACHE_H
+
+#include "kvq.h"
+#include "engine/model.h"
+
+#define RVL_KVF_F32 RVL_KVQ_COUNT   /* 5: exact rows of floats */
+#define RVL_KVC_UNBOUNDED UINT32_MAX
+#define RVL_KVC_MAX_BATCH 32        /* most query tokens per attend call */
+#define RVL_KVC_LRU_PAGES 64        /* most dropped pages kept for reuse */
+
+typedef struct rvl_kvc rvl_kvc;
+
+typedef struct {
+    uint32_t n_layer, n_head, n_head_kv, head_dim, n_ctx;
+    int fmt_k[3], fmt_v[3];        /* per tier; tier 0: RVL_KVQ_F16 or RVL_KVF_F32 */
+    uint32_t hot, warm;            /* tokens, or RVL_KVC_UNBOUNDED */
+    uint32_t sink;                 /* the pages of positions 0 .. sink - 1 stay in tier 0 */
+    const uint32_t *window;        /* (n_layer) sliding window of each layer (0: none), or
+                                    * NULL; copied at open. f16/f32 caches only */
+    float scale, softcap;          /* attention */
+    int q_f16;                     /* round q to f16 against f16 pages (llama.cpp) */
+} rvl_kvcache_params;
+
+/* The tier formats of a fixed or tiered rvl_kv_type, per kind: fills
+ * fmt[3] and says whether the type is tiered. -1: unknown type. */
+int rvl_kvcache_type_formats(rvl_kv_type t, rvl_kv_type cold, int fmt[3]);
+/* "f16", "q8", ..., "f32" for a page format. */
+const char *rvl_kvcache_fmt_name(int fmt);
+
+/* owned: close with rvl_kvcache_close. Checks the formats against head_dim
+ * (RVL_EINVAL with the reason) and allocates every pool and workspace;
+ * n_threads: the pool the attention will run on. */
+int rvl_kvcache_open(rvl_kvc **out, const rvl_kvcache_params *p, int n_threads);
+void rvl_kvcache_close(rvl_kvc *kc);
+const rvl_kvcache_params *rvl_kvcache_params_of(const rvl_kvc *kc);
+
+uint32_t rvl_kvcache_n(const rvl_kvc *kc);            /* committed positions */
+void rvl_kvcache_reset(rvl_kvc *kc);
+/* Keep the first n positions (n <= rvl_kvcache_n). A quantized page that
+ * becomes the page being filled is decoded back to tier 0. */
+int rvl_kvcache_truncate(rvl_kvc *kc, uint32_t n);
+
+/* Before a batch: pages for positions n .. n + nb - 1 (tier 0). */
+void rvl_kvcache_begin(rvl_kvc *kc, uint32_t nb);
+/* Keys and values of positions pos .. pos + nb - 1 of one layer (inside
+ * the batch begun): row t at k + t * k_stride, kv_dim floats. */
+void rvl_kvcache_write(rvl_kvc *kc, uint32_t layer, uint32_t pos, uint32_t nb, const float *k,
+                   size_t k_stride, const float *v, size_t v_stride);
+/* Attention of nb (<= RVL_KVC_MAX_BATCH) query tokens at positions
+ * pos .. pos + nb - 1 over layer `layer` (causal; their own keys written):
+ * q row t at q + t * q_stride (n_head * head_dim floats), output row at
+ * out + t * out_stride. Runs on the pool. */
+void rvl_kvcache_attend(rvl_kvc *kc, rvl_pool *pool, uint32_t layer, const float *q,
+                    size_t q_stride, uint32_t pos, uint32_t nb, float *out, size_t out_stride);
+/* After every layer wrote the batch: the cache holds n + nb positions and
+ * pages that aged past a tier boundary are re-encoded. */
+void rvl_kvcache_commit(rvl_kvc *kc, uint32_t nb);
+
+/*
+ * Prefix reuse (kvcache.c, "Prefix reuse"). rvl_kvcache_set_ids: the token
+ * ids of positions pos .. pos + n - 1 (called before the commit of the
+ * batch that holds them; ids after a gap of unknown ones are ignored):
+ * full pages with known ids get a chained hash (xxh3-64 of the parent
+ * page's hash and the page's 32 ids). Truncates and resets keep the full
+ * hashed pages they drop in a small LRU (at most RVL_KVC_LRU_PAGES pages
+ * and an eighth of the cache's bytes). rvl_kvcache_reuse: keeps the longest prefix of ids[0 .. n) the
+ * cache holds (live pages by hash, the last one by tokens), truncates the
+ * rest and continues with whole pages from the LRU; returns that prefix's
+ * length, the new rvl_kvcache_n. rvl_kvcache_page_hash: page's hash, 0 if none.
+ * rvl_kvcache_forget: nothing is reusable any more (the ids, hashes and LRU
+ * are dropped; the cache keeps its positions): the model changed (LoRA).
+ */
+void rvl_kvcache_set_ids(rvl_kvc *kc, uint32_t pos, const int32_t *ids, uint32_t n);
+uint32_t rvl_kvcache_reuse(rvl_kvc *kc, const int32_t *ids, uint32_t n);
+uint64_t rvl_kvcache_page_hash(const rvl_kvc *kc, uint32_t page);
+/* Sliding windows (kvcache.c, "Sliding windows"): pages 0 .. n - 1 were
+ * freed, outside every layer's window (only when every layer has one). A
+ * truncate that would need their keys is refused (RVL_ERANGE; to 0 is a
+ * reset), so is a context shift. */
+uint32_t rvl_kvcache_n_dropped(const rvl_kvc *kc);
+void rvl_kvcache_forget(rvl_kvc *kc);
+
+/*
+ * Context shift: drop positions [keep, keep + n_discard), move the later
+ * ones down by n_discard and rotate their keys back by n_discard
+ * positions: cos_d/sin_d are the RoPE angles of a distance of n_discard
+ * (rope_dim / 2 pairs; neox: pairs (i, i + half), else (2i, 2i + 1)).
+ * Quantized pages are decoded, rotated and re-encoded. Allocates a
+ * temporary (2 * n * kv_dim floats): RVL_ENOMEM if that fails.
+ */
+int rvl_kvcache_shift(rvl_kvc *kc, uint32_t keep, uint32_t n_discard, const float *cos_d,
+                  const float *sin_d, uint32_t rope_dim, bool neox);
+
+/* ---- page access, for session files and tests ---- */
+
+/* Logical pages in use: ceil(n / 32). */
+uint32_t rvl_kvcache_n_pages(const rvl_kvc *kc);
+int rvl_kvcache_page_tier(const rvl_kvc *kc, uint32_t page);
+/* Bytes of one head's page of a kind (0 keys, 1 values) in a tier. */
+size_t rvl_kvcache_page_bytes(const rvl_kvc *kc, int kind, int tier);
+/* The slot of logical page `page` of one layer and kind: n_head_kv pages
+ * of rvl_kvcache_page_bytes each. borrowed: valid until the cache changes. */
+void *rvl_kvcache_page_data(rvl_kvc *kc, uint32_t layer, int kind, uint32_t page);
+/* Session loading: empties the cache, then gives page 0, 1, ... a slot in
+ * the tier named (rvl_kvcache_load_page, in order; tiers must not increase
+ * with age... see session.c), then rvl_kvcache_load_done(n). RVL_EFORMAT when
+ * a tier has no slot left or the order is broken. */
+int rvl_kvcache_load_page(rvl_kvc *kc, uint32_t page, int tier);
+int rvl_kvcache_load_done(rvl_kvc *kc, uint32_t n);
+/* The floats row j (0..31) of page `page`, layer, kind, kv head stands
+ * for (decoded; TQ unrotated). */
+void rvl_kvcache_read_page(rvl_kvc *kc, uint32_t layer, int kind, uint32_t page, uint32_t head,
+                       float *rows /* [32][head_dim] */);
+/* Key centering (kvcache.c, "Key centering"): the centre subtracted from
+ * every stored key, (n_layer, n_head_kv, head_dim) floats, or NULL while
+ * there is none (an f16/f32 cache, or no key page quantized yet). Pages
+ * hold k - centre; rvl_kvcache_read_page adds it back. */
+const float *rvl_kvcache_key_center(const rvl_kvc *kc);
+/* Session loading (after the cache was emptied, before
+ * rvl_kvcache_load_done): the pages were saved with this centre, or without
+ * one (NULL). RVL_EFORMAT when the cache's key formats are not quantized
+ * but a centre is given. A change of centre empties the LRU. */
+int rvl_kvcache_load_center(rvl_kvc *kc, const float *mu);
+/* KV bytes per token of the steady state of the formats of each tier
+ * (tier 0 counts f16/f32), summed over layers and kv heads, K + V. */
+double rvl_kvcache_tier_token_bytes(const rvl_kvc *kc, int tier);
+
+#endif

@@ -1,0 +1,545 @@
+/*
+ * model.c - the architecture registry: hyper-parameters from GGUF
+ * metadata and weight views into the mapped file.
+ *
+ * Architecture differences are flags in rvl_hparams, not copies of the
+ * forward pass. Every key that is required and missing, and every tensor
+ * whose shape or type does not fit, is an error that names it.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#include "engine/model.h"
+
+/* ====================================================================
+ * Registry
+ * ==================================================================== */
+
+typedef struct {
+    const char *name;
+    rvl_rope_type rope_type;
+    bool qkv_bias;
+} arch_desc;
+
+static const arch_desc archs[] = {
+    {"llama", RVL_ROPE_NORM, false},  /* Llama 2/3/3.x, SmolLM, TinyLlama, Mistral */
+    {"qwen2", RVL_ROPE_NEOX, true},   /* Q/K/V biases, NeoX rotation */
+};
+
+/* ====================================================================
+ * Metadata helpers
+ * ==================================================================== */
+
+static int get_u32(const rvl_file *f, const char *arch, const char *suffix, uint32_t *v,
+                   bool required, uint32_t def)
+{
+    char key[128];
+    uint64_t u;
+    snprintf(key, sizeof key, "%s.%s", arch, suffix);
+    const rvl_kv *kv = rvl_file_find_kv(f, key);
+    if (!kv) {
+        if (required)
+            return rvl_seterr(RVL_EFORMAT, "%s: missing metadata key '%s'", rvl_file_path(f), key);
+        *v = def;
+        return 0;
+    }
+    if (rvl_kv_get_u64(kv, &u) < 0 || u > UINT32_MAX)
+        return rvl_seterr(RVL_EFORMAT, "%s: metadata key '%s' is not a 32-bit unsigned integer",
+                          rvl_file_path(f), key);
+    *v = (uint32_t)u;
+    return 0;
+}
+
+static int get_f32(const rvl_file *f, const char *arch, const char *suffix, float *v,
+                   bool required, float def)
+{
+    char key[128];
+    double d;
+    snprintf(key, sizeof key, "%s.%s", arch, suffix);
+    const rvl_kv *kv = rvl_file_find_kv(f, key);
+    if (!kv) {
+        if (required)
+            return rvl_seterr(RVL_EFORMAT, "%s: missing metadata key '%s'", rvl_file_path(f), key);
+        *v = def;
+        return 0;
+    }
+    if (rvl_kv_get_f64(kv, &d) < 0)
+        return rvl_seterr(RVL_EFORMAT, "%s: metadata key '%s' is not a number", rvl_file_path(f), key);
+    *v = (float)d;
+    return 0;
+}
+
+/* ====================================================================
+ * Weights
+ * ==================================================================== */
+
+/* Find a tensor and check it is [ne0, ne1] (ne1 == 0: a vector of ne0) and
+ * of a type the forward pass can use in that role. */
+static int get_weight(rvl_model *m, rvl_weight *w, const char *name, uint64_t ne0, uint64_t ne1,
+                      bool required)
+{
+    const rvl_tensor_info *t = rvl_file_find_tensor(m->file, name);
+    const char *path = rvl_file_path(m->file);
+
+    memset(w, 0, sizeof *w);
+    if (!t) {
+        if (required)
+            return rvl_seterr(RVL_EFORMAT, "%s: missing tensor '%s'", path, name);
+        return 0;
+    }
+    bool ok = t->ne[0] == ne0 && (ne1 ? (t->n_dims == 2 && t->ne[1] == ne1)
+                                      : (t->n_dims == 1 || (t->n_dims == 2 && t->ne[1] == 1)));
+    if (!ok) {
+        char got[96] = "";
+        size_t o = 0;
+        for (uint32_t d = 0; d < t->n_dims && o < sizeof got; d++)
+            o += (size_t)snprintf(got + o, sizeof got - o, "%s%llu", d ? " x " : "",
+                                  (unsigned long long)t->ne[d]);
+        if (ne1)
+            return rvl_seterr(RVL_EFORMAT, "%s: tensor '%s' has shape [%s], expected [%llu x %llu]",
+                              path, name, got, (unsigned long long)ne0, (unsigned long long)ne1);
+        return rvl_seterr(RVL_EFORMAT, "%s: tensor '%s' has shape [%s], expected [%llu]", path,
+                          name, got, (unsigned long long)ne0);
+    }
+    const rvl_kformat *kf = rvl_kformat_get(t->type);
+    if (!kf || !kf->dequantize || (ne1 && !kf->vec_dot)) {
+        const rvl_type_info *ti = rvl_type_get(t->type);
+        return rvl_seterr(RVL_EUNSUPPORTED, "%s: tensor '%s' has type %s, which the forward pass "
+                          "cannot use yet", path, name, ti ? ti->name : "unknown");
+    }
+    w->present = true;
+    w->type = t->type;
+    w->kf = kf;
+    w->ne0 = ne0;
+    w->ne1 = ne1 ? ne1 : 1;
+    w->row_bytes = rvl_kformat_row_bytes(kf, ne0);
+    w->data = t->data;
+    return 0;
+}
+
+static int load_weights(rvl_model *m)
+{
+    rvl_hparams *hp = &m->hp;
+    const uint64_t E = hp->n_embd, F = hp->n_ff, V = hp->n_vocab;
+    const uint64_t QD = (uint64_t)hp->n_head * hp->head_dim;
+    const uint64_t KVD = (uint64_t)hp->n_head_kv * hp->head_dim;
+    char nm[96];
+    int rc;
+
+    if ((rc = get_weight(m, &m->tok_embd, "token_embd.weight", E, V, true)) < 0 ||
+        (rc = get_weight(m, &m->output_norm, "output_norm.weight", E, 0, true)) < 0 ||
+        (rc = get_weight(m, &m->output, "output.weight", E, V, false)) < 0)
+        return rc;
+    hp->tied_output = !m->output.present;
+    if (hp->has_rope_freqs) {
+        if ((rc = get_weight(m, &m->rope_freqs, "rope_freqs.weight", hp->rope_dim / 2, 0, true)) < 0)
+            return rc;
+        if (m->rope_freqs.type != RVL_TYPE_F32)
+            return rvl_seterr(RVL_EFORMAT, "%s: tensor 'rope_freqs.weight' must be F32",
+                              rvl_file_path(m->file));
+        const float *fd = m->rope_freqs.data;
+        for (uint32_t i = 0; i < hp->rope_dim / 2; i++)
+            if (!(fd[i] > 0 && fd[i] < 1e9f))
+                return rvl_seterr(RVL_EFORMAT, "%s: tensor 'rope_freqs.weight' value %u (%g) is not "
+                                  "a positive divisor", rvl_file_path(m->file), i, (double)fd[i]);
+    }
+    if (hp->tied_output)
+        m->output = m->tok_embd;
+
+    m->layers = calloc(hp->n_layer, sizeof *m->layers);
+    if (!m->layers)
+        return rvl_seterr(RVL_ENOMEM, "out of memory");
+    for (uint32_t i = 0; i < hp->n_layer; i++) {
+        rvl_layer *L = &m->layers[i];
+#define W(field, suffix, a, b, req)                                            \
+    do {                                                                       \
+        snprintf(nm, sizeof nm, "blk.%u.%s", i, suffix);                       \
+        if ((rc = get_weight(m, &L->field, nm, a, b, req)) < 0)                \
+            return rc;                                                         \
+    } while (0)
+        W(attn_norm, "attn_norm.weight", E, 0, true);
+        W(wq, "attn_q.weight", E, QD, true);
+        W(wk, "attn_k.weight", E, KVD, true);
+        W(wv, "attn_v.weight", E, KVD, true);
+        W(wo, "attn_output.weight", QD, E, true);
+        W(bq, "attn_q.bias", QD, 0, hp->has_qkv_bias);
+        W(bk, "attn_k.bias", KVD, 0, hp->has_qkv_bias);
+        W(bv, "attn_v.bias", KVD, 0, hp->has_qkv_bias);
+        W(ffn_norm, "ffn_norm.weight", E, 0, true);
+        W(w_gate, "ffn_gate.weight", E, F, true);
+        W(w_up, "ffn_up.weight", E, F, true);
+        W(w_down, "ffn_down.weight", F, E, true);
+#undef W
+    }
+    /* Q/K/V biases: required by qwen2, optional for llama (llama.cpp adds
+     * them when present). The forward pass takes all of them or none. */
+    bool any_bias = false;
+    for (uint32_t i = 0; i < hp->n_layer; i++)
+        any_bias |= m->layers[i].bq.present || m->layers[i].bk.present || m->layers[i].bv.present;
+    if (any_bias && !hp->has_qkv_bias) {
+        for (uint32_t i = 0; i < hp->n_layer; i++) {
+            const rvl_layer *L = &m->layers[i];
+            const char *miss = !L->bq.present ? "q" : !L->bk.present ? "k" : !L->bv.present ? "v" : NULL;
+            if (miss)
+                return rvl_seterr(RVL_EFORMAT, "%s: missing tensor 'blk.%u.attn_%s.bias' (the other "
+                                  "layers have Q/K/V biases)", rvl_file_path(m->file), i, miss);
+        }
+        hp->has_qkv_bias = true;
+    }
+    return 0;
+}
+
+/* ====================================================================
+ * Packed decode layout (formats.h gemv8)
+ * ==================================================================== */
+
+/* The weights the forward pass multiplies, for packing. */
+static size_t matmul_weights(rvl_model *m, rvl_weight **ws, size_t cap)
+{
+    size_t n = 0;
+    for (uint32_t i = 0; i < m->hp.n_layer; i++) {
+        rvl_layer *L = &m->layers[i];
+        rvl_weight *lw[] = { &L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down };
+        for (size_t k = 0; k < sizeof lw / sizeof lw[0]; k++)
+            if (n < cap)
+                ws[n++] = lw[k];
+    }
+    if (n < cap)
+        ws[n++] = &m->output;
+    return n;
+}
+
+static bool packable(const rvl_weight *w)
+{
+    return w->present && w->kf->gemv8 && w->ne1 >= RVL_GEMM_ROWS && w->kf->row_header == 0;
+}
+
+/* Drop the file pages of the packed weights from the page tables: the
+ * forward pass reads the packed copy, and the process would otherwise hold
+ * both (twice the weights' memory). The page cache keeps them; a reader
+ * of the row-major bytes (another backend, the fingerprint) faults them
+ * back. Not the tied output: its rows are the token embeddings too. */
+static bool releasable(const rvl_model *m, const rvl_weight *w)
+{
+    return w->packed && !(w == &m->output && m->hp.tied_output);
+}
+
+static void release_source(const rvl_weight *w)
+{
+    const uintptr_t pg = 4096;
+    const uintptr_t a = ((uintptr_t)w->data + pg - 1) & ~(pg - 1);
+    const uintptr_t e = ((uintptr_t)w->data + w->packed_rows * w->row_bytes) & ~(pg - 1);
+    if (e > a)
+        (void)madvise((void *)a, e - a, MADV_DONTNEED);
+}
+
+void rvl_model_release_packed_source(const rvl_model *m)
+{
+    rvl_weight *ws[8 * 1024 + 1];
+    size_t n = matmul_weights((rvl_model *)m, ws, sizeof ws / sizeof ws[0]);
+    for (size_t i = 0; i < n; i++)
+        if (releasable(m, ws[i]))
+            release_source(ws[i]);
+}
+
+static int cmp_range(const void *a, const void *b)
+{
+    const uintptr_t x = (uintptr_t)((const void *const *)a)[0];
+    const uintptr_t y = (uintptr_t)((const void *const *)b)[0];
+    return x < y ? -1 : x > y;
+}
+
+/* Prefault the file (rvl_file_prefault) but for the packed weights'
+ * row-major bytes: they were read once, and the packed copy is what
+ * decode reads. */
+static int prefault_unpacked(rvl_model *m)
+{
+    rvl_weight *ws[8 * 1024 + 1];
+    const size_t n = matmul_weights(m, ws, sizeof ws / sizeof ws[0]);
+    const void *(*skip)[2] = malloc((n + 1) * sizeof *skip);
+    if (!skip)
+        return rvl_seterr(RVL_ENOMEM, "out of memory");
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++)
+        if (releasable(m, ws[i])) {
+            skip[k][0] = ws[i]->data;
+            skip[k][1] = (const char *)ws[i]->data + ws[i]->packed_rows * ws[i]->row_bytes;
+            k++;
+        }
+    qsort(skip, k, sizeof *skip, cmp_range);
+    rvl_file_prefault(m->file, (const void *const (*)[2])skip, k);
+    free(skip);
+    return 0;
+}
+
+/* Copy the weights whose format has a packed decode kernel on this CPU
+ * into that layout (one allocation, 2 MiB pages where the kernel gives
+ * them: decode streams it). RUVLLM_REPACK=0 keeps the row-major path
+ * (the same bits, for comparisons). */
+static int pack_weights(rvl_model *m)
+{
+    const char *env = getenv("RUVLLM_REPACK");
+    if (env && strcmp(env, "0") == 0)
+        return 0;
+    rvl_weight *ws[8 * 1024 + 1];
+    const size_t n = matmul_weights(m, ws, sizeof ws / sizeof ws[0]);
+    uint64_t total = 0;
+    for (size_t i = 0; i < n; i++)
+        if (packable(ws[i]))
+            total += ws[i]->ne1 / RVL_GEMM_ROWS * RVL_GEMM_ROWS * ws[i]->row_bytes;
+    if (total == 0)
+        return 0;
+    const size_t huge = (size_t)2 << 20;
+    const size_t bytes = (size_t)((total + huge - 1) / huge * huge);
+    void *p = NULL;
+    if (posix_memalign(&p, huge, bytes))
+        return rvl_seterr(RVL_ENOMEM, "out of memory for the packed weights (%llu MiB)",
+                          (unsigned long long)(bytes >> 20));
+#ifdef MADV_HUGEPAGE
+    (void)madvise(p, bytes, MADV_HUGEPAGE);
+#endif
+    m->packed = p;
+    m->packed_bytes = bytes;
+    char *dst = p;
+    for (size_t i = 0; i < n; i++) {
+        rvl_weight *w = ws[i];
+        if (!packable(w))
+            continue;
+        const uint64_t rows = w->ne1 / RVL_GEMM_ROWS * RVL_GEMM_ROWS;
+        const uint64_t gbytes = RVL_GEMM_ROWS * w->row_bytes;
+        for (uint64_t r = 0; r < rows; r += RVL_GEMM_ROWS)
+            w->kf->pack8((int64_t)w->ne0, (const char *)w->data + r * w->row_bytes, w->row_bytes,
+                         dst + r * w->row_bytes);
+        w->packed = dst;
+        w->packed_rows = rows;
+        if (releasable(m, w)) /* as we go: the process never holds both */
+            release_source(w);
+        if (gbytes > m->packed_max_group)
+            m->packed_max_group = gbytes;
+        dst += rows * w->row_bytes;
+    }
+    return 0;
+}
+
+/* ====================================================================
+ * Hyper-parameters
+ * ==================================================================== */
+
+static int load_hparams(rvl_model *m)
+{
+    const rvl_file *f = m->file;
+    const char *path = rvl_file_path(f);
+    rvl_hparams *hp = &m->hp;
+    const rvl_kv *kv = rvl_file_find_kv(f, "general.architecture");
+    rvl_str a;
+    int rc;
+
+    if (!kv)
+        return rvl_seterr(RVL_EFORMAT, "%s: missing metadata key 'general.architecture'", path);
+    if (rvl_kv_get_str(kv, &a) < 0 || a.len == 0 || a.len >= sizeof hp->arch)
+        return rvl_seterr(RVL_EFORMAT, "%s: 'general.architecture' is not a valid name", path);
+    memcpy(hp->arch, a.ptr, a.len);
+    hp->arch[a.len] = 0;
+
+    const arch_desc *ad = NULL;
+    for (size_t i = 0; i < sizeof archs / sizeof archs[0]; i++)
+        if (strcmp(archs[i].name, hp->arch) == 0)
+            ad = &archs[i];
+    if (!ad)
+        return rvl_seterr(RVL_EUNSUPPORTED, "%s: unsupported architecture '%s' (supported: llama, qwen2)",
+                          path, hp->arch);
+    hp->rope_type = ad->rope_type;
+    hp->has_qkv_bias = ad->qkv_bias;
+
+    const char *A = hp->arch;
+    if ((rc = get_u32(f, A, "block_count", &hp->n_layer, true, 0)) < 0 ||
+        (rc = get_u32(f, A, "embedding_length", &hp->n_embd, true, 0)) < 0 ||
+        (rc = get_u32(f, A, "feed_forward_length", &hp->n_ff, true, 0)) < 0 ||
+        (rc = get_u32(f, A, "attention.head_count", &hp->n_head, true, 0)) < 0 ||
+        (rc = get_u32(f, A, "attention.head_count_kv", &hp->n_head_kv, false, hp->n_head)) < 0 ||
+        (rc = get_u32(f, A, "context_length", &hp->n_ctx_train, true, 0)) < 0 ||
+        (rc = get_f32(f, A, "attention.layer_norm_rms_epsilon", &hp->rms_eps, true, 0)) < 0 ||
+        (rc = get_f32(f, A, "rope.freq_base", &hp->rope_base, false, 10000.0f)) < 0)
+        return rc;
+
+#define CHECK(cond, ...) do { if (!(cond)) return rvl_seterr(RVL_EFORMAT, __VA_ARGS__); } while (0)
+    CHECK(hp->n_layer >= 1 && hp->n_layer <= 1024, "%s: %s.block_count %u is out of range", path, A, hp->n_layer);
+    CHECK(hp->n_embd >= 1 && hp->n_embd <= 65536, "%s: %s.embedding_length %u is out of range", path, A, hp->n_embd);
+    CHECK(hp->n_ff >= 1 && hp->n_ff <= 1u << 20, "%s: %s.feed_forward_length %u is out of range", path, A, hp->n_ff);
+    CHECK(hp->n_head >= 1 && hp->n_head <= 1024, "%s: %s.attention.head_count %u is out of range", path, A, hp->n_head);
+    CHECK(hp->n_head_kv >= 1 && hp->n_head % hp->n_head_kv == 0,
+          "%s: %s.attention.head_count_kv %u does not divide head_count %u", path, A, hp->n_head_kv, hp->n_head);
+    CHECK(hp->rms_eps > 0 && hp->rms_eps < 1, "%s: %s.attention.layer_norm_rms_epsilon %g is out of range",
+          path, A, (double)hp->rms_eps);
+    CHECK(hp->rope_base > 0, "%s: %s.rope.freq_base must be positive", path, A);
+    CHECK(hp->n_ctx_train >= 1, "%s: %s.context_length must be positive", path, A);
+
+    uint32_t key_len = 0;
+    if ((rc = get_u32(f, A, "attention.key_length", &key_len, false, hp->n_embd / hp->n_head)) < 0)
+        return rc;
+    hp->head_dim = key_len;
+    CHECK(hp->head_dim >= 2 && hp->head_dim % 2 == 0 && hp->head_dim <= 1024,
+          "%s: head dimension %u is invalid", path, hp->head_dim);
+    if ((rc = get_u32(f, A, "rope.dimension_count", &hp->rope_dim, false, hp->head_dim)) < 0)
+        return rc;
+    CHECK(hp->rope_dim % 2 == 0 && hp->rope_dim <= hp->head_dim,
+          "%s: %s.rope.dimension_count %u is invalid for head size %u", path, A, hp->rope_dim, hp->head_dim);
+
+    /* RoPE scaling: none, linear, YaRN (rope.scaling.*), or Llama 3.1's
+     * per-frequency divisors (the tensor rope_freqs.weight, read with the
+     * weights). */
+    char key[128];
+    snprintf(key, sizeof key, "%s.rope.scaling.type", A);
+    hp->rope_scaling = RVL_ROPE_SCALING_NONE;
+    hp->rope_factor = 1.0f;
+    hp->yarn_ext_factor = 0.0f;
+    if ((rc = get_u32(f, A, "rope.scaling.original_context_length", &hp->rope_orig_ctx, false,
+                      hp->n_ctx_train)) < 0 ||
+        (rc = get_f32(f, A, "rope.scaling.yarn_beta_fast", &hp->yarn_beta_fast, false, 32.0f)) < 0 ||
+        (rc = get_f32(f, A, "rope.scaling.yarn_beta_slow", &hp->yarn_beta_slow, false, 1.0f)) < 0 ||
+        (rc = get_f32(f, A, "rope.scaling.attn_factor", &hp->rope_attn_factor, false, 1.0f)) < 0)
+        return rc;
+    CHECK(hp->rope_orig_ctx >= 1, "%s: %s.rope.scaling.original_context_length must be positive", path, A);
+    CHECK(hp->rope_attn_factor > 0 && hp->rope_attn_factor < 100,
+          "%s: %s.rope.scaling.attn_factor %g is out of range", path, A, (double)hp->rope_attn_factor);
+    CHECK(hp->yarn_beta_fast > 0 && hp->yarn_beta_slow > 0 && hp->yarn_beta_fast < 1e6f &&
+          hp->yarn_beta_slow < 1e6f, "%s: %s.rope.scaling.yarn_beta_fast/slow must be positive", path, A);
+    const rvl_kv *st = rvl_file_find_kv(f, key);
+    rvl_str sv = {0};
+    if (st && rvl_kv_get_str(st, &sv) < 0)
+        return rvl_seterr(RVL_EFORMAT, "%s: metadata key '%s' is not a string", path, key);
+    if (st && !rvl_str_eq(sv, "none")) {
+        float factor;
+        if ((rc = get_f32(f, A, "rope.scaling.factor", &factor, true, 1.0f)) < 0)
+            return rc;
+        CHECK(factor > 0 && factor < 1e6f, "%s: %s.rope.scaling.factor %g is out of range", path, A,
+              (double)factor);
+        hp->rope_factor = factor;
+        if (rvl_str_eq(sv, "linear")) {
+            hp->rope_scaling = RVL_ROPE_SCALING_LINEAR;
+        } else if (rvl_str_eq(sv, "yarn")) {
+            hp->rope_scaling = RVL_ROPE_SCALING_YARN;
+            /* llama.cpp's default: full ramp mixing when the model asks for YaRN */
+            if ((rc = get_f32(f, A, "rope.scaling.yarn_ext_factor", &hp->yarn_ext_factor, false,
+                              1.0f)) < 0)
+                return rc;
+            CHECK(hp->yarn_ext_factor >= 0 && hp->yarn_ext_factor <= 1,
+                  "%s: %s.rope.scaling.yarn_ext_factor %g is out of range", path, A,
+                  (double)hp->yarn_ext_factor);
+        } else {
+            return rvl_seterr(RVL_EUNSUPPORTED, "%s: RoPE scaling '%.*s' in '%s' is not supported "
+                              "(supported: none, linear, yarn)", path,
+                              (int)(sv.len > 32 ? 32 : sv.len), sv.ptr, key);
+        }
+    }
+    hp->has_rope_freqs = rvl_file_find_tensor(f, "rope_freqs.weight") != NULL;
+
+    /* vocabulary size: from the embedding matrix, cross-checked with the key */
+    const rvl_tensor_info *te = rvl_file_find_tensor(f, "token_embd.weight");
+    CHECK(te, "%s: missing tensor 'token_embd.weight'", path);
+    CHECK(te->n_dims == 2 && te->ne[0] == hp->n_embd && te->ne[1] >= 1 && te->ne[1] <= (1u << 24),
+          "%s: tensor 'token_embd.weight' has the wrong shape for embedding_length %u", path, hp->n_embd);
+    hp->n_vocab = (uint32_t)te->ne[1];
+    uint32_t vs;
+    if ((rc = get_u32(f, A, "vocab_size", &vs, false, hp->n_vocab)) < 0)
+        return rc;
+    CHECK(vs == hp->n_vocab, "%s: %s.vocab_size %u contradicts token_embd.weight's %u rows", path, A,
+          vs, hp->n_vocab);
+#undef CHECK
+    return 0;
+}
+
+int rvl_model_open(rvl_model **out, const char *path)
+{
+    rvl_model *m;
+    int rc;
+
+    *out = NULL;
+    m = calloc(1, sizeof *m);
+    if (!m)
+        return rvl_seterr(RVL_ENOMEM, "out of memory");
+    if ((rc = rvl_file_open(&m->file, path)) < 0)
+        goto fail;
+    if (rvl_file_fmt(m->file) != RVL_FMT_GGUF) {
+        rc = rvl_seterr(RVL_EUNSUPPORTED, "%s: running safetensors models directly is not supported; "
+                        "convert with 'ruvllm quantize'", path);
+        goto fail;
+    }
+    if ((rc = load_hparams(m)) < 0 || (rc = load_weights(m)) < 0)
+        goto fail;
+    if ((rc = pack_weights(m)) < 0 || (rc = prefault_unpacked(m)) < 0)
+        goto fail;
+    if ((rc = rvl_tok_open(&m->tok, m->file)) < 0)
+        goto fail;
+    /* ids the model has no row for would fail in rvl_decode mid-chat */
+    if ((uint32_t)rvl_tok_n_vocab(m->tok) > m->hp.n_vocab) {
+        rc = rvl_seterr(RVL_EFORMAT, "%s: tokenizer.ggml.tokens has %d tokens but token_embd.weight "
+                        "has only %u rows", path, rvl_tok_n_vocab(m->tok), m->hp.n_vocab);
+        goto fail;
+    }
+    *out = m;
+    return 0;
+fail:
+    rvl_model_close(m);
+    return rc;
+}
+
+void rvl_model_close(rvl_model *m)
+{
+    if (!m)
+        return;
+    rvl_tok_close(m->tok);
+    free(m->layers);
+    free(m->packed);
+    rvl_file_close(m->file);
+    free(m);
+}
+
+const rvl_hparams *rvl_model_hparams(const rvl_model *m) { return &m->hp; }
+const rvl_file *rvl_model_file(const rvl_model *m) { return m->file; }
+struct rvl_tokenizer *rvl_model_tokenizer(const rvl_model *m) { return m->tok; }
+
+/* ====================================================================
+ * Fingerprint: what a session file must have been made with.
+ * ==================================================================== */
+
+#include <stdatomic.h>
+#include <xxhash.h>
+
+uint64_t rvl_model_fingerprint(const rvl_model *cm)
+{
+    rvl_model *m = (rvl_model *)cm; /* only the cached value changes */
+    uint64_t have = atomic_load(&m->fingerprint);
+    if (have)
+        return have;
+    XXH3_state_t *st = XXH3_createState();
+    if (!st)
+        return 0;
+    XXH3_64bits_reset(st);
+    const rvl_hparams *hp = &m->hp;
+    const uint32_t geo[] = {hp->n_layer, hp->n_embd, hp->n_ff, hp->n_head, hp->n_head_kv,
+                            hp->head_dim, hp->n_vocab, hp->rope_dim, (uint32_t)hp->rope_type,
+                            (uint32_t)hp->rope_scaling};
+    const float fp[] = {hp->rms_eps, hp->rope_base, hp->rope_factor};
+    XXH3_64bits_update(st, hp->arch, strlen(hp->arch));
+    XXH3_64bits_update(st, geo, sizeof geo);
+    XXH3_64bits_update(st, fp, sizeof fp);
+    uint64_t n = rvl_file_n_tensors(m->file);
+    for (uint64_t i = 0; i < n; i++) {
+        const rvl_tensor_info *t = rvl_file_tensor(m->file, i);
+        uint64_t meta[2 + RVL_MAX_DIMS] = {t->type, t->n_dims};
+        for (uint32_t d = 0; d < t->n_dims && d < RVL_MAX_DIMS; d++)
+            meta[2 + d] = t->ne[d];
+        XXH3_64bits_update(st, t->name.ptr, t->name.len);
+        XXH3_64bits_update(st, meta, sizeof meta);
+        XXH3_64bits_update(st, t->data, t->nbytes);
+    }
+    uint64_t h = XXH3_64bits_digest(st);
+    XXH3_freeState(st);
+    rvl_model_release_packed_source(m);
+    h = h ? h : 1;
+    atomic_store(&m->fingerprint, h);
+    return h;
+}

@@ -1,0 +1,75 @@
+/*
+ * model.h - the model and context internals shared by model.c and
+ * forward.c; not installed.
+ */
+#ifndef RVL_MODEL_H
+#define RVL_MODEL_H
+
+#include "formats.h"
+#include "format/format_int.h"
+
+/* A weight matrix [ne1 rows x ne0 columns] (GGUF: ne0 innermost) or a
+ * vector (ne1 == 1), borrowed from the mapped file. */
+typedef struct {
+    bool present;
+    uint32_t type;
+    const rvl_kformat *kf;
+    uint64_t ne0, ne1;
+    uint64_t row_bytes;
+    const void *data;
+    /* Rows 0..packed_rows-1 (whole groups of RVL_GEMM_ROWS) also in the
+     * kernels' packed decode layout (formats.h gemv8), owned by the model;
+     * NULL when the format or ISA has none or RUVLLM_REPACK=0. data
+     * stays the file's row-major bytes (token lookups, other backends). */
+    const void *packed;
+    uint64_t packed_rows;
+} rvl_weight;
+
+typedef struct {
+    rvl_weight attn_norm;             /* (dim) */
+    rvl_weight wq, wk, wv;            /* (n_head*hd, dim), (n_kv*hd, dim) x2 */
+    rvl_weight bq, bk, bv;            /* biases (qwen2) or absent */
+    rvl_weight wo;                    /* (dim, n_head*hd) */
+    rvl_weight ffn_norm;              /* (dim) */
+    rvl_weight w_gate, w_up;          /* (ff, dim) */
+    rvl_weight w_down;                /* (dim, ff) */
+} rvl_layer;
+
+struct rvl_model {
+    rvl_file *file;
+    rvl_hparams hp;
+    rvl_weight tok_embd;              /* (vocab, dim) */
+    rvl_weight output_norm;           /* (dim) */
+    rvl_weight output;                /* (vocab, dim); == tok_embd when tied */
+    rvl_weight rope_freqs;            /* (rope_dim/2) f32, Llama 3.1; or absent */
+    rvl_layer *layers;                /* owned: n_layer */
+    struct rvl_tokenizer *tok;        /* owned */
+    void *packed;                     /* owned: every weight's packed rows */
+    size_t packed_bytes;
+    uint64_t packed_max_group;        /* largest group of packed rows, bytes */
+    _Atomic uint64_t fingerprint;     /* 0: not computed yet (then set once;
+                                         racing computations agree) */
+};
+
+/* Context internals for lib/engine/session.c: the paged KV cache (lib/engine/kvcache.h;
+ * NULL when another backend holds the cache: rvl_ctx_params.backend) and
+ * the position setter (after loading the cache: pos = its length). */
+struct rvl_kvc *rvl_ctx_kvc(rvl_ctx *c);
+void rvl_ctx_set_pos(rvl_ctx *c, uint32_t pos);
+/* After a pass over the row-major weights (the fingerprint): drop the file
+ * pages of the packed ones from the page tables again. */
+void rvl_model_release_packed_source(const rvl_model *m);
+
+/* rvl_session_load from a buffer (the fuzz harness); path names it. */
+int rvl_session_load_mem(rvl_ctx *c, const char *path, const void *buf, size_t size,
+                         int32_t **ids, size_t *n_ids, char **extra_json);
+
+/* RoPE tables for positions 0..n_ctx-1 (lib/engine/rope.c): cos/sin of each
+ * pair's angle, (n_ctx, rope_dim/2), with linear, YaRN or Llama-3.1
+ * frequency scaling applied. *attn_mul receives the factor YaRN's mscale
+ * contributes to the attention scale (mscale^2; 1 otherwise): it is folded
+ * there instead of into q and k. */
+void rvl_rope_tables(const rvl_hparams *hp, const float *freq_div, uint32_t n_ctx, float *cos_t,
+                     float *sin_t, float *attn_mul);
+
+#endif
