@@ -168,7 +168,7 @@ typedef struct {
     usage tier[3], total, *layer;    /* layer: [n_layer] */
 } usage_table;
 
-static int tally(const rvl_kvi *f, usage_table *t)
+static int tally(const rvl_kv_inspect *f, usage_table *t)
 {
     const rvl_kv_inspect_info *in = rvl_kv_inspect_info_get(f);
     memset(t, 0, sizeof *t);
@@ -243,7 +243,7 @@ static void print_heads_text(FILE *out, const rvl_kv_inspect_head *h, size_t n, 
     (void)in;
 }
 
-static void print_text(FILE *out, const rvl_kvi *f, const model_check *mc, const char *model_path,
+static void print_text(FILE *out, const rvl_kv_inspect *f, const model_check *mc, const char *model_path,
                        const usage_table *t, const rvl_kv_inspect_head *heads, size_t n_heads,
                        const char *heads_err)
 {
@@ -406,7 +406,7 @@ static void jw_bound(rvl_jw *w, const char *key, uint32_t v)
         rvl_jw_u64(w, v);
 }
 
-static void print_json(rvl_jw *w, const rvl_kvi *f, const model_check *mc, const char *model_path,
+static void print_json(rvl_jw *w, const rvl_kv_inspect *f, const model_check *mc, const char *model_path,
                        const usage_table *t, const rvl_kv_inspect_head *heads, size_t n_heads,
                        const char *heads_err)
 {
@@ -591,7 +591,7 @@ static void piece(FILE *out, const model_check *mc, int32_t id)
     }
 }
 
-static int do_diff(const char *name, rvl_kvi *a, rvl_kvi *b, const model_check *mc)
+static int do_diff(const char *name, rvl_kv_inspect *a, rvl_kv_inspect *b, const model_check *mc)
 {
     rvl_kv_inspect_diffres d;
     int rc = rvl_kv_inspect_diff(a, b, &d);
@@ -681,7 +681,7 @@ static int do_diff(const char *name, rvl_kvi *a, rvl_kvi *b, const model_check *
  * main
  * ==================================================================== */
 
-static void report_problems(const char *name, const rvl_kvi *f)
+static void report_problems(const char *name, const rvl_kv_inspect *f)
 {
     size_t n = rvl_kv_inspect_n_problems(f);
     if (!n)
@@ -693,7 +693,7 @@ static void report_problems(const char *name, const rvl_kvi *f)
 static int kv_inspect_main(rvl_cmd *cmd, int argc, char **argv)
 {
     const char *name = cmd->name;
-    rvl_kvi *f = NULL, *g = NULL;
+    rvl_kv_inspect *f = NULL, *g = NULL;
     model_check mc = {0};
     usage_table t = {0};
     rvl_kv_inspect_head *heads = NULL;

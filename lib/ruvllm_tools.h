@@ -272,7 +272,7 @@ int rvl_lora_merge(const char *base, const char *const *specs, size_t n, const c
  *   rvl_kv_inspect_stats(f, &p, &heads, &n);   per-head statistics
  *   rvl_kv_inspect_diff(a, b, &d);        where two sessions diverge
  * ====================================================================== */
-typedef struct rvl_kvi rvl_kvi;
+typedef struct rvl_kv_inspect rvl_kv_inspect;
 
 /* Page storage formats: kernels/kvq.h's numbering (0 f16, 1 q8, 2 q4,
  * 3 tq4, 4 tq3) and 5 f32, as session files store them. */
@@ -339,27 +339,27 @@ typedef struct {
  * its header; any other damage is recorded as problems. owned: close with
  * rvl_kv_inspect_close (accepts NULL). _mem: from a caller buffer (borrowed: it
  * must outlive the handle); path names it in messages. */
-int rvl_kv_inspect_open(rvl_kvi **out, const char *path);
-int rvl_kv_inspect_open_mem(rvl_kvi **out, const char *path, const void *buf, size_t size);
-void rvl_kv_inspect_close(rvl_kvi *f);
+int rvl_kv_inspect_open(rvl_kv_inspect **out, const char *path);
+int rvl_kv_inspect_open_mem(rvl_kv_inspect **out, const char *path, const void *buf, size_t size);
+void rvl_kv_inspect_close(rvl_kv_inspect *f);
 
-const rvl_kv_inspect_info *rvl_kv_inspect_info_get(const rvl_kvi *f);   /* borrowed */
-size_t rvl_kv_inspect_n_blocks(const rvl_kvi *f);
-const rvl_kv_inspect_blockinfo *rvl_kv_inspect_block(const rvl_kvi *f, size_t i);  /* borrowed */
+const rvl_kv_inspect_info *rvl_kv_inspect_info_get(const rvl_kv_inspect *f);   /* borrowed */
+size_t rvl_kv_inspect_n_blocks(const rvl_kv_inspect *f);
+const rvl_kv_inspect_blockinfo *rvl_kv_inspect_block(const rvl_kv_inspect *f, size_t i);  /* borrowed */
 /* Everything wrong with the file, in file order: "the kv block at offset
  * 5120 (layer 3, page 0): checksum mismatch (...)". borrowed. */
-size_t rvl_kv_inspect_n_problems(const rvl_kvi *f);
-const char *rvl_kv_inspect_problem(const rvl_kvi *f, size_t i);
+size_t rvl_kv_inspect_n_problems(const rvl_kv_inspect *f);
+const char *rvl_kv_inspect_problem(const rvl_kv_inspect *f, size_t i);
 /* true when nothing is wrong (every checksum matches, nothing missing). */
-bool rvl_kv_inspect_intact(const rvl_kvi *f);
+bool rvl_kv_inspect_intact(const rvl_kv_inspect *f);
 
 /* The index of the kv block of (layer, page), or -1 when it is missing. */
-long rvl_kv_inspect_find_page(const rvl_kvi *f, uint32_t layer, uint32_t page);
+long rvl_kv_inspect_find_page(const rvl_kv_inspect *f, uint32_t layer, uint32_t page);
 /* Kv block i's keys and values as floats (the reconstruction for
  * quantized pages): k and v receive *n_pos rows of kv_dim floats (head h
  * at columns h * head_dim ..), each buffer holding page_size * kv_dim.
  * RVL_EFORMAT when the block is damaged or the geometry is unusable. */
-int rvl_kv_inspect_page(rvl_kvi *f, size_t i, float *k, float *v, uint32_t *n_pos);
+int rvl_kv_inspect_page(rvl_kv_inspect *f, size_t i, float *k, float *v, uint32_t *n_pos);
 
 typedef struct {
     double outlier_factor;     /* a channel is an outlier when its absmax
@@ -395,7 +395,7 @@ typedef struct {
 /* *heads: n_layer * n_head_kv * 2 entries, layer-major, then head, then
  * kind. owned: free with rvl_kv_inspect_stats_free. RVL_EINVAL when the head
  * geometry is unknown (a version 1 file without params). */
-int rvl_kv_inspect_stats(rvl_kvi *f, const rvl_kv_inspect_stats_params *p, rvl_kv_inspect_head **heads, size_t *n);
+int rvl_kv_inspect_stats(rvl_kv_inspect *f, const rvl_kv_inspect_stats_params *p, rvl_kv_inspect_head **heads, size_t *n);
 void rvl_kv_inspect_stats_free(rvl_kv_inspect_head *heads, size_t n);
 
 /* Where two sessions diverge. common = the length of the common prefix of
@@ -413,7 +413,7 @@ typedef struct {
     uint32_t n_layer;
     float *k_maxdiff, *v_maxdiff;   /* owned: [n_layer] */
 } rvl_kv_inspect_diffres;
-int rvl_kv_inspect_diff(rvl_kvi *a, rvl_kvi *b, rvl_kv_inspect_diffres *d);
+int rvl_kv_inspect_diff(rvl_kv_inspect *a, rvl_kv_inspect *b, rvl_kv_inspect_diffres *d);
 void rvl_kv_inspect_diff_free(rvl_kv_inspect_diffres *d);
 
 /* ======================================================================

@@ -176,7 +176,7 @@ static void test_kvi_reads_v2_geometry_tokens_and_blocks(void **state)
 {
     (void)state;
     buf o = make_v2(40, F32x3, F32x3, UINT32_MAX, tiers0);
-    rvl_kvi *f;
+    rvl_kv_inspect *f;
     assert_int_equal(rvl_kv_inspect_open_mem(&f, "v2", o.b, o.n), 0);
     const rvl_kv_inspect_info *in = rvl_kv_inspect_info_get(f);
     assert_true(rvl_kv_inspect_intact(f));
@@ -203,7 +203,7 @@ static void test_kvi_stats_find_outlier_channel_and_rotation_flattens_it(void **
 {
     (void)state;
     buf o = make_v2(64, F32x3, F32x3, UINT32_MAX, tiers0);
-    rvl_kvi *f;
+    rvl_kv_inspect *f;
     assert_int_equal(rvl_kv_inspect_open_mem(&f, "v2", o.b, o.n), 0);
     rvl_kv_inspect_head *h;
     size_t n;
@@ -247,7 +247,7 @@ static void test_kvi_reconstruction_error_only_from_full_precision_pages(void **
     const int kf[3] = {RVL_KVI_F16, RVL_KVI_Q8, RVL_KVI_TQ4};
     const int tiers[2] = {1, 0};
     buf o = make_v2(40, kf, kf, 8, tiers);
-    rvl_kvi *f;
+    rvl_kv_inspect *f;
     assert_int_equal(rvl_kv_inspect_open_mem(&f, "tiered", o.b, o.n), 0);
     assert_true(rvl_kv_inspect_intact(f));
     assert_int_equal(rvl_kv_inspect_block(f, 2)->k_fmt, RVL_KVI_Q8);
@@ -283,7 +283,7 @@ static void test_kvi_names_the_block_with_a_bad_checksum(void **state)
 {
     (void)state;
     buf o = make_v2(40, F32x3, F32x3, UINT32_MAX, tiers0);
-    rvl_kvi *f;
+    rvl_kv_inspect *f;
     assert_int_equal(rvl_kv_inspect_open_mem(&f, "x", o.b, o.n), 0);
     uint64_t off = rvl_kv_inspect_block(f, 4)->offset;   /* layer 1, page 0 */
     rvl_kv_inspect_close(f);
@@ -316,7 +316,7 @@ static void test_kvi_reports_truncation_and_missing_blocks(void **state)
 {
     (void)state;
     buf o = make_v2(40, F32x3, F32x3, UINT32_MAX, tiers0);
-    rvl_kvi *f;
+    rvl_kv_inspect *f;
     assert_int_equal(rvl_kv_inspect_open_mem(&f, "x", o.b, o.n), 0);
     uint64_t off = rvl_kv_inspect_block(f, 3)->offset;   /* layer 0, page 1 */
     rvl_kv_inspect_close(f);
@@ -337,7 +337,7 @@ static void test_kvi_reports_truncation_and_missing_blocks(void **state)
 static void test_kvi_refuses_what_is_not_a_session(void **state)
 {
     (void)state;
-    rvl_kvi *f;
+    rvl_kv_inspect *f;
     assert_int_equal(rvl_kv_inspect_open_mem(&f, "x", "GGUF\3\0\0\0\0\0\0\0\0\0\0\0", 16), RVL_EFORMAT);
     assert_null(f);
     buf o = make_v2(5, F32x3, F32x3, UINT32_MAX, tiers0);
@@ -353,7 +353,7 @@ static void test_kvi_rejects_page_formats_that_are_not_their_tiers(void **state)
 {
     (void)state;
     buf o = make_v2(40, F32x3, F32x3, UINT32_MAX, tiers0);
-    rvl_kvi *f;
+    rvl_kv_inspect *f;
     assert_int_equal(rvl_kv_inspect_open_mem(&f, "x", o.b, o.n), 0);
     uint64_t off = rvl_kv_inspect_block(f, 2)->offset;
     rvl_kv_inspect_close(f);
@@ -404,7 +404,7 @@ static void test_kvi_adds_the_key_centre_back(void **state)
         assert_int_equal(rvl_session_save(c, paths[i], ids, 100, NULL), 0);
         rvl_ctx_close(c);
     }
-    rvl_kvi *fq, *ff;
+    rvl_kv_inspect *fq, *ff;
     assert_int_equal(rvl_kv_inspect_open(&fq, pq), 0);
     assert_int_equal(rvl_kv_inspect_open(&ff, pf), 0);
     const rvl_kv_inspect_info *iq = rvl_kv_inspect_info_get(fq), *iff = rvl_kv_inspect_info_get(ff);
@@ -450,7 +450,7 @@ static void test_kvi_reads_what_session_save_writes_and_diffs_two_prompts(void *
     b[34] = 199;
     save_prompt(pa, a, 37);
     save_prompt(pb, b, 37);
-    rvl_kvi *fa, *fb;
+    rvl_kv_inspect *fa, *fb;
     assert_int_equal(rvl_kv_inspect_open(&fa, pa), 0);
     assert_int_equal(rvl_kv_inspect_open(&fb, pb), 0);
     const rvl_kv_inspect_info *in = rvl_kv_inspect_info_get(fa);

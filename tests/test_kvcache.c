@@ -102,7 +102,7 @@ static void ref_attn(const float *q, const float *keys, const float *vals, size_
 }
 
 /* every position of one layer as the cache holds it, (pos, kvd) */
-static void cache_rows(rvl_kvc *kc, uint32_t l, int kind, uint32_t n, float *dst)
+static void cache_rows(rvl_kvcache *kc, uint32_t l, int kind, uint32_t n, float *dst)
 {
     float page[32 * HD];
     for (uint32_t pg = 0; pg * 32 < n; pg++)
@@ -120,7 +120,7 @@ typedef struct {
 
 /* Feeds positions rvl_kvcache_n .. n - 1 in batches of the sizes given (cycled), and
  * after each batch compares every query's attention with both references. */
-static errs run_cache(rvl_kvc *kc, rvl_pool *pool, int n, const int *batches, int nbatches)
+static errs run_cache(rvl_kvcache *kc, rvl_pool *pool, int n, const int *batches, int nbatches)
 {
     static float out[32][QD], ck[NCTX * KVD], cv[NCTX * KVD];
     double e2 = 0, r2 = 0, cmax = 0;
@@ -190,7 +190,7 @@ static void test_kvcache_attention_matches_reference_for_every_format(void **sta
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         rvl_kvcache_params p = geometry();
         set_fmt(&p, cases[i].k, cases[i].v, cases[i].hot, cases[i].warm);
-        rvl_kvc *kc;
+        rvl_kvcache *kc;
         if (rvl_kvcache_open(&kc, &p, 2) != 0)
             fail_msg("%s: %s", cases[i].name, rvl_errmsg());
         errs e = run_cache(kc, pool, 300, batches, 9);
@@ -208,7 +208,7 @@ static void test_kvcache_pages_age_through_tiers(void **state)
     (void)state;
     rvl_kvcache_params p = geometry();
     set_fmt(&p, (int[]){F16, Q8, TQ4}, (int[]){F16, Q8, Q4}, 32, 64);
-    rvl_kvc *kc;
+    rvl_kvcache *kc;
     assert_int_equal(rvl_kvcache_open(&kc, &p, 1), 0);
     float before[32 * HD], after[32 * HD];
     for (uint32_t n = 1; n <= 300; n++) {
@@ -247,7 +247,7 @@ static void test_kvcache_pages_age_through_tiers(void **state)
     rvl_kvcache_close(kc);
 }
 
-static void fill(rvl_kvc *kc, uint32_t n)
+static void fill(rvl_kvcache *kc, uint32_t n)
 {
     for (uint32_t pos = rvl_kvcache_n(kc); pos < n; pos++) {
         rvl_kvcache_begin(kc, 1);
@@ -262,7 +262,7 @@ static void test_kvcache_truncate_into_quantized_page_decodes_it(void **state)
     (void)state;
     rvl_kvcache_params p = geometry();
     set_fmt(&p, (int[]){F16, Q4, Q4}, (int[]){F16, TQ4, TQ4}, 0, U);
-    rvl_kvc *kc;
+    rvl_kvcache *kc;
     assert_int_equal(rvl_kvcache_open(&kc, &p, 2), 0);
     fill(kc, 100);
     assert_int_equal(rvl_kvcache_page_tier(kc, 2), 1);
@@ -299,7 +299,7 @@ static void test_kvcache_shift_rotates_kept_keys(void **state)
      * with keys R(p) x written, after the shift position i holds R(i) x */
     rvl_kvcache_params p = geometry();
     set_fmt(&p, (int[]){F32, F32, F32}, (int[]){F32, F32, F32}, U, U);
-    rvl_kvc *kc;
+    rvl_kvcache *kc;
     assert_int_equal(rvl_kvcache_open(&kc, &p, 1), 0);
     const int n = 80, keep = 5, drop = 30;
     static float x[NCTX][KVD];
@@ -353,7 +353,7 @@ static void test_kvcache_shift_rotates_kept_keys(void **state)
 static void test_kvcache_refuses_bad_formats(void **state)
 {
     (void)state;
-    rvl_kvc *kc = (rvl_kvc *)1;
+    rvl_kvcache *kc = (rvl_kvcache *)1;
     rvl_kvcache_params p = geometry();
     p.head_dim = 80;
     set_fmt(&p, (int[]){F16, TQ4, TQ4}, (int[]){F16, Q8, Q8}, 0, U);
@@ -394,7 +394,7 @@ static void test_kvcache_sink_page_stays_f16(void **state)
     rvl_kvcache_params p = geometry();
     set_fmt(&p, (int[]){F16, TQ4, TQ4}, (int[]){F16, TQ4, TQ4}, 0, U);
     p.sink = 32;
-    rvl_kvc *kc;
+    rvl_kvcache *kc;
     assert_int_equal(rvl_kvcache_open(&kc, &p, 2), 0);
     const errs e = run_cache(kc, pool, 200, (const int[]){1, 7, 32}, 3);
     assert_true(e.cache_err < 1e-4);
@@ -445,7 +445,7 @@ static void test_kvcache_centres_quantized_keys(void **state)
     rvl_kvcache_params p = geometry();
     set_fmt(&p, (int[]){F16, TQ4, TQ4}, (int[]){F16, TQ4, TQ4}, 0, U);
     p.sink = 32;
-    rvl_kvc *kc;
+    rvl_kvcache *kc;
     assert_int_equal(rvl_kvcache_open(&kc, &p, 1), 0);
     for (uint32_t pos = 0; pos < 200; pos++) {
         rvl_kvcache_begin(kc, 1);
@@ -513,7 +513,7 @@ static void test_kvcache_sliding_window_attends_last_w_keys(void **state)
         const int f = ci ? F32 : F16;
         set_fmt(&p, (int[]){f, f, f}, (int[]){f, f, f}, U, U);
         p.window = win;
-        rvl_kvc *kc;
+        rvl_kvcache *kc;
         assert_int_equal(rvl_kvcache_open(&kc, &p, 2), 0);
         static float out[32][QD];
         double mx = 0;
@@ -560,7 +560,7 @@ static void test_kvcache_sliding_window_attends_last_w_keys(void **state)
     rvl_kvcache_params p = geometry();
     set_fmt(&p, (int[]){F16, Q8, Q8}, (int[]){F16, Q8, Q8}, 0, U);
     p.window = win;
-    rvl_kvc *kc = NULL;
+    rvl_kvcache *kc = NULL;
     assert_int_equal(rvl_kvcache_open(&kc, &p, 1), RVL_EUNSUPPORTED);
     rvl_pool_close(pool);
 }

@@ -46,7 +46,7 @@ struct rvl_ctx {
     bool all_logits;
     uint32_t n_batch;             /* most tokens per call with all_logits */
     rvl_kv_type kv_type_k, kv_type_v;
-    rvl_kvc *kv;                  /* the paged KV cache (lib/engine/kvcache.h) */
+    rvl_kvcache *kv;                  /* the paged KV cache (lib/engine/kvcache.h) */
     float *rope_cos, *rope_sin;   /* (n_ctx, rope_dim/2) */
     float kq_scale;               /* 1/sqrt(head_dim), times YaRN's mscale^2 */
     float *x;                     /* (UBATCH, dim) residual stream */
@@ -770,7 +770,7 @@ double rvl_ctx_kv_token_bytes(const rvl_ctx *c, int tier)
     return tier >= 0 && tier < 3 ? rvl_kvcache_tier_token_bytes(c->kv, tier) : 0;
 }
 
-struct rvl_kvc *rvl_ctx_kvc(rvl_ctx *c) { return c->kv; }
+struct rvl_kvcache *rvl_ctx_kvc(rvl_ctx *c) { return c->kv; }
 const rvl_model *rvl_ctx_model(const rvl_ctx *c) { return c->m; }
 const char *rvl_ctx_backend(const rvl_ctx *c) { return c->be ? c->be_ops->name : "cpu"; }
 const char *rvl_ctx_device(const rvl_ctx *c)

@@ -40,7 +40,7 @@ typedef struct {
     int32_t ids[RVL_KVQ_PAGE];
 } kvc_lru;
 
-struct rvl_kvc {
+struct rvl_kvcache {
     rvl_kvcache_params p;
     uint32_t kv_dim, max_pages;
     int maxtier;                 /* coldest tier in use */
@@ -166,24 +166,24 @@ static void encode_page(int fmt, int kind, int hd, const float *x, int n, void *
  * Slots and pages
  * ==================================================================== */
 
-static int32_t slot_alloc(rvl_kvc *kc, int t)
+static int32_t slot_alloc(rvl_kvcache *kc, int t)
 {
     if (kc->nfree[t] == 0)
         return -1;
     return kc->freel[t][--kc->nfree[t]];
 }
 
-static void slot_free(rvl_kvc *kc, int t, int32_t s)
+static void slot_free(rvl_kvcache *kc, int t, int32_t s)
 {
     kc->freel[t][kc->nfree[t]++] = s;
 }
 
-static unsigned char *slot_ptr(const rvl_kvc *kc, int kind, int t, uint32_t layer, int32_t s)
+static unsigned char *slot_ptr(const rvl_kvcache *kc, int kind, int t, uint32_t layer, int32_t s)
 {
     return kc->pool[kind][t] + ((size_t)layer * kc->cap[t] + (size_t)s) * kc->sb[kind][t];
 }
 
-static void free_all(rvl_kvc *kc)
+static void free_all(rvl_kvcache *kc)
 {
     for (int t = 0; t < 3; t++) {
         kc->nfree[t] = kc->cap[t];
@@ -195,16 +195,16 @@ static void free_all(rvl_kvc *kc)
     kc->dropped = 0;
 }
 
-static void hash_pages(rvl_kvc *kc);
-static void age_pages(rvl_kvc *kc);
-static void center_rows(const rvl_kvc *kc, uint32_t l, uint32_t h, float *rows, int n, float sign);
-static void center_keys(rvl_kvc *kc);
-static void ring_free(rvl_kvc *kc);
-static bool window_gone(const rvl_kvc *kc, uint32_t n);
-static void lru_evict(rvl_kvc *kc, uint32_t n);
+static void hash_pages(rvl_kvcache *kc);
+static void age_pages(rvl_kvcache *kc);
+static void center_rows(const rvl_kvcache *kc, uint32_t l, uint32_t h, float *rows, int n, float sign);
+static void center_keys(rvl_kvcache *kc);
+static void ring_free(rvl_kvcache *kc);
+static bool window_gone(const rvl_kvcache *kc, uint32_t n);
+static void lru_evict(rvl_kvcache *kc, uint32_t n);
 
 /* The tier a full page belongs in when the cache holds n positions. */
-static int want_tier(const rvl_kvc *kc, uint32_t page, uint32_t n)
+static int want_tier(const rvl_kvcache *kc, uint32_t page, uint32_t n)
 {
     if ((uint64_t)page * PG < kc->p.sink)
         return 0; /* an attention sink */
@@ -219,7 +219,7 @@ static int want_tier(const rvl_kvc *kc, uint32_t page, uint32_t n)
 /* Moves page `page` (rows 0 .. rows - 1 meaningful) to tier `to` in every
  * layer: decoded to floats, encoded in the new format (copied when the
  * format is the same). */
-static void move_page(rvl_kvc *kc, uint32_t page, int to, int rows)
+static void move_page(rvl_kvcache *kc, uint32_t page, int to, int rows)
 {
     const int from = kc->tier[page], hd = (int)kc->p.head_dim;
     const int32_t os = kc->slot[page], ns = slot_alloc(kc, to);
@@ -249,7 +249,7 @@ static void move_page(rvl_kvc *kc, uint32_t page, int to, int rows)
  * Open / close
  * ==================================================================== */
 
-int rvl_kvcache_open(rvl_kvc **out, const rvl_kvcache_params *p, int n_threads)
+int rvl_kvcache_open(rvl_kvcache **out, const rvl_kvcache_params *p, int n_threads)
 {
     *out = NULL;
     const int hd = (int)p->head_dim;
@@ -275,7 +275,7 @@ int rvl_kvcache_open(rvl_kvc **out, const rvl_kvcache_params *p, int n_threads)
                 return rvl_seterr(RVL_EINVAL, "KV cache %s: %s", kind ? "values" : "keys", why);
         }
 
-    rvl_kvc *kc = calloc(1, sizeof *kc);
+    rvl_kvcache *kc = calloc(1, sizeof *kc);
     if (!kc)
         return rvl_seterr(RVL_ENOMEM, "out of memory");
     kc->p = *p;
@@ -387,7 +387,7 @@ int rvl_kvcache_open(rvl_kvc **out, const rvl_kvcache_params *p, int n_threads)
     return 0;
 }
 
-void rvl_kvcache_close(rvl_kvc *kc)
+void rvl_kvcache_close(rvl_kvcache *kc)
 {
     if (!kc)
         return;
@@ -412,28 +412,28 @@ void rvl_kvcache_close(rvl_kvc *kc)
     free(kc);
 }
 
-const rvl_kvcache_params *rvl_kvcache_params_of(const rvl_kvc *kc) { return &kc->p; }
-uint32_t rvl_kvcache_n(const rvl_kvc *kc) { return kc->n; }
-uint32_t rvl_kvcache_n_pages(const rvl_kvc *kc) { return cdiv(kc->n, PG); }
-int rvl_kvcache_page_tier(const rvl_kvc *kc, uint32_t page) { return kc->tier[page]; }
-size_t rvl_kvcache_page_bytes(const rvl_kvc *kc, int kind, int tier) { return kc->pb[kind][tier]; }
-void rvl_kvcache_reset(rvl_kvc *kc)
+const rvl_kvcache_params *rvl_kvcache_params_of(const rvl_kvcache *kc) { return &kc->p; }
+uint32_t rvl_kvcache_n(const rvl_kvcache *kc) { return kc->n; }
+uint32_t rvl_kvcache_n_pages(const rvl_kvcache *kc) { return cdiv(kc->n, PG); }
+int rvl_kvcache_page_tier(const rvl_kvcache *kc, uint32_t page) { return kc->tier[page]; }
+size_t rvl_kvcache_page_bytes(const rvl_kvcache *kc, int kind, int tier) { return kc->pb[kind][tier]; }
+void rvl_kvcache_reset(rvl_kvcache *kc)
 {
     lru_evict(kc, 0);
     free_all(kc);
 }
 
-void *rvl_kvcache_page_data(rvl_kvc *kc, uint32_t layer, int kind, uint32_t page)
+void *rvl_kvcache_page_data(rvl_kvcache *kc, uint32_t layer, int kind, uint32_t page)
 {
     return slot_ptr(kc, kind, kc->tier[page], layer, kc->slot[page]);
 }
 
-double rvl_kvcache_tier_token_bytes(const rvl_kvc *kc, int tier)
+double rvl_kvcache_tier_token_bytes(const rvl_kvcache *kc, int tier)
 {
     return (double)kc->p.n_layer * (double)(kc->sb[0][tier] + kc->sb[1][tier]) / PG;
 }
 
-void rvl_kvcache_read_page(rvl_kvc *kc, uint32_t layer, int kind, uint32_t page, uint32_t head,
+void rvl_kvcache_read_page(rvl_kvcache *kc, uint32_t layer, int kind, uint32_t page, uint32_t head,
                        float *rows)
 {
     const int t = kc->tier[page];
@@ -448,7 +448,7 @@ void rvl_kvcache_read_page(rvl_kvc *kc, uint32_t layer, int kind, uint32_t page,
  * Writing, aging, truncation
  * ==================================================================== */
 
-void rvl_kvcache_begin(rvl_kvc *kc, uint32_t nb)
+void rvl_kvcache_begin(rvl_kvcache *kc, uint32_t nb)
 {
     const uint32_t last = (kc->n + nb - 1) / PG;
     for (uint32_t pg = kc->n_pages; pg <= last; pg++) {
@@ -460,7 +460,7 @@ void rvl_kvcache_begin(rvl_kvc *kc, uint32_t nb)
     }
 }
 
-void rvl_kvcache_write(rvl_kvc *kc, uint32_t layer, uint32_t pos, uint32_t nb, const float *k,
+void rvl_kvcache_write(rvl_kvcache *kc, uint32_t layer, uint32_t pos, uint32_t nb, const float *k,
                    size_t k_stride, const float *v, size_t v_stride)
 {
     const uint32_t hd = kc->p.head_dim;
@@ -490,7 +490,7 @@ void rvl_kvcache_write(rvl_kvc *kc, uint32_t layer, uint32_t pos, uint32_t nb, c
     }
 }
 
-void rvl_kvcache_commit(rvl_kvc *kc, uint32_t nb)
+void rvl_kvcache_commit(rvl_kvcache *kc, uint32_t nb)
 {
     kc->n += nb;
     hash_pages(kc);
@@ -525,7 +525,7 @@ void rvl_kvcache_commit(rvl_kvc *kc, uint32_t nb)
  * ==================================================================== */
 
 /* Subtracts (sign -1) or adds (+1) mu of layer l, kv head h, from n rows. */
-static void center_rows(const rvl_kvc *kc, uint32_t l, uint32_t h, float *rows, int n, float sign)
+static void center_rows(const rvl_kvcache *kc, uint32_t l, uint32_t h, float *rows, int n, float sign)
 {
     const uint32_t hd = kc->p.head_dim;
     const float *mu = kc->kmean + ((size_t)l * kc->p.n_head_kv + h) * hd;
@@ -535,7 +535,7 @@ static void center_rows(const rvl_kvc *kc, uint32_t l, uint32_t h, float *rows, 
 }
 
 /* Centres the keys of one tier-0 slot of layer l in place. */
-static void center_slot(rvl_kvc *kc, uint32_t l, unsigned char *slot)
+static void center_slot(rvl_kvcache *kc, uint32_t l, unsigned char *slot)
 {
     const int hd = (int)kc->p.head_dim, f = kc->p.fmt_k[0];
     for (uint32_t h = 0; h < kc->p.n_head_kv; h++) {
@@ -549,7 +549,7 @@ static void center_slot(rvl_kvc *kc, uint32_t l, unsigned char *slot)
     }
 }
 
-static void center_keys(rvl_kvc *kc)
+static void center_keys(rvl_kvcache *kc)
 {
     const uint32_t hd = kc->p.head_dim, nkv = kc->p.n_head_kv, n = kc->n;
     for (uint32_t l = 0; l < kc->p.n_layer; l++)
@@ -581,12 +581,12 @@ static void center_keys(rvl_kvc *kc)
     }
 }
 
-const float *rvl_kvcache_key_center(const rvl_kvc *kc)
+const float *rvl_kvcache_key_center(const rvl_kvcache *kc)
 {
     return kc->kc_state == KC_SET ? kc->kmean : NULL;
 }
 
-int rvl_kvcache_load_center(rvl_kvc *kc, const float *mu)
+int rvl_kvcache_load_center(rvl_kvcache *kc, const float *mu)
 {
     if (kc->kc_state == KC_OFF) {
         if (mu)
@@ -608,7 +608,7 @@ int rvl_kvcache_load_center(rvl_kvc *kc, const float *mu)
 }
 
 /* Pages that aged past a tier boundary to their tier. */
-static void age_pages(rvl_kvc *kc)
+static void age_pages(rvl_kvcache *kc)
 {
     if (kc->maxtier == 0 || kc->n < PG)
         return;
@@ -624,7 +624,7 @@ static void age_pages(rvl_kvc *kc)
     }
 }
 
-int rvl_kvcache_truncate(rvl_kvc *kc, uint32_t n)
+int rvl_kvcache_truncate(rvl_kvcache *kc, uint32_t n)
 {
     if (n > kc->n)
         return rvl_seterr(RVL_ERANGE, "cannot truncate the cache to %u tokens: it holds %u", n,
@@ -652,7 +652,7 @@ int rvl_kvcache_truncate(rvl_kvc *kc, uint32_t n)
  * Session loading
  * ==================================================================== */
 
-int rvl_kvcache_load_page(rvl_kvc *kc, uint32_t page, int tier)
+int rvl_kvcache_load_page(rvl_kvcache *kc, uint32_t page, int tier)
 {
     if (page != kc->n_pages || page >= kc->max_pages)
         return rvl_seterr(RVL_EFORMAT, "page %u out of order or past the context", page);
@@ -674,7 +674,7 @@ int rvl_kvcache_load_page(rvl_kvc *kc, uint32_t page, int tier)
     return 0;
 }
 
-int rvl_kvcache_load_done(rvl_kvc *kc, uint32_t n)
+int rvl_kvcache_load_done(rvl_kvcache *kc, uint32_t n)
 {
     if (cdiv(n, PG) != kc->n_pages)
         return rvl_seterr(RVL_EFORMAT, "%u pages for %u positions", kc->n_pages, n);
@@ -724,7 +724,7 @@ static uint64_t page_hash(uint64_t parent, const int32_t *ids)
     return XXH3_64bits(b, sizeof b);
 }
 
-static void hash_pages(rvl_kvc *kc)
+static void hash_pages(rvl_kvcache *kc)
 {
     const uint32_t known = kc->ids_n < kc->n ? kc->ids_n : kc->n;
     for (; (kc->hashed + 1) * PG <= known; kc->hashed++)
@@ -732,7 +732,7 @@ static void hash_pages(rvl_kvc *kc)
                                          kc->ids + (size_t)kc->hashed * PG);
 }
 
-void rvl_kvcache_set_ids(rvl_kvc *kc, uint32_t pos, const int32_t *ids, uint32_t n)
+void rvl_kvcache_set_ids(rvl_kvcache *kc, uint32_t pos, const int32_t *ids, uint32_t n)
 {
     if (pos > kc->ids_n || n > kc->p.n_ctx - pos)
         return; /* after a gap of unknown ids: stays unknown */
@@ -743,20 +743,20 @@ void rvl_kvcache_set_ids(rvl_kvc *kc, uint32_t pos, const int32_t *ids, uint32_t
     hash_pages(kc);
 }
 
-void rvl_kvcache_forget(rvl_kvc *kc)
+void rvl_kvcache_forget(rvl_kvcache *kc)
 {
     kc->ids_n = kc->hashed = 0;
     for (uint32_t i = 0; i < kc->lru_cap; i++)
         kc->lru[i].used = 0;
 }
 
-uint64_t rvl_kvcache_page_hash(const rvl_kvc *kc, uint32_t page)
+uint64_t rvl_kvcache_page_hash(const rvl_kvcache *kc, uint32_t page)
 {
     return page < kc->hashed ? kc->hash[page] : 0;
 }
 
 /* Page `page`'s slot of every layer to (or from) an LRU entry's data. */
-static void page_copy(rvl_kvc *kc, uint32_t page, unsigned char *data, bool to_cache)
+static void page_copy(rvl_kvcache *kc, uint32_t page, unsigned char *data, bool to_cache)
 {
     const int t = kc->tier[page];
     for (uint32_t l = 0; l < kc->p.n_layer; l++)
@@ -770,7 +770,7 @@ static void page_copy(rvl_kvc *kc, uint32_t page, unsigned char *data, bool to_c
         }
 }
 
-static kvc_lru *lru_find(rvl_kvc *kc, uint64_t h, const int32_t *ids)
+static kvc_lru *lru_find(rvl_kvcache *kc, uint64_t h, const int32_t *ids)
 {
     for (uint32_t i = 0; i < kc->lru_cap; i++)
         if (kc->lru[i].used && kc->lru[i].hash == h &&
@@ -781,7 +781,7 @@ static kvc_lru *lru_find(rvl_kvc *kc, uint64_t h, const int32_t *ids)
 
 /* Before positions n .. are dropped: their full hashed pages into the LRU;
  * ids and hashes cut to n. */
-static void lru_evict(rvl_kvc *kc, uint32_t n)
+static void lru_evict(rvl_kvcache *kc, uint32_t n)
 {
     const uint32_t lo = n / PG > kc->dropped ? n / PG : kc->dropped; /* dropped: no data */
     for (uint32_t pg = kc->hashed; kc->lru_cap && pg-- > lo;) {
@@ -808,7 +808,7 @@ static void lru_evict(rvl_kvc *kc, uint32_t n)
  * from the LRU entry for ids (PG of them) with hash h: false when there is
  * none, or it would break "tiers only get colder with age", or its tier
  * has no free slot. */
-static bool lru_restore(rvl_kvc *kc, const int32_t *ids, uint64_t h)
+static bool lru_restore(rvl_kvcache *kc, const int32_t *ids, uint64_t h)
 {
     const uint32_t pg = kc->n_pages;
     kvc_lru *e = lru_find(kc, h, ids);
@@ -834,7 +834,7 @@ static bool lru_restore(rvl_kvc *kc, const int32_t *ids, uint64_t h)
     return true;
 }
 
-uint32_t rvl_kvcache_reuse(rvl_kvc *kc, const int32_t *ids, uint32_t n)
+uint32_t rvl_kvcache_reuse(rvl_kvcache *kc, const int32_t *ids, uint32_t n)
 {
     if (n > kc->p.n_ctx)
         n = kc->p.n_ctx;
@@ -881,12 +881,12 @@ uint32_t rvl_kvcache_reuse(rvl_kvc *kc, const int32_t *ids, uint32_t n)
 
 /* Whether a cache truncated to n positions lacks keys the next query (at
  * position n, seeing positions n + 1 - W ..) needs: they were dropped. */
-static bool window_gone(const rvl_kvc *kc, uint32_t n)
+static bool window_gone(const rvl_kvcache *kc, uint32_t n)
 {
     return kc->dropped && (uint64_t)n + 1 < (uint64_t)kc->dropped * PG + kc->win_all;
 }
 
-static void ring_free(rvl_kvc *kc)
+static void ring_free(rvl_kvcache *kc)
 {
     if (!kc->win_all)
         return;
@@ -899,7 +899,7 @@ static void ring_free(rvl_kvc *kc)
     }
 }
 
-uint32_t rvl_kvcache_n_dropped(const rvl_kvc *kc) { return kc->dropped; }
+uint32_t rvl_kvcache_n_dropped(const rvl_kvcache *kc) { return kc->dropped; }
 
 /* ====================================================================
  * Context shift
@@ -920,7 +920,7 @@ static void rotate_back(float *x, uint32_t n_heads, uint32_t hd, const float *cs
     }
 }
 
-int rvl_kvcache_shift(rvl_kvc *kc, uint32_t keep, uint32_t n_discard, const float *cos_d,
+int rvl_kvcache_shift(rvl_kvcache *kc, uint32_t keep, uint32_t n_discard, const float *cos_d,
                   const float *sin_d, uint32_t rope_dim, bool neox)
 {
     const uint32_t n = kc->n, hd = kc->p.head_dim, nkv = kc->p.n_head_kv, kvd = kc->kv_dim;
@@ -1016,7 +1016,7 @@ int rvl_kvcache_shift(rvl_kvc *kc, uint32_t keep, uint32_t n_discard, const floa
  * ==================================================================== */
 
 typedef struct {
-    rvl_kvc *kc;
+    rvl_kvcache *kc;
     uint32_t layer, pos, nb;
     const float *q, *qr;         /* qr: q rotated (TQ keys) */
     size_t q_stride;
@@ -1067,7 +1067,7 @@ static void exp_shift(float *restrict x, int n, float m)
 static void quant_chunk(const attend_job *j, const float *q, const float *qr, uint32_t pa,
                         uint32_t pb, int kh, float *part, void *ws)
 {
-    const rvl_kvc *kc = j->kc;
+    const rvl_kvcache *kc = j->kc;
     const int hd = (int)kc->p.head_dim, nh = (int)kc->p.n_head;
     const int g = nh / (int)kc->p.n_head_kv;
     const float scale = kc->p.scale, cap = kc->p.softcap;
@@ -1180,7 +1180,7 @@ static void quant_chunk(const attend_job *j, const float *q, const float *qr, ui
 static void attend_items(void *arg, int ith, int nth)
 {
     attend_job *j = arg;
-    rvl_kvc *kc = j->kc;
+    rvl_kvcache *kc = j->kc;
     const int nkv = (int)kc->p.n_head_kv, nh = (int)kc->p.n_head, hd = (int)kc->p.head_dim;
     const size_t ps = (size_t)nh * (hd + 2); /* floats of one chunk's partials */
     void *ws = kc->ws + (size_t)ith * kc->ws_bytes;
@@ -1222,7 +1222,7 @@ static void attend_items(void *arg, int ith, int nth)
     }
 }
 
-static int chunks_for(const rvl_kvc *kc, uint32_t pages)
+static int chunks_for(const rvl_kvcache *kc, uint32_t pages)
 {
     int c = (int)cdiv((uint64_t)4 * kc->nth, kc->p.n_head_kv);
     if (pages < 4)
@@ -1238,7 +1238,7 @@ static int chunks_for(const rvl_kvc *kc, uint32_t pages)
  * heads) per thread, so that a few kv heads (3 in SmolLM2) still split
  * evenly over the threads; its items are handed out first, the tier-0
  * region's fill the gaps. */
-static int quant_chunks_for(const rvl_kvc *kc, uint32_t pages)
+static int quant_chunks_for(const rvl_kvcache *kc, uint32_t pages)
 {
     int c = (int)cdiv((uint64_t)8 * kc->nth, kc->p.n_head_kv);
     if (pages < 4 || kc->nth == 1)
@@ -1250,7 +1250,7 @@ static int quant_chunks_for(const rvl_kvc *kc, uint32_t pages)
     return c < 1 ? 1 : c;
 }
 
-void rvl_kvcache_attend(rvl_kvc *kc, rvl_pool *pool, uint32_t layer, const float *q,
+void rvl_kvcache_attend(rvl_kvcache *kc, rvl_pool *pool, uint32_t layer, const float *q,
                     size_t q_stride, uint32_t pos, uint32_t nb, float *out, size_t out_stride)
 {
     const uint32_t nkv = kc->p.n_head_kv, nh = kc->p.n_head, hd = kc->p.head_dim;

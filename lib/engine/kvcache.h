@@ -60,7 +60,7 @@
 #define RVL_KVC_MAX_BATCH 32        /* most query tokens per attend call */
 #define RVL_KVC_LRU_PAGES 64        /* most dropped pages kept for reuse */
 
-typedef struct rvl_kvc rvl_kvc;
+typedef struct rvl_kvcache rvl_kvcache;
 
 typedef struct {
     uint32_t n_layer, n_head, n_head_kv, head_dim, n_ctx;
@@ -82,31 +82,31 @@ const char *rvl_kvcache_fmt_name(int fmt);
 /* owned: close with rvl_kvcache_close. Checks the formats against head_dim
  * (RVL_EINVAL with the reason) and allocates every pool and workspace;
  * n_threads: the pool the attention will run on. */
-int rvl_kvcache_open(rvl_kvc **out, const rvl_kvcache_params *p, int n_threads);
-void rvl_kvcache_close(rvl_kvc *kc);
-const rvl_kvcache_params *rvl_kvcache_params_of(const rvl_kvc *kc);
+int rvl_kvcache_open(rvl_kvcache **out, const rvl_kvcache_params *p, int n_threads);
+void rvl_kvcache_close(rvl_kvcache *kc);
+const rvl_kvcache_params *rvl_kvcache_params_of(const rvl_kvcache *kc);
 
-uint32_t rvl_kvcache_n(const rvl_kvc *kc);            /* committed positions */
-void rvl_kvcache_reset(rvl_kvc *kc);
+uint32_t rvl_kvcache_n(const rvl_kvcache *kc);            /* committed positions */
+void rvl_kvcache_reset(rvl_kvcache *kc);
 /* Keep the first n positions (n <= rvl_kvcache_n). A quantized page that
  * becomes the page being filled is decoded back to tier 0. */
-int rvl_kvcache_truncate(rvl_kvc *kc, uint32_t n);
+int rvl_kvcache_truncate(rvl_kvcache *kc, uint32_t n);
 
 /* Before a batch: pages for positions n .. n + nb - 1 (tier 0). */
-void rvl_kvcache_begin(rvl_kvc *kc, uint32_t nb);
+void rvl_kvcache_begin(rvl_kvcache *kc, uint32_t nb);
 /* Keys and values of positions pos .. pos + nb - 1 of one layer (inside
  * the batch begun): row t at k + t * k_stride, kv_dim floats. */
-void rvl_kvcache_write(rvl_kvc *kc, uint32_t layer, uint32_t pos, uint32_t nb, const float *k,
+void rvl_kvcache_write(rvl_kvcache *kc, uint32_t layer, uint32_t pos, uint32_t nb, const float *k,
                    size_t k_stride, const float *v, size_t v_stride);
 /* Attention of nb (<= RVL_KVC_MAX_BATCH) query tokens at positions
  * pos .. pos + nb - 1 over layer `layer` (causal; their own keys written):
  * q row t at q + t * q_stride (n_head * head_dim floats), output row at
  * out + t * out_stride. Runs on the pool. */
-void rvl_kvcache_attend(rvl_kvc *kc, rvl_pool *pool, uint32_t layer, const float *q,
+void rvl_kvcache_attend(rvl_kvcache *kc, rvl_pool *pool, uint32_t layer, const float *q,
                     size_t q_stride, uint32_t pos, uint32_t nb, float *out, size_t out_stride);
 /* After every layer wrote the batch: the cache holds n + nb positions and
  * pages that aged past a tier boundary are re-encoded. */
-void rvl_kvcache_commit(rvl_kvc *kc, uint32_t nb);
+void rvl_kvcache_commit(rvl_kvcache *kc, uint32_t nb);
 
 /*
  * Prefix reuse (kvcache.c, "Prefix reuse"). rvl_kvcache_set_ids: the token
@@ -122,15 +122,15 @@ void rvl_kvcache_commit(rvl_kvc *kc, uint32_t nb);
  * rvl_kvcache_forget: nothing is reusable any more (the ids, hashes and LRU
  * are dropped; the cache keeps its positions): the model changed (LoRA).
  */
-void rvl_kvcache_set_ids(rvl_kvc *kc, uint32_t pos, const int32_t *ids, uint32_t n);
-uint32_t rvl_kvcache_reuse(rvl_kvc *kc, const int32_t *ids, uint32_t n);
-uint64_t rvl_kvcache_page_hash(const rvl_kvc *kc, uint32_t page);
+void rvl_kvcache_set_ids(rvl_kvcache *kc, uint32_t pos, const int32_t *ids, uint32_t n);
+uint32_t rvl_kvcache_reuse(rvl_kvcache *kc, const int32_t *ids, uint32_t n);
+uint64_t rvl_kvcache_page_hash(const rvl_kvcache *kc, uint32_t page);
 /* Sliding windows (kvcache.c, "Sliding windows"): pages 0 .. n - 1 were
  * freed, outside every layer's window (only when every layer has one). A
  * truncate that would need their keys is refused (RVL_ERANGE; to 0 is a
  * reset), so is a context shift. */
-uint32_t rvl_kvcache_n_dropped(const rvl_kvc *kc);
-void rvl_kvcache_forget(rvl_kvc *kc);
+uint32_t rvl_kvcache_n_dropped(const rvl_kvcache *kc);
+void rvl_kvcache_forget(rvl_kvcache *kc);
 
 /*
  * Context shift: drop positions [keep, keep + n_discard), move the later
@@ -140,41 +140,41 @@ void rvl_kvcache_forget(rvl_kvc *kc);
  * Quantized pages are decoded, rotated and re-encoded. Allocates a
  * temporary (2 * n * kv_dim floats): RVL_ENOMEM if that fails.
  */
-int rvl_kvcache_shift(rvl_kvc *kc, uint32_t keep, uint32_t n_discard, const float *cos_d,
+int rvl_kvcache_shift(rvl_kvcache *kc, uint32_t keep, uint32_t n_discard, const float *cos_d,
                   const float *sin_d, uint32_t rope_dim, bool neox);
 
 /* ---- page access, for session files and tests ---- */
 
 /* Logical pages in use: ceil(n / 32). */
-uint32_t rvl_kvcache_n_pages(const rvl_kvc *kc);
-int rvl_kvcache_page_tier(const rvl_kvc *kc, uint32_t page);
+uint32_t rvl_kvcache_n_pages(const rvl_kvcache *kc);
+int rvl_kvcache_page_tier(const rvl_kvcache *kc, uint32_t page);
 /* Bytes of one head's page of a kind (0 keys, 1 values) in a tier. */
-size_t rvl_kvcache_page_bytes(const rvl_kvc *kc, int kind, int tier);
+size_t rvl_kvcache_page_bytes(const rvl_kvcache *kc, int kind, int tier);
 /* The slot of logical page `page` of one layer and kind: n_head_kv pages
  * of rvl_kvcache_page_bytes each. borrowed: valid until the cache changes. */
-void *rvl_kvcache_page_data(rvl_kvc *kc, uint32_t layer, int kind, uint32_t page);
+void *rvl_kvcache_page_data(rvl_kvcache *kc, uint32_t layer, int kind, uint32_t page);
 /* Session loading: empties the cache, then gives page 0, 1, ... a slot in
  * the tier named (rvl_kvcache_load_page, in order; tiers must not increase
  * with age... see session.c), then rvl_kvcache_load_done(n). RVL_EFORMAT when
  * a tier has no slot left or the order is broken. */
-int rvl_kvcache_load_page(rvl_kvc *kc, uint32_t page, int tier);
-int rvl_kvcache_load_done(rvl_kvc *kc, uint32_t n);
+int rvl_kvcache_load_page(rvl_kvcache *kc, uint32_t page, int tier);
+int rvl_kvcache_load_done(rvl_kvcache *kc, uint32_t n);
 /* The floats row j (0..31) of page `page`, layer, kind, kv head stands
  * for (decoded; TQ unrotated). */
-void rvl_kvcache_read_page(rvl_kvc *kc, uint32_t layer, int kind, uint32_t page, uint32_t head,
+void rvl_kvcache_read_page(rvl_kvcache *kc, uint32_t layer, int kind, uint32_t page, uint32_t head,
                        float *rows /* [32][head_dim] */);
 /* Key centering (kvcache.c, "Key centering"): the centre subtracted from
  * every stored key, (n_layer, n_head_kv, head_dim) floats, or NULL while
  * there is none (an f16/f32 cache, or no key page quantized yet). Pages
  * hold k - centre; rvl_kvcache_read_page adds it back. */
-const float *rvl_kvcache_key_center(const rvl_kvc *kc);
+const float *rvl_kvcache_key_center(const rvl_kvcache *kc);
 /* Session loading (after the cache was emptied, before
  * rvl_kvcache_load_done): the pages were saved with this centre, or without
  * one (NULL). RVL_EFORMAT when the cache's key formats are not quantized
  * but a centre is given. A change of centre empties the LRU. */
-int rvl_kvcache_load_center(rvl_kvc *kc, const float *mu);
+int rvl_kvcache_load_center(rvl_kvcache *kc, const float *mu);
 /* KV bytes per token of the steady state of the formats of each tier
  * (tier 0 counts f16/f32), summed over layers and kv heads, K + V. */
-double rvl_kvcache_tier_token_bytes(const rvl_kvc *kc, int tier);
+double rvl_kvcache_tier_token_bytes(const rvl_kvcache *kc, int tier);
 
 #endif

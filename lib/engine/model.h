@@ -54,7 +54,7 @@ struct rvl_model {
 /* Context internals for lib/engine/session.c: the paged KV cache (lib/engine/kvcache.h;
  * NULL when another backend holds the cache: rvl_ctx_params.backend) and
  * the position setter (after loading the cache: pos = its length). */
-struct rvl_kvc *rvl_ctx_kvc(rvl_ctx *c);
+struct rvl_kvcache *rvl_ctx_kvc(rvl_ctx *c);
 void rvl_ctx_set_pos(rvl_ctx *c, uint32_t pos);
 /* After a pass over the row-major weights (the fingerprint): drop the file
  * pages of the packed ones from the page tables again. */

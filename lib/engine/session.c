@@ -182,7 +182,7 @@ int rvl_session_save(rvl_ctx *c, const char *path, const int32_t *ids, size_t n_
                      const char *extra_json)
 {
     const rvl_model *m = rvl_ctx_model(c);
-    rvl_kvc *kc = rvl_ctx_kvc(c);
+    rvl_kvcache *kc = rvl_ctx_kvc(c);
     if (!kc) /* another backend holds the cache */
         return rvl_seterr(RVL_EUNSUPPORTED, "%s: session files are not supported by the %s "
                           "backend (cpu only)", path, rvl_ctx_backend(c));
@@ -405,7 +405,7 @@ int rvl_session_load_mem(rvl_ctx *c, const char *path, const void *buf, size_t s
 {
     const rvl_model *m = rvl_ctx_model(c);
     const rvl_hparams *hp = &m->hp;
-    rvl_kvc *kc = rvl_ctx_kvc(c);
+    rvl_kvcache *kc = rvl_ctx_kvc(c);
     if (!kc) { /* another backend holds the cache */
         *ids_out = NULL;
         *n_ids = 0;

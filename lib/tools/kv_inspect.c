@@ -42,7 +42,7 @@
 #define MAX_PROBLEMS 1000
 #define MAX_EXPAND 256u             /* raw / stored bytes of a block at most */
 
-struct rvl_kvi {
+struct rvl_kv_inspect {
     rvl_kv_inspect_info info;
     char *path;
     rvl_map map;                 /* when opened from a path */
@@ -97,7 +97,7 @@ static const char *fmt_check(int fmt, int kind, uint32_t hd)
     return rvl_kvq_check(fmt, kind, (int)hd);
 }
 
-__attribute__((format(printf, 2, 3))) static void problem(rvl_kvi *f, const char *fmt, ...)
+__attribute__((format(printf, 2, 3))) static void problem(rvl_kv_inspect *f, const char *fmt, ...)
 {
     if (f->n_problems >= MAX_PROBLEMS) {
         f->dropped_problems++;
@@ -150,7 +150,7 @@ static void block_name(const rvl_kv_inspect_blockinfo *bl, char *buf, size_t cap
 }
 
 /* Decompress block bl into f->raw; 0 or RVL_EFORMAT/RVL_ENOMEM. */
-static int inflate(rvl_kvi *f, const rvl_kv_inspect_blockinfo *bl)
+static int inflate(rvl_kv_inspect *f, const rvl_kv_inspect_blockinfo *bl)
 {
     size_t raw = bl->raw_bytes;
     if (raw > MAX_RAW)
@@ -179,7 +179,7 @@ static bool valid_fmt(uint32_t v)
 }
 
 /* Reads the header fields and decides whether the geometry is usable. */
-static void read_header(rvl_kvi *f)
+static void read_header(rvl_kv_inspect *f)
 {
     rvl_kv_inspect_info *in = &f->info;
     const unsigned char *b = f->b;
@@ -272,7 +272,7 @@ static void read_header(rvl_kvi *f)
  * The block walk
  * ==================================================================== */
 
-static int push_block(rvl_kvi *f, const rvl_kv_inspect_blockinfo *bl)
+static int push_block(rvl_kv_inspect *f, const rvl_kv_inspect_blockinfo *bl)
 {
     if (f->n_blocks == f->cap_blocks) {
         size_t nc = f->cap_blocks ? 2 * f->cap_blocks : 64;
@@ -287,7 +287,7 @@ static int push_block(rvl_kvi *f, const rvl_kv_inspect_blockinfo *bl)
 }
 
 /* What block number i should be: kind, layer, page. */
-static void expected(const rvl_kvi *f, uint64_t i, uint32_t *kind, uint32_t *layer, uint32_t *page)
+static void expected(const rvl_kv_inspect *f, uint64_t i, uint32_t *kind, uint32_t *layer, uint32_t *page)
 {
     *layer = *page = 0;
     if (i == 0) {
@@ -309,7 +309,7 @@ static void expected(const rvl_kvi *f, uint64_t i, uint32_t *kind, uint32_t *lay
 /* The size and format checks of a kv block (v1: implied by the header;
  * v2: the block's own formats, which must be its tier's). Returns false
  * with a problem recorded. */
-static bool check_kv(rvl_kvi *f, rvl_kv_inspect_blockinfo *bl, const unsigned char *h, const char *name)
+static bool check_kv(rvl_kv_inspect *f, rvl_kv_inspect_blockinfo *bl, const unsigned char *h, const char *name)
 {
     const rvl_kv_inspect_info *in = &f->info;
     uint32_t want_pos = bl->page + 1 < f->n_pages || in->n_tokens % PAGE == 0
@@ -363,7 +363,7 @@ static bool check_kv(rvl_kvi *f, rvl_kv_inspect_blockinfo *bl, const unsigned ch
     return true;
 }
 
-static int walk(rvl_kvi *f)
+static int walk(rvl_kv_inspect *f)
 {
     rvl_kv_inspect_info *in = &f->info;
     const size_t hb = in->block_header_bytes, end = f->size - 8;
@@ -567,7 +567,7 @@ out:
  * Open / close / accessors
  * ==================================================================== */
 
-static int open_buf(rvl_kvi *f)
+static int open_buf(rvl_kv_inspect *f)
 {
     rvl_kv_inspect_info *in = &f->info;
     const unsigned char *b = f->b;
@@ -619,7 +619,7 @@ static int open_buf(rvl_kvi *f)
     return 0;
 }
 
-static int kvi_new(rvl_kvi **out, const char *path)
+static int kvi_new(rvl_kv_inspect **out, const char *path)
 {
     *out = calloc(1, sizeof **out);
     if (!*out)
@@ -633,9 +633,9 @@ static int kvi_new(rvl_kvi **out, const char *path)
     return 0;
 }
 
-int rvl_kv_inspect_open_mem(rvl_kvi **out, const char *path, const void *buf, size_t size)
+int rvl_kv_inspect_open_mem(rvl_kv_inspect **out, const char *path, const void *buf, size_t size)
 {
-    rvl_kvi *f;
+    rvl_kv_inspect *f;
     int rc = kvi_new(&f, path);
     *out = NULL;
     if (rc < 0)
@@ -650,9 +650,9 @@ int rvl_kv_inspect_open_mem(rvl_kvi **out, const char *path, const void *buf, si
     return 0;
 }
 
-int rvl_kv_inspect_open(rvl_kvi **out, const char *path)
+int rvl_kv_inspect_open(rvl_kv_inspect **out, const char *path)
 {
-    rvl_kvi *f;
+    rvl_kv_inspect *f;
     int rc = kvi_new(&f, path);
     *out = NULL;
     if (rc < 0)
@@ -671,7 +671,7 @@ int rvl_kv_inspect_open(rvl_kvi **out, const char *path)
     return 0;
 }
 
-void rvl_kv_inspect_close(rvl_kvi *f)
+void rvl_kv_inspect_close(rvl_kv_inspect *f)
 {
     if (!f)
         return;
@@ -690,37 +690,37 @@ void rvl_kv_inspect_close(rvl_kvi *f)
     free(f);
 }
 
-const rvl_kv_inspect_info *rvl_kv_inspect_info_get(const rvl_kvi *f)
+const rvl_kv_inspect_info *rvl_kv_inspect_info_get(const rvl_kv_inspect *f)
 {
     return &f->info;
 }
 
-size_t rvl_kv_inspect_n_blocks(const rvl_kvi *f)
+size_t rvl_kv_inspect_n_blocks(const rvl_kv_inspect *f)
 {
     return f->n_blocks;
 }
 
-const rvl_kv_inspect_blockinfo *rvl_kv_inspect_block(const rvl_kvi *f, size_t i)
+const rvl_kv_inspect_blockinfo *rvl_kv_inspect_block(const rvl_kv_inspect *f, size_t i)
 {
     return i < f->n_blocks ? &f->blocks[i] : NULL;
 }
 
-size_t rvl_kv_inspect_n_problems(const rvl_kvi *f)
+size_t rvl_kv_inspect_n_problems(const rvl_kv_inspect *f)
 {
     return f->n_problems;
 }
 
-const char *rvl_kv_inspect_problem(const rvl_kvi *f, size_t i)
+const char *rvl_kv_inspect_problem(const rvl_kv_inspect *f, size_t i)
 {
     return i < f->n_problems ? f->problems[i] : NULL;
 }
 
-bool rvl_kv_inspect_intact(const rvl_kvi *f)
+bool rvl_kv_inspect_intact(const rvl_kv_inspect *f)
 {
     return f->n_problems == 0 && f->info.header_ok && f->info.file_ok;
 }
 
-long rvl_kv_inspect_find_page(const rvl_kvi *f, uint32_t layer, uint32_t page)
+long rvl_kv_inspect_find_page(const rvl_kv_inspect *f, uint32_t layer, uint32_t page)
 {
     if (f->index) {
         if (layer >= f->info.n_layer || page >= f->n_pages)
@@ -739,7 +739,7 @@ long rvl_kv_inspect_find_page(const rvl_kvi *f, uint32_t layer, uint32_t page)
  * ==================================================================== */
 
 /* One part (keys or values) of a raw kv block into rows of kv_dim floats. */
-static void decode_part(const rvl_kvi *f, const unsigned char *src, int fmt, int kind, uint32_t np,
+static void decode_part(const rvl_kv_inspect *f, const unsigned char *src, int fmt, int kind, uint32_t np,
                         float *dst)
 {
     const rvl_kv_inspect_info *in = &f->info;
@@ -769,7 +769,7 @@ static void decode_part(const rvl_kvi *f, const unsigned char *src, int fmt, int
     }
 }
 
-int rvl_kv_inspect_page(rvl_kvi *f, size_t i, float *k, float *v, uint32_t *n_pos)
+int rvl_kv_inspect_page(rvl_kv_inspect *f, size_t i, float *k, float *v, uint32_t *n_pos)
 {
     *n_pos = 0;
     if (i >= f->n_blocks || f->blocks[i].kind != RVL_KVI_BLK_KV)
@@ -854,7 +854,7 @@ void rvl_kv_inspect_stats_free(rvl_kv_inspect_head *heads, size_t n)
     free(heads);
 }
 
-int rvl_kv_inspect_stats(rvl_kvi *f, const rvl_kv_inspect_stats_params *p, rvl_kv_inspect_head **heads_out,
+int rvl_kv_inspect_stats(rvl_kv_inspect *f, const rvl_kv_inspect_stats_params *p, rvl_kv_inspect_head **heads_out,
                   size_t *n_out)
 {
     const rvl_kv_inspect_info *in = &f->info;
@@ -1043,7 +1043,7 @@ void rvl_kv_inspect_diff_free(rvl_kv_inspect_diffres *d)
     d->k_maxdiff = d->v_maxdiff = NULL;
 }
 
-int rvl_kv_inspect_diff(rvl_kvi *a, rvl_kvi *b, rvl_kv_inspect_diffres *d)
+int rvl_kv_inspect_diff(rvl_kv_inspect *a, rvl_kv_inspect *b, rvl_kv_inspect_diffres *d)
 {
     const rvl_kv_inspect_info *ia = &a->info, *ib = &b->info;
     memset(d, 0, sizeof *d);

@@ -16,7 +16,7 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    rvl_kvi *f;
+    rvl_kv_inspect *f;
     if (rvl_kv_inspect_open_mem(&f, "fuzz", data, size) < 0)
         return 0;
     const rvl_kv_inspect_info *in = rvl_kv_inspect_info_get(f);
