@@ -85,4 +85,10 @@ for d in base format text chat chat/jinja engine convert tools; do
 done
 loose=$(find lib -maxdepth 1 -name '*.c' | wc -l)
 assert "no source file directly in lib/" "[ $loose -eq 0 ]"
+
+# the map is kept true: docs/DESIGN.md names every lib/ source file
+for f in $(find lib -mindepth 2 -name '*.c' | sort); do
+    b=$(basename "$f")
+    assert "docs/DESIGN.md names $f" "grep -q -F -e '$b' docs/DESIGN.md"
+done
 finish
