@@ -65,19 +65,34 @@ static inline bool rvl_mul_ovf(uint64_t a, uint64_t b, uint64_t *r) {
  * Interruption (Ctrl-C). cmd/ installs the handler; long-running lib/
  * loops poll rvl_interrupted() and return RVL_EINTR.
  * ====================================================================== */
-void rvl_interrupt_install(void);   /* SIGINT/SIGTERM -> flag; second Ctrl-C exits 130 */
+/* SIGINT, SIGTERM and SIGHUP set the flag; a second one removes the
+ * registered temporaries (rvl_afile) and exits 130 at once. SIGPIPE is
+ * ignored: a write to a closed pipe fails with EPIPE instead, so progress
+ * on a closed stderr never kills the work, and product writers stop on
+ * the error. */
+void rvl_interrupt_install(void);
 bool rvl_interrupted(void);
 void rvl_interrupt_clear(void);
 
 /* ======================================================================
  * Atomic output files: write to a temporary file in the destination's
- * directory, fsync, rename into place. Registered temporaries are removed
- * by the signal handler if the process is interrupted, so Ctrl-C never
- * leaves a partial file at the destination or a stray temporary.
+ * directory, fsync, rename into place (lib/base/afile.c). The temporary is
+ * unnamed where the file system allows (O_TMPFILE), else hidden and of our
+ * own naming: the signal handler removes it, and the next open in that
+ * directory removes those a killed process left. So no interruption, not
+ * even SIGKILL, leaves a partial file at the destination. An existing
+ * destination that is not a regular file (a device, a FIFO, a directory) is
+ * refused, never replaced; a symbolic link is followed (the link stays). A
+ * rewrite keeps the old file's mode and owner; a new file gets
+ * 0666 & ~umask, or 0600 after rvl_afile_set_private.
  * ====================================================================== */
 typedef struct rvl_afile rvl_afile;
-/* owned: finish with rvl_afile_commit or rvl_afile_abort. */
+/* owned: finish with rvl_afile_commit or rvl_afile_abort. RVL_EINVAL for a
+ * destination that exists and is not a regular file. */
 int rvl_afile_open(rvl_afile **out, const char *dest_path);
+/* The file holds private data (a conversation, a prompt cache): created
+ * 0600 when the destination does not exist yet. */
+void rvl_afile_set_private(rvl_afile *f);
 int rvl_afile_write(rvl_afile *f, const void *buf, size_t n);
 /* Write zero bytes until the file offset is a multiple of `align`. */
 int rvl_afile_pad(rvl_afile *f, uint64_t align);
@@ -87,6 +102,38 @@ int rvl_afile_seek(rvl_afile *f, uint64_t off); /* absolute; for patching header
 int rvl_afile_commit(rvl_afile *f);
 /* Remove the temporary; frees f. Accepts NULL. */
 void rvl_afile_abort(rvl_afile *f);
+/* Whether dest may be written: 0 when it does not exist or is a regular
+ * file (symbolic links followed; the path to write in `resolved`),
+ * RVL_EINVAL naming what it is otherwise. For refusing early, before the
+ * work. */
+int rvl_afile_check_dest(const char *dest, char *resolved, size_t cap);
+/* A temporary directory for an output that is a directory (dest), next to
+ * it and removed like a temporary file on interruption: its path in tmp.
+ * Finish with rvl_afile_dtemp_commit (renamed to dest) or
+ * rvl_afile_dtemp_abort (removed with the files in it). */
+int rvl_afile_mkdtemp(const char *dest, char *tmp, size_t cap);
+int rvl_afile_dtemp_commit(const char *tmp, const char *dest);
+void rvl_afile_dtemp_abort(const char *tmp);
+
+/* ======================================================================
+ * Inputs (lib/base/input.c).
+ * ====================================================================== */
+/* Open a file that must be a regular file (a model, a session, a
+ * template): non-blocking, so a FIFO is refused at once instead of hanging
+ * in open; RVL_EINVAL naming what it is otherwise. *fd owned: close(2);
+ * *size (may be NULL) its size. */
+int rvl_input_open(const char *path, int *fd, uint64_t *size);
+/* The most bytes a text input (prompt, perplexity text) may have:
+ * RUVLLM_MAX_INPUT (bytes, optional K/M/G suffix; malformed: ignored), or
+ * 256 MiB. */
+size_t rvl_input_limit(void);
+/* Read a whole text input: a file, a FIFO, or "-" for standard input, up
+ * to `limit` bytes (RVL_ERANGE past it, the message naming the limit and
+ * RUVLLM_MAX_INPUT; RVL_EINTR when interrupted). owned: free(*buf), which is
+ * NUL-terminated after *len bytes. */
+int rvl_input_read(const char *path, size_t limit, char **buf, size_t *len);
+/* The same from an open descriptor; `name` names it in errors. */
+int rvl_input_read_fd(int fd, const char *name, size_t limit, char **buf, size_t *len);
 
 /* ======================================================================
  * Tensor element types. Values 0..39 are ggml's type ids (GGUF tensor
@@ -637,6 +684,9 @@ int rvl_tok_open(rvl_tokenizer **out, const rvl_file *f);
 void rvl_tok_close(rvl_tokenizer *t);  /* accepts NULL */
 
 const char *rvl_tok_model(const rvl_tokenizer *t);  /* "gpt2", "llama" */
+/* What loading tolerated in the file, for the user to see (an out-of-range
+ * BOS/EOS/UNK id dropped), or NULL. borrowed. */
+const char *rvl_tok_warning(const rvl_tokenizer *t);
 const char *rvl_tok_pre(const rvl_tokenizer *t);    /* tokenizer.ggml.pre, or "default" */
 int32_t rvl_tok_n_vocab(const rvl_tokenizer *t);
 /* Special ids from metadata (else detected by text as llama.cpp does);

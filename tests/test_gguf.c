@@ -1164,7 +1164,7 @@ static void test_gguf_writer_abort_leaves_nothing(void **state)
     assert_int_equal(rvl_gguf_writer_open(&w, tpath("aborted.gguf")), 0);
     write_golden(w, bufs, true);
     assert_int_equal(rvl_gguf_writer_begin_data(w), 0);
-    assert_int_equal(dir_entries(), 1);          /* the temporary */
+    assert_true(dir_entries() <= 1);             /* the temporary: unnamed (O_TMPFILE) or hidden */
     assert_true(access(tpath("aborted.gguf"), F_OK) != 0);
     rvl_gguf_writer_abort(w);
     assert_int_equal(dir_entries(), 0);

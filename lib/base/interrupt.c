@@ -1,9 +1,12 @@
 /*
  * interrupt.c - Ctrl-C handling shared by every command.
  *
- * The first SIGINT/SIGTERM sets a flag that long-running loops poll
- * (rvl_interrupted) so they can stop cleanly and discard partial outputs.
- * A second signal removes registered temporary files and exits 130 at once.
+ * The first SIGINT, SIGTERM or SIGHUP (the terminal closed) sets a flag
+ * that long-running loops poll (rvl_interrupted) so they can stop cleanly
+ * and discard partial outputs. A second signal removes the registered
+ * temporaries and exits 130 at once. SIGPIPE is ignored: writers see EPIPE
+ * (a closed stderr does not stop the work; a closed stdout stops it where
+ * the product is written).
  */
 #include <signal.h>
 #include <unistd.h>
@@ -32,6 +35,8 @@ void rvl_interrupt_install(void)
     sigemptyset(&sa.sa_mask);
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGHUP, &sa, NULL);
+    signal(SIGPIPE, SIG_IGN);
 }
 
 bool rvl_interrupted(void)

@@ -28,6 +28,7 @@
 #include <cjson/cJSON.h>
 
 #include "convert/convert_int.h"
+#include "engine/model.h"
 #include "formats.h"
 
 /* Vocabularies larger than this are refused (the largest real ones have
@@ -106,6 +107,35 @@ typedef struct {
     bool tied;
 } hparams;
 
+/* The loader's validation (engine/model.c), so that the import never
+ * writes a GGUF that `run` refuses or, for a value that overflowed to
+ * infinity, misreads. */
+static int check_hparams(const char *path, const hparams *h)
+{
+    rvl_hparams hp = {0};
+    snprintf(hp.arch, sizeof hp.arch, "%s", h->arch);
+    hp.n_layer = h->n_layer;
+    hp.n_embd = h->n_embd;
+    hp.n_ff = h->n_ff;
+    hp.n_head = h->n_head;
+    hp.n_head_kv = h->n_head_kv;
+    hp.head_dim = h->head_dim;
+    hp.rope_dim = h->head_dim;
+    hp.n_ctx_train = h->n_ctx;
+    hp.rms_eps = (float)h->eps;
+    hp.rope_base = (float)h->rope_base;
+    hp.rope_scaling = !h->rope_type ? RVL_ROPE_SCALING_NONE
+                      : !strcmp(h->rope_type, "linear") ? RVL_ROPE_SCALING_LINEAR
+                                                        : RVL_ROPE_SCALING_YARN;
+    hp.rope_factor = h->rope_type ? (float)h->rope_factor : 1.0f;
+    hp.rope_orig_ctx = h->rope_orig_ctx ? h->rope_orig_ctx : h->n_ctx;
+    hp.rope_attn_factor = 1.0f;
+    hp.yarn_beta_fast = 32.0f;
+    hp.yarn_beta_slow = 1.0f;
+    int rc = rvl_model_check_hparams(&hp, path);
+    return rc < 0 ? rvl_preerr(rc, "config.json") : 0;
+}
+
 static int read_hparams(const char *path, const cJSON *c, hparams *h)
 {
     memset(h, 0, sizeof *h);
@@ -159,7 +189,7 @@ static int read_hparams(const char *path, const cJSON *c, hparams *h)
     }
     const cJSON *tw = cJSON_GetObjectItemCaseSensitive(c, "tie_word_embeddings");
     h->tied = cJSON_IsBool(tw) ? cJSON_IsTrue(tw) : false;
-    return 0;
+    return check_hparams(path, h);
 }
 
 /* ======================================================================

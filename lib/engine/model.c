@@ -7,6 +7,7 @@
  * whose shape or type does not fit, is an error that names it.
  */
 #include <stdio.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -67,6 +68,9 @@ static int get_f32(const rvl_file *f, const char *arch, const char *suffix, floa
     }
     if (rvl_kv_get_f64(kv, &d) < 0)
         return rvl_seterr(RVL_EFORMAT, "%s: metadata key '%s' is not a number", rvl_file_path(f), key);
+    if (!isfinite(d) || !isfinite((float)d))
+        return rvl_seterr(RVL_EFORMAT, "%s: metadata key '%s' is not a finite number (%g)",
+                          rvl_file_path(f), key, d);
     *v = (float)d;
     return 0;
 }
@@ -327,6 +331,47 @@ static int pack_weights(rvl_model *m)
  * Hyper-parameters
  * ==================================================================== */
 
+/* ====================================================================
+ * Hyper-parameters
+ * ==================================================================== */
+
+/* One validation for every producer of hyper-parameters: the GGUF loader
+ * below and the Hugging Face import (convert/convert_hf.c), so that no
+ * command writes a file another refuses. Messages name the GGUF keys. */
+int rvl_model_check_hparams(const rvl_hparams *hp, const char *path)
+{
+    const char *A = hp->arch;
+#define CHECK(cond, ...) do { if (!(cond)) return rvl_seterr(RVL_EFORMAT, __VA_ARGS__); } while (0)
+    CHECK(hp->n_layer >= 1 && hp->n_layer <= 1024, "%s: %s.block_count %u is out of range", path, A, hp->n_layer);
+    CHECK(hp->n_embd >= 1 && hp->n_embd <= 65536, "%s: %s.embedding_length %u is out of range", path, A, hp->n_embd);
+    CHECK(hp->n_ff >= 1 && hp->n_ff <= 1u << 20, "%s: %s.feed_forward_length %u is out of range", path, A, hp->n_ff);
+    CHECK(hp->n_head >= 1 && hp->n_head <= 1024, "%s: %s.attention.head_count %u is out of range", path, A, hp->n_head);
+    CHECK(hp->n_head_kv >= 1 && hp->n_head % hp->n_head_kv == 0,
+          "%s: %s.attention.head_count_kv %u does not divide head_count %u", path, A, hp->n_head_kv, hp->n_head);
+    CHECK(isfinite(hp->rms_eps) && hp->rms_eps > 0 && hp->rms_eps < 1,
+          "%s: %s.attention.layer_norm_rms_epsilon %g is out of range", path, A, (double)hp->rms_eps);
+    CHECK(isfinite(hp->rope_base) && hp->rope_base > 0, "%s: %s.rope.freq_base %g must be a positive "
+          "finite number", path, A, (double)hp->rope_base);
+    CHECK(hp->n_ctx_train >= 1, "%s: %s.context_length must be positive", path, A);
+    CHECK(hp->head_dim >= 2 && hp->head_dim % 2 == 0 && hp->head_dim <= 1024,
+          "%s: head dimension %u is invalid", path, hp->head_dim);
+    CHECK(hp->rope_dim % 2 == 0 && hp->rope_dim <= hp->head_dim,
+          "%s: %s.rope.dimension_count %u is invalid for head size %u", path, A, hp->rope_dim, hp->head_dim);
+    CHECK(hp->rope_orig_ctx >= 1, "%s: %s.rope.scaling.original_context_length must be positive", path, A);
+    CHECK(isfinite(hp->rope_attn_factor) && hp->rope_attn_factor > 0 && hp->rope_attn_factor < 100,
+          "%s: %s.rope.scaling.attn_factor %g is out of range", path, A, (double)hp->rope_attn_factor);
+    CHECK(hp->yarn_beta_fast > 0 && hp->yarn_beta_slow > 0 && hp->yarn_beta_fast < 1e6f &&
+          hp->yarn_beta_slow < 1e6f, "%s: %s.rope.scaling.yarn_beta_fast/slow must be positive", path, A);
+    if (hp->rope_scaling != RVL_ROPE_SCALING_NONE)
+        CHECK(isfinite(hp->rope_factor) && hp->rope_factor > 0 && hp->rope_factor < 1e6f,
+              "%s: %s.rope.scaling.factor %g is out of range", path, A, (double)hp->rope_factor);
+    CHECK(hp->yarn_ext_factor >= 0 && hp->yarn_ext_factor <= 1,
+          "%s: %s.rope.scaling.yarn_ext_factor %g is out of range", path, A,
+          (double)hp->yarn_ext_factor);
+#undef CHECK
+    return 0;
+}
+
 static int load_hparams(rvl_model *m)
 {
     const rvl_file *f = m->file;
@@ -364,28 +409,12 @@ static int load_hparams(rvl_model *m)
         (rc = get_f32(f, A, "rope.freq_base", &hp->rope_base, false, 10000.0f)) < 0)
         return rc;
 
-#define CHECK(cond, ...) do { if (!(cond)) return rvl_seterr(RVL_EFORMAT, __VA_ARGS__); } while (0)
-    CHECK(hp->n_layer >= 1 && hp->n_layer <= 1024, "%s: %s.block_count %u is out of range", path, A, hp->n_layer);
-    CHECK(hp->n_embd >= 1 && hp->n_embd <= 65536, "%s: %s.embedding_length %u is out of range", path, A, hp->n_embd);
-    CHECK(hp->n_ff >= 1 && hp->n_ff <= 1u << 20, "%s: %s.feed_forward_length %u is out of range", path, A, hp->n_ff);
-    CHECK(hp->n_head >= 1 && hp->n_head <= 1024, "%s: %s.attention.head_count %u is out of range", path, A, hp->n_head);
-    CHECK(hp->n_head_kv >= 1 && hp->n_head % hp->n_head_kv == 0,
-          "%s: %s.attention.head_count_kv %u does not divide head_count %u", path, A, hp->n_head_kv, hp->n_head);
-    CHECK(hp->rms_eps > 0 && hp->rms_eps < 1, "%s: %s.attention.layer_norm_rms_epsilon %g is out of range",
-          path, A, (double)hp->rms_eps);
-    CHECK(hp->rope_base > 0, "%s: %s.rope.freq_base must be positive", path, A);
-    CHECK(hp->n_ctx_train >= 1, "%s: %s.context_length must be positive", path, A);
-
     uint32_t key_len = 0;
-    if ((rc = get_u32(f, A, "attention.key_length", &key_len, false, hp->n_embd / hp->n_head)) < 0)
+    if ((rc = get_u32(f, A, "attention.key_length", &key_len, false, hp->n_head ? hp->n_embd / hp->n_head : 0)) < 0)
         return rc;
     hp->head_dim = key_len;
-    CHECK(hp->head_dim >= 2 && hp->head_dim % 2 == 0 && hp->head_dim <= 1024,
-          "%s: head dimension %u is invalid", path, hp->head_dim);
     if ((rc = get_u32(f, A, "rope.dimension_count", &hp->rope_dim, false, hp->head_dim)) < 0)
         return rc;
-    CHECK(hp->rope_dim % 2 == 0 && hp->rope_dim <= hp->head_dim,
-          "%s: %s.rope.dimension_count %u is invalid for head size %u", path, A, hp->rope_dim, hp->head_dim);
 
     /* RoPE scaling: none, linear, YaRN (rope.scaling.*), or Llama 3.1's
      * per-frequency divisors (the tensor rope_freqs.weight, read with the
@@ -401,11 +430,6 @@ static int load_hparams(rvl_model *m)
         (rc = get_f32(f, A, "rope.scaling.yarn_beta_slow", &hp->yarn_beta_slow, false, 1.0f)) < 0 ||
         (rc = get_f32(f, A, "rope.scaling.attn_factor", &hp->rope_attn_factor, false, 1.0f)) < 0)
         return rc;
-    CHECK(hp->rope_orig_ctx >= 1, "%s: %s.rope.scaling.original_context_length must be positive", path, A);
-    CHECK(hp->rope_attn_factor > 0 && hp->rope_attn_factor < 100,
-          "%s: %s.rope.scaling.attn_factor %g is out of range", path, A, (double)hp->rope_attn_factor);
-    CHECK(hp->yarn_beta_fast > 0 && hp->yarn_beta_slow > 0 && hp->yarn_beta_fast < 1e6f &&
-          hp->yarn_beta_slow < 1e6f, "%s: %s.rope.scaling.yarn_beta_fast/slow must be positive", path, A);
     const rvl_kv *st = rvl_file_find_kv(f, key);
     rvl_str sv = {0};
     if (st && rvl_kv_get_str(st, &sv) < 0)
@@ -414,8 +438,6 @@ static int load_hparams(rvl_model *m)
         float factor;
         if ((rc = get_f32(f, A, "rope.scaling.factor", &factor, true, 1.0f)) < 0)
             return rc;
-        CHECK(factor > 0 && factor < 1e6f, "%s: %s.rope.scaling.factor %g is out of range", path, A,
-              (double)factor);
         hp->rope_factor = factor;
         if (rvl_str_eq(sv, "linear")) {
             hp->rope_scaling = RVL_ROPE_SCALING_LINEAR;
@@ -425,9 +447,6 @@ static int load_hparams(rvl_model *m)
             if ((rc = get_f32(f, A, "rope.scaling.yarn_ext_factor", &hp->yarn_ext_factor, false,
                               1.0f)) < 0)
                 return rc;
-            CHECK(hp->yarn_ext_factor >= 0 && hp->yarn_ext_factor <= 1,
-                  "%s: %s.rope.scaling.yarn_ext_factor %g is out of range", path, A,
-                  (double)hp->yarn_ext_factor);
         } else {
             return rvl_seterr(RVL_EUNSUPPORTED, "%s: RoPE scaling '%.*s' in '%s' is not supported "
                               "(supported: none, linear, yarn)", path,
@@ -436,7 +455,11 @@ static int load_hparams(rvl_model *m)
     }
     hp->has_rope_freqs = rvl_file_find_tensor(f, "rope_freqs.weight") != NULL;
 
+    if ((rc = rvl_model_check_hparams(hp, path)) < 0)
+        return rc;
+
     /* vocabulary size: from the embedding matrix, cross-checked with the key */
+#define CHECK(cond, ...) do { if (!(cond)) return rvl_seterr(RVL_EFORMAT, __VA_ARGS__); } while (0)
     const rvl_tensor_info *te = rvl_file_find_tensor(f, "token_embd.weight");
     CHECK(te, "%s: missing tensor 'token_embd.weight'", path);
     CHECK(te->n_dims == 2 && te->ne[0] == hp->n_embd && te->ne[1] >= 1 && te->ne[1] <= (1u << 24),
@@ -473,10 +496,13 @@ int rvl_model_open(rvl_model **out, const char *path)
         goto fail;
     if ((rc = rvl_tok_open(&m->tok, m->file)) < 0)
         goto fail;
-    /* ids the model has no row for would fail in rvl_decode mid-chat */
-    if ((uint32_t)rvl_tok_n_vocab(m->tok) > m->hp.n_vocab) {
+    /* one row of the embedding and of the output per token, as llama.cpp
+     * requires: ids without a row fail in rvl_decode mid-chat, rows
+     * without a token are sampled and then cannot be printed */
+    if ((uint32_t)rvl_tok_n_vocab(m->tok) != m->hp.n_vocab) {
         rc = rvl_seterr(RVL_EFORMAT, "%s: tokenizer.ggml.tokens has %d tokens but token_embd.weight "
-                        "has only %u rows", path, rvl_tok_n_vocab(m->tok), m->hp.n_vocab);
+                        "has %u rows (they must agree)", path, rvl_tok_n_vocab(m->tok),
+                        m->hp.n_vocab);
         goto fail;
     }
     *out = m;

@@ -72,4 +72,9 @@ int rvl_session_load_mem(rvl_ctx *c, const char *path, const void *buf, size_t s
 void rvl_rope_tables(const rvl_hparams *hp, const float *freq_div, uint32_t n_ctx, float *cos_t,
                      float *sin_t, float *attn_mul);
 
+/* The hyper-parameters' ranges, checked once for every producer (the GGUF
+ * loader, the Hugging Face import): RVL_EFORMAT naming the GGUF key and
+ * the value, with `path` first. Non-finite values are refused. */
+int rvl_model_check_hparams(const rvl_hparams *hp, const char *path);
+
 #endif

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <sys/mman.h>
 #include <string.h>
+#include <unistd.h>
 #include <sys/stat.h>
 
 #include "format/format_int.h"
@@ -74,14 +75,12 @@ int rvl_file_open(rvl_file **out, const char *path)
         rc = open_st(f);
     } else {
         unsigned char head[9] = {0};
-        FILE *fp = fopen(path, "rb");
-        size_t n = 0;
-        if (!fp) {
-            rc = rvl_seterr(RVL_EIO, "%s: %s", path, strerror(errno));
+        int fd;
+        if ((rc = rvl_input_open(path, &fd, NULL)) < 0)   /* refuses a FIFO at once */
             goto out;
-        }
-        n = fread(head, 1, sizeof head, fp);
-        fclose(fp);
+        ssize_t got = read(fd, head, sizeof head);
+        close(fd);
+        size_t n = got > 0 ? (size_t)got : 0;
         if (n >= 4 && memcmp(head, "GGUF", 4) == 0)
             rc = open_gguf(f);
         else if (n >= 1 && (head[0] == '{' || (n == 9 && head[8] == '{')))

@@ -19,22 +19,13 @@ int rvl_map_file(rvl_map *m, const char *path)
 
     m->base = NULL;
     m->size = 0;
-    fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return rvl_seterr(errno == ENOENT ? RVL_ENOTFOUND : RVL_EIO,
-                          "%s: %s", path, strerror(errno));
+    int rc = rvl_input_open(path, &fd, NULL);   /* a FIFO is refused, not waited on */
+    if (rc < 0)
+        return rc;
     if (fstat(fd, &st) < 0) {
         int e = errno;
         close(fd);
         return rvl_seterr(RVL_EIO, "%s: %s", path, strerror(e));
-    }
-    if (S_ISDIR(st.st_mode)) {
-        close(fd);
-        return rvl_seterr(RVL_EINVAL, "%s: is a directory", path);
-    }
-    if (!S_ISREG(st.st_mode)) {
-        close(fd);
-        return rvl_seterr(RVL_EINVAL, "%s: not a regular file", path);
     }
     if (st.st_size == 0) {
         close(fd);

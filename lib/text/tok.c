@@ -15,6 +15,7 @@
  * to its first id; empty token texts are never matched; a model with
  * add_bos_token but no valid BOS id is refused (as llama.cpp does).
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <xxhash.h>
@@ -644,9 +645,17 @@ int rvl_tok_open(rvl_tokenizer **out, const rvl_file *f)
         if ((rc = load_merges(t, kv_find(f, "tokenizer.ggml.merges"), path)))
             goto fail;
     }
-    if (t->bos >= (int32_t)t->n) t->bos = -1;
-    if (t->eos >= (int32_t)t->n) t->eos = -1;
-    if (t->unk >= (int32_t)t->n) t->unk = -1;
+    /* an id past the vocabulary is dropped, as llama.cpp does, but said */
+    static const char *const special_key[] = {"bos", "eos", "unk"};
+    int32_t *special_id[] = {&t->bos, &t->eos, &t->unk};
+    for (int i = 0; i < 3; i++)
+        if (*special_id[i] >= (int32_t)t->n) {
+            if (!t->warning[0])
+                snprintf(t->warning, sizeof t->warning, "tokenizer.ggml.%s_token_id %d is "
+                         "outside the vocabulary of %u tokens: the model has no %s token",
+                         special_key[i], (int)*special_id[i], t->n, special_key[i]);
+            *special_id[i] = -1;
+        }
 
     read_id(f, "tokenizer.ggml.bos_token_id", t->n, &t->bos);
     read_id(f, "tokenizer.ggml.eos_token_id", t->n, &t->eos);
@@ -764,6 +773,7 @@ void rvl_tok_close(rvl_tokenizer *t)
  * ====================================================================== */
 
 const char *rvl_tok_model(const rvl_tokenizer *t) { return t->model; }
+const char *rvl_tok_warning(const rvl_tokenizer *t) { return t->warning[0] ? t->warning : NULL; }
 const char *rvl_tok_pre(const rvl_tokenizer *t) { return t->kind == KIND_BPE ? t->pre : "default"; }
 int32_t rvl_tok_n_vocab(const rvl_tokenizer *t) { return (int32_t)t->n; }
 int32_t rvl_tok_bos(const rvl_tokenizer *t) { return t->bos; }

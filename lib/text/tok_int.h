@@ -171,6 +171,7 @@ typedef struct {
 
 struct rvl_tokenizer {
     int kind;
+    char warning[256];         /* rvl_tok_warning: what load tolerated, or "" */
     char model[16];
     char pre[64];
     rvl_pretok *pretok;        /* BPE only */
