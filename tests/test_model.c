@@ -303,6 +303,8 @@ typedef struct {
     bool no_rope_base;        /* leave rope.freq_base out (default 10000) */
     uint32_t yarn_orig_ctx;   /* <arch>.rope.scaling.original_context_length (0: absent) */
     uint32_t extra_tokens;    /* tokens beyond token_embd's rows */
+    uint32_t fewer_tokens;    /* tokens missing from the list (rows without one) */
+    float rope_factor_raw;    /* written as is, even when not finite (0: unused) */
 } spec;
 
 /* GPT-2's bytes_to_unicode: printable Latin-1 bytes map to themselves,
@@ -427,6 +429,8 @@ static int write_model(const char *path, const tmodel *m, const spec *s)
         STR(KEY("rope.scaling.type"), s->rope_scaling);
     if (s->rope_factor)
         F32(KEY("rope.scaling.factor"), s->rope_factor);
+    if (s->rope_factor_raw != 0)
+        F32(KEY("rope.scaling.factor"), s->rope_factor_raw);
     if (s->yarn_orig_ctx)
         U32(KEY("rope.scaling.original_context_length"), s->yarn_orig_ctx);
     if (s->vocab_size)
@@ -435,10 +439,10 @@ static int write_model(const char *path, const tmodel *m, const spec *s)
     STR("tokenizer.ggml.pre", "gpt-2");
     if (!omitted(s, "tokenizer.ggml.tokens"))
         assert_int_equal(rvl_gguf_writer_kv_str_arr(w, "tokenizer.ggml.tokens", vb->tokens,
-                                                    V + s->extra_tokens), 0);
+                                                    V + s->extra_tokens - s->fewer_tokens), 0);
     if (!omitted(s, "tokenizer.ggml.token_type"))
         assert_int_equal(rvl_gguf_writer_kv_arr(w, "tokenizer.ggml.token_type", RVL_GGUF_I32,
-                                                vb->types, V + s->extra_tokens), 0);
+                                                vb->types, V + s->extra_tokens - s->fewer_tokens), 0);
     if (!omitted(s, "tokenizer.ggml.merges"))
         assert_int_equal(rvl_gguf_writer_kv_str_arr(w, "tokenizer.ggml.merges", vb->merges,
                                                     V - 256), 0);
@@ -888,8 +892,9 @@ static void test_model_vocab_size_contradicting_embedding_is_refused(void **stat
 
 /* A vocabulary larger than the embedding would tokenize text into ids
  * the model cannot run (rvl_decode fails mid-chat): refuse it at load
- * time, naming both. (Fewer tokens than rows is fine: padded embeddings,
- * as Qwen ships them.) */
+ * time, naming both. Fewer tokens than rows too (below): as llama.cpp,
+ * which sizes the embedding by the token list (its converter pads the
+ * list of padded vocabularies such as Qwen's). */
 static void test_model_tokenizer_larger_than_embedding_is_refused(void **state)
 {
     (void)state;
@@ -899,6 +904,35 @@ static void test_model_tokenizer_larger_than_embedding_is_refused(void **state)
     expect_open_error("vocab-big.gguf", &m, &s, RVL_EFORMAT, "token_embd.weight");
     tm_free(&m);
     assert_non_null(strstr(rvl_errmsg(), "tokenizer.ggml.tokens"));
+}
+
+/* Rows without a token would be sampled and then fail to print ("token
+ * id 198 is out of range" after the model had loaded). */
+static void test_model_tokenizer_smaller_than_embedding_is_refused(void **state)
+{
+    (void)state;
+    tmodel m;
+    tm_build(&m, RVL_TYPE_F32, false, false, 15);
+    spec s = {.fewer_tokens = 60};
+    expect_open_error("vocab-small.gguf", &m, &s, RVL_EFORMAT, "token_embd.weight");
+    tm_free(&m);
+    assert_non_null(strstr(rvl_errmsg(), "tokenizer.ggml.tokens has 240 tokens"));
+}
+
+/* A value that overflowed to infinity (a config.json's 1e400) or NaN is
+ * refused naming the key, never run with. */
+static void test_model_non_finite_hyperparameters_are_refused(void **state)
+{
+    (void)state;
+    tmodel m;
+    tm_build(&m, RVL_TYPE_F32, false, false, 15);
+    spec s = {.rope_base = INFINITY};
+    expect_open_error("inf-base.gguf", &m, &s, RVL_EFORMAT, "llama.rope.freq_base");
+    spec s2 = {.rope_scaling = "linear", .rope_factor_raw = NAN};
+    expect_open_error("nan-factor.gguf", &m, &s2, RVL_EFORMAT, "llama.rope.scaling.factor");
+    spec s3 = {.rope_scaling = "linear", .rope_factor_raw = -2.0f};
+    expect_open_error("neg-factor.gguf", &m, &s3, RVL_EFORMAT, "llama.rope.scaling.factor");
+    tm_free(&m);
 }
 
 static void test_model_unsupported_architecture_is_named(void **state)
@@ -1585,6 +1619,8 @@ int main(void)
         TEST(test_model_wrong_tensor_shape_is_named),
         TEST(test_model_vocab_size_contradicting_embedding_is_refused),
         TEST(test_model_tokenizer_larger_than_embedding_is_refused),
+        TEST(test_model_tokenizer_smaller_than_embedding_is_refused),
+        TEST(test_model_non_finite_hyperparameters_are_refused),
         TEST(test_model_unsupported_architecture_is_named),
         TEST(test_model_head_count_kv_must_divide_head_count),
         TEST(test_model_yarn_keys_are_read_and_unknown_scaling_is_named),
