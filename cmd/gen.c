@@ -163,6 +163,17 @@ int gen_reply(const gen_params *p, const float *logits, gen_result *r)
             for (size_t i = 0; i < n_eog; i++)
                 masked[eog[i]] = -INFINITY;
         }
+        /* the sampler never picks a NaN, but text from broken arithmetic
+         * (an absurd LoRA scale, an overflow) is no answer: stop and say so */
+        for (uint32_t i = 0; i < n_vocab; i++)
+            if (isnan(logits[i]) || logits[i] == INFINITY) {
+                rc = rvl_seterr(RVL_ERANGE, "the model's logits are not finite (%s for token "
+                                "%u): its arithmetic overflowed (an adapter scale or a RoPE "
+                                "setting too large?)", isnan(logits[i]) ? "NaN" : "infinity", i);
+                break;
+            }
+        if (rc < 0)
+            break;
         int32_t id = rvl_sampler_sample(p->smp, masked ? masked : logits);
         if (r->n_ids == 0)
             r->first_ms = gen_now_ms() - t0;

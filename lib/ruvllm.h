@@ -347,9 +347,11 @@ void rvl_gguf_free(rvl_gguf *g);
  * not in the base, not a matrix, or of another shape is an error naming it.
  * ====================================================================== */
 
-/* Split "FILE[:SCALE]" (SCALE a finite number after the last ':'; a
- * path that itself ends in ":<number>" needs an explicit ":1"). RVL_EINVAL
- * when path does not fit in cap. */
+/* Split "FILE[:SCALE]": text after the last ':' that reads as a number is
+ * the scale (a path that itself ends in ":<number>" needs an explicit
+ * ":1"). RVL_EINVAL when the scale is not finite (inf, nan, 1e999) or
+ * beyond +-RVL_LORA_MAX_SCALE, or path does not fit in cap. */
+#define RVL_LORA_MAX_SCALE 1000.0
 int rvl_lora_parse_spec(const char *spec, char *path, size_t cap, float *scale);
 
 typedef struct {

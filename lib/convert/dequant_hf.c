@@ -744,22 +744,6 @@ static int tokenizer_files(const char *in, const rvl_file *f, const facts *m, co
 /* ======================================================================
  * The directory
  * ====================================================================== */
-static void remove_tree(const char *dir)
-{
-    DIR *d = opendir(dir);
-    struct dirent *de;
-    char p[4400];
-    while (d && (de = readdir(d)) != NULL) {
-        if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
-            continue;
-        snprintf(p, sizeof p, "%s/%s", dir, de->d_name);
-        unlink(p);
-    }
-    if (d)
-        closedir(d);
-    rmdir(dir);
-}
-
 static int check_out_dir(const char *in, const char *out)
 {
     struct stat st, si;
@@ -836,16 +820,11 @@ int rvl_dequant_hf(const char *in, const char *out, const rvl_dequant_params *p)
         }
     }
 
-    if (snprintf(tmp, sizeof tmp, "%s.tmp.XXXXXX", out) >= (int)sizeof tmp) {
-        rc = rvl_seterr(RVL_EINVAL, "%s: path too long", out);
+    /* hidden, next to out, removed on interruption (and by the next run
+     * after a SIGKILL) like every temporary */
+    if ((rc = rvl_afile_mkdtemp(out, tmp, sizeof tmp)) < 0)
         goto fail;
-    }
-    if (!mkdtemp(tmp)) {
-        rc = rvl_seterr(RVL_EIO, "%s: cannot create a directory: %s", tmp, strerror(errno));
-        goto fail;
-    }
     made = true;
-    chmod(tmp, 0755);   /* mkdtemp makes it 0700; the result is an ordinary directory */
     uint32_t n_vocab = 0;
     if ((rc = tokenizer_files(in, f, &m, tmp, &n_vocab)) < 0)
         goto fail;
@@ -861,16 +840,15 @@ int rvl_dequant_hf(const char *in, const char *out, const rvl_dequant_params *p)
     snprintf(path, sizeof path, "%s/model.safetensors", tmp);
     if ((rc = write_safetensors(path, e, (size_t)n, p)) < 0)
         goto fail;
-    if (rename(tmp, out) < 0) {
-        rc = rvl_seterr(RVL_EIO, "%s: %s", out, strerror(errno));
+    made = false;   /* committed or removed either way */
+    if ((rc = rvl_afile_dtemp_commit(tmp, out)) < 0)
         goto fail;
-    }
     free(e);
     rvl_file_close(f);
     return 0;
 fail:
     if (made)
-        remove_tree(tmp);
+        rvl_afile_dtemp_abort(tmp);
     free(e);
     rvl_file_close(f);
     return rc;

@@ -49,7 +49,10 @@ int rvl_lora_parse_spec(const char *spec, char *path, size_t cap, float *scale)
     if (colon && colon[1]) {
         char *end;
         double v = strtod(colon + 1, &end);
-        if (*end == '\0' && end != colon + 1 && isfinite(v) && fabs(v) < 1e30) {
+        if (*end == '\0' && end != colon + 1) {   /* a number: the scale, checked */
+            if (!isfinite(v) || fabs(v) > RVL_LORA_MAX_SCALE)
+                return rvl_seterr(RVL_EINVAL, "'%s': the scale %s is not a finite number "
+                                  "within +-%g", spec, colon + 1, RVL_LORA_MAX_SCALE);
             *scale = (float)v;
             n = (size_t)(colon - spec);
         }

@@ -201,6 +201,7 @@ int rvl_session_save(rvl_ctx *c, const char *path, const int32_t *ids, size_t n_
                           n_ids, n);
     if ((rc = rvl_afile_open(&w.f, path)) < 0)
         return rc;
+    rvl_afile_set_private(w.f);   /* a conversation: 0600 when new */
     w.all = XXH3_createState();
     size_t maxpb = 0;
     for (int kind = 0; kind < 2; kind++)
