@@ -602,6 +602,13 @@ int rvl_session_save(rvl_ctx *c, const char *path, const int32_t *ids, size_t n_
 /* *ids and *extra_json are owned (free()); extra_json may be NULL. */
 int rvl_session_load(rvl_ctx *c, const char *path, int32_t **ids, size_t *n_ids,
                      char **extra_json);
+/* Hold a session file for a conversation's lifetime, so that two
+ * processes never save over each other's turns: an advisory lock on a
+ * hidden ".<name>.lock" beside it (the session itself is replaced at every
+ * save and cannot carry a lock). RVL_EINVAL naming the holder's pid when
+ * another process holds it. *lock owned: rvl_session_unlock (-1 accepted). */
+int rvl_session_lock(const char *path, int *lock);
+void rvl_session_unlock(int lock);
 
 /* ======================================================================
  * Sampler (lib/engine/sampler.c). Order as llama.cpp: penalties, top-k, top-p,

@@ -420,6 +420,47 @@ static void test_input_limit_from_environment(void **state)
     unsetenv("RUVLLM_MAX_INPUT");
 }
 
+/* ====================================================================
+ * Sessions used by two processes
+ * ==================================================================== */
+
+/* A second conversation on the same session file is refused, naming the
+ * first one's pid; once that one ends, the file is free again. */
+static void test_session_lock_refuses_a_second_holder(void **state)
+{
+    (void)state;
+    int ready[2], done[2];
+    assert_int_equal(pipe(ready), 0);
+    assert_int_equal(pipe(done), 0);
+    pid_t pid = fork();
+    if (pid == 0) {
+        int l;
+        if (rvl_session_lock(tpath("chat.session"), &l) < 0)
+            _exit(1);
+        (void)!write(ready[1], "r", 1);
+        char c;
+        (void)!read(done[0], &c, 1);
+        _exit(0);
+    }
+    char c;
+    assert_int_equal(read(ready[0], &c, 1), 1);
+    int l = -2;
+    assert_int_equal(rvl_session_lock(tpath("chat.session"), &l), RVL_EINVAL);
+    assert_int_equal(l, -1);
+    char want[64];
+    snprintf(want, sizeof want, "in use by another ruvllm (pid %ld)", (long)pid);
+    assert_non_null(strstr(rvl_errmsg(), want));
+    (void)!write(done[1], "d", 1);
+    waitpid(pid, NULL, 0);
+    assert_int_equal(rvl_session_lock(tpath("chat.session"), &l), 0);
+    rvl_session_unlock(l);
+    close(ready[0]);
+    close(ready[1]);
+    close(done[0]);
+    close(done[1]);
+    unlink(tpath(".chat.session.lock"));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -439,6 +480,7 @@ int main(void)
         cmocka_unit_test(test_input_open_refuses_a_fifo_at_once),
         cmocka_unit_test(test_input_read_stops_at_the_limit),
         cmocka_unit_test(test_input_limit_from_environment),
+        cmocka_unit_test(test_session_lock_refuses_a_second_holder),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -75,6 +75,10 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <errno.h>
+#include <unistd.h>
+#include <fcntl.h>
+#include <sys/file.h>
 #include <string.h>
 #include <xxhash.h>
 #include <zstd.h>
@@ -583,4 +587,47 @@ fail:
     free(extra);
     free(r.raw);
     return rc;
+}
+
+/* ======================================================================
+ * Locking a session file for one conversation
+ * ====================================================================== */
+int rvl_session_lock(const char *path, int *lock)
+{
+    char lp[4096];
+    const char *slash = strrchr(path, '/');
+    const char *base = slash ? slash + 1 : path;
+    int dl = slash ? (int)(slash - path + 1) : 0;
+    *lock = -1;
+    if (snprintf(lp, sizeof lp, "%.*s.%.200s.lock", dl, path, base) >= (int)sizeof lp)
+        return rvl_seterr(RVL_EINVAL, "%s: path too long", path);
+    int fd = open(lp, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (fd < 0)
+        return rvl_seterr(RVL_EIO, "%s: cannot lock the session (%s): %s", path, lp,
+                          strerror(errno));
+    if (flock(fd, LOCK_EX | LOCK_NB) < 0) {
+        int e = errno;
+        char who[32] = "";
+        ssize_t n = pread(fd, who, sizeof who - 1, 0);
+        who[n > 0 ? n : 0] = 0;
+        close(fd);
+        if (e == EWOULDBLOCK)
+            return rvl_seterr(RVL_EINVAL, "%s: in use by another ruvllm (pid %ld): two "
+                              "conversations on one session file would lose turns; use "
+                              "another file", path, strtol(who, NULL, 10));
+        return rvl_seterr(RVL_EIO, "%s: cannot lock the session: %s", path, strerror(e));
+    }
+    char pid[32];
+    int k = snprintf(pid, sizeof pid, "%ld\n", (long)getpid());
+    if (ftruncate(fd, 0) == 0 && pwrite(fd, pid, (size_t)k, 0) < 0) {
+        /* the pid is only for the message above */
+    }
+    *lock = fd;
+    return 0;
+}
+
+void rvl_session_unlock(int lock)
+{
+    if (lock >= 0)
+        close(lock);   /* releases the flock */
 }
