@@ -176,17 +176,6 @@ uint64_t rvl_afile_tell(const rvl_afile *f)
     return f->off;
 }
 
-int rvl_afile_seek(rvl_afile *f, uint64_t off)
-{
-    int rc = flush_buf(f);
-    if (rc < 0)
-        return rc;
-    if (lseek(f->fd, (off_t)off, SEEK_SET) < 0)
-        return rvl_seterr(RVL_EIO, "%s: seek: %s", f->dest, strerror(errno));
-    f->off = off;
-    return 0;
-}
-
 static void afile_free(rvl_afile *f)
 {
     unreg_temp(f->slot);
