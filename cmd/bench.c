@@ -485,6 +485,89 @@ static void progress_done(void)
         fprintf(stderr, "\r\033[K");
 }
 
+/* Every default format at Llama-7B's shapes on each variant: GEMV, GEMM
+ * of m columns, quantize, dequantize (the variants of one row side by
+ * side). 0, or -1 when out of memory. */
+static int format_cases(kcases *cs, const char *const *isas, int n_isa, uint32_t m)
+{
+    bool oom = false;
+    const size_t ns = sizeof llama7b_shapes / sizeof llama7b_shapes[0];
+    for (int f = 0; default_formats[f]; f++) {
+        int type = rvl_type_from_name(default_formats[f]);
+        if (type < 0)
+            continue;
+        for (size_t s = 0; s < ns; s++)
+            for (int i = 0; i < n_isa; i++)
+                oom |= kc_add(cs, RVL_BENCH_GEMV, (uint32_t)type, isas[i], llama7b_shapes[s].n,
+                              llama7b_shapes[s].k, 1, "llama-7b") < 0;
+        for (size_t s = 0; s < ns; s++)
+            for (int i = 0; i < n_isa; i++)
+                oom |= kc_add(cs, RVL_BENCH_GEMM, (uint32_t)type, isas[i], llama7b_shapes[s].n,
+                              llama7b_shapes[s].k, m, "llama-7b") < 0;
+        for (int i = 0; i < n_isa; i++)
+            oom |= kc_add(cs, RVL_BENCH_QUANTIZE, (uint32_t)type, isas[i], 256, 4096, 1, "-") < 0;
+        for (int i = 0; i < n_isa; i++)
+            oom |= kc_add(cs, RVL_BENCH_DEQUANTIZE, (uint32_t)type, isas[i], 1024, 4096, 1, "-") < 0;
+    }
+    return oom ? -1 : 0;
+}
+
+/* The table's start (JSON: up to the results array) and the machine's
+ * rows: memory bandwidth and peak FLOP/s, the roofline every kernel row
+ * is measured against. */
+static void print_machine(kout *o, const rvl_bench *b, const rvl_bench_membw *bw)
+{
+    const int threads = o->threads;
+    char arr[48];
+    human_bytes(arr, sizeof arr, (double)bw->array_bytes);
+    if (o->side) {
+        side_header(o);
+    } else if (o->fmt == OUT_MD) {
+        md_sep();
+    } else if (o->fmt == OUT_CSV) {
+        printf("op,type,isa,shape,source,threads,median_ms,gbs,gflops,roofline_fraction,roofline,read_gbs\n");
+    } else {
+        rvl_jw *w = &o->jw;
+        rvl_jw_init(w, stdout, true);
+        rvl_jw_obj(w);
+        rvl_jw_key(w, "threads"); rvl_jw_i64(w, threads);
+        rvl_jw_key(w, "isa_selected"); rvl_jw_str(w, rvl_cpu_isa_selected());
+        rvl_jw_key(w, "llc_bytes"); rvl_jw_u64(w, rvl_bench_llc_bytes());
+        rvl_jw_key(w, "working_set_bytes"); rvl_jw_u64(w, rvl_bench_ws_bytes(b));
+        rvl_jw_key(w, "memory");
+        rvl_jw_obj(w);
+        rvl_jw_key(w, "array_bytes"); rvl_jw_u64(w, bw->array_bytes);
+        rvl_jw_key(w, "copy_gbs"); rvl_jw_f64(w, bw->copy_gbs);
+        rvl_jw_key(w, "triad_gbs"); rvl_jw_f64(w, bw->triad_gbs);
+        rvl_jw_key(w, "read_gbs"); rvl_jw_f64(w, bw->read_gbs);
+        rvl_jw_key(w, "bw_gbs"); rvl_jw_f64(w, o->bw_gbs);
+        rvl_jw_key(w, "huge_pages"); rvl_jw_bool(w, opt_huge);
+        rvl_jw_key(w, "huge_bytes"); rvl_jw_u64(w, bw->huge_bytes);
+        rvl_jw_obj_end(w);
+        rvl_jw_key(w, "peak_gflops");
+        rvl_jw_obj(w);
+        for (int i = 0; i < o->n_peak; i++) {
+            rvl_jw_key(w, o->isa_names[i]);
+            rvl_jw_f64(w, o->peak[i]);
+        }
+        rvl_jw_obj_end(w);
+        rvl_jw_key(w, "results");
+        rvl_jw_arr(w);
+    }
+    print_machine_row(o, "copy", "f64", "-", arr, threads, bw->copy_gbs, 0);
+    print_machine_row(o, "triad", "f64", "-", arr, threads, bw->triad_gbs, 0);
+    print_machine_row(o, "read", "u64", "-", arr, threads, bw->read_gbs, 0);
+    if (o->side && o->n_peak) {
+        double val[MAX_COLS] = {0};
+        for (int c = 0; c < o->n_cols; c++)
+            val[c] = peak_of(o, o->cols[c]);
+        side_row(o, "peak", "f32 fma", "registers", o->machine, "GFLOP/s", val, 1, "");
+    } else {
+        for (int i = 0; i < o->n_peak; i++)
+            print_machine_row(o, "peak", "f32 fma", o->isa_names[i], "registers", threads, 0, o->peak[i]);
+    }
+}
+
 static int bench_kernels(const char *name)
 {
     const char *isas[4];
@@ -517,26 +600,7 @@ static int bench_kernels(const char *name)
 
     /* the cases: every default format at Llama-7B's shapes, the model's
      * own matrices with -m, then the elementwise operations */
-    bool oom = false;
-    for (int f = 0; default_formats[f]; f++) {
-        int type = rvl_type_from_name(default_formats[f]);
-        if (type < 0)
-            continue;
-        /* variants of one row side by side */
-        const size_t ns = sizeof llama7b_shapes / sizeof llama7b_shapes[0];
-        for (size_t s = 0; s < ns; s++)
-            for (int i = 0; i < n_isa; i++)
-                oom |= kc_add(&cs, RVL_BENCH_GEMV, (uint32_t)type, isas[i], llama7b_shapes[s].n,
-                              llama7b_shapes[s].k, 1, "llama-7b") < 0;
-        for (size_t s = 0; s < ns; s++)
-            for (int i = 0; i < n_isa; i++)
-                oom |= kc_add(&cs, RVL_BENCH_GEMM, (uint32_t)type, isas[i], llama7b_shapes[s].n,
-                              llama7b_shapes[s].k, m, "llama-7b") < 0;
-        for (int i = 0; i < n_isa; i++)
-            oom |= kc_add(&cs, RVL_BENCH_QUANTIZE, (uint32_t)type, isas[i], 256, 4096, 1, "-") < 0;
-        for (int i = 0; i < n_isa; i++)
-            oom |= kc_add(&cs, RVL_BENCH_DEQUANTIZE, (uint32_t)type, isas[i], 1024, 4096, 1, "-") < 0;
-    }
+    bool oom = format_cases(&cs, isas, n_isa, m) < 0;
     if (opt_model) {
         if ((rc = model_cases(&cs, opt_model, isas, n_isa, m)) < 0) {
             status = cli_fail(name, rc);
@@ -614,55 +678,8 @@ static int bench_kernels(const char *name)
         }
     progress_done();
 
-    char arr[48];
-    human_bytes(arr, sizeof arr, (double)bw.array_bytes);
     o.threads = threads;
-    if (o.side) {
-        side_header(&o);
-    } else if (o.fmt == OUT_MD) {
-        md_sep();
-    } else if (o.fmt == OUT_CSV) {
-        printf("op,type,isa,shape,source,threads,median_ms,gbs,gflops,roofline_fraction,roofline,read_gbs\n");
-    } else {
-        rvl_jw *w = &o.jw;
-        rvl_jw_init(w, stdout, true);
-        rvl_jw_obj(w);
-        rvl_jw_key(w, "threads"); rvl_jw_i64(w, threads);
-        rvl_jw_key(w, "isa_selected"); rvl_jw_str(w, rvl_cpu_isa_selected());
-        rvl_jw_key(w, "llc_bytes"); rvl_jw_u64(w, rvl_bench_llc_bytes());
-        rvl_jw_key(w, "working_set_bytes"); rvl_jw_u64(w, rvl_bench_ws_bytes(b));
-        rvl_jw_key(w, "memory");
-        rvl_jw_obj(w);
-        rvl_jw_key(w, "array_bytes"); rvl_jw_u64(w, bw.array_bytes);
-        rvl_jw_key(w, "copy_gbs"); rvl_jw_f64(w, bw.copy_gbs);
-        rvl_jw_key(w, "triad_gbs"); rvl_jw_f64(w, bw.triad_gbs);
-        rvl_jw_key(w, "read_gbs"); rvl_jw_f64(w, bw.read_gbs);
-        rvl_jw_key(w, "bw_gbs"); rvl_jw_f64(w, o.bw_gbs);
-        rvl_jw_key(w, "huge_pages"); rvl_jw_bool(w, opt_huge);
-        rvl_jw_key(w, "huge_bytes"); rvl_jw_u64(w, bw.huge_bytes);
-        rvl_jw_obj_end(w);
-        rvl_jw_key(w, "peak_gflops");
-        rvl_jw_obj(w);
-        for (int i = 0; i < o.n_peak; i++) {
-            rvl_jw_key(w, o.isa_names[i]);
-            rvl_jw_f64(w, o.peak[i]);
-        }
-        rvl_jw_obj_end(w);
-        rvl_jw_key(w, "results");
-        rvl_jw_arr(w);
-    }
-    print_machine_row(&o, "copy", "f64", "-", arr, threads, bw.copy_gbs, 0);
-    print_machine_row(&o, "triad", "f64", "-", arr, threads, bw.triad_gbs, 0);
-    print_machine_row(&o, "read", "u64", "-", arr, threads, bw.read_gbs, 0);
-    if (o.side && o.n_peak) {
-        double val[MAX_COLS] = {0};
-        for (int c = 0; c < o.n_cols; c++)
-            val[c] = peak_of(&o, o.cols[c]);
-        side_row(&o, "peak", "f32 fma", "registers", o.machine, "GFLOP/s", val, 1, "");
-    } else {
-        for (int i = 0; i < o.n_peak; i++)
-            print_machine_row(&o, "peak", "f32 fma", o.isa_names[i], "registers", threads, 0, o.peak[i]);
-    }
+    print_machine(&o, b, &bw);
 
     for (size_t i = 0; i < cs.n; i++) {
         rvl_bench_kresult r;

@@ -18,6 +18,7 @@
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -28,9 +29,10 @@
 #include "gen.h"
 
 /* ====================================================================
- * Options. Sampling options start as sentinels (NAN, LLONG_MIN) so that
- * what the command line set is known: a loaded session's settings apply
- * to the others only.
+ * Options: set by cli_parse, read-only afterwards (what changes during
+ * the chat lives in chat_state). The sampling options and --max-tokens
+ * start as sentinels (NAN, LLONG_MIN) so that what the command line set
+ * is known: a loaded session's settings apply to the others only.
  * ==================================================================== */
 
 static const char *opt_model, *opt_system, *opt_session, *opt_chat_template, *opt_render,
@@ -39,9 +41,11 @@ static cli_kv_opts opt_kv;
 static bool opt_shift;
 static long long opt_keep = 0;
 static long long opt_ctx = 0, opt_threads = 0;
-static long long opt_n = LLONG_MIN, opt_top_k = LLONG_MIN, opt_last_n = LLONG_MIN;
-static double opt_temp = NAN, opt_top_p = NAN, opt_min_p = NAN, opt_rep = NAN, opt_freq = NAN,
-              opt_pres = NAN;
+static long long opt_n = LLONG_MIN;
+static cli_sample_opts opt_sample = {
+    .temp = NAN, .top_k = LLONG_MIN, .top_p = NAN, .min_p = NAN, .repeat_penalty = NAN,
+    .repeat_last_n = LLONG_MIN, .freq_penalty = NAN, .presence_penalty = NAN,
+};
 static bool opt_null, opt_json;
 
 static opt_list opt_lora;
@@ -56,7 +60,7 @@ static rvl_opt opts[] = {
     {OPT_INT, 'c', "ctx-size", "N", "context size in tokens (0: min(4096, the model's))", "0", &opt_ctx, 0, 1048576, NULL, COMPL_NONE},
     {OPT_INT, 't', "threads", "N", "threads (0: one per CPU)", "0", &opt_threads, 0, 256, NULL, COMPL_NONE},
     OPT_BACKEND(opt_backend),
-    OPT_SAMPLING(opt_temp, opt_top_k, opt_top_p, opt_min_p, opt_rep, opt_last_n, opt_freq, opt_pres),
+    OPT_SAMPLE(opt_sample),
     {OPT_STRING, 's', "seed", "N", "random seed: the same seed gives the same replies (default: random)", NULL, &opt_seed, 0, 0, NULL, COMPL_NONE},
     OPT_KV(opt_kv),
     OPT_CONTEXT_SHIFT(opt_shift, opt_keep),
@@ -66,31 +70,95 @@ static rvl_opt opts[] = {
     OPT_END
 };
 
-/* The settings /set changes and sessions keep, by option name. */
-typedef struct {
-    const char *name;
-    double *f;          /* OPT_FLOAT */
-    long long *i;       /* OPT_INT */
-    double def;
-    bool given;         /* on the command line */
-} setting;
+/* ====================================================================
+ * The chat's state
+ * ==================================================================== */
 
-static setting settings[] = {
-    {"temp", &opt_temp, NULL, 0.8, false},
-    {"top-k", NULL, &opt_top_k, 40, false},
-    {"top-p", &opt_top_p, NULL, 0.95, false},
-    {"min-p", &opt_min_p, NULL, 0.05, false},
-    {"repeat-penalty", &opt_rep, NULL, 1.0, false},
-    {"repeat-last-n", NULL, &opt_last_n, 64, false},
-    {"frequency-penalty", &opt_freq, NULL, 0, false},
-    {"presence-penalty", &opt_pres, NULL, 0, false},
-    {"max-tokens", NULL, &opt_n, -1, false},
+/* What /set changes and sessions keep, besides the seed. */
+typedef struct {
+    cli_sample_opts sample;
+    long long max_tokens;       /* -1: until the end of the turn */
+} chat_settings;
+
+/* The settings by option name (the option table says the kind and the
+ * range: OPT_FLOAT is a double, OPT_INT a long long). */
+static const struct {
+    const char *name;
+    size_t off;                 /* in chat_settings */
+} settings[] = {
+    {"temp", offsetof(chat_settings, sample.temp)},
+    {"top-k", offsetof(chat_settings, sample.top_k)},
+    {"top-p", offsetof(chat_settings, sample.top_p)},
+    {"min-p", offsetof(chat_settings, sample.min_p)},
+    {"repeat-penalty", offsetof(chat_settings, sample.repeat_penalty)},
+    {"repeat-last-n", offsetof(chat_settings, sample.repeat_last_n)},
+    {"frequency-penalty", offsetof(chat_settings, sample.freq_penalty)},
+    {"presence-penalty", offsetof(chat_settings, sample.presence_penalty)},
+    {"max-tokens", offsetof(chat_settings, max_tokens)},
 };
 #define N_SETTINGS (sizeof settings / sizeof settings[0])
 
-static uint64_t seed_base;
-static bool seed_given;
-static bool dirty;          /* changed since the session file was written */
+typedef struct {
+    char *role, *content;
+    bool interrupted;     /* a reply stopped by Ctrl-C */
+} msg_t;
+
+/* For /stats: every turn's, and the last one's. */
+typedef struct {
+    size_t turns, prompt_tokens, gen_tokens;
+    size_t prompt_all, prompt_reused; /* prompt tokens of every turn; of them reused */
+    double prompt_ms, gen_ms;
+} chat_totals;
+typedef struct {
+    bool valid;
+    size_t n_prompt, n_reused, n_gen;
+    double prompt_ms, first_ms, gen_ms;
+    size_t n_decoded;
+    gen_finish finish;
+} chat_last_turn;
+
+typedef struct {
+    const char *cmd;            /* the command's name, for messages */
+
+    /* output: replies on stdout; notices, warnings and errors on stderr */
+    bool interactive;           /* standard input is a terminal */
+    bool color_out, color_err;  /* colors: only on a terminal and never with NO_COLOR */
+    FILE *info;                 /* /command output: stdout on a terminal, else stderr */
+    bool had_error;             /* a script's message or command failed: exit 1 */
+    bool out_failed;            /* writing standard output failed: stop */
+    bool template_warned;       /* the template's warning was given (it would repeat each turn) */
+
+    /* the settings */
+    chat_settings set;
+    bool given[N_SETTINGS];     /* on the command line: a session does not change them */
+    uint64_t seed;              /* each reply's seed derives from it and the turn's number */
+    bool seed_given;
+    bool dirty;                 /* changed since the session file was written */
+
+    /* the conversation */
+    msg_t *conv;
+    size_t n_conv, cap_conv;
+
+    /* the engine: model, context, template, and the token ids in the cache */
+    char model_path[4096];
+    rvl_model *model;
+    rvl_ctx *ctx;
+    rvl_lora *lora;
+    rvl_chat *tmpl;
+    const rvl_tokenizer *tok;   /* the model's */
+    uint32_t n_ctx;
+    int32_t *cached;            /* ids in the cache: cached[0 .. rvl_ctx_pos) */
+    bool add_bos;               /* add BOS when the template did not write it */
+    bool ctx_warned;            /* the 90% warning was given */
+    uint64_t retry_salt;        /* /retry draws another reply */
+
+    chat_totals total;
+    chat_last_turn last;
+} chat_state;
+
+/* ====================================================================
+ * Settings
+ * ==================================================================== */
 
 static const rvl_opt *find_opt(const char *name)
 {
@@ -98,6 +166,21 @@ static const rvl_opt *find_opt(const char *name)
         if (strcmp(o->lng, name) == 0)
             return o;
     return NULL;
+}
+
+static bool setting_is_float(size_t i)
+{
+    return find_opt(settings[i].name)->kind == OPT_FLOAT;
+}
+
+static double *setting_f(chat_settings *s, size_t i)
+{
+    return (double *)((char *)s + settings[i].off);
+}
+
+static long long *setting_i(chat_settings *s, size_t i)
+{
+    return (long long *)((char *)s + settings[i].off);
 }
 
 static int parse_seed(const char *s, uint64_t *v)
@@ -113,7 +196,7 @@ static int parse_seed(const char *s, uint64_t *v)
 
 /* Check VALUE for setting NAME against the option table; 0 and set it, or
  * -1 with a message in err. */
-static int setting_set(const char *name, const char *value, char *err, size_t cap)
+static int setting_set(chat_state *st, const char *name, const char *value, char *err, size_t cap)
 {
     if (strcmp(name, "seed") == 0) {
         uint64_t v;
@@ -121,8 +204,8 @@ static int setting_set(const char *name, const char *value, char *err, size_t ca
             snprintf(err, cap, "seed: '%s' is not a non-negative integer", value);
             return -1;
         }
-        seed_base = v;
-        dirty = true;
+        st->seed = v;
+        st->dirty = true;
         return 0;
     }
     for (size_t i = 0; i < N_SETTINGS; i++) {
@@ -131,7 +214,7 @@ static int setting_set(const char *name, const char *value, char *err, size_t ca
         const rvl_opt *o = find_opt(name);
         char *end;
         errno = 0;
-        if (settings[i].f) {
+        if (setting_is_float(i)) {
             double v = strtod(value, &end);
             if (!*value || *end || errno || !isfinite(v)) {
                 snprintf(err, cap, "%s: '%s' is not a number", name, value);
@@ -141,7 +224,7 @@ static int setting_set(const char *name, const char *value, char *err, size_t ca
                 snprintf(err, cap, "%s: %g is out of range [%g, %g]", name, v, o->min, o->max);
                 return -1;
             }
-            *settings[i].f = v;
+            *setting_f(&st->set, i) = v;
         } else {
             long long v = strtoll(value, &end, 10);
             if (!*value || *end || errno) {
@@ -152,9 +235,9 @@ static int setting_set(const char *name, const char *value, char *err, size_t ca
                 snprintf(err, cap, "%s: %lld is out of range [%.0f, %.0f]", name, v, o->min, o->max);
                 return -1;
             }
-            *settings[i].i = v;
+            *setting_i(&st->set, i) = v;
         }
-        dirty = true;
+        st->dirty = true;
         return 0;
     }
     const char *cands[N_SETTINGS + 2];
@@ -171,100 +254,96 @@ static int setting_set(const char *name, const char *value, char *err, size_t ca
     return -1;
 }
 
-static void settings_init(void)
+/* The settings from the options; those not given take the defaults. */
+static void settings_init(chat_state *st)
 {
+    chat_settings def = {.sample = CLI_SAMPLE_DEFAULTS, .max_tokens = -1};
+    st->set = (chat_settings){.sample = opt_sample, .max_tokens = opt_n};
     for (size_t i = 0; i < N_SETTINGS; i++) {
-        setting *s = &settings[i];
-        s->given = s->f ? !isnan(*s->f) : *s->i != LLONG_MIN;
-        if (!s->given) {
-            if (s->f)
-                *s->f = s->def;
-            else
-                *s->i = (long long)s->def;
+        if (setting_is_float(i)) {
+            st->given[i] = !isnan(*setting_f(&st->set, i));
+            if (!st->given[i])
+                *setting_f(&st->set, i) = *setting_f(&def, i);
+        } else {
+            st->given[i] = *setting_i(&st->set, i) != LLONG_MIN;
+            if (!st->given[i])
+                *setting_i(&st->set, i) = *setting_i(&def, i);
         }
     }
 }
 
-static void settings_print(FILE *out)
+static void settings_print(chat_state *st, FILE *out)
 {
     for (size_t i = 0; i < N_SETTINGS; i++) {
-        if (settings[i].f)
-            fprintf(out, "  %-18s %g\n", settings[i].name, *settings[i].f);
+        if (setting_is_float(i))
+            fprintf(out, "  %-18s %g\n", settings[i].name, *setting_f(&st->set, i));
         else
-            fprintf(out, "  %-18s %lld\n", settings[i].name, *settings[i].i);
+            fprintf(out, "  %-18s %lld\n", settings[i].name, *setting_i(&st->set, i));
     }
-    fprintf(out, "  %-18s %llu\n", "seed", (unsigned long long)seed_base);
+    fprintf(out, "  %-18s %llu\n", "seed", (unsigned long long)st->seed);
 }
 
 /* ====================================================================
- * Output: replies on stdout; notices, warnings and errors on stderr.
- * Colors only on a terminal and never with NO_COLOR.
+ * Output
  * ==================================================================== */
-
-static const char *CMD = "chat";
-static bool interactive;    /* standard input is a terminal */
-static bool color_out, color_err;
-static FILE *info;          /* /command output: stdout on a terminal, else stderr */
-static bool had_error;      /* a script's message or command failed: exit 1 */
 
 #define C_NOTE "\033[2m"
 #define C_WARN "\033[33m"
 #define C_OFF "\033[0m"
 
-static void note(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static void note(const char *fmt, ...)
+static void note(chat_state *st, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void note(chat_state *st, const char *fmt, ...)
 {
     va_list ap;
     fflush(stdout);
-    fputs(color_err ? C_NOTE : "", stderr);
+    fputs(st->color_err ? C_NOTE : "", stderr);
     va_start(ap, fmt);
     vfprintf(stderr, fmt, ap);
     va_end(ap);
-    fputs(color_err ? C_OFF "\n" : "\n", stderr);
+    fputs(st->color_err ? C_OFF "\n" : "\n", stderr);
 }
 
-static void hint(const char *msg)
+/* chat_input's hint: ud is the chat_state. */
+static void hint(void *ud, const char *msg)
 {
-    note("%s", msg);
+    note(ud, "%s", msg);
 }
 
-static void warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static void warn(const char *fmt, ...)
+static void warn(chat_state *st, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void warn(chat_state *st, const char *fmt, ...)
 {
     va_list ap;
     fflush(stdout);
-    fprintf(stderr, "%sruvllm %s: ", color_err ? C_WARN : "", CMD);
+    fprintf(stderr, "%sruvllm %s: ", st->color_err ? C_WARN : "", st->cmd);
     va_start(ap, fmt);
     vfprintf(stderr, fmt, ap);
     va_end(ap);
-    fputs(color_err ? C_OFF "\n" : "\n", stderr);
+    fputs(st->color_err ? C_OFF "\n" : "\n", stderr);
 }
 
 /* An error in a message or a command: reported, and a script exits 1 at
  * the end; the conversation goes on. */
-static void fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static void fail(const char *fmt, ...)
+static void fail(chat_state *st, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void fail(chat_state *st, const char *fmt, ...)
 {
     va_list ap;
     fflush(stdout);
-    fprintf(stderr, "ruvllm %s: ", CMD);
+    fprintf(stderr, "ruvllm %s: ", st->cmd);
     va_start(ap, fmt);
     vfprintf(stderr, fmt, ap);
     va_end(ap);
     fputc('\n', stderr);
-    had_error = true;
+    st->had_error = true;
 }
 
-static bool out_failed;
-
-static int out_write(const char *s, size_t n)
+static int out_write(chat_state *st, const char *s, size_t n)
 {
-    if (out_failed)
+    if (st->out_failed)
         return -1;
     if (n && (fwrite(s, 1, n, stdout) != n || fflush(stdout) != 0)) {
         if (errno != EPIPE)
-            cli_err(CMD, "writing to standard output failed: %s", strerror(errno));
-        out_failed = true;
+            cli_err(st->cmd, "writing to standard output failed: %s", strerror(errno));
+        st->out_failed = true;
         return -1;
     }
     return 0;
@@ -272,31 +351,23 @@ static int out_write(const char *s, size_t n)
 
 static int emit_stream(void *ud, const char *s, size_t n)
 {
-    (void)ud;
-    return out_write(s, n) < 0 ? rvl_seterr(RVL_EIO, "standard output") : 0;
+    return out_write(ud, s, n) < 0 ? rvl_seterr(RVL_EIO, "standard output") : 0;
 }
 
 /* ====================================================================
  * The conversation
  * ==================================================================== */
 
-typedef struct {
-    char *role, *content;
-    bool interrupted;     /* a reply stopped by Ctrl-C */
-} msg_t;
-
-static msg_t *conv;
-static size_t n_conv, cap_conv;
-
-static int conv_insert(size_t at, const char *role, const char *content, size_t len, bool intr)
+static int conv_insert(chat_state *st, size_t at, const char *role, const char *content, size_t len,
+                       bool intr)
 {
-    if (n_conv == cap_conv) {
-        size_t nc = cap_conv ? 2 * cap_conv : 16;
-        msg_t *nm = realloc(conv, nc * sizeof *nm);
+    if (st->n_conv == st->cap_conv) {
+        size_t nc = st->cap_conv ? 2 * st->cap_conv : 16;
+        msg_t *nm = realloc(st->conv, nc * sizeof *nm);
         if (!nm)
             return -1;
-        conv = nm;
-        cap_conv = nc;
+        st->conv = nm;
+        st->cap_conv = nc;
     }
     char *r = strdup(role), *c = malloc(len + 1);
     if (!r || !c) {
@@ -306,118 +377,92 @@ static int conv_insert(size_t at, const char *role, const char *content, size_t 
     }
     memcpy(c, content, len);
     c[len] = 0;
-    memmove(conv + at + 1, conv + at, (n_conv - at) * sizeof *conv);
-    conv[at] = (msg_t){r, c, intr};
-    n_conv++;
-    dirty = true;
+    memmove(st->conv + at + 1, st->conv + at, (st->n_conv - at) * sizeof *st->conv);
+    st->conv[at] = (msg_t){r, c, intr};
+    st->n_conv++;
+    st->dirty = true;
     return 0;
 }
 
-static int conv_push(const char *role, const char *content, size_t len, bool intr)
+static int conv_push(chat_state *st, const char *role, const char *content, size_t len, bool intr)
 {
-    return conv_insert(n_conv, role, content, len, intr);
+    return conv_insert(st, st->n_conv, role, content, len, intr);
 }
 
-static void conv_remove(size_t at)
+static void conv_remove(chat_state *st, size_t at)
 {
-    free(conv[at].role);
-    free(conv[at].content);
-    memmove(conv + at, conv + at + 1, (n_conv - at - 1) * sizeof *conv);
-    n_conv--;
-    dirty = true;
+    free(st->conv[at].role);
+    free(st->conv[at].content);
+    memmove(st->conv + at, st->conv + at + 1, (st->n_conv - at - 1) * sizeof *st->conv);
+    st->n_conv--;
+    st->dirty = true;
 }
 
-static void conv_clear(bool keep_system)
+static void conv_clear(chat_state *st, bool keep_system)
 {
-    size_t keep = keep_system && n_conv && strcmp(conv[0].role, "system") == 0 ? 1 : 0;
-    while (n_conv > keep)
-        conv_remove(n_conv - 1);
+    size_t keep = keep_system && st->n_conv && strcmp(st->conv[0].role, "system") == 0 ? 1 : 0;
+    while (st->n_conv > keep)
+        conv_remove(st, st->n_conv - 1);
 }
 
-static size_t conv_count(const char *role)
+static size_t conv_count(chat_state *st, const char *role)
 {
     size_t k = 0;
-    for (size_t i = 0; i < n_conv; i++)
-        k += strcmp(conv[i].role, role) == 0;
+    for (size_t i = 0; i < st->n_conv; i++)
+        k += strcmp(st->conv[i].role, role) == 0;
     return k;
 }
 
 /* Replace, add or (text NULL) remove the leading system message. */
-static int conv_set_system(const char *text)
+static int conv_set_system(chat_state *st, const char *text)
 {
-    bool has = n_conv && strcmp(conv[0].role, "system") == 0;
+    bool has = st->n_conv && strcmp(st->conv[0].role, "system") == 0;
     if (has)
-        conv_remove(0);
-    return text ? conv_insert(0, "system", text, strlen(text), false) : 0;
+        conv_remove(st, 0);
+    return text ? conv_insert(st, 0, "system", text, strlen(text), false) : 0;
 }
 
 /* ====================================================================
- * The engine: model, context, template, and the token ids in the cache.
+ * The engine: rendering the conversation, the cache, the turn
  * ==================================================================== */
 
-static rvl_model *model;
-static rvl_ctx *ctx;
-static rvl_lora *lora;
-static rvl_chat *tmpl;
-static const rvl_tokenizer *tok;
-static char model_path[4096];
-static uint32_t n_ctx;
-static int32_t *cached;         /* ids in the cache: cached[0 .. rvl_ctx_pos) */
-static bool add_bos;            /* add BOS when the template did not write it */
-static bool ctx_warned;         /* the 90% warning was given */
-static uint64_t retry_salt;     /* /retry draws another reply */
-
-static struct {
-    size_t turns, prompt_tokens, gen_tokens;
-    size_t prompt_all, prompt_reused; /* prompt tokens of every turn; of them reused */
-    double prompt_ms, gen_ms;
-} total;
-static struct {
-    bool valid;
-    size_t n_prompt, n_reused, n_gen;
-    double prompt_ms, first_ms, gen_ms;
-    size_t n_decoded;
-    gen_finish finish;
-} last;
-
-static uint32_t cache_n(void) { return ctx ? rvl_ctx_pos(ctx) : 0; }
+static uint32_t cache_n(chat_state *st) { return st->ctx ? rvl_ctx_pos(st->ctx) : 0; }
 
 /* Of the coldest tier the formats use (the steady state of a long
  * context; the newest page and tiered's hot tokens take more). */
-static size_t kv_bytes_per_token(void)
+static size_t kv_bytes_per_token(chat_state *st)
 {
-    return (size_t)(rvl_ctx_kv_token_bytes(ctx, 2) + 0.5);
+    return (size_t)(rvl_ctx_kv_token_bytes(st->ctx, 2) + 0.5);
 }
 
-static rvl_chat_msg *conv_view(void)
+static rvl_chat_msg *conv_view(chat_state *st)
 {
-    rvl_chat_msg *m = malloc((n_conv + 1) * sizeof *m);
+    rvl_chat_msg *m = malloc((st->n_conv + 1) * sizeof *m);
     if (m)
-        for (size_t i = 0; i < n_conv; i++)
-            m[i] = (rvl_chat_msg){conv[i].role, conv[i].content};
+        for (size_t i = 0; i < st->n_conv; i++)
+            m[i] = (rvl_chat_msg){st->conv[i].role, st->conv[i].content};
     return m;
 }
 
 /* The conversation as the template renders it, as token ids. owned. */
-static int render_msgs(const rvl_chat_msg *m, size_t n_m, bool gen_prompt, int32_t **ids,
-                       size_t *n)
+static int render_msgs(chat_state *st, const rvl_chat_msg *m, size_t n_m, bool gen_prompt,
+                       int32_t **ids, size_t *n)
 {
     char *text = NULL, *w = NULL;
-    int rc = rvl_chat_format(tmpl, m, n_m, gen_prompt, &text, &w);
+    int rc = rvl_chat_format(st->tmpl, m, n_m, gen_prompt, &text, &w);
     if (w) {
-        static bool told;   /* a fallback would say the same every turn */
-        if (!told)
-            warn("%s", w);
-        told = true;
+        if (!st->template_warned)
+            warn(st, "%s", w);
+        st->template_warned = true;
         free(w);
     }
     if (rc < 0)
         return rc;
     size_t len = strlen(text);
-    bool bos = add_bos;
+    bool bos = st->add_bos;
     if (bos) {
         size_t bl = 0;
-        const char *bt = rvl_tok_text(tok, rvl_tok_bos(tok), &bl);
+        const char *bt = rvl_tok_text(st->tok, rvl_tok_bos(st->tok), &bl);
         if (bt && bl && len >= bl && memcmp(text, bt, bl) == 0)
             bos = false;
     }
@@ -425,7 +470,7 @@ static int render_msgs(const rvl_chat_msg *m, size_t n_m, bool gen_prompt, int32
      * chat must not): prepend BOS by hand */
     int32_t *body = NULL;
     size_t nb = 0;
-    rc = rvl_tok_encode_alloc(tok, text, len, false, true, &body, &nb);
+    rc = rvl_tok_encode_alloc(st->tok, text, len, false, true, &body, &nb);
     free(text);
     if (rc < 0)
         return rc;
@@ -435,7 +480,7 @@ static int render_msgs(const rvl_chat_msg *m, size_t n_m, bool gen_prompt, int32
             free(body);
             return rvl_seterr(RVL_ENOMEM, "out of memory");
         }
-        all[0] = rvl_tok_bos(tok);
+        all[0] = rvl_tok_bos(st->tok);
         memcpy(all + 1, body, nb * sizeof *body);
         free(body);
         body = all;
@@ -446,12 +491,12 @@ static int render_msgs(const rvl_chat_msg *m, size_t n_m, bool gen_prompt, int32
     return 0;
 }
 
-static int render_ids(bool gen_prompt, int32_t **ids, size_t *n)
+static int render_ids(chat_state *st, bool gen_prompt, int32_t **ids, size_t *n)
 {
-    rvl_chat_msg *m = conv_view();
+    rvl_chat_msg *m = conv_view(st);
     if (!m)
         return rvl_seterr(RVL_ENOMEM, "out of memory");
-    int rc = render_msgs(m, n_conv, gen_prompt, ids, n);
+    int rc = render_msgs(st, m, st->n_conv, gen_prompt, ids, n);
     free(m);
     return rc;
 }
@@ -467,32 +512,32 @@ static size_t common_prefix(const int32_t *a, size_t na, const int32_t *b, size_
 /* Drop what the cache holds past the conversation as it renders now
  * (after /undo, /reset, /system): the next turn then decodes only what
  * is new, and /stats tells the truth. */
-static void cache_trim(void)
+static void cache_trim(chat_state *st)
 {
     int32_t *ids = NULL;
     size_t n = 0;
-    if (!n_conv) {
-        rvl_ctx_reset(ctx);
+    if (!st->n_conv) {
+        rvl_ctx_reset(st->ctx);
         return;
     }
-    if (render_ids(false, &ids, &n) < 0)
+    if (render_ids(st, false, &ids, &n) < 0)
         return;
-    size_t k = common_prefix(cached, cache_n(), ids, n);
-    if (k < cache_n())
-        rvl_ctx_truncate(ctx, (uint32_t)k);
+    size_t k = common_prefix(st->cached, cache_n(st), ids, n);
+    if (k < cache_n(st))
+        rvl_ctx_truncate(st->ctx, (uint32_t)k);
     free(ids);
 }
 
-static void ctx_check_warning(void)
+static void ctx_check_warning(chat_state *st)
 {
-    uint32_t pos = cache_n(), at = n_ctx - n_ctx / 10;
+    uint32_t pos = cache_n(st), at = st->n_ctx - st->n_ctx / 10;
     if (pos < at) {
-        ctx_warned = false;
-    } else if (!ctx_warned) {
-        ctx_warned = true;
-        warn("the context is %u%% full (%u of %u tokens): from the next turn on the oldest "
+        st->ctx_warned = false;
+    } else if (!st->ctx_warned) {
+        st->ctx_warned = true;
+        warn(st, "the context is %u%% full (%u of %u tokens): from the next turn on the oldest "
              "messages are dropped to make room; /reset starts over, -c sets a larger context",
-             (unsigned)((uint64_t)pos * 100 / n_ctx), pos, n_ctx);
+             (unsigned)((uint64_t)pos * 100 / st->n_ctx), pos, st->n_ctx);
     }
 }
 
@@ -504,9 +549,10 @@ static uint64_t mix64(uint64_t x)
     return x ^ (x >> 31);
 }
 
-static void json_turn(const char *user, const gen_result *r, size_t n_prompt, size_t n_reused,
-                      double prompt_ms)
+/* --json: the turn's object (its numbers are st->last's). */
+static void json_turn(chat_state *st, const char *user, const gen_result *r)
 {
+    const chat_last_turn *t = &st->last;
     rvl_jw w;
     rvl_jw_init(&w, stdout, false);
     rvl_jw_obj(&w);
@@ -522,21 +568,21 @@ static void json_turn(const char *user, const gen_result *r, size_t n_prompt, si
         rvl_jw_i64(&w, r->ids[i]);
     rvl_jw_arr_end(&w);
     rvl_jw_key(&w, "prompt_tokens");
-    rvl_jw_u64(&w, n_prompt);
+    rvl_jw_u64(&w, t->n_prompt);
     rvl_jw_key(&w, "cached_tokens");
-    rvl_jw_u64(&w, n_reused);
+    rvl_jw_u64(&w, t->n_reused);
     rvl_jw_key(&w, "context_used");
-    rvl_jw_u64(&w, cache_n());
+    rvl_jw_u64(&w, cache_n(st));
     rvl_jw_key(&w, "context_size");
-    rvl_jw_u64(&w, n_ctx);
+    rvl_jw_u64(&w, st->n_ctx);
     rvl_jw_key(&w, "timings");
     rvl_jw_obj(&w);
     rvl_jw_key(&w, "prompt_ms");
-    rvl_jw_f64(&w, prompt_ms);
+    rvl_jw_f64(&w, t->prompt_ms);
     rvl_jw_key(&w, "prompt_tokens_per_s");
-    rvl_jw_f64(&w, prompt_ms > 0 ? (double)(n_prompt - n_reused) * 1e3 / prompt_ms : 0);
+    rvl_jw_f64(&w, t->prompt_ms > 0 ? (double)(t->n_prompt - t->n_reused) * 1e3 / t->prompt_ms : 0);
     rvl_jw_key(&w, "first_token_ms");
-    rvl_jw_f64(&w, prompt_ms + r->first_ms);
+    rvl_jw_f64(&w, t->first_ms);
     rvl_jw_key(&w, "generation_ms");
     rvl_jw_f64(&w, r->gen_ms);
     rvl_jw_key(&w, "generation_tokens_per_s");
@@ -544,11 +590,194 @@ static void json_turn(const char *user, const gen_result *r, size_t n_prompt, si
     rvl_jw_obj_end(&w);
     rvl_jw_obj_end(&w);
     fputc('\n', stdout);
-    if (fflush(stdout) != 0 && !out_failed) {
+    if (fflush(stdout) != 0 && !st->out_failed) {
         if (errno != EPIPE)
-            cli_err(CMD, "writing to standard output failed: %s", strerror(errno));
-        out_failed = true;
+            cli_err(st->cmd, "writing to standard output failed: %s", strerror(errno));
+        st->out_failed = true;
     }
+}
+
+/* The conversation, ending with the new user message, as the prompt's
+ * token ids with room left for a reply: the oldest exchanges are dropped
+ * as needed (never a leading system message, never the new message).
+ * 0 and *ids (owned), or -1 when the message cannot be sent: reported,
+ * and taken out of the conversation. */
+static int render_fitting(chat_state *st, int32_t **ids_out, size_t *n_out)
+{
+    int32_t *ids = NULL;
+    size_t n = 0, dropped = 0;
+    size_t reserve = st->set.max_tokens > 0 ? (size_t)st->set.max_tokens : st->n_ctx / 8;
+    if (reserve > st->n_ctx / 2)
+        reserve = st->n_ctx / 2;
+    size_t first = st->n_conv && strcmp(st->conv[0].role, "system") == 0 ? 1 : 0;
+    for (;;) {
+        if (render_ids(st, true, &ids, &n) < 0) {
+            fail(st, "%s", rvl_errmsg());
+            conv_remove(st, st->n_conv - 1);
+            return -1;
+        }
+        if (n + reserve <= st->n_ctx)
+            break;
+        if (!dropped) {
+            /* the new message alone (after the system message) must fit:
+             * otherwise nothing is dropped for it */
+            const msg_t *msg = &st->conv[st->n_conv - 1];
+            rvl_chat_msg alone[2];
+            size_t k = 0, na = 0;
+            int32_t *ida = NULL;
+            if (first)
+                alone[k++] = (rvl_chat_msg){st->conv[0].role, st->conv[0].content};
+            alone[k++] = (rvl_chat_msg){msg->role, msg->content};
+            int rc = render_msgs(st, alone, k, true, &ida, &na);
+            free(ida);
+            if (rc == 0 && na >= st->n_ctx) {
+                fail(st, "the message needs %zu tokens with the template: more than the context "
+                     "holds (%u; see -c)", na, st->n_ctx);
+                free(ids);
+                conv_remove(st, st->n_conv - 1);
+                return -1;
+            }
+        }
+        if (first + 1 >= st->n_conv) {
+            if (n < st->n_ctx)
+                break;   /* no room to spare, but it fits */
+            fail(st, "the message needs %zu tokens with the template: more than the context "
+                 "holds (%u; see -c)", n, st->n_ctx);
+            free(ids);
+            conv_remove(st, st->n_conv - 1);
+            return -1;
+        }
+        /* one exchange: a user message and the replies after it */
+        conv_remove(st, first);
+        dropped++;
+        while (first + 1 < st->n_conv && strcmp(st->conv[first].role, "user") != 0) {
+            conv_remove(st, first);
+            dropped++;
+        }
+        free(ids);
+        ids = NULL;
+    }
+    if (n == 0) {
+        fail(st, "the template renders the conversation as nothing");
+        free(ids);
+        conv_remove(st, st->n_conv - 1);
+        return -1;
+    }
+    if (dropped)
+        warn(st, "context: dropped the %zu oldest message%s to make room (-c sets a larger "
+             "context)", dropped, dropped == 1 ? "" : "s");
+    *ids_out = ids;
+    *n_out = n;
+    return 0;
+}
+
+/* Decode only what the cache lacks of the prompt ids[0 .. turn->n_prompt)
+ * (at least one token: the logits): its longest prefix in common, or
+ * pages of it dropped recently (a system prompt after /clear;
+ * lib/engine/kvcache.c's prefix reuse). Sets turn's n_reused and
+ * prompt_ms. */
+static int decode_prompt(chat_state *st, const int32_t *ids, chat_last_turn *turn,
+                         const float **logits)
+{
+    size_t n = turn->n_prompt, reuse = rvl_ctx_reuse(st->ctx, ids, (uint32_t)n);
+    memcpy(st->cached, ids, n * sizeof *ids);
+    st->total.prompt_all += n;
+    st->total.prompt_reused += reuse;
+    double t0 = gen_now_ms();
+    int rc = rvl_decode(st->ctx, ids + reuse, (uint32_t)(n - reuse), logits);
+    turn->n_reused = reuse;
+    turn->prompt_ms = gen_now_ms() - t0;
+    uint32_t pos = rvl_ctx_pos(st->ctx);
+    st->total.prompt_tokens += pos > reuse ? pos - reuse : 0;
+    st->total.prompt_ms += turn->prompt_ms;
+    return rc;
+}
+
+/* Generate the reply to the decoded prompt ids[0 .. turn->n_prompt) into
+ * *r (to free with gen_result_free, also on failure): streamed unless
+ * --json, with its own seed per turn, so that a restored session
+ * continues as the uninterrupted run would. The cache's ids are kept for
+ * the next turn, the turn's numbers (completing *turn) for /stats. */
+static int generate_reply(chat_state *st, const int32_t *ids, const float *logits,
+                          chat_last_turn *turn, gen_result *r)
+{
+    size_t n = turn->n_prompt;
+    *r = (gen_result){0};
+    rvl_sampler_params sp;
+    uint64_t n_turn = conv_count(st, "assistant") + 1;
+    cli_sample_params(&st->set.sample,
+                      mix64(st->seed ^ mix64(n_turn) ^ mix64(st->retry_salt << 32)), &sp);
+    rvl_sampler *smp = NULL;
+    int rc = rvl_sampler_open(&smp, &sp, rvl_model_hparams(st->model)->n_vocab);
+    if (rc < 0)
+        return rc;
+    for (size_t i = 0; i < n; i++)
+        rvl_sampler_accept(smp, ids[i]);
+
+    const char *const *stops = rvl_chat_stops(st->tmpl);
+    gen_params gp = {
+        .ctx = st->ctx, .smp = smp, .tok = st->tok, .stop_tokens = stops, .stop_strs = stops,
+        .max_tokens = st->set.max_tokens < 0 ? SIZE_MAX : (size_t)st->set.max_tokens,
+        .special = false,
+        .emit = opt_json ? NULL : emit_stream, .ud = st,
+        .context_shift = opt_shift,
+        .shift_keep = opt_keep < 0 ? (uint32_t)n : (uint32_t)opt_keep,
+    };
+    rc = gen_reply(&gp, logits, r);
+    rvl_sampler_close(smp);
+    uint32_t pos = rvl_ctx_pos(st->ctx);
+    if (r->n_shifted)
+        rvl_ctx_reset(st->ctx); /* shifted: the next turn renders the conversation afresh */
+    else if (pos > n)
+        memcpy(st->cached + n, r->ids, (pos - n) * sizeof *st->cached);
+    st->dirty = true;
+    st->total.turns++;
+    st->total.gen_tokens += r->n_ids;
+    st->total.gen_ms += r->gen_ms;
+    turn->valid = true;
+    turn->n_gen = r->n_ids;
+    turn->n_decoded = r->n_decoded;
+    turn->first_ms = turn->prompt_ms + r->first_ms;
+    turn->gen_ms = r->gen_ms;
+    turn->finish = r->finish;
+    st->last = *turn;
+    return rc;
+}
+
+/* The reply joins the conversation and ends its output (a blank line, or
+ * the turn's JSON object); a reply cut short says so. 0, or -1 when out
+ * of memory or writing the output failed. */
+static int finish_reply(chat_state *st, const char *user, const gen_result *r)
+{
+    bool intr = r->finish == GEN_INTERRUPTED;
+    if (intr && r->text.n == 0 && r->n_ids == 0) {
+        conv_remove(st, st->n_conv - 1);   /* nothing of the reply yet: not sent */
+    } else if (conv_push(st, "assistant", r->text.p, r->text.n, intr) < 0) {
+        cli_err(st->cmd, "out of memory");
+        return -1;
+    }
+    if (opt_json) {
+        json_turn(st, user, r);
+    } else {
+        bool nl = r->text.n && r->text.p[r->text.n - 1] == '\n';
+        if (intr && st->interactive) {
+            const char *mk = st->color_out ? " " C_NOTE "[interrupted]" C_OFF "\n"
+                                           : " [interrupted]\n";
+            out_write(st, mk + nl, strlen(mk + nl));
+        } else if (!nl) {
+            out_write(st, "\n", 1);
+        }
+        out_write(st, "\n", 1);
+    }
+    if (intr && !st->interactive)
+        warn(st, "interrupted: the reply stops here");
+    if (r->finish == GEN_CONTEXT) {
+        st->ctx_warned = true;   /* this says more than the 90% warning */
+        warn(st, "the context is full (%u tokens): the reply stops here; the next turn drops the "
+             "oldest messages (/reset starts over, -c sets a larger context)", st->n_ctx);
+    }
+    ctx_check_warning(st);
+    return st->out_failed ? -1 : 0;
 }
 
 /* Render the conversation (ending with a user message), make room in the
@@ -556,202 +785,53 @@ static void json_turn(const char *user, const gen_result *r, size_t n_prompt, si
  * which joins the conversation. `user` is that message, for --json.
  * Returns 0 (also after Ctrl-C: see the conversation), or -1 on a fatal
  * error (writing the output failed, a decode error). */
-static int reply_turn(const char *user)
+static int reply_turn(chat_state *st, const char *user)
 {
     int32_t *ids = NULL;
-    size_t n = 0, dropped = 0;
-    int rc;
-
-    /* the prompt, with room left for a reply: drop the oldest exchanges
-     * (never a leading system message, never the new message) */
-    size_t reserve = opt_n > 0 ? (size_t)opt_n : n_ctx / 8;
-    if (reserve > n_ctx / 2)
-        reserve = n_ctx / 2;
-    size_t first = n_conv && strcmp(conv[0].role, "system") == 0 ? 1 : 0;
-    for (;;) {
-        if ((rc = render_ids(true, &ids, &n)) < 0) {
-            fail("%s", rvl_errmsg());
-            conv_remove(n_conv - 1);
-            return 0;
-        }
-        if (n + reserve <= n_ctx)
-            break;
-        if (!dropped) {
-            /* the new message alone (after the system message) must fit:
-             * otherwise nothing is dropped for it */
-            rvl_chat_msg alone[2];
-            size_t k = 0, na = 0;
-            int32_t *ida = NULL;
-            if (first)
-                alone[k++] = (rvl_chat_msg){conv[0].role, conv[0].content};
-            alone[k++] = (rvl_chat_msg){conv[n_conv - 1].role, conv[n_conv - 1].content};
-            rc = render_msgs(alone, k, true, &ida, &na);
-            free(ida);
-            if (rc == 0 && na >= n_ctx) {
-                fail("the message needs %zu tokens with the template: more than the context "
-                     "holds (%u; see -c)", na, n_ctx);
-                free(ids);
-                conv_remove(n_conv - 1);
-                return 0;
-            }
-        }
-        if (first + 1 >= n_conv) {
-            if (n < n_ctx)
-                break;   /* no room to spare, but it fits */
-            fail("the message needs %zu tokens with the template: more than the context "
-                 "holds (%u; see -c)", n, n_ctx);
-            free(ids);
-            conv_remove(n_conv - 1);
-            return 0;
-        }
-        /* one exchange: a user message and the replies after it */
-        conv_remove(first);
-        dropped++;
-        while (first + 1 < n_conv && strcmp(conv[first].role, "user") != 0) {
-            conv_remove(first);
-            dropped++;
-        }
-        free(ids);
-        ids = NULL;
-    }
-    if (n == 0) {
-        fail("the template renders the conversation as nothing");
-        conv_remove(n_conv - 1);
-        return 0;
-    }
-    if (dropped)
-        warn("context: dropped the %zu oldest message%s to make room (-c sets a larger context)",
-             dropped, dropped == 1 ? "" : "s");
-
-    /* decode only what the cache lacks (at least one token: the logits):
-     * its longest prefix in common, or pages of it dropped recently (a
-     * system prompt after /clear; lib/engine/kvcache.c's prefix reuse) */
-    size_t reuse = rvl_ctx_reuse(ctx, ids, (uint32_t)n);
-    memcpy(cached, ids, n * sizeof *ids);
-    total.prompt_all += n;
-    total.prompt_reused += reuse;
+    chat_last_turn turn = {0};
     const float *logits = NULL;
-    double t0 = gen_now_ms();
-    rc = rvl_decode(ctx, ids + reuse, (uint32_t)(n - reuse), &logits);
-    double prompt_ms = gen_now_ms() - t0;
-    total.prompt_tokens += rvl_ctx_pos(ctx) > reuse ? rvl_ctx_pos(ctx) - reuse : 0;
-    total.prompt_ms += prompt_ms;
+    if (render_fitting(st, &ids, &turn.n_prompt) < 0)
+        return 0;
+    int rc = decode_prompt(st, ids, &turn, &logits);
     if (rc == RVL_EINTR || (rc == 0 && rvl_interrupted())) {
         /* the cache keeps the chunks that completed; the message is not sent */
         free(ids);
-        conv_remove(n_conv - 1);
-        if (interactive)
-            note("[interrupted]");
+        conv_remove(st, st->n_conv - 1);
+        if (st->interactive)
+            note(st, "[interrupted]");
         else
-            warn("interrupted before the reply began");
+            warn(st, "interrupted before the reply began");
         return 0;
     }
     if (rc < 0) {
         free(ids);
-        cli_fail(CMD, rc);
+        cli_fail(st->cmd, rc);
         return -1;
     }
 
-    /* the reply: its own seed per turn, so that a restored session
-     * continues as the uninterrupted run would */
-    rvl_sampler_params sp;
-    rvl_sampler_defaults(&sp);
-    sp.temp = (float)opt_temp;
-    sp.top_k = (int32_t)opt_top_k;
-    sp.top_p = (float)opt_top_p;
-    sp.min_p = (float)opt_min_p;
-    sp.repeat_penalty = (float)opt_rep;
-    sp.repeat_last_n = (int32_t)opt_last_n;
-    sp.freq_penalty = (float)opt_freq;
-    sp.presence_penalty = (float)opt_pres;
-    sp.seed = mix64(seed_base ^ mix64(conv_count("assistant") + 1) ^ mix64(retry_salt << 32));
-    rvl_sampler *smp = NULL;
-    if ((rc = rvl_sampler_open(&smp, &sp, rvl_model_hparams(model)->n_vocab)) < 0) {
-        free(ids);
-        cli_fail(CMD, rc);
-        return -1;
-    }
-    for (size_t i = 0; i < n; i++)
-        rvl_sampler_accept(smp, ids[i]);
-
-    const char *const *stops = rvl_chat_stops(tmpl);
-    gen_params gp = {
-        .ctx = ctx, .smp = smp, .tok = tok, .stop_tokens = stops, .stop_strs = stops,
-        .max_tokens = opt_n < 0 ? SIZE_MAX : (size_t)opt_n, .special = false,
-        .emit = opt_json ? NULL : emit_stream,
-        .context_shift = opt_shift,
-        .shift_keep = opt_keep < 0 ? (uint32_t)n : (uint32_t)opt_keep,
-    };
     gen_result r;
-    rc = gen_reply(&gp, logits, &r);
-    rvl_sampler_close(smp);
-    uint32_t pos = rvl_ctx_pos(ctx);
-    if (r.n_shifted)
-        rvl_ctx_reset(ctx); /* shifted: the next turn renders the conversation afresh */
-    else if (pos > n)
-        memcpy(cached + n, r.ids, (pos - n) * sizeof *cached);
-    dirty = true;
-    total.turns++;
-    total.gen_tokens += r.n_ids;
-    total.gen_ms += r.gen_ms;
-    last.valid = true;
-    last.n_prompt = n;
-    last.n_reused = reuse;
-    last.n_gen = r.n_ids;
-    last.n_decoded = r.n_decoded;
-    last.prompt_ms = prompt_ms;
-    last.first_ms = prompt_ms + r.first_ms;
-    last.gen_ms = r.gen_ms;
-    last.finish = r.finish;
+    rc = generate_reply(st, ids, logits, &turn, &r);
     free(ids);
     if (rc < 0) {
-        if (!out_failed)
-            cli_fail(CMD, rc);
+        if (!st->out_failed)
+            cli_fail(st->cmd, rc);
         gen_result_free(&r);
         return -1;
     }
-
-    bool intr = r.finish == GEN_INTERRUPTED;
-    if (intr && r.text.n == 0 && r.n_ids == 0) {
-        conv_remove(n_conv - 1);   /* nothing of the reply yet: not sent */
-    } else if (conv_push("assistant", r.text.p, r.text.n, intr) < 0) {
-        gen_result_free(&r);
-        cli_err(CMD, "out of memory");
-        return -1;
-    }
-    if (opt_json) {
-        json_turn(user, &r, n, reuse, prompt_ms);
-    } else {
-        bool nl = r.text.n && r.text.p[r.text.n - 1] == '\n';
-        if (intr && interactive) {
-            const char *mk = color_out ? " " C_NOTE "[interrupted]" C_OFF "\n" : " [interrupted]\n";
-            out_write(mk + nl, strlen(mk + nl));
-        } else if (!nl) {
-            out_write("\n", 1);
-        }
-        out_write("\n", 1);
-    }
-    if (intr && !interactive)
-        warn("interrupted: the reply stops here");
-    if (r.finish == GEN_CONTEXT) {
-        ctx_warned = true;   /* this says more than the 90% warning */
-        warn("the context is full (%u tokens): the reply stops here; the next turn drops the "
-             "oldest messages (/reset starts over, -c sets a larger context)", n_ctx);
-    }
+    rc = finish_reply(st, user, &r);
     gen_result_free(&r);
-    ctx_check_warning();
-    return out_failed ? -1 : 0;
+    return rc;
 }
 
 /* reply_turn with a copy of the message: the conversation may drop it. */
-static int reply(const char *user_msg)
+static int reply(chat_state *st, const char *user_msg)
 {
     char *user = strdup(user_msg);
     if (!user) {
-        cli_err(CMD, "out of memory");
+        cli_err(st->cmd, "out of memory");
         return -1;
     }
-    int rc = reply_turn(user);
+    int rc = reply_turn(st, user);
     free(user);
     return rc;
 }
@@ -764,7 +844,7 @@ static int reply(const char *user_msg)
  *    "settings": {"temp": 0.8, ..., "seed": "123"}}
  * ==================================================================== */
 
-static char *session_json(void)
+static char *session_json(chat_state *st)
 {
     char *buf = NULL;
     size_t len = 0;
@@ -780,13 +860,13 @@ static char *session_json(void)
     rvl_jw_u64(&w, 1);
     rvl_jw_key(&w, "messages");
     rvl_jw_arr(&w);
-    for (size_t i = 0; i < n_conv; i++) {
+    for (size_t i = 0; i < st->n_conv; i++) {
         rvl_jw_obj(&w);
         rvl_jw_key(&w, "role");
-        rvl_jw_str(&w, conv[i].role);
+        rvl_jw_str(&w, st->conv[i].role);
         rvl_jw_key(&w, "content");
-        rvl_jw_str(&w, conv[i].content);
-        if (conv[i].interrupted) {
+        rvl_jw_str(&w, st->conv[i].content);
+        if (st->conv[i].interrupted) {
             rvl_jw_key(&w, "interrupted");
             rvl_jw_bool(&w, true);
         }
@@ -797,13 +877,13 @@ static char *session_json(void)
     rvl_jw_obj(&w);
     for (size_t i = 0; i < N_SETTINGS; i++) {
         rvl_jw_key(&w, settings[i].name);
-        if (settings[i].f)
-            rvl_jw_f64(&w, *settings[i].f);
+        if (setting_is_float(i))
+            rvl_jw_f64(&w, *setting_f(&st->set, i));
         else
-            rvl_jw_i64(&w, *settings[i].i);
+            rvl_jw_i64(&w, *setting_i(&st->set, i));
     }
     char sb[32];
-    snprintf(sb, sizeof sb, "%llu", (unsigned long long)seed_base);
+    snprintf(sb, sizeof sb, "%llu", (unsigned long long)st->seed);
     rvl_jw_key(&w, "seed");
     rvl_jw_str(&w, sb);
     rvl_jw_obj_end(&w);
@@ -815,19 +895,19 @@ static char *session_json(void)
     return buf;
 }
 
-static int session_save(const char *path)
+static int session_save(chat_state *st, const char *path)
 {
-    char *extra = session_json();
+    char *extra = session_json(st);
     if (!extra)
         return rvl_seterr(RVL_ENOMEM, "out of memory");
-    int rc = rvl_session_save(ctx, path, cached, cache_n(), extra);
+    int rc = rvl_session_save(st->ctx, path, st->cached, cache_n(st), extra);
     free(extra);
     return rc;
 }
 
 /* The extra JSON of a session into the conversation and (for settings
  * not given on the command line) the settings. On error nothing changes. */
-static int session_apply(const char *path, const char *extra)
+static int session_apply(chat_state *st, const char *path, const char *extra)
 {
     cJSON *j = extra ? cJSON_Parse(extra) : NULL;
     const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(j, "format");
@@ -850,22 +930,17 @@ static int session_apply(const char *path, const char *extra)
     }
     /* settings are checked as /set checks them, then applied */
     char err[256];
-    double saved_f[N_SETTINGS];
-    long long saved_i[N_SETTINGS];
-    uint64_t saved_seed = seed_base;
-    for (size_t k = 0; k < N_SETTINGS; k++) {
-        saved_f[k] = settings[k].f ? *settings[k].f : 0;
-        saved_i[k] = settings[k].i ? *settings[k].i : 0;
-    }
+    const chat_settings saved = st->set;
+    const uint64_t saved_seed = st->seed;
     for (const cJSON *s = set ? set->child : NULL; s; s = s->next) {
         char val[64];
         if (!s->string)
             continue;
-        if (strcmp(s->string, "seed") == 0 && seed_given)
+        if (strcmp(s->string, "seed") == 0 && st->seed_given)
             continue;
         bool skip = false;
         for (size_t k = 0; k < N_SETTINGS; k++)
-            if (strcmp(settings[k].name, s->string) == 0 && settings[k].given)
+            if (strcmp(settings[k].name, s->string) == 0 && st->given[k])
                 skip = true;
         if (skip)
             continue;
@@ -875,22 +950,17 @@ static int session_apply(const char *path, const char *extra)
             snprintf(val, sizeof val, "%.17g", s->valuedouble);
         else
             snprintf(val, sizeof val, "?");
-        if (setting_set(s->string, val, err, sizeof err) < 0) {
-            for (size_t k = 0; k < N_SETTINGS; k++) {
-                if (settings[k].f)
-                    *settings[k].f = saved_f[k];
-                else
-                    *settings[k].i = saved_i[k];
-            }
-            seed_base = saved_seed;
+        if (setting_set(st, s->string, val, err, sizeof err) < 0) {
+            st->set = saved;
+            st->seed = saved_seed;
             rc = rvl_seterr(RVL_EFORMAT, "%s: settings: %s", path, err);
             goto out;
         }
     }
-    conv_clear(false);
+    conv_clear(st, false);
     for (const cJSON *m = msgs->child; m; m = m->next) {
         const char *c = cJSON_GetObjectItemCaseSensitive(m, "content")->valuestring;
-        if (conv_push(cJSON_GetObjectItemCaseSensitive(m, "role")->valuestring, c, strlen(c),
+        if (conv_push(st, cJSON_GetObjectItemCaseSensitive(m, "role")->valuestring, c, strlen(c),
                       cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(m, "interrupted"))) < 0) {
             rc = rvl_seterr(RVL_ENOMEM, "out of memory");
             goto out;
@@ -901,163 +971,172 @@ out:
     return rc;
 }
 
-static int session_load(const char *path)
+static int session_load(chat_state *st, const char *path)
 {
     int32_t *ids = NULL;
     size_t n = 0;
     char *extra = NULL;
-    int rc = rvl_session_load(ctx, path, &ids, &n, &extra);
-    if (rc == 0 && n > n_ctx)
-        rc = rvl_seterr(RVL_EFORMAT, "%s: %zu tokens in a context of %u", path, n, n_ctx);
-    if (rc == 0 && (rc = session_apply(path, extra)) == 0) {
-        memcpy(cached, ids, n * sizeof *ids);
-        retry_salt = 0;
-        if (opt_system && conv_set_system(opt_system) < 0)
+    int rc = rvl_session_load(st->ctx, path, &ids, &n, &extra);
+    if (rc == 0 && n > st->n_ctx)
+        rc = rvl_seterr(RVL_EFORMAT, "%s: %zu tokens in a context of %u", path, n, st->n_ctx);
+    if (rc == 0 && (rc = session_apply(st, path, extra)) == 0) {
+        memcpy(st->cached, ids, n * sizeof *ids);
+        st->retry_salt = 0;
+        if (opt_system && conv_set_system(st, opt_system) < 0)
             rc = rvl_seterr(RVL_ENOMEM, "out of memory");
     }
     if (rc < 0)
-        rvl_ctx_reset(ctx);   /* the cache may not match the conversation any more */
+        rvl_ctx_reset(st->ctx);   /* the cache may not match the conversation any more */
     free(ids);
     free(extra);
     return rc;
 }
 
 /* ====================================================================
- * In-chat commands
+ * In-chat commands: /NAME [ARG], handled by slash_NAME (cmd_NAME is
+ * for the CLI's commands)
  * ==================================================================== */
 
-typedef enum { CMD_OK, CMD_EXIT, CMD_FATAL } cmd_status;
+typedef enum { SLASH_OK, SLASH_EXIT, SLASH_FATAL } slash_status;
 
 typedef struct {
     const char *name, *args, *help;
-    cmd_status (*fn)(const char *arg);
-} chat_cmd;
+    slash_status (*fn)(chat_state *st, const char *arg);
+} slash_cmd;
 
-static cmd_status cmd_help(const char *arg);
+static slash_status slash_help(chat_state *st, const char *arg);
 
-static cmd_status cmd_reset(const char *arg)
+static slash_status slash_reset(chat_state *st, const char *arg)
 {
     (void)arg;
-    conv_clear(true);
-    rvl_ctx_reset(ctx);
-    retry_salt = 0;
-    ctx_warned = false;
-    fprintf(info, "(a new conversation%s)\n",
-            n_conv ? "; the system message stays" : "");
-    return CMD_OK;
+    conv_clear(st, true);
+    rvl_ctx_reset(st->ctx);
+    st->retry_salt = 0;
+    st->ctx_warned = false;
+    fprintf(st->info, "(a new conversation%s)\n",
+            st->n_conv ? "; the system message stays" : "");
+    return SLASH_OK;
 }
 
-static cmd_status cmd_system(const char *arg)
+static slash_status slash_system(chat_state *st, const char *arg)
 {
     if (!*arg) {
-        bool has = n_conv && strcmp(conv[0].role, "system") == 0;
-        fprintf(info, has ? "system: %s\n" : "(no system message: the template's default applies)\n",
-                has ? conv[0].content : "");
-        return CMD_OK;
+        bool has = st->n_conv && strcmp(st->conv[0].role, "system") == 0;
+        fprintf(st->info,
+                has ? "system: %s\n" : "(no system message: the template's default applies)\n",
+                has ? st->conv[0].content : "");
+        return SLASH_OK;
     }
-    if (conv_set_system(arg) < 0) {
-        cli_err(CMD, "out of memory");
-        return CMD_FATAL;
+    if (conv_set_system(st, arg) < 0) {
+        cli_err(st->cmd, "out of memory");
+        return SLASH_FATAL;
     }
-    cache_trim();
-    fprintf(info, "(system message set)\n");
-    return CMD_OK;
+    cache_trim(st);
+    fprintf(st->info, "(system message set)\n");
+    return SLASH_OK;
 }
 
-static cmd_status cmd_save(const char *arg)
+static slash_status slash_save(chat_state *st, const char *arg)
 {
     if (!*arg) {
-        fail("/save needs a file name");
-        return CMD_OK;
+        fail(st, "/save needs a file name");
+        return SLASH_OK;
     }
-    if (session_save(arg) < 0)
-        fail("/save: %s", rvl_errmsg());
+    if (session_save(st, arg) < 0)
+        fail(st, "/save: %s", rvl_errmsg());
     else
-        fprintf(info, "(saved %zu messages and %u cached tokens to %s)\n", n_conv, cache_n(), arg);
-    return CMD_OK;
+        fprintf(st->info, "(saved %zu messages and %u cached tokens to %s)\n", st->n_conv,
+                cache_n(st), arg);
+    return SLASH_OK;
 }
 
-static cmd_status cmd_load(const char *arg)
+static slash_status slash_load(chat_state *st, const char *arg)
 {
     if (!*arg) {
-        fail("/load needs a file name");
-        return CMD_OK;
+        fail(st, "/load needs a file name");
+        return SLASH_OK;
     }
-    if (session_load(arg) < 0)
-        fail("/load: %s", rvl_errmsg());
+    if (session_load(st, arg) < 0)
+        fail(st, "/load: %s", rvl_errmsg());
     else
-        fprintf(info, "(loaded %zu messages and %u cached tokens from %s)\n", n_conv, cache_n(), arg);
-    ctx_warned = false;
-    return CMD_OK;
+        fprintf(st->info, "(loaded %zu messages and %u cached tokens from %s)\n", st->n_conv,
+                cache_n(st), arg);
+    st->ctx_warned = false;
+    return SLASH_OK;
 }
 
-static cmd_status cmd_undo(const char *arg)
+static slash_status slash_undo(chat_state *st, const char *arg)
 {
     (void)arg;
-    size_t end = n_conv;
-    while (end && strcmp(conv[end - 1].role, "user") != 0 && strcmp(conv[end - 1].role, "system") != 0)
+    size_t end = st->n_conv;
+    while (end && strcmp(st->conv[end - 1].role, "user") != 0 &&
+           strcmp(st->conv[end - 1].role, "system") != 0)
         end--;
-    if (!end || strcmp(conv[end - 1].role, "user") != 0) {
-        fail("/undo: nothing to undo");
-        return CMD_OK;
+    if (!end || strcmp(st->conv[end - 1].role, "user") != 0) {
+        fail(st, "/undo: nothing to undo");
+        return SLASH_OK;
     }
-    size_t k = n_conv - (end - 1);
-    while (n_conv >= end)
-        conv_remove(n_conv - 1);
-    cache_trim();
-    retry_salt = 0;
-    fprintf(info, "(removed the last exchange: %zu message%s)\n", k, k == 1 ? "" : "s");
-    return CMD_OK;
+    size_t k = st->n_conv - (end - 1);
+    while (st->n_conv >= end)
+        conv_remove(st, st->n_conv - 1);
+    cache_trim(st);
+    st->retry_salt = 0;
+    fprintf(st->info, "(removed the last exchange: %zu message%s)\n", k, k == 1 ? "" : "s");
+    return SLASH_OK;
 }
 
-static cmd_status cmd_retry(const char *arg)
+static slash_status slash_retry(chat_state *st, const char *arg)
 {
     (void)arg;
-    if (!n_conv || strcmp(conv[n_conv - 1].role, "assistant") != 0 || n_conv < 2 ||
-        strcmp(conv[n_conv - 2].role, "user") != 0) {
-        fail("/retry: no reply to regenerate");
-        return CMD_OK;
+    if (!st->n_conv || strcmp(st->conv[st->n_conv - 1].role, "assistant") != 0 || st->n_conv < 2 ||
+        strcmp(st->conv[st->n_conv - 2].role, "user") != 0) {
+        fail(st, "/retry: no reply to regenerate");
+        return SLASH_OK;
     }
-    conv_remove(n_conv - 1);
-    retry_salt++;
-    return reply(conv[n_conv - 1].content) < 0 ? CMD_FATAL : CMD_OK;
+    conv_remove(st, st->n_conv - 1);
+    st->retry_salt++;
+    return reply(st, st->conv[st->n_conv - 1].content) < 0 ? SLASH_FATAL : SLASH_OK;
 }
 
-static cmd_status cmd_stats(const char *arg)
+static slash_status slash_stats(chat_state *st, const char *arg)
 {
     (void)arg;
-    uint32_t pos = cache_n();
-    size_t per = kv_bytes_per_token();
-    fprintf(info, "messages   %zu (%zu exchanges)\n", n_conv, conv_count("assistant"));
-    fprintf(info, "context    %u of %u tokens used (%.1f%%)\n", pos, n_ctx, 100.0 * pos / n_ctx);
-    fprintf(info, "KV cache   %.2f MiB used of %.2f MiB (%s, %zu bytes per token)\n",
+    FILE *out = st->info;
+    const chat_last_turn *last = &st->last;
+    const chat_totals *total = &st->total;
+    uint32_t pos = cache_n(st), n_ctx = st->n_ctx;
+    size_t per = kv_bytes_per_token(st);
+    fprintf(out, "messages   %zu (%zu exchanges)\n", st->n_conv, conv_count(st, "assistant"));
+    fprintf(out, "context    %u of %u tokens used (%.1f%%)\n", pos, n_ctx, 100.0 * pos / n_ctx);
+    fprintf(out, "KV cache   %.2f MiB used of %.2f MiB (%s, %zu bytes per token)\n",
             (double)pos * per / 1048576.0, (double)n_ctx * per / 1048576.0,
             cli_kv_describe(&opt_kv), per);
-    fprintf(info, "backend    %s (device %s)\n", rvl_ctx_backend(ctx), rvl_ctx_device(ctx));
-    if (last.valid) {
-        size_t np = last.n_prompt - last.n_reused;
-        fprintf(info, "last turn  prompt %zu tokens (%zu reused from the cache, %zu decoded in "
-                      "%.1f ms, %.1f tok/s), first token %.1f ms, reply %zu tokens in %.1f ms "
-                      "(%.1f tok/s), finish: %s\n",
-                last.n_prompt, last.n_reused, np, last.prompt_ms,
-                last.prompt_ms > 0 ? np * 1e3 / last.prompt_ms : 0, last.first_ms, last.n_gen,
-                last.gen_ms, last.gen_ms > 0 && last.n_decoded ? last.n_decoded * 1e3 / last.gen_ms : 0,
-                gen_finish_name(last.finish));
+    fprintf(out, "backend    %s (device %s)\n", rvl_ctx_backend(st->ctx), rvl_ctx_device(st->ctx));
+    if (last->valid) {
+        size_t np = last->n_prompt - last->n_reused;
+        fprintf(out, "last turn  prompt %zu tokens (%zu reused from the cache, %zu decoded in "
+                     "%.1f ms, %.1f tok/s), first token %.1f ms, reply %zu tokens in %.1f ms "
+                     "(%.1f tok/s), finish: %s\n",
+                last->n_prompt, last->n_reused, np, last->prompt_ms,
+                last->prompt_ms > 0 ? np * 1e3 / last->prompt_ms : 0, last->first_ms, last->n_gen,
+                last->gen_ms,
+                last->gen_ms > 0 && last->n_decoded ? last->n_decoded * 1e3 / last->gen_ms : 0,
+                gen_finish_name(last->finish));
     }
-    fprintf(info, "session    %zu turns, %zu prompt tokens decoded (%.1f tok/s), %zu tokens "
-                  "generated (%.1f tok/s)\n",
-            total.turns, total.prompt_tokens,
-            total.prompt_ms > 0 ? total.prompt_tokens * 1e3 / total.prompt_ms : 0, total.gen_tokens,
-            total.gen_ms > 0 ? total.gen_tokens * 1e3 / total.gen_ms : 0);
-    fprintf(info, "prompt tokens reused: %zu of %zu\n", total.prompt_reused, total.prompt_all);
-    return CMD_OK;
+    fprintf(out, "session    %zu turns, %zu prompt tokens decoded (%.1f tok/s), %zu tokens "
+                 "generated (%.1f tok/s)\n",
+            total->turns, total->prompt_tokens,
+            total->prompt_ms > 0 ? total->prompt_tokens * 1e3 / total->prompt_ms : 0,
+            total->gen_tokens, total->gen_ms > 0 ? total->gen_tokens * 1e3 / total->gen_ms : 0);
+    fprintf(out, "prompt tokens reused: %zu of %zu\n", total->prompt_reused, total->prompt_all);
+    return SLASH_OK;
 }
 
-static cmd_status cmd_set(const char *arg)
+static slash_status slash_set(chat_state *st, const char *arg)
 {
     if (!*arg) {
-        settings_print(info);
-        return CMD_OK;
+        settings_print(st, st->info);
+        return SLASH_OK;
     }
     char name[64];
     size_t nl = strcspn(arg, " \t");
@@ -1067,62 +1146,63 @@ static cmd_status cmd_set(const char *arg)
     char err[256];
     if (!*val) {
         /* name alone: its value, or the unknown-name message */
-        if (setting_set(name, "", err, sizeof err) < 0 && strstr(err, "unknown")) {
-            fail("/set: %s", err);
-            return CMD_OK;
+        if (setting_set(st, name, "", err, sizeof err) < 0 && strstr(err, "unknown")) {
+            fail(st, "/set: %s", err);
+            return SLASH_OK;
         }
-        fail("/set: %s needs a value", name);
-        return CMD_OK;
+        fail(st, "/set: %s needs a value", name);
+        return SLASH_OK;
     }
-    if (setting_set(name, val, err, sizeof err) < 0)
-        fail("/set: %s", err);
+    if (setting_set(st, name, val, err, sizeof err) < 0)
+        fail(st, "/set: %s", err);
     else
-        fprintf(info, "(%s = %s)\n", name, val);
-    return CMD_OK;
+        fprintf(st->info, "(%s = %s)\n", name, val);
+    return SLASH_OK;
 }
 
-static cmd_status cmd_exit(const char *arg)
+static slash_status slash_exit(chat_state *st, const char *arg)
 {
+    (void)st;
     (void)arg;
-    return CMD_EXIT;
+    return SLASH_EXIT;
 }
 
-static const chat_cmd commands[] = {
-    {"help", "", "show the commands", cmd_help},
-    {"reset", "", "start a new conversation (the system message stays)", cmd_reset},
-    {"system", "[TEXT]", "set the system message (without TEXT: show it)", cmd_system},
-    {"save", "FILE", "save the conversation with its cache to FILE", cmd_save},
-    {"load", "FILE", "continue the conversation saved in FILE", cmd_load},
-    {"undo", "", "drop the last exchange (your message and the reply)", cmd_undo},
-    {"retry", "", "generate the last reply again", cmd_retry},
-    {"stats", "", "tokens, context used, speeds, KV cache memory", cmd_stats},
-    {"set", "[NAME VALUE]", "change a sampling setting (without arguments: list them)", cmd_set},
-    {"exit", "", "leave (also Ctrl-D)", cmd_exit},
-    {"quit", "", "leave", cmd_exit},
+static const slash_cmd commands[] = {
+    {"help", "", "show the commands", slash_help},
+    {"reset", "", "start a new conversation (the system message stays)", slash_reset},
+    {"system", "[TEXT]", "set the system message (without TEXT: show it)", slash_system},
+    {"save", "FILE", "save the conversation with its cache to FILE", slash_save},
+    {"load", "FILE", "continue the conversation saved in FILE", slash_load},
+    {"undo", "", "drop the last exchange (your message and the reply)", slash_undo},
+    {"retry", "", "generate the last reply again", slash_retry},
+    {"stats", "", "tokens, context used, speeds, KV cache memory", slash_stats},
+    {"set", "[NAME VALUE]", "change a sampling setting (without arguments: list them)", slash_set},
+    {"exit", "", "leave (also Ctrl-D)", slash_exit},
+    {"quit", "", "leave", slash_exit},
 };
 #define N_COMMANDS (sizeof commands / sizeof commands[0])
 
-static cmd_status cmd_help(const char *arg)
+static slash_status slash_help(chat_state *st, const char *arg)
 {
     (void)arg;
     for (size_t i = 0; i < N_COMMANDS; i++) {
         char lab[64];
         snprintf(lab, sizeof lab, "/%s %s", commands[i].name, commands[i].args);
-        fprintf(info, "  %-20s %s\n", lab, commands[i].help);
+        fprintf(st->info, "  %-20s %s\n", lab, commands[i].help);
     }
-    fprintf(info, "  %-20s %s\n", "//TEXT", "send a message that starts with '/'");
-    fprintf(info, "Settings for /set:");
+    fprintf(st->info, "  %-20s %s\n", "//TEXT", "send a message that starts with '/'");
+    fprintf(st->info, "Settings for /set:");
     for (size_t i = 0; i < N_SETTINGS; i++)
-        fprintf(info, " %s,", settings[i].name);
-    fprintf(info, " seed.\n");
-    if (interactive)
-        fprintf(info, "Multi-line messages: end a line with \\ to continue it, or write the "
+        fprintf(st->info, " %s,", settings[i].name);
+    fprintf(st->info, " seed.\n");
+    if (st->interactive)
+        fprintf(st->info, "Multi-line messages: end a line with \\ to continue it, or write the "
                       "message between lines of \"\"\".\nCtrl-C stops a reply; Ctrl-D leaves.\n");
-    return CMD_OK;
+    return SLASH_OK;
 }
 
 /* A line starting with '/': run it. */
-static cmd_status run_command(const char *line)
+static slash_status slash_run(chat_state *st, const char *line)
 {
     const char *p = line + 1;
     size_t nl = strcspn(p, " \t\n");
@@ -1131,19 +1211,19 @@ static cmd_status run_command(const char *line)
     /* trailing blanks are not part of an argument */
     char *a = strdup(arg);
     if (!a) {
-        cli_err(CMD, "out of memory");
-        return CMD_FATAL;
+        cli_err(st->cmd, "out of memory");
+        return SLASH_FATAL;
     }
     size_t al = strlen(a);
     while (al && (a[al - 1] == ' ' || a[al - 1] == '\t' || a[al - 1] == '\n' || a[al - 1] == '\r'))
         a[--al] = 0;
-    cmd_status st = CMD_OK;
-    const chat_cmd *c = NULL;
+    slash_status res = SLASH_OK;
+    const slash_cmd *c = NULL;
     for (size_t i = 0; i < N_COMMANDS; i++)
         if (strlen(commands[i].name) == nl && strncmp(commands[i].name, p, nl) == 0)
             c = &commands[i];
     if (c) {
-        st = c->fn(a);
+        res = c->fn(st, a);
     } else {
         char word[64];
         const char *cands[N_COMMANDS + 1];
@@ -1153,14 +1233,15 @@ static cmd_status run_command(const char *line)
         snprintf(word, sizeof word, "%.*s", (int)(nl < 63 ? nl : 63), p);
         const char *s = cli_suggest(word, cands);
         if (s)
-            fail("unknown command '/%s'; did you mean '/%s'? (/help lists the commands)", word, s);
+            fail(st, "unknown command '/%s'; did you mean '/%s'? (/help lists the commands)", word,
+                 s);
         else
-            fail("unknown command '/%s' (/help lists the commands; //TEXT sends a message "
+            fail(st, "unknown command '/%s' (/help lists the commands; //TEXT sends a message "
                  "that starts with '/')", word);
     }
     free(a);
-    fflush(info);
-    return st;
+    fflush(st->info);
+    return res;
 }
 
 static bool blank(const char *s)
@@ -1172,7 +1253,7 @@ static bool blank(const char *s)
  * --render: the prompt for a conversation, needing only the vocabulary
  * ==================================================================== */
 
-static int do_render(void)
+static int do_render(chat_state *st)
 {
     rvl_file *f = NULL;
     rvl_tokenizer *t = NULL;
@@ -1182,11 +1263,11 @@ static int do_render(void)
     char *out = NULL, *w = NULL;
     int rc;
     if ((rc = rvl_chat_conv_load(opt_render, &msgs, &n)) < 0 ||
-        (rc = rvl_file_open(&f, model_path)) < 0 || (rc = rvl_tok_open(&t, f)) < 0)
+        (rc = rvl_file_open(&f, st->model_path)) < 0 || (rc = rvl_tok_open(&t, f)) < 0)
         goto out;
     rc = rvl_chat_open_model(&c, f, t, opt_chat_template, &w);
     if (w) {
-        cli_err(CMD, "%s", w);
+        cli_err(st->cmd, "%s", w);
         free(w);
         w = NULL;
     }
@@ -1206,191 +1287,197 @@ static int do_render(void)
     bool gp = !n || strcmp(msgs[n - 1].role, "assistant") != 0;
     rc = rvl_chat_format(c, all, n + sys, gp, &out, &w);
     if (w) {
-        cli_err(CMD, "%s", w);
+        cli_err(st->cmd, "%s", w);
         free(w);
     }
     if (rc == 0 && (fwrite(out, 1, strlen(out), stdout) != strlen(out) || fflush(stdout) != 0)) {
-        cli_err(CMD, "writing to standard output failed: %s", strerror(errno));
+        cli_err(st->cmd, "writing to standard output failed: %s", strerror(errno));
         rc = 1;
     }
 out:;
-    int st = rc < 0 ? cli_fail(CMD, rc) : rc;
+    int status = rc < 0 ? cli_fail(st->cmd, rc) : rc;
     free(out);
     free(all);
     free(msgs);
     rvl_chat_close(c);
     rvl_tok_close(t);
     rvl_file_close(f);
-    return st;
+    return status;
 }
 
 /* ====================================================================
  * main
  * ==================================================================== */
 
+/* The model, its context with the --lora adapters, the template, the
+ * system message and the --session: 0, or the exit status after printing
+ * the error. chat_close frees what was opened, also on failure. */
+static int chat_open(chat_state *st)
+{
+    int status = 0, rc;
+    char *w = NULL;
+    if ((rc = rvl_model_open(&st->model, st->model_path)) < 0)
+        return cli_fail(st->cmd, rc);
+    st->tok = rvl_model_tokenizer(st->model);
+    rvl_ctx_params cp = {.n_ctx = (uint32_t)opt_ctx, .n_threads = (uint32_t)opt_threads,
+                         .backend = opt_backend};
+    cli_kv_params(&opt_kv, &cp);
+    if ((rc = rvl_ctx_open(&st->ctx, st->model, &cp)) == 0 &&
+        (status = cli_lora_attach(st->cmd, &opt_lora, st->model, st->ctx, &st->lora)) != 0)
+        return status;
+    if (rc == 0 && ((rc = cli_backend_refuse(st->ctx, opt_session ? "--session" : NULL)) < 0 ||
+                    (rc = cli_backend_refuse(st->ctx, opt_shift ? "--context-shift" : NULL)) < 0))
+        return cli_fail(st->cmd, rc);
+    if (rc < 0 ||
+        (rc = rvl_chat_open_model(&st->tmpl, rvl_model_file(st->model), st->tok, opt_chat_template,
+                                  &w)) < 0) {
+        if (w) {
+            cli_err(st->cmd, "%s", w);
+            free(w);
+        }
+        return cli_fail(st->cmd, rc);
+    }
+    if (w) {
+        warn(st, "%s", w);
+        free(w);
+    }
+    st->n_ctx = rvl_ctx_n_ctx(st->ctx);
+    st->add_bos = rvl_tok_add_bos(st->tok) && rvl_tok_bos(st->tok) >= 0;
+    st->cached = malloc(((size_t)st->n_ctx + 1) * sizeof *st->cached);
+    if (!st->cached || (opt_system && conv_set_system(st, opt_system) < 0)) {
+        cli_err(st->cmd, "out of memory");
+        return EXIT_RUNTIME;
+    }
+    if (opt_session && access(opt_session, F_OK) == 0) {
+        if (session_load(st, opt_session) < 0)
+            return cli_fail(st->cmd, RVL_EFORMAT);
+        if (st->interactive)
+            note(st, "session %s: %zu messages, %u tokens in the cache", opt_session, st->n_conv,
+                 cache_n(st));
+    }
+    st->dirty = false;
+    return 0;
+}
+
+static void chat_close(chat_state *st)
+{
+    conv_clear(st, false);
+    free(st->conv);
+    free(st->cached);
+    rvl_chat_close(st->tmpl);
+    rvl_ctx_close(st->ctx);
+    rvl_lora_close(st->lora);
+    rvl_model_close(st->model);
+}
+
+/* Messages and /commands until the end of input, /exit, a fatal error or
+ * (from a script) Ctrl-C; the session saved after each. The exit status. */
+static int chat_loop(chat_state *st)
+{
+    for (;;) {
+        char *msg = NULL;
+        if (st->interactive)
+            rvl_interrupt_clear();
+        int r = st->interactive ? chat_input_message(&msg)
+                                : chat_input_record(stdin, opt_null, &msg);
+        if (r == 0)
+            return rvl_interrupted() ? EXIT_INTERRUPTED : 0;   /* SIGTERM at the prompt */
+        if (r < 0) {
+            if (st->interactive)
+                continue;
+            return rvl_interrupted() ? EXIT_INTERRUPTED : EXIT_RUNTIME;
+        }
+        slash_status res = SLASH_OK;
+        if (blank(msg)) {
+            /* nothing to send */
+        } else if (msg[0] == '/' && msg[1] != '/') {
+            res = slash_run(st, msg);
+        } else {
+            const char *text = msg[0] == '/' ? msg + 1 : msg;
+            if (conv_push(st, "user", text, strlen(text), false) < 0) {
+                cli_err(st->cmd, "out of memory");
+                res = SLASH_FATAL;
+            } else if (reply(st, text) < 0) {
+                res = SLASH_FATAL;
+            }
+        }
+        free(msg);
+        if (res == SLASH_FATAL)
+            return EXIT_RUNTIME;
+        if (opt_session && st->dirty) {
+            if (session_save(st, opt_session) < 0)
+                fail(st, "--session: %s", rvl_errmsg());
+            else
+                st->dirty = false;
+        }
+        if (res == SLASH_EXIT)
+            return 0;
+        if (!st->interactive && rvl_interrupted())
+            return EXIT_INTERRUPTED;
+    }
+}
+
 static int chat_main(rvl_cmd *cmd, int argc, char **argv)
 {
     (void)argc;
     (void)argv;
-    CMD = cmd->name;
-    int status = 0, rc;
-    char *w = NULL;
+    chat_state state = {.cmd = cmd->name}, *st = &state;
+    int status, rc;
     const char *nc = getenv("NO_COLOR");
     bool no_color = nc && *nc;
-    interactive = isatty(STDIN_FILENO);
-    color_out = !no_color && isatty(STDOUT_FILENO);
-    color_err = !no_color && isatty(STDERR_FILENO);
-    info = interactive ? stdout : stderr;
+    st->interactive = isatty(STDIN_FILENO);
+    st->color_out = !no_color && isatty(STDOUT_FILENO);
+    st->color_err = !no_color && isatty(STDERR_FILENO);
+    st->info = st->interactive ? stdout : stderr;
 
-    settings_init();
+    settings_init(st);
     if (opt_seed) {
-        if (parse_seed(opt_seed, &seed_base) < 0)
-            cli_usage(CMD, "--seed: '%s' is not a non-negative integer", opt_seed);
-        seed_given = true;
+        if (parse_seed(opt_seed, &st->seed) < 0)
+            cli_usage(st->cmd, "--seed: '%s' is not a non-negative integer", opt_seed);
+        st->seed_given = true;
     } else {
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
-        seed_base = (uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 20) ^ (uint64_t)getpid();
+        st->seed = (uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 20) ^ (uint64_t)getpid();
     }
     if (opt_render && opt_session)
-        cli_usage(CMD, "--render prints a prompt and exits: it takes no --session");
+        cli_usage(st->cmd, "--render prints a prompt and exits: it takes no --session");
     if (opt_lora.n && opt_session)
-        cli_usage(CMD, "--session cannot be combined with --lora (a session file does not record "
-                  "the adapters its cache was computed with)");
-    if ((rc = rvl_model_path(opt_model, model_path, sizeof model_path)) < 0)
-        return cli_fail(CMD, rc);
+        cli_usage(st->cmd, "--session cannot be combined with --lora (a session file does not "
+                  "record the adapters its cache was computed with)");
+    if ((rc = rvl_model_path(opt_model, st->model_path, sizeof st->model_path)) < 0)
+        return cli_fail(st->cmd, rc);
     if (opt_render)
-        return do_render();
+        return do_render(st);
 
-    if ((rc = rvl_model_open(&model, model_path)) < 0)
-        return cli_fail(CMD, rc);
-    tok = rvl_model_tokenizer(model);
-    rvl_ctx_params cp = {.n_ctx = (uint32_t)opt_ctx, .n_threads = (uint32_t)opt_threads,
-                         .backend = opt_backend};
-    cli_kv_params(&opt_kv, &cp);
-    if ((rc = rvl_ctx_open(&ctx, model, &cp)) == 0 &&
-        (status = cli_lora_attach(CMD, &opt_lora, model, ctx, &lora)) != 0)
+    /* borrowed by chat_input until chat_input_close */
+    const char *cmd_names[N_COMMANDS + 1] = {0}, *set_names[N_SETTINGS + 2] = {0};
+    if ((status = chat_open(st)) != 0)
         goto out;
-    if (rc == 0 && ((rc = cli_backend_refuse(ctx, opt_session ? "--session" : NULL)) < 0 ||
-                    (rc = cli_backend_refuse(ctx, opt_shift ? "--context-shift" : NULL)) < 0)) {
-        status = cli_fail(CMD, rc);
-        goto out;
-    }
-    if (rc < 0 ||
-        (rc = rvl_chat_open_model(&tmpl, rvl_model_file(model), tok, opt_chat_template, &w)) < 0) {
-        if (w) {
-            cli_err(CMD, "%s", w);
-            free(w);
-        }
-        status = cli_fail(CMD, rc);
-        goto out;
-    }
-    if (w) {
-        warn("%s", w);
-        free(w);
-    }
-    n_ctx = rvl_ctx_n_ctx(ctx);
-    add_bos = rvl_tok_add_bos(tok) && rvl_tok_bos(tok) >= 0;
-    cached = malloc(((size_t)n_ctx + 1) * sizeof *cached);
-    if (!cached) {
-        cli_err(CMD, "out of memory");
-        status = EXIT_RUNTIME;
-        goto out;
-    }
-    if (opt_system && conv_set_system(opt_system) < 0) {
-        cli_err(CMD, "out of memory");
-        status = EXIT_RUNTIME;
-        goto out;
-    }
-    if (opt_session && access(opt_session, F_OK) == 0) {
-        if (session_load(opt_session) < 0) {
-            status = cli_fail(CMD, RVL_EFORMAT);
-            goto out;
-        }
-        if (interactive)
-            note("session %s: %zu messages, %u tokens in the cache", opt_session, n_conv,
-                 cache_n());
-    }
-    dirty = false;
-    if (interactive) {
-        const char *base = strrchr(model_path, '/');
-        note("ruvllm chat: %s, %s, context %u tokens. /help for commands, Ctrl-D or /exit to leave.",
-             base ? base + 1 : model_path, rvl_chat_describe(tmpl), n_ctx);
-        static const char *cmd_names[N_COMMANDS + 1], *set_names[N_SETTINGS + 2];
+    if (st->interactive) {
+        const char *base = strrchr(st->model_path, '/');
+        note(st, "ruvllm chat: %s, %s, context %u tokens. /help for commands, Ctrl-D or /exit to "
+             "leave.", base ? base + 1 : st->model_path, rvl_chat_describe(st->tmpl), st->n_ctx);
         for (size_t i = 0; i < N_COMMANDS; i++)
             cmd_names[i] = commands[i].name;
         for (size_t i = 0; i < N_SETTINGS; i++)
             set_names[i] = settings[i].name;
         set_names[N_SETTINGS] = "seed";
-        chat_input_open(&(chat_input_cfg){.color = color_out, .commands = cmd_names,
-                                          .settings = set_names, .hint = hint});
+        chat_input_open(&(chat_input_cfg){.color = st->color_out, .commands = cmd_names,
+                                          .settings = set_names, .hint = hint, .ud = st});
     }
-
-    for (;;) {
-        char *msg = NULL;
-        if (interactive)
-            rvl_interrupt_clear();
-        int r = interactive ? chat_input_message(&msg) : chat_input_record(stdin, opt_null, &msg);
-        if (r == 0) {
-            if (rvl_interrupted())   /* SIGTERM at the prompt */
-                status = EXIT_INTERRUPTED;
-            break;
-        }
-        if (r < 0) {
-            if (interactive)
-                continue;
-            status = rvl_interrupted() ? EXIT_INTERRUPTED : EXIT_RUNTIME;
-            break;
-        }
-        cmd_status st = CMD_OK;
-        if (blank(msg)) {
-            /* nothing to send */
-        } else if (msg[0] == '/' && msg[1] != '/') {
-            st = run_command(msg);
-        } else {
-            const char *text = msg[0] == '/' ? msg + 1 : msg;
-            if (conv_push("user", text, strlen(text), false) < 0) {
-                cli_err(CMD, "out of memory");
-                st = CMD_FATAL;
-            } else if (reply(text) < 0) {
-                st = CMD_FATAL;
-            }
-        }
-        free(msg);
-        if (st == CMD_FATAL) {
-            status = EXIT_RUNTIME;
-            break;
-        }
-        if (opt_session && dirty) {
-            if (session_save(opt_session) < 0)
-                fail("--session: %s", rvl_errmsg());
-            else
-                dirty = false;
-        }
-        if (st == CMD_EXIT)
-            break;
-        if (!interactive && rvl_interrupted()) {
-            status = EXIT_INTERRUPTED;
-            break;
-        }
-    }
-    if (opt_session && dirty && ctx && session_save(opt_session) < 0) {
-        cli_err(CMD, "--session: %s", rvl_errmsg());
+    status = chat_loop(st);
+    if (opt_session && st->dirty && st->ctx && session_save(st, opt_session) < 0) {
+        cli_err(st->cmd, "--session: %s", rvl_errmsg());
         status = EXIT_RUNTIME;
     }
-    if (status == 0 && had_error && !interactive)
+    if (status == 0 && st->had_error && !st->interactive)
         status = EXIT_RUNTIME;
-out:
-    if (interactive)
+    if (st->interactive)
         chat_input_close();
-    conv_clear(false);
-    free(conv);
-    free(cached);
-    rvl_chat_close(tmpl);
-    rvl_ctx_close(ctx);
-    rvl_lora_close(lora);
+out:
+    chat_close(st);
     free(opt_lora.items);
-    rvl_model_close(model);
     return status;
 }
 

@@ -225,7 +225,7 @@ int chat_input_message(char **msg)
         if (r < 0) {
             fputs("\n", stdout);
             if (empty && !block && !cont)
-                cfg.hint("(to leave, type /exit or press Ctrl-D)");
+                cfg.hint(cfg.ud, "(to leave, type /exit or press Ctrl-D)");
             fflush(stdout);
             gen_buf_free(&b);
             return -1;

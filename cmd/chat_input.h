@@ -11,7 +11,8 @@ typedef struct {
     bool color;                     /* a colored prompt */
     const char *const *commands;    /* /command names to complete (NULL-terminated) */
     const char *const *settings;    /* names to complete after "/set " (NULL-terminated) */
-    void (*hint)(const char *msg);  /* prints one line of help (Ctrl-C at an empty prompt) */
+    void (*hint)(void *ud, const char *msg);  /* prints one line of help (Ctrl-C at an empty prompt) */
+    void *ud;                       /* hint's first argument */
 } chat_input_cfg;
 
 /* Set up readline (standard input is a terminal) and the history file

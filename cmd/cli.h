@@ -95,17 +95,29 @@ rvl_cmd *cli_find(const char *name);
 #define OPT_MODEL(var) {OPT_STRING, 'm', "model", "FILE", \
     "model file (default: $RUVLLM_MODEL, then the cached default model)", NULL, &(var), 0, 0, NULL, COMPL_FILE}
 
-/* The sampling options run and chat share (same names, ranges, defaults
- * as llama.cpp's), in this order. */
-#define OPT_SAMPLING(temp, top_k, top_p, min_p, rep, last_n, freq, pres) \
-    {OPT_FLOAT, 0, "temp", "T", "sampling temperature (0: greedy)", "0.8", &(temp), 0, 100, NULL, COMPL_NONE}, \
-    {OPT_INT, 0, "top-k", "K", "keep the K most likely tokens (0: off)", "40", &(top_k), 0, 1e9, NULL, COMPL_NONE}, \
-    {OPT_FLOAT, 0, "top-p", "P", "keep the smallest set with probability >= P (1: off)", "0.95", &(top_p), 1e-9, 1, NULL, COMPL_NONE}, \
-    {OPT_FLOAT, 0, "min-p", "P", "drop tokens less likely than P times the top one (0: off)", "0.05", &(min_p), 0, 1, NULL, COMPL_NONE}, \
-    {OPT_FLOAT, 0, "repeat-penalty", "X", "penalize repeated tokens (1: off)", "1.0", &(rep), 1e-6, 100, NULL, COMPL_NONE}, \
-    {OPT_INT, 0, "repeat-last-n", "N", "window of tokens the penalties look at", "64", &(last_n), 0, 1e6, NULL, COMPL_NONE}, \
-    {OPT_FLOAT, 0, "frequency-penalty", "X", "subtract X times a token's count in the window", "0", &(freq), -100, 100, NULL, COMPL_NONE}, \
-    {OPT_FLOAT, 0, "presence-penalty", "X", "subtract X from tokens present in the window", "0", &(pres), -100, 100, NULL, COMPL_NONE}
+/* The sampling options run and chat share (names, ranges and defaults as
+ * llama.cpp's), in this order: --temp, --top-k, --top-p, --min-p,
+ * --repeat-penalty, --repeat-last-n, --frequency-penalty,
+ * --presence-penalty. Each field is named as rvl_sampler_params's.
+ * CLI_SAMPLE_DEFAULTS are the defaults --help shows (keep the two in
+ * step); cli_sample_params makes a sampler's parameters of the options
+ * and a seed. */
+typedef struct {
+    double temp, top_p, min_p, repeat_penalty, freq_penalty, presence_penalty;
+    long long top_k, repeat_last_n;
+} cli_sample_opts;
+#define CLI_SAMPLE_DEFAULTS {.temp = 0.8, .top_k = 40, .top_p = 0.95, .min_p = 0.05, \
+    .repeat_penalty = 1.0, .repeat_last_n = 64, .freq_penalty = 0, .presence_penalty = 0}
+#define OPT_SAMPLE(so) \
+    {OPT_FLOAT, 0, "temp", "T", "sampling temperature (0: greedy)", "0.8", &(so).temp, 0, 100, NULL, COMPL_NONE}, \
+    {OPT_INT, 0, "top-k", "K", "keep the K most likely tokens (0: off)", "40", &(so).top_k, 0, 1e9, NULL, COMPL_NONE}, \
+    {OPT_FLOAT, 0, "top-p", "P", "keep the smallest set with probability >= P (1: off)", "0.95", &(so).top_p, 1e-9, 1, NULL, COMPL_NONE}, \
+    {OPT_FLOAT, 0, "min-p", "P", "drop tokens less likely than P times the top one (0: off)", "0.05", &(so).min_p, 0, 1, NULL, COMPL_NONE}, \
+    {OPT_FLOAT, 0, "repeat-penalty", "X", "penalize repeated tokens (1: off)", "1.0", &(so).repeat_penalty, 1e-6, 100, NULL, COMPL_NONE}, \
+    {OPT_INT, 0, "repeat-last-n", "N", "window of tokens the penalties look at", "64", &(so).repeat_last_n, 0, 1e6, NULL, COMPL_NONE}, \
+    {OPT_FLOAT, 0, "frequency-penalty", "X", "subtract X times a token's count in the window", "0", &(so).freq_penalty, -100, 100, NULL, COMPL_NONE}, \
+    {OPT_FLOAT, 0, "presence-penalty", "X", "subtract X from tokens present in the window", "0", &(so).presence_penalty, -100, 100, NULL, COMPL_NONE}
+void cli_sample_params(const cli_sample_opts *so, uint64_t seed, rvl_sampler_params *sp);
 
 /* The KV cache options run, chat and bench share (lib/engine/kvcache.h), in
  * this order: --kv-type, --kv-type-k, --kv-type-v, --kv-hot, --kv-warm,

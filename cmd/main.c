@@ -93,11 +93,6 @@ static void print_version(void)
 #else
     printf(" -metal");
 #endif
-#ifdef RVL_CUDA
-    printf(" cuda");
-#else
-    printf(" -cuda");
-#endif
 #ifdef __SANITIZE_ADDRESS__
     printf(" asan");
 #endif

@@ -492,6 +492,20 @@ void cli_kv_params(const cli_kv_opts *kv, rvl_ctx_params *cp)
     cp->kv_cold = kv->cold && strcmp(kv->cold, "q4") == 0 ? RVL_KV_Q4 : RVL_KV_TQ4;
 }
 
+void cli_sample_params(const cli_sample_opts *so, uint64_t seed, rvl_sampler_params *sp)
+{
+    rvl_sampler_defaults(sp);
+    sp->seed = seed;
+    sp->temp = (float)so->temp;
+    sp->top_k = (int32_t)so->top_k;
+    sp->top_p = (float)so->top_p;
+    sp->min_p = (float)so->min_p;
+    sp->repeat_penalty = (float)so->repeat_penalty;
+    sp->repeat_last_n = (int32_t)so->repeat_last_n;
+    sp->freq_penalty = (float)so->freq_penalty;
+    sp->presence_penalty = (float)so->presence_penalty;
+}
+
 int cli_backend_refuse(const rvl_ctx *c, const char *option)
 {
     if (!option || strcmp(rvl_ctx_backend(c), "cpu") == 0)

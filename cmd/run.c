@@ -22,9 +22,8 @@ static bool opt_shift, opt_ignore_eos;
 static long long opt_keep = 0;
 static double opt_rope_scale = 0, opt_rope_base = 0;
 static long long opt_yarn_orig = 0;
-static long long opt_n = -1, opt_ctx = 0, opt_threads = 0, opt_top_k = 40, opt_last_n = 64;
-static double opt_temp = 0.8, opt_top_p = 0.95, opt_min_p = 0.05, opt_rep = 1.0, opt_freq = 0.0,
-              opt_pres = 0.0;
+static long long opt_n = -1, opt_ctx = 0, opt_threads = 0;
+static cli_sample_opts opt_sample = CLI_SAMPLE_DEFAULTS;
 static bool opt_chat, opt_echo, opt_special, opt_no_bos, opt_tokenize, opt_json, opt_verbose, opt_stats;
 static opt_list opt_stop, opt_lora;
 
@@ -35,7 +34,7 @@ static rvl_opt opts[] = {
     {OPT_INT, 'c', "ctx-size", "N", "context size in tokens (0: min(4096, the model's))", "0", &opt_ctx, 0, 1048576, NULL, COMPL_NONE},
     {OPT_INT, 't', "threads", "N", "threads (0: one per CPU)", "0", &opt_threads, 0, 256, NULL, COMPL_NONE},
     OPT_BACKEND(opt_backend),
-    OPT_SAMPLING(opt_temp, opt_top_k, opt_top_p, opt_min_p, opt_rep, opt_last_n, opt_freq, opt_pres),
+    OPT_SAMPLE(opt_sample),
     {OPT_STRING, 's', "seed", "N", "random seed for reproducible sampling (default: random)", NULL, &opt_sampling_seed, 0, 0, NULL, COMPL_NONE},
     {OPT_LIST, 0, "stop", "STR", "stop when STR is generated (repeatable; STR is not printed)", NULL, &opt_stop, 0, 0, NULL, COMPL_NONE},
     {OPT_FLAG, 0, "ignore-eos", NULL, "never end at an end-of-generation token (its probability becomes 0; as llama.cpp's --ignore-eos)", NULL, &opt_ignore_eos, 0, 0, NULL, COMPL_NONE},
@@ -151,12 +150,13 @@ static int emit_stdout(void *ud, const char *s, size_t n)
  * generation.
  * ==================================================================== */
 
-static rvl_chat *chat;
-
-static int chat_wrap(const char *cmd, const rvl_file *f, const rvl_tokenizer *t, gen_buf *prompt)
+/* *chat: the template (owned: rvl_chat_close, also on failure), whose
+ * end-of-turn strings stop generation. */
+static int chat_wrap(const char *cmd, const rvl_file *f, const rvl_tokenizer *t, gen_buf *prompt,
+                     rvl_chat **chat)
 {
     char *warn = NULL, *out = NULL;
-    int rc = rvl_chat_open_model(&chat, f, t, opt_chat_template, &warn);
+    int rc = rvl_chat_open_model(chat, f, t, opt_chat_template, &warn);
     if (warn) {
         cli_err(cmd, "%s", warn);
         free(warn);
@@ -169,7 +169,7 @@ static int chat_wrap(const char *cmd, const rvl_file *f, const rvl_tokenizer *t,
     if (opt_system)
         msgs[n++] = (rvl_chat_msg){"system", opt_system};
     msgs[n++] = (rvl_chat_msg){"user", prompt->p ? prompt->p : ""};
-    rc = rvl_chat_format(chat, msgs, n, true, &out, &warn);
+    rc = rvl_chat_format(*chat, msgs, n, true, &out, &warn);
     if (warn) {
         cli_err(cmd, "%s", warn);
         free(warn);
@@ -197,15 +197,17 @@ static int do_tokenize(const char *cmd, const char *path, gen_buf *prompt)
 {
     rvl_file *f = NULL;
     rvl_tokenizer *t = NULL;
+    rvl_chat *chat = NULL;
     int32_t *ids = NULL;
     size_t n = 0;
     int rc;
 
     if ((rc = rvl_file_open(&f, path)) < 0 || (rc = rvl_tok_open(&t, f)) < 0 ||
-        (opt_chat && (rc = chat_wrap(cmd, f, t, prompt)) < 0) ||
+        (opt_chat && (rc = chat_wrap(cmd, f, t, prompt, &chat)) < 0) ||
         (rc = tokenize_all(t, prompt, &ids, &n)) < 0) {
         int st = cli_fail(cmd, rc);
         free(ids);
+        rvl_chat_close(chat);
         rvl_tok_close(t);
         rvl_file_close(f);
         return st;
@@ -227,6 +229,7 @@ static int do_tokenize(const char *cmd, const char *path, gen_buf *prompt)
         putchar('\n');
     }
     free(ids);
+    rvl_chat_close(chat);
     rvl_tok_close(t);
     rvl_file_close(f);
     return fflush(stdout) == 0 ? 0 : EXIT_RUNTIME;
@@ -235,6 +238,159 @@ static int do_tokenize(const char *cmd, const char *path, gen_buf *prompt)
 /* ====================================================================
  * Generation
  * ==================================================================== */
+
+/* --seed, or a seed from the clock and the process id. */
+static uint64_t sampling_seed(const char *cmd)
+{
+    if (opt_sampling_seed) {
+        char *end;
+        errno = 0;
+        unsigned long long v = strtoull(opt_sampling_seed, &end, 10);
+        if (!*opt_sampling_seed || *end || errno || opt_sampling_seed[0] == '-')
+            cli_usage(cmd, "--seed: '%s' is not a non-negative integer", opt_sampling_seed);
+        return v;
+    }
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 20) ^ (uint64_t)getpid();
+}
+
+/* Usage errors no single option shows (exits 2). */
+static void check_options(const char *cmd)
+{
+    for (int i = 0; i < opt_stop.n; i++)
+        if (!opt_stop.items[i][0])
+            cli_usage(cmd, "--stop: the stop string is empty");
+    if (!opt_chat && (opt_system || opt_chat_template))
+        cli_usage(cmd, "%s needs --chat", opt_system ? "--system" : "--chat-template");
+    if (opt_lora.n && opt_prompt_cache)
+        cli_usage(cmd, "--prompt-cache cannot be combined with --lora (a session file does not "
+                  "record the adapters its cache was computed with)");
+}
+
+/* The model's context with the --lora adapters, and the sampler: 0, or
+ * the exit status after printing the error. What was opened is the
+ * caller's to close, also on failure. */
+static int open_engine(const char *cmd, const rvl_model *m, uint64_t seed, rvl_ctx **c,
+                       rvl_lora **lora, rvl_sampler **s)
+{
+    rvl_ctx_params cp = {.n_ctx = (uint32_t)opt_ctx, .n_threads = (uint32_t)opt_threads,
+                         .rope_scaling = opt_rope_scaling, .rope_factor = (float)opt_rope_scale,
+                         .rope_base = (float)opt_rope_base, .rope_orig_ctx = (uint32_t)opt_yarn_orig,
+                         .backend = opt_backend};
+    cli_kv_params(&opt_kv, &cp);
+    int rc, status;
+    if ((rc = rvl_ctx_open(c, m, &cp)) < 0)
+        return cli_fail(cmd, rc);
+    /* what only the CPU's cache does, refused before any work */
+    if ((rc = cli_backend_refuse(*c, opt_prompt_cache ? "--prompt-cache" : NULL)) < 0 ||
+        (rc = cli_backend_refuse(*c, opt_shift ? "--context-shift" : NULL)) < 0)
+        return cli_fail(cmd, rc);
+    if ((status = cli_lora_attach(cmd, &opt_lora, m, *c, lora)) != 0)
+        return status;
+    rvl_sampler_params sp;
+    cli_sample_params(&opt_sample, seed, &sp);
+    if ((rc = rvl_sampler_open(s, &sp, rvl_model_hparams(m)->n_vocab)) < 0)
+        return cli_fail(cmd, rc);
+    return 0;
+}
+
+/* Decode the prompt into c; *logits: its last row. With --prompt-cache,
+ * restore the saved cache, keep its longest prefix in common with this
+ * prompt (at least one token is decoded, for its logits), decode only
+ * the rest (*n_reused: the tokens kept) and save this prompt's cache. */
+static int decode_prompt(const char *cmd, rvl_ctx *c, const int32_t *ids, size_t n_prompt,
+                         const float **logits, size_t *n_reused)
+{
+    *n_reused = 0;
+    if (opt_prompt_cache && access(opt_prompt_cache, F_OK) == 0) {
+        int32_t *cids = NULL;
+        size_t n_c = 0;
+        if (rvl_session_load(c, opt_prompt_cache, &cids, &n_c, NULL) < 0) {
+            cli_err(cmd, "not using the prompt cache: %s", rvl_errmsg());
+        } else {
+            *n_reused = rvl_ctx_reuse(c, ids, (uint32_t)n_prompt);
+        }
+        free(cids);
+    }
+    int rc = rvl_decode(c, ids + *n_reused, (uint32_t)(n_prompt - *n_reused), logits);
+    if (rc == 0 && opt_prompt_cache) {
+        int src = rvl_session_save(c, opt_prompt_cache, ids, n_prompt, NULL);
+        if (src < 0)
+            cli_err(cmd, "could not save the prompt cache: %s", rvl_errmsg());
+    }
+    return rc;
+}
+
+/* What --json and --stats report besides the generation's own numbers. */
+typedef struct {
+    const int32_t *ids;        /* the prompt */
+    size_t n_prompt, n_reused; /* its tokens; of them, kept from --prompt-cache */
+    double load_ms, prompt_ms; /* opening the model, context and sampler; decoding the prompt */
+    const char *finish;        /* stop, length, context or interrupted */
+} run_report;
+
+/* --json: one object on stdout. 0, or -1 when writing failed. */
+static int print_json(const rvl_ctx *c, const run_report *rp, const gen_result *res)
+{
+    const double t_first = rp->prompt_ms + res->first_ms, t_gen = res->gen_ms;
+    rvl_jw w;
+    rvl_jw_init(&w, stdout, false);
+    rvl_jw_obj(&w);
+    rvl_jw_key(&w, "text");
+    rvl_jw_strn(&w, res->text.p ? res->text.p : "", res->text.n);
+    rvl_jw_key(&w, "prompt_tokens");
+    rvl_jw_arr(&w);
+    for (size_t i = 0; i < rp->n_prompt; i++)
+        rvl_jw_i64(&w, rp->ids[i]);
+    rvl_jw_arr_end(&w);
+    rvl_jw_key(&w, "tokens");
+    rvl_jw_arr(&w);
+    for (size_t i = 0; i < res->n_ids; i++)
+        rvl_jw_i64(&w, res->ids[i]);
+    rvl_jw_arr_end(&w);
+    rvl_jw_key(&w, "finish_reason");
+    rvl_jw_str(&w, rp->finish);
+    rvl_jw_key(&w, "backend");
+    rvl_jw_str(&w, rvl_ctx_backend(c));
+    rvl_jw_key(&w, "device");
+    rvl_jw_str(&w, rvl_ctx_device(c));
+    rvl_jw_key(&w, "timings");
+    rvl_jw_obj(&w);
+    rvl_jw_key(&w, "load_ms");
+    rvl_jw_f64(&w, rp->load_ms);
+    rvl_jw_key(&w, "prompt_tokens_reused");
+    rvl_jw_i64(&w, (int64_t)rp->n_reused);
+    rvl_jw_key(&w, "prompt_ms");
+    rvl_jw_f64(&w, rp->prompt_ms);
+    rvl_jw_key(&w, "prompt_tokens_per_s");
+    rvl_jw_f64(&w, rp->prompt_ms > 0 ? (double)rp->n_prompt * 1e3 / rp->prompt_ms : 0);
+    rvl_jw_key(&w, "first_token_ms");
+    rvl_jw_f64(&w, t_first);
+    rvl_jw_key(&w, "generation_ms");
+    rvl_jw_f64(&w, t_gen);
+    rvl_jw_key(&w, "generation_tokens_per_s");
+    rvl_jw_f64(&w, t_gen > 0 && res->n_decoded ? (double)res->n_decoded * 1e3 / t_gen : 0);
+    rvl_jw_obj_end(&w);
+    rvl_jw_obj_end(&w);
+    putchar('\n');
+    return fflush(stdout) == 0 ? 0 : -1;
+}
+
+/* --stats: timings and speeds on stderr. */
+static void print_stats(const rvl_ctx *c, const run_report *rp, const gen_result *res)
+{
+    const double t_first = rp->prompt_ms + res->first_ms, t_gen = res->gen_ms;
+    fprintf(stderr,
+            "ruvllm run: load %.1f ms | prompt %zu tokens (%zu reused) in %.1f ms (%.1f tok/s) | "
+            "first token %.1f ms | generated %zu tokens in %.1f ms (%.1f tok/s) | finish: %s\n",
+            rp->load_ms, rp->n_prompt, rp->n_reused, rp->prompt_ms,
+            rp->prompt_ms > 0 ? (double)(rp->n_prompt - rp->n_reused) * 1e3 / rp->prompt_ms : 0,
+            t_first, res->n_ids, t_gen,
+            t_gen > 0 && res->n_decoded ? (double)res->n_decoded * 1e3 / t_gen : 0, rp->finish);
+    fprintf(stderr, "ruvllm run: prompt tokens reused: %zu of %zu\n", rp->n_reused, rp->n_prompt);
+    fprintf(stderr, "ruvllm run: backend %s, device %s\n", rvl_ctx_backend(c), rvl_ctx_device(c));
+}
 
 static int run_main(rvl_cmd *cmd, int argc, char **argv)
 {
@@ -247,35 +403,15 @@ static int run_main(rvl_cmd *cmd, int argc, char **argv)
     rvl_ctx *c = NULL;
     rvl_lora *lora = NULL;
     rvl_sampler *s = NULL;
+    rvl_chat *chat = NULL;
     int32_t *ids = NULL;
-    size_t n_prompt = 0;
-    const char *finish = "length";
+    run_report rp = {.finish = "length"};
     int status = 0, rc;
 
     if (opt_verbose)
         opt_stats = true;
-    for (int i = 0; i < opt_stop.n; i++)
-        if (!opt_stop.items[i][0])
-            cli_usage(name, "--stop: the stop string is empty");
-    if (!opt_chat && (opt_system || opt_chat_template))
-        cli_usage(name, "%s needs --chat", opt_system ? "--system" : "--chat-template");
-    if (opt_lora.n && opt_prompt_cache)
-        cli_usage(name, "--prompt-cache cannot be combined with --lora (a session file does not "
-                  "record the adapters its cache was computed with)");
-    rvl_sampler_params sp;
-    rvl_sampler_defaults(&sp);
-    if (opt_sampling_seed) {
-        char *end;
-        errno = 0;
-        unsigned long long v = strtoull(opt_sampling_seed, &end, 10);
-        if (!*opt_sampling_seed || *end || errno || opt_sampling_seed[0] == '-')
-            cli_usage(name, "--seed: '%s' is not a non-negative integer", opt_sampling_seed);
-        sp.seed = v;
-    } else {
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        sp.seed = (uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 20) ^ (uint64_t)getpid();
-    }
+    check_options(name);
+    uint64_t seed = sampling_seed(name);
     if (get_prompt(name, argc, argv, &prompt) < 0) {
         status = EXIT_RUNTIME;
         goto out;
@@ -293,56 +429,30 @@ static int run_main(rvl_cmd *cmd, int argc, char **argv)
         status = cli_fail(name, rc);
         goto out;
     }
+    if ((status = open_engine(name, m, seed, &c, &lora, &s)) != 0)
+        goto out;
+    rp.load_ms = gen_now_ms() - t0;
+
     const rvl_hparams *hp = rvl_model_hparams(m);
     const rvl_tokenizer *tok = rvl_model_tokenizer(m);
-    rvl_ctx_params cp = {.n_ctx = (uint32_t)opt_ctx, .n_threads = (uint32_t)opt_threads,
-                         .rope_scaling = opt_rope_scaling, .rope_factor = (float)opt_rope_scale,
-                         .rope_base = (float)opt_rope_base, .rope_orig_ctx = (uint32_t)opt_yarn_orig,
-                         .backend = opt_backend};
-    cli_kv_params(&opt_kv, &cp);
-    if ((rc = rvl_ctx_open(&c, m, &cp)) < 0) {
+    if (opt_chat && (rc = chat_wrap(name, rvl_model_file(m), tok, &prompt, &chat)) < 0) {
         status = cli_fail(name, rc);
         goto out;
     }
-    /* what only the CPU's cache does, refused before any work */
-    if ((rc = cli_backend_refuse(c, opt_prompt_cache ? "--prompt-cache" : NULL)) < 0 ||
-        (rc = cli_backend_refuse(c, opt_shift ? "--context-shift" : NULL)) < 0) {
+    if ((rc = tokenize_all(tok, &prompt, &ids, &rp.n_prompt)) < 0) {
         status = cli_fail(name, rc);
         goto out;
     }
-    if ((status = cli_lora_attach(name, &opt_lora, m, c, &lora)) != 0)
-        goto out;
-    sp.temp = (float)opt_temp;
-    sp.top_k = (int32_t)opt_top_k;
-    sp.top_p = (float)opt_top_p;
-    sp.min_p = (float)opt_min_p;
-    sp.repeat_penalty = (float)opt_rep;
-    sp.repeat_last_n = (int32_t)opt_last_n;
-    sp.freq_penalty = (float)opt_freq;
-    sp.presence_penalty = (float)opt_pres;
-    if ((rc = rvl_sampler_open(&s, &sp, hp->n_vocab)) < 0) {
-        status = cli_fail(name, rc);
-        goto out;
-    }
-    double t_load = gen_now_ms() - t0;
-
-    if (opt_chat && (rc = chat_wrap(name, rvl_model_file(m), tok, &prompt)) < 0) {
-        status = cli_fail(name, rc);
-        goto out;
-    }
-    if ((rc = tokenize_all(tok, &prompt, &ids, &n_prompt)) < 0) {
-        status = cli_fail(name, rc);
-        goto out;
-    }
+    rp.ids = ids;
     uint32_t n_ctx = rvl_ctx_n_ctx(c);
-    if (n_prompt == 0) {
+    if (rp.n_prompt == 0) {
         cli_err(name, "the prompt is empty (and the model adds no BOS token)");
         status = EXIT_RUNTIME;
         goto out;
     }
-    if (n_prompt >= n_ctx) {
+    if (rp.n_prompt >= n_ctx) {
         cli_err(name, "the prompt has %zu tokens, which leaves no room in a context of %u (see -c)",
-                n_prompt, n_ctx);
+                rp.n_prompt, n_ctx);
         status = EXIT_RUNTIME;
         goto out;
     }
@@ -350,7 +460,7 @@ static int run_main(rvl_cmd *cmd, int argc, char **argv)
         fprintf(stderr, "ruvllm run: %s: %s, %u layers, dim %u, %u heads (%u kv), vocab %u; "
                         "context %u, prompt %zu tokens, seed %llu; backend %s (%s)\n",
                 path, hp->arch, hp->n_layer, hp->n_embd, hp->n_head, hp->n_head_kv, hp->n_vocab,
-                n_ctx, n_prompt, (unsigned long long)sp.seed, rvl_ctx_backend(c), rvl_ctx_device(c));
+                n_ctx, rp.n_prompt, (unsigned long long)seed, rvl_ctx_backend(c), rvl_ctx_device(c));
     if (opt_echo && out_write(prompt.p, prompt.n) < 0)
         goto pipe_err;
 
@@ -362,32 +472,13 @@ static int run_main(rvl_cmd *cmd, int argc, char **argv)
     }
     for (int i = 0; i < opt_stop.n; i++)
         stops[i] = opt_stop.items[i];
-    for (size_t i = 0; i < n_prompt; i++)
+    for (size_t i = 0; i < rp.n_prompt; i++)
         rvl_sampler_accept(s, ids[i]);
 
     const float *logits;
     double t1 = gen_now_ms();
-    /* --prompt-cache: restore the saved cache, keep its longest prefix in
-     * common with this prompt (at least one token is decoded, for its
-     * logits), and decode only the rest */
-    size_t n_reused = 0;
-    if (opt_prompt_cache && access(opt_prompt_cache, F_OK) == 0) {
-        int32_t *cids = NULL;
-        size_t n_c = 0;
-        if (rvl_session_load(c, opt_prompt_cache, &cids, &n_c, NULL) < 0) {
-            cli_err(name, "not using the prompt cache: %s", rvl_errmsg());
-        } else {
-            n_reused = rvl_ctx_reuse(c, ids, (uint32_t)n_prompt);
-        }
-        free(cids);
-    }
-    rc = rvl_decode(c, ids + n_reused, (uint32_t)(n_prompt - n_reused), &logits);
-    if (rc == 0 && opt_prompt_cache) {
-        int src = rvl_session_save(c, opt_prompt_cache, ids, n_prompt, NULL);
-        if (src < 0)
-            cli_err(name, "could not save the prompt cache: %s", rvl_errmsg());
-    }
-    double t_prompt = gen_now_ms() - t1;
+    rc = decode_prompt(name, c, ids, rp.n_prompt, &logits, &rp.n_reused);
+    rp.prompt_ms = gen_now_ms() - t1;
     bool pipe_failed = false;
     if (rc == 0) {
         gen_params gp = {
@@ -396,10 +487,10 @@ static int run_main(rvl_cmd *cmd, int argc, char **argv)
             .special = opt_special, .ignore_eos = opt_ignore_eos, .emit = emit_stdout,
             .ud = &pipe_failed,
             .context_shift = opt_shift,
-            .shift_keep = opt_keep < 0 ? (uint32_t)n_prompt : (uint32_t)opt_keep,
+            .shift_keep = opt_keep < 0 ? (uint32_t)rp.n_prompt : (uint32_t)opt_keep,
         };
         rc = gen_reply(&gp, logits, &res);
-        finish = gen_finish_name(res.finish);
+        rp.finish = gen_finish_name(res.finish);
         if (res.finish == GEN_CONTEXT)
             cli_err(name, "context full (%u tokens): stopping; use -c for a larger context or "
                     "--context-shift", n_ctx);
@@ -409,7 +500,7 @@ static int run_main(rvl_cmd *cmd, int argc, char **argv)
     if (pipe_failed)
         goto pipe_err;
     if (rc == RVL_EINTR || rvl_interrupted()) {
-        finish = "interrupted";
+        rp.finish = "interrupted";
         rc = 0;
         status = EXIT_INTERRUPTED;
     }
@@ -417,70 +508,17 @@ static int run_main(rvl_cmd *cmd, int argc, char **argv)
         status = cli_fail(name, rc);
         goto out;
     }
-    const gen_buf text = res.text;
-    const size_t n_gen = res.n_ids, n_decoded = res.n_decoded;
-    const double t_first = t_prompt + res.first_ms, t_gen = res.gen_ms;
 
     if (opt_json) {
-        rvl_jw w;
-        rvl_jw_init(&w, stdout, false);
-        rvl_jw_obj(&w);
-        rvl_jw_key(&w, "text");
-        rvl_jw_strn(&w, text.p ? text.p : "", text.n);
-        rvl_jw_key(&w, "prompt_tokens");
-        rvl_jw_arr(&w);
-        for (size_t i = 0; i < n_prompt; i++)
-            rvl_jw_i64(&w, ids[i]);
-        rvl_jw_arr_end(&w);
-        rvl_jw_key(&w, "tokens");
-        rvl_jw_arr(&w);
-        for (size_t i = 0; i < n_gen; i++)
-            rvl_jw_i64(&w, res.ids[i]);
-        rvl_jw_arr_end(&w);
-        rvl_jw_key(&w, "finish_reason");
-        rvl_jw_str(&w, finish);
-        rvl_jw_key(&w, "backend");
-        rvl_jw_str(&w, rvl_ctx_backend(c));
-        rvl_jw_key(&w, "device");
-        rvl_jw_str(&w, rvl_ctx_device(c));
-        rvl_jw_key(&w, "timings");
-        rvl_jw_obj(&w);
-        rvl_jw_key(&w, "load_ms");
-        rvl_jw_f64(&w, t_load);
-        rvl_jw_key(&w, "prompt_tokens_reused");
-        rvl_jw_i64(&w, (int64_t)n_reused);
-        rvl_jw_key(&w, "prompt_ms");
-        rvl_jw_f64(&w, t_prompt);
-        rvl_jw_key(&w, "prompt_tokens_per_s");
-        rvl_jw_f64(&w, t_prompt > 0 ? (double)n_prompt * 1e3 / t_prompt : 0);
-        rvl_jw_key(&w, "first_token_ms");
-        rvl_jw_f64(&w, t_first);
-        rvl_jw_key(&w, "generation_ms");
-        rvl_jw_f64(&w, t_gen);
-        rvl_jw_key(&w, "generation_tokens_per_s");
-        rvl_jw_f64(&w, t_gen > 0 && n_decoded ? (double)n_decoded * 1e3 / t_gen : 0);
-        rvl_jw_obj_end(&w);
-        rvl_jw_obj_end(&w);
-        putchar('\n');
-        if (fflush(stdout) != 0)
+        if (print_json(c, &rp, &res) < 0)
             goto pipe_err;
-    } else if (!text.n || text.p[text.n - 1] != '\n') {
+    } else if (!res.text.n || res.text.p[res.text.n - 1] != '\n') {
         /* end the line on a terminal so the shell prompt starts cleanly */
         if (isatty(STDOUT_FILENO))
             out_write("\n", 1);
     }
     if (opt_stats)
-        fprintf(stderr,
-                "ruvllm run: load %.1f ms | prompt %zu tokens (%zu reused) in %.1f ms (%.1f tok/s) | "
-                "first token %.1f ms | generated %zu tokens in %.1f ms (%.1f tok/s) | finish: %s\n",
-                t_load, n_prompt, n_reused, t_prompt,
-                t_prompt > 0 ? (double)(n_prompt - n_reused) * 1e3 / t_prompt : 0,
-                t_first, n_gen, t_gen, t_gen > 0 && n_decoded ? (double)n_decoded * 1e3 / t_gen : 0,
-                finish);
-    if (opt_stats)
-        fprintf(stderr, "ruvllm run: prompt tokens reused: %zu of %zu\n", n_reused, n_prompt);
-    if (opt_stats)
-        fprintf(stderr, "ruvllm run: backend %s, device %s\n", rvl_ctx_backend(c), rvl_ctx_device(c));
+        print_stats(c, &rp, &res);
     goto out;
 
 pipe_err:
@@ -499,7 +537,6 @@ out:
     rvl_model_close(m);
     free(opt_stop.items);
     rvl_chat_close(chat);
-    chat = NULL;
     return status;
 }
 

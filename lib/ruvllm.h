@@ -97,7 +97,6 @@ int rvl_afile_write(rvl_afile *f, const void *buf, size_t n);
 /* Write zero bytes until the file offset is a multiple of `align`. */
 int rvl_afile_pad(rvl_afile *f, uint64_t align);
 uint64_t rvl_afile_tell(const rvl_afile *f);
-int rvl_afile_seek(rvl_afile *f, uint64_t off); /* absolute; for patching headers */
 /* fsync, rename to dest, fsync directory; frees f (also on failure). */
 int rvl_afile_commit(rvl_afile *f);
 /* Remove the temporary; frees f. Accepts NULL. */
@@ -377,7 +376,6 @@ int rvl_lora_open(rvl_lora **out, const rvl_model *m);
  * down), or a rank above 1024 (merge those with rvl_lora_merge). */
 int rvl_lora_add(rvl_lora *l, const char *path, float scale);
 size_t rvl_lora_n_adapters(const rvl_lora *l);
-const rvl_lora_info *rvl_lora_adapter_info(const rvl_lora *l, size_t i);  /* borrowed */
 void rvl_lora_close(rvl_lora *l);          /* accepts NULL */
 /* Apply the set in every following rvl_decode: y = W x + sum s B (A x)
  * after each target matmul (NULL: none). l is borrowed and must have been
@@ -395,7 +393,7 @@ int rvl_ctx_set_lora(rvl_ctx *c, const rvl_lora *l);
 int rvl_model_path(const char *explicit_path, char *buf, size_t cap);
 
 /* ======================================================================
- * CPU features (filled once at start-up; issue 3 extends dispatch).
+ * CPU features (probed once at start-up).
  * ====================================================================== */
 typedef struct {
     bool sse3, ssse3, avx, avx2, fma, f16c, avx512f, avx512bw, avx512vl,
@@ -656,7 +654,6 @@ void rvl_jw_obj_end(rvl_jw *w);
 void rvl_jw_arr(rvl_jw *w);
 void rvl_jw_arr_end(rvl_jw *w);
 void rvl_jw_key(rvl_jw *w, const char *k);
-void rvl_jw_keyn(rvl_jw *w, const char *k, size_t n);
 void rvl_jw_str(rvl_jw *w, const char *s);       /* NULL -> null */
 void rvl_jw_strn(rvl_jw *w, const char *s, size_t n);
 void rvl_jw_u64(rvl_jw *w, uint64_t v);
@@ -702,20 +699,15 @@ int32_t rvl_tok_n_vocab(const rvl_tokenizer *t);
  * RVL_TOK_NULL when the vocabulary has none. */
 int32_t rvl_tok_bos(const rvl_tokenizer *t);
 int32_t rvl_tok_eos(const rvl_tokenizer *t);
-int32_t rvl_tok_eot(const rvl_tokenizer *t);   /* end of turn: <|im_end|>, <|eot_id|> ... */
-int32_t rvl_tok_eom(const rvl_tokenizer *t);
 int32_t rvl_tok_unk(const rvl_tokenizer *t);
-int32_t rvl_tok_pad(const rvl_tokenizer *t);
 int32_t rvl_tok_nl(const rvl_tokenizer *t);    /* the token of "\n" */
 bool rvl_tok_add_bos(const rvl_tokenizer *t);  /* tokenizer.ggml.add_bos_token */
-bool rvl_tok_add_eos(const rvl_tokenizer *t);
 /* Does `id` end generation (EOS, EOT, EOM and the known end tokens)? */
 bool rvl_tok_is_eog(const rvl_tokenizer *t, int32_t id);
 /* Control or unknown token: rendered only when asked (special). */
 bool rvl_tok_is_control(const rvl_tokenizer *t, int32_t id);
 /* RVL_TOK_* as the tokenizer treats it; 0 for an invalid id. */
 int rvl_tok_type(const rvl_tokenizer *t, int32_t id);
-float rvl_tok_score(const rvl_tokenizer *t, int32_t id);
 /* The vocabulary text of `id` (byte-level encoded for gpt2, with U+2581
  * for spaces for llama), not NUL-terminated. borrowed: valid until close;
  * NULL for an invalid id. */

@@ -367,17 +367,6 @@ uint64_t rvl_afile_tell(const rvl_afile *f)
     return f->off;
 }
 
-int rvl_afile_seek(rvl_afile *f, uint64_t off)
-{
-    int rc = flush_buf(f);
-    if (rc < 0)
-        return rc;
-    if (lseek(f->fd, (off_t)off, SEEK_SET) < 0)
-        return rvl_seterr(RVL_EIO, "%s: seek: %s", f->shown, strerror(errno));
-    f->off = off;
-    return 0;
-}
-
 /* The new file's mode and owner: the old destination's when there is one
  * (checked again: it may have changed since open), else 0600 for private
  * data or 0666 & ~umask. */

@@ -123,13 +123,6 @@ void rvl_jw_key(rvl_jw *w, const char *k)
     w->after_key = true;
 }
 
-void rvl_jw_keyn(rvl_jw *w, const char *k, size_t n)
-{
-    rvl_jw_strn(w, k, n);
-    fputs(w->pretty ? ": " : ":", w->out);
-    w->after_key = true;
-}
-
 void rvl_jw_u64(rvl_jw *w, uint64_t v)
 {
     pre_value(w);

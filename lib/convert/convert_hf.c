@@ -278,10 +278,148 @@ static int64_t find_tok(const vocab *v, const char *s)
     return -1;
 }
 
+/* tokenizer.json's model.merges ("a b" strings or [a, b] pairs) into
+ * v->merges, as "a b". */
+static int read_merges(const char *path, const cJSON *model, vocab *v)
+{
+    const cJSON *e;
+    const cJSON *ml = cJSON_GetObjectItemCaseSensitive(model, "merges");
+    int nm = cJSON_GetArraySize(ml);
+    v->merges = calloc(nm > 0 ? (size_t)nm : 1, sizeof *v->merges);
+    if (!v->merges)
+        return rvl_seterr(RVL_ENOMEM, "out of memory");
+    cJSON_ArrayForEach(e, ml) {
+        char *s = NULL;
+        if (cJSON_IsString(e)) {
+            s = strdup(e->valuestring);
+        } else if (cJSON_IsArray(e) && cJSON_GetArraySize(e) == 2 &&
+                   cJSON_IsString(cJSON_GetArrayItem(e, 0)) && cJSON_IsString(cJSON_GetArrayItem(e, 1))) {
+            const char *a = cJSON_GetArrayItem(e, 0)->valuestring, *b = cJSON_GetArrayItem(e, 1)->valuestring;
+            size_t la = strlen(a), lb = strlen(b);
+            if ((s = malloc(la + lb + 2)) != NULL) {
+                memcpy(s, a, la);
+                s[la] = ' ';
+                memcpy(s + la + 1, b, lb + 1);
+            }
+        } else {
+            return rvl_seterr(RVL_EFORMAT, "%s: merge %u is neither \"a b\" nor [a, b]", path, v->n_merges);
+        }
+        if (!s)
+            return rvl_seterr(RVL_ENOMEM, "out of memory");
+        v->merges[v->n_merges++] = s;
+    }
+    return 0;
+}
+
+/* SentencePiece-style vocabularies: scores from the merge ranks
+ * (SentencePiece merges the pair whose result scores highest, BPE the
+ * pair of lowest rank). */
+static int spm_scores(vocab *v)
+{
+    v->scores = calloc(v->n, sizeof *v->scores);
+    bool *set = calloc(v->n, 1);
+    uint64_t hcap = 1;
+    while (hcap < 2ull * v->n)
+        hcap <<= 1;
+    uint32_t *slot = calloc((size_t)hcap, sizeof *slot);
+    int rc = 0;
+    if (!v->scores || !set || !slot) {
+        rc = rvl_seterr(RVL_ENOMEM, "out of memory");
+    } else {
+        for (uint32_t i = 0; i < v->n; i++) {
+            uint64_t k = h_str(v->tok[i]) & (hcap - 1);
+            while (slot[k])
+                k = (k + 1) & (hcap - 1);
+            slot[k] = i + 1;
+        }
+        char buf[512];
+        for (uint32_t r = 0; r < v->n_merges; r++) {
+            const char *sp = strchr(v->merges[r], ' ');
+            size_t la = sp ? (size_t)(sp - v->merges[r]) : 0, lb = sp ? strlen(sp + 1) : 0;
+            if (!sp || la + lb >= sizeof buf)
+                continue;
+            memcpy(buf, v->merges[r], la);
+            memcpy(buf + la, sp + 1, lb + 1);
+            for (uint64_t k = h_str(buf) & (hcap - 1); slot[k]; k = (k + 1) & (hcap - 1)) {
+                uint32_t id = slot[k] - 1;
+                if (!strcmp(v->tok[id], buf)) {
+                    if (!set[id]) {
+                        set[id] = true;
+                        v->scores[id] = -(float)r;
+                    }
+                    break;
+                }
+            }
+        }
+    }
+    free(set);
+    free(slot);
+    return rc;
+}
+
+/* The special tokens: tokenizer_config.json's texts, else config.json's
+ * ids; whether BOS and EOS are added. */
+static void read_specials(const cJSON *tj, const cJSON *tc, const cJSON *cfg,
+                          const cJSON *unk_tok, vocab *v)
+{
+    v->bos = find_tok(v, jtoken(tc, "bos_token"));
+    v->eos = find_tok(v, jtoken(tc, "eos_token"));
+    v->unk = find_tok(v, jtoken(tc, "unk_token"));
+    if (v->unk < 0 && cJSON_IsString(unk_tok))
+        v->unk = find_tok(v, unk_tok->valuestring);
+    v->pad = find_tok(v, jtoken(tc, "pad_token"));
+    uint32_t id;
+    if (v->bos < 0 && ju32(cfg, "bos_token_id", &id) && id < v->n) v->bos = id;
+    if (v->eos < 0 && ju32(cfg, "eos_token_id", &id) && id < v->n) v->eos = id;
+    if (v->pad < 0 && ju32(cfg, "pad_token_id", &id) && id < v->n) v->pad = id;
+    const cJSON *ab = cJSON_GetObjectItemCaseSensitive(tc, "add_bos_token");
+    if (cJSON_IsBool(ab)) {
+        v->add_bos = cJSON_IsTrue(ab);
+    } else {   /* a TemplateProcessing that starts with a special token */
+        const cJSON *pp = cJSON_GetObjectItemCaseSensitive(tj, "post_processor");
+        const cJSON *s0 = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(pp, "single"), 0);
+        v->add_bos = is_type(pp, "TemplateProcessing") && cJSON_GetObjectItemCaseSensitive(s0, "SpecialToken");
+    }
+    v->add_eos = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(tc, "add_eos_token"));
+}
+
+/* The chat template: tokenizer_config.json's (the default of a list), else
+ * chat_template.jinja's; none is no error. */
+static int read_chat_template(const char *dir, const cJSON *tc, vocab *v)
+{
+    const cJSON *ct = cJSON_GetObjectItemCaseSensitive(tc, "chat_template");
+    if (cJSON_IsArray(ct)) {    /* [{name, template}, ...]: the default one */
+        const cJSON *x, *pick = NULL;
+        cJSON_ArrayForEach(x, ct) {
+            const cJSON *nm2 = cJSON_GetObjectItemCaseSensitive(x, "name");
+            if (!pick || (cJSON_IsString(nm2) && !strcmp(nm2->valuestring, "default")))
+                pick = x;
+        }
+        ct = cJSON_GetObjectItemCaseSensitive(pick, "template");
+    }
+    if (cJSON_IsString(ct)) {
+        if (!(v->chat_template = strdup(ct->valuestring)))
+            return rvl_seterr(RVL_ENOMEM, "out of memory");
+    } else {   /* newer directories: chat_template.jinja */
+        rvl_map m = {0};
+        char path[4200];
+        snprintf(path, sizeof path, "%s/chat_template.jinja", dir);
+        if (access(path, F_OK) == 0 && rvl_map_file(&m, path) == 0) {
+            v->chat_template = strndup(m.base, (size_t)m.size);
+            rvl_map_unmap(&m);
+        }
+    }
+    return 0;
+}
+
+/* The vocabulary of dir/tokenizer.json (tj), with tokenizer_config.json
+ * (tc) and config.json (cfg): tokens and their types, merges, SentencePiece
+ * scores, special tokens, the chat template. */
 static int read_vocab(const char *dir, const cJSON *tj, const cJSON *tc, const cJSON *cfg,
                       const hparams *h, vocab *v)
 {
     char path[4200];
+    int rc;
     snprintf(path, sizeof path, "%s/tokenizer.json", dir);
     memset(v, 0, sizeof *v);
     v->bos = v->eos = v->unk = v->pad = -1;
@@ -379,120 +517,11 @@ static int read_vocab(const char *dir, const cJSON *tj, const cJSON *tc, const c
         if (!v->tok[i])
             return rvl_seterr(RVL_ENOMEM, "out of memory");
     }
-    const cJSON *ml = cJSON_GetObjectItemCaseSensitive(model, "merges");
-    int nm = cJSON_GetArraySize(ml);
-    v->merges = calloc(nm > 0 ? (size_t)nm : 1, sizeof *v->merges);
-    if (!v->merges)
-        return rvl_seterr(RVL_ENOMEM, "out of memory");
-    cJSON_ArrayForEach(e, ml) {
-        char *s = NULL;
-        if (cJSON_IsString(e)) {
-            s = strdup(e->valuestring);
-        } else if (cJSON_IsArray(e) && cJSON_GetArraySize(e) == 2 &&
-                   cJSON_IsString(cJSON_GetArrayItem(e, 0)) && cJSON_IsString(cJSON_GetArrayItem(e, 1))) {
-            const char *a = cJSON_GetArrayItem(e, 0)->valuestring, *b = cJSON_GetArrayItem(e, 1)->valuestring;
-            size_t la = strlen(a), lb = strlen(b);
-            if ((s = malloc(la + lb + 2)) != NULL) {
-                memcpy(s, a, la);
-                s[la] = ' ';
-                memcpy(s + la + 1, b, lb + 1);
-            }
-        } else {
-            return rvl_seterr(RVL_EFORMAT, "%s: merge %u is neither \"a b\" nor [a, b]", path, v->n_merges);
-        }
-        if (!s)
-            return rvl_seterr(RVL_ENOMEM, "out of memory");
-        v->merges[v->n_merges++] = s;
-    }
-
-    if (v->spm) {
-        /* scores from the merge ranks: SentencePiece merges the pair whose
-         * result scores highest, BPE the pair of lowest rank */
-        v->scores = calloc(v->n, sizeof *v->scores);
-        bool *set = calloc(v->n, 1);
-        uint64_t hcap = 1;
-        while (hcap < 2ull * v->n)
-            hcap <<= 1;
-        uint32_t *slot = calloc((size_t)hcap, sizeof *slot);
-        int rc2 = 0;
-        if (!v->scores || !set || !slot) {
-            rc2 = rvl_seterr(RVL_ENOMEM, "out of memory");
-        } else {
-            for (uint32_t i = 0; i < v->n; i++) {
-                uint64_t k = h_str(v->tok[i]) & (hcap - 1);
-                while (slot[k])
-                    k = (k + 1) & (hcap - 1);
-                slot[k] = i + 1;
-            }
-            char buf[512];
-            for (uint32_t r = 0; r < v->n_merges; r++) {
-                const char *sp = strchr(v->merges[r], ' ');
-                size_t la = sp ? (size_t)(sp - v->merges[r]) : 0, lb = sp ? strlen(sp + 1) : 0;
-                if (!sp || la + lb >= sizeof buf)
-                    continue;
-                memcpy(buf, v->merges[r], la);
-                memcpy(buf + la, sp + 1, lb + 1);
-                for (uint64_t k = h_str(buf) & (hcap - 1); slot[k]; k = (k + 1) & (hcap - 1)) {
-                    uint32_t id = slot[k] - 1;
-                    if (!strcmp(v->tok[id], buf)) {
-                        if (!set[id]) {
-                            set[id] = true;
-                            v->scores[id] = -(float)r;
-                        }
-                        break;
-                    }
-                }
-            }
-        }
-        free(set);
-        free(slot);
-        if (rc2 < 0)
-            return rc2;
-    }
-
-    /* special tokens: tokenizer_config.json's texts, else config.json's ids */
-    v->bos = find_tok(v, jtoken(tc, "bos_token"));
-    v->eos = find_tok(v, jtoken(tc, "eos_token"));
-    v->unk = find_tok(v, jtoken(tc, "unk_token"));
-    if (v->unk < 0 && cJSON_IsString(unk_tok))
-        v->unk = find_tok(v, unk_tok->valuestring);
-    v->pad = find_tok(v, jtoken(tc, "pad_token"));
-    uint32_t id;
-    if (v->bos < 0 && ju32(cfg, "bos_token_id", &id) && id < v->n) v->bos = id;
-    if (v->eos < 0 && ju32(cfg, "eos_token_id", &id) && id < v->n) v->eos = id;
-    if (v->pad < 0 && ju32(cfg, "pad_token_id", &id) && id < v->n) v->pad = id;
-    const cJSON *ab = cJSON_GetObjectItemCaseSensitive(tc, "add_bos_token");
-    if (cJSON_IsBool(ab)) {
-        v->add_bos = cJSON_IsTrue(ab);
-    } else {   /* a TemplateProcessing that starts with a special token */
-        const cJSON *pp = cJSON_GetObjectItemCaseSensitive(tj, "post_processor");
-        const cJSON *s0 = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(pp, "single"), 0);
-        v->add_bos = is_type(pp, "TemplateProcessing") && cJSON_GetObjectItemCaseSensitive(s0, "SpecialToken");
-    }
-    v->add_eos = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(tc, "add_eos_token"));
-
-    const cJSON *ct = cJSON_GetObjectItemCaseSensitive(tc, "chat_template");
-    if (cJSON_IsArray(ct)) {    /* [{name, template}, ...]: the default one */
-        const cJSON *x, *pick = NULL;
-        cJSON_ArrayForEach(x, ct) {
-            const cJSON *nm2 = cJSON_GetObjectItemCaseSensitive(x, "name");
-            if (!pick || (cJSON_IsString(nm2) && !strcmp(nm2->valuestring, "default")))
-                pick = x;
-        }
-        ct = cJSON_GetObjectItemCaseSensitive(pick, "template");
-    }
-    if (cJSON_IsString(ct)) {
-        if (!(v->chat_template = strdup(ct->valuestring)))
-            return rvl_seterr(RVL_ENOMEM, "out of memory");
-    } else {   /* newer directories: chat_template.jinja */
-        rvl_map m = {0};
-        snprintf(path, sizeof path, "%s/chat_template.jinja", dir);
-        if (access(path, F_OK) == 0 && rvl_map_file(&m, path) == 0) {
-            v->chat_template = strndup(m.base, (size_t)m.size);
-            rvl_map_unmap(&m);
-        }
-    }
-    return 0;
+    if ((rc = read_merges(path, model, v)) < 0 ||
+        (v->spm && (rc = spm_scores(v)) < 0))
+        return rc;
+    read_specials(tj, tc, cfg, unk_tok, v);
+    return read_chat_template(dir, tc, v);
 }
 
 /* ======================================================================

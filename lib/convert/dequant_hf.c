@@ -522,6 +522,149 @@ static int spm_merges(const rvl_kv *toks, const rvl_kv *types, const rvl_kv *sco
     return rc;
 }
 
+/* tokenizer.json's "normalizer": SentencePiece's spaces as U+2581 (after
+ * one in front of the text with space_prefix); none for byte-level BPE. */
+static void add_normalizer(cJSON *t, bool spm, bool space_prefix)
+{
+    if (spm && space_prefix) {
+        /* SentencePiece: a space in front of the text, spaces as U+2581 */
+        cJSON *n = cJSON_AddObjectToObject(t, "normalizer"), *l;
+        cJSON_AddStringToObject(n, "type", "Sequence");
+        l = cJSON_AddArrayToObject(n, "normalizers");
+        cJSON *pr = cJSON_CreateObject(), *rp = cJSON_CreateObject(), *pat;
+        cJSON_AddStringToObject(pr, "type", "Prepend");
+        cJSON_AddStringToObject(pr, "prepend", "\xe2\x96\x81");
+        cJSON_AddStringToObject(rp, "type", "Replace");
+        pat = cJSON_AddObjectToObject(rp, "pattern");
+        cJSON_AddStringToObject(pat, "String", " ");
+        cJSON_AddStringToObject(rp, "content", "\xe2\x96\x81");
+        cJSON_AddItemToArray(l, pr);
+        cJSON_AddItemToArray(l, rp);
+    } else if (spm) {
+        cJSON *rp = cJSON_AddObjectToObject(t, "normalizer"), *pat;
+        cJSON_AddStringToObject(rp, "type", "Replace");
+        pat = cJSON_AddObjectToObject(rp, "pattern");
+        cJSON_AddStringToObject(pat, "String", " ");
+        cJSON_AddStringToObject(rp, "content", "\xe2\x96\x81");
+    } else {
+        cJSON_AddNullToObject(t, "normalizer");
+    }
+}
+
+/* tokenizer.json's "post_processor": BOS before each sequence when the
+ * model adds it, else byte-level's. */
+static cJSON *post_processor(const rvl_file *f, const rvl_kv *toks, bool add_bos)
+{
+    int64_t bos = tok_id(f, "tokenizer.ggml.bos_token_id");
+    cJSON *pp = cJSON_CreateObject();
+    if (add_bos && bos >= 0 && (uint64_t)bos < toks->n) {
+        char *bt = strn(toks->strs[bos]);
+        cJSON_AddStringToObject(pp, "type", "TemplateProcessing");
+        cJSON *single = cJSON_AddArrayToObject(pp, "single"), *pair = cJSON_AddArrayToObject(pp, "pair");
+        for (int k = 0; k < 2; k++) {
+            cJSON *arr = k ? pair : single;
+            for (int seq = 0; seq <= k; seq++) {
+                cJSON *st = cJSON_CreateObject(), *sp = cJSON_AddObjectToObject(st, "SpecialToken");
+                cJSON_AddStringToObject(sp, "id", bt ? bt : "");
+                cJSON_AddNumberToObject(sp, "type_id", seq);
+                cJSON_AddItemToArray(arr, st);
+                cJSON *sq = cJSON_CreateObject(), *sv = cJSON_AddObjectToObject(sq, "Sequence");
+                cJSON_AddStringToObject(sv, "id", seq ? "B" : "A");
+                cJSON_AddNumberToObject(sv, "type_id", seq);
+                cJSON_AddItemToArray(arr, sq);
+            }
+        }
+        cJSON *sps = cJSON_AddObjectToObject(pp, "special_tokens"), *e = cJSON_AddObjectToObject(sps, bt ? bt : "");
+        cJSON_AddStringToObject(e, "id", bt ? bt : "");
+        cJSON *ids = cJSON_AddArrayToObject(e, "ids"), *tt = cJSON_AddArrayToObject(e, "tokens");
+        cJSON_AddItemToArray(ids, cJSON_CreateNumber((double)bos));
+        cJSON_AddItemToArray(tt, cJSON_CreateString(bt ? bt : ""));
+        free(bt);
+    } else {
+        cJSON_AddStringToObject(pp, "type", "ByteLevel");
+        cJSON_AddBoolToObject(pp, "add_prefix_space", true);
+        cJSON_AddBoolToObject(pp, "trim_offsets", false);
+        cJSON_AddBoolToObject(pp, "use_regex", true);
+    }
+    return pp;
+}
+
+/* tokenizer.json's "decoder": the normalizer undone (U+2581 back to
+ * spaces, byte fallback, the leading space stripped) or byte-level's. */
+static void add_decoder(cJSON *dec, bool spm, bool space_prefix)
+{
+    if (spm) {
+        cJSON *l = cJSON_AddArrayToObject(dec, "decoders"), *d, *pat;
+        cJSON_AddStringToObject(dec, "type", "Sequence");
+        d = cJSON_CreateObject();
+        cJSON_AddStringToObject(d, "type", "Replace");
+        pat = cJSON_AddObjectToObject(d, "pattern");
+        cJSON_AddStringToObject(pat, "String", "\xe2\x96\x81");
+        cJSON_AddStringToObject(d, "content", " ");
+        cJSON_AddItemToArray(l, d);
+        d = cJSON_CreateObject();
+        cJSON_AddStringToObject(d, "type", "ByteFallback");
+        cJSON_AddItemToArray(l, d);
+        d = cJSON_CreateObject();
+        cJSON_AddStringToObject(d, "type", "Fuse");
+        cJSON_AddItemToArray(l, d);
+        if (space_prefix) {
+            d = cJSON_CreateObject();
+            cJSON_AddStringToObject(d, "type", "Strip");
+            cJSON_AddStringToObject(d, "content", " ");
+            cJSON_AddNumberToObject(d, "start", 1);
+            cJSON_AddNumberToObject(d, "stop", 0);
+            cJSON_AddItemToArray(l, d);
+        }
+    } else {
+        cJSON_AddStringToObject(dec, "type", "ByteLevel");
+        cJSON_AddBoolToObject(dec, "add_prefix_space", true);
+        cJSON_AddBoolToObject(dec, "trim_offsets", true);
+        cJSON_AddBoolToObject(dec, "use_regex", true);
+    }
+}
+
+/* dir/tokenizer_config.json: BOS/EOS flags, the special tokens' texts,
+ * the chat template. */
+static int write_tokenizer_config(const char *dir, const rvl_file *f, const facts *m,
+                                  const rvl_kv *toks, bool add_bos)
+{
+    cJSON *c = cJSON_CreateObject();
+    cJSON_AddBoolToObject(c, "add_bos_token", add_bos);
+    cJSON_AddBoolToObject(c, "add_eos_token", tok_flag(f, "tokenizer.ggml.add_eos_token", false));
+    static const char *const sp[][2] = {
+        {"bos_token", "tokenizer.ggml.bos_token_id"}, {"eos_token", "tokenizer.ggml.eos_token_id"},
+        {"unk_token", "tokenizer.ggml.unknown_token_id"}, {"pad_token", "tokenizer.ggml.padding_token_id"},
+    };
+    for (size_t i = 0; i < 4; i++) {
+        int64_t id = tok_id(f, sp[i][1]);
+        if (id >= 0 && (uint64_t)id < toks->n) {
+            char *s = strn(toks->strs[id]);
+            cJSON_AddStringToObject(c, sp[i][0], s ? s : "");
+            free(s);
+        } else {
+            cJSON_AddNullToObject(c, sp[i][0]);
+        }
+    }
+    const rvl_kv *tpl = rvl_file_find_kv(f, "tokenizer.chat_template");
+    rvl_str ts;
+    if (tpl && rvl_kv_get_str(tpl, &ts) == 0) {
+        char *s = strn(ts);
+        cJSON_AddStringToObject(c, "chat_template", s ? s : "");
+        free(s);
+    }
+    cJSON_AddBoolToObject(c, "clean_up_tokenization_spaces", false);
+    cJSON_AddNumberToObject(c, "model_max_length", m->n_ctx);
+    cJSON_AddStringToObject(c, "tokenizer_class", "PreTrainedTokenizerFast");
+    char path[4200];
+    snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
+    int rc = write_json(path, c);
+    cJSON_Delete(c);
+    return rc;
+}
+
+/* dir/tokenizer.json and dir/tokenizer_config.json from f's GGUF
+ * vocabulary (gpt2 or llama); *n_vocab: its size. */
 static int tokenizer_files(const char *in, const rvl_file *f, const facts *m, const char *dir,
                            uint32_t *n_vocab)
 {
@@ -554,7 +697,6 @@ static int tokenizer_files(const char *in, const rvl_file *f, const facts *m, co
                           "token_type", in);
     }
     *n_vocab = (uint32_t)toks->n;
-    (void)m;
 
     cJSON *t = cJSON_CreateObject();
     cJSON_AddStringToObject(t, "version", "1.0");
@@ -579,94 +721,13 @@ static int tokenizer_files(const char *in, const rvl_file *f, const facts *m, co
         cJSON_AddItemToArray(added, a);
         free(s);
     }
-    if (spm && tok_flag(f, "tokenizer.ggml.add_space_prefix", true)) {
-        /* SentencePiece: a space in front of the text, spaces as U+2581 */
-        cJSON *n = cJSON_AddObjectToObject(t, "normalizer"), *l;
-        cJSON_AddStringToObject(n, "type", "Sequence");
-        l = cJSON_AddArrayToObject(n, "normalizers");
-        cJSON *pr = cJSON_CreateObject(), *rp = cJSON_CreateObject(), *pat;
-        cJSON_AddStringToObject(pr, "type", "Prepend");
-        cJSON_AddStringToObject(pr, "prepend", "\xe2\x96\x81");
-        cJSON_AddStringToObject(rp, "type", "Replace");
-        pat = cJSON_AddObjectToObject(rp, "pattern");
-        cJSON_AddStringToObject(pat, "String", " ");
-        cJSON_AddStringToObject(rp, "content", "\xe2\x96\x81");
-        cJSON_AddItemToArray(l, pr);
-        cJSON_AddItemToArray(l, rp);
-    } else if (spm) {
-        cJSON *rp = cJSON_AddObjectToObject(t, "normalizer"), *pat;
-        cJSON_AddStringToObject(rp, "type", "Replace");
-        pat = cJSON_AddObjectToObject(rp, "pattern");
-        cJSON_AddStringToObject(pat, "String", " ");
-        cJSON_AddStringToObject(rp, "content", "\xe2\x96\x81");
-    } else {
-        cJSON_AddNullToObject(t, "normalizer");
-    }
+    add_normalizer(t, spm, tok_flag(f, "tokenizer.ggml.add_space_prefix", true));
     cJSON_AddItemToObject(t, "pre_tokenizer", pt);
 
     bool add_bos = tok_flag(f, "tokenizer.ggml.add_bos_token", false);
-    int64_t bos = tok_id(f, "tokenizer.ggml.bos_token_id");
-    cJSON *pp = cJSON_CreateObject();
-    if (add_bos && bos >= 0 && (uint64_t)bos < toks->n) {
-        char *bt = strn(toks->strs[bos]);
-        cJSON_AddStringToObject(pp, "type", "TemplateProcessing");
-        cJSON *single = cJSON_AddArrayToObject(pp, "single"), *pair = cJSON_AddArrayToObject(pp, "pair");
-        for (int k = 0; k < 2; k++) {
-            cJSON *arr = k ? pair : single;
-            for (int seq = 0; seq <= k; seq++) {
-                cJSON *st = cJSON_CreateObject(), *sp = cJSON_AddObjectToObject(st, "SpecialToken");
-                cJSON_AddStringToObject(sp, "id", bt ? bt : "");
-                cJSON_AddNumberToObject(sp, "type_id", seq);
-                cJSON_AddItemToArray(arr, st);
-                cJSON *sq = cJSON_CreateObject(), *sv = cJSON_AddObjectToObject(sq, "Sequence");
-                cJSON_AddStringToObject(sv, "id", seq ? "B" : "A");
-                cJSON_AddNumberToObject(sv, "type_id", seq);
-                cJSON_AddItemToArray(arr, sq);
-            }
-        }
-        cJSON *sps = cJSON_AddObjectToObject(pp, "special_tokens"), *e = cJSON_AddObjectToObject(sps, bt ? bt : "");
-        cJSON_AddStringToObject(e, "id", bt ? bt : "");
-        cJSON *ids = cJSON_AddArrayToObject(e, "ids"), *tt = cJSON_AddArrayToObject(e, "tokens");
-        cJSON_AddItemToArray(ids, cJSON_CreateNumber((double)bos));
-        cJSON_AddItemToArray(tt, cJSON_CreateString(bt ? bt : ""));
-        free(bt);
-    } else {
-        cJSON_AddStringToObject(pp, "type", "ByteLevel");
-        cJSON_AddBoolToObject(pp, "add_prefix_space", true);
-        cJSON_AddBoolToObject(pp, "trim_offsets", false);
-        cJSON_AddBoolToObject(pp, "use_regex", true);
-    }
-    cJSON_AddItemToObject(t, "post_processor", pp);
-    cJSON *dec = cJSON_AddObjectToObject(t, "decoder");
-    if (spm) {
-        cJSON *l = cJSON_AddArrayToObject(dec, "decoders"), *d, *pat;
-        cJSON_AddStringToObject(dec, "type", "Sequence");
-        d = cJSON_CreateObject();
-        cJSON_AddStringToObject(d, "type", "Replace");
-        pat = cJSON_AddObjectToObject(d, "pattern");
-        cJSON_AddStringToObject(pat, "String", "\xe2\x96\x81");
-        cJSON_AddStringToObject(d, "content", " ");
-        cJSON_AddItemToArray(l, d);
-        d = cJSON_CreateObject();
-        cJSON_AddStringToObject(d, "type", "ByteFallback");
-        cJSON_AddItemToArray(l, d);
-        d = cJSON_CreateObject();
-        cJSON_AddStringToObject(d, "type", "Fuse");
-        cJSON_AddItemToArray(l, d);
-        if (tok_flag(f, "tokenizer.ggml.add_space_prefix", true)) {
-            d = cJSON_CreateObject();
-            cJSON_AddStringToObject(d, "type", "Strip");
-            cJSON_AddStringToObject(d, "content", " ");
-            cJSON_AddNumberToObject(d, "start", 1);
-            cJSON_AddNumberToObject(d, "stop", 0);
-            cJSON_AddItemToArray(l, d);
-        }
-    } else {
-        cJSON_AddStringToObject(dec, "type", "ByteLevel");
-        cJSON_AddBoolToObject(dec, "add_prefix_space", true);
-        cJSON_AddBoolToObject(dec, "trim_offsets", true);
-        cJSON_AddBoolToObject(dec, "use_regex", true);
-    }
+    cJSON_AddItemToObject(t, "post_processor", post_processor(f, toks, add_bos));
+    add_decoder(cJSON_AddObjectToObject(t, "decoder"), spm,
+                tok_flag(f, "tokenizer.ggml.add_space_prefix", true));
 
     cJSON *mo = cJSON_AddObjectToObject(t, "model");
     cJSON_AddStringToObject(mo, "type", "BPE");
@@ -706,39 +767,7 @@ static int tokenizer_files(const char *in, const rvl_file *f, const facts *m, co
     cJSON_Delete(t);
     if (rc < 0)
         return rc;
-
-    /* tokenizer_config.json */
-    cJSON *c = cJSON_CreateObject();
-    cJSON_AddBoolToObject(c, "add_bos_token", add_bos);
-    cJSON_AddBoolToObject(c, "add_eos_token", tok_flag(f, "tokenizer.ggml.add_eos_token", false));
-    static const char *const sp[][2] = {
-        {"bos_token", "tokenizer.ggml.bos_token_id"}, {"eos_token", "tokenizer.ggml.eos_token_id"},
-        {"unk_token", "tokenizer.ggml.unknown_token_id"}, {"pad_token", "tokenizer.ggml.padding_token_id"},
-    };
-    for (size_t i = 0; i < 4; i++) {
-        int64_t id = tok_id(f, sp[i][1]);
-        if (id >= 0 && (uint64_t)id < toks->n) {
-            char *s = strn(toks->strs[id]);
-            cJSON_AddStringToObject(c, sp[i][0], s ? s : "");
-            free(s);
-        } else {
-            cJSON_AddNullToObject(c, sp[i][0]);
-        }
-    }
-    const rvl_kv *tpl = rvl_file_find_kv(f, "tokenizer.chat_template");
-    rvl_str ts;
-    if (tpl && rvl_kv_get_str(tpl, &ts) == 0) {
-        char *s = strn(ts);
-        cJSON_AddStringToObject(c, "chat_template", s ? s : "");
-        free(s);
-    }
-    cJSON_AddBoolToObject(c, "clean_up_tokenization_spaces", false);
-    cJSON_AddNumberToObject(c, "model_max_length", m->n_ctx);
-    cJSON_AddStringToObject(c, "tokenizer_class", "PreTrainedTokenizerFast");
-    snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
-    rc = write_json(path, c);
-    cJSON_Delete(c);
-    return rc;
+    return write_tokenizer_config(dir, f, m, toks, add_bos);
 }
 
 /* ======================================================================

@@ -35,6 +35,45 @@ typedef struct {
 } mtensor;
 
 /* ======================================================================
+ * The tensors: the base's, each with the adapter pairs that update it
+ * ====================================================================== */
+/* q[0..n): the tensors of f in its order, their type kept, and each
+ * adapter pair of l added to its base tensor's (lora.c checked that it
+ * exists). *n_merged: the tensors with at least one pair. q[i].pairs are
+ * owned by q also on failure. */
+static int plan_tensors(const char *base, const rvl_file *f, const rvl_lora *l, mtensor *q,
+                        uint64_t n, uint64_t *n_merged)
+{
+    for (uint64_t i = 0; i < n; i++) {
+        const rvl_tensor_info *t = rvl_file_tensor(f, i);
+        q[i].t = t;
+        q[i].type_out = t->type;
+        if (t->name.len >= sizeof q[i].name)
+            return rvl_seterr(RVL_EFORMAT, "%s: tensor name of %llu bytes (at most 63)", base,
+                              (unsigned long long)t->name.len);
+        memcpy(q[i].name, t->name.ptr, (size_t)t->name.len);
+    }
+    for (size_t a = 0; a < l->n; a++)
+        for (size_t k = 0; k < l->ad[a].n_pairs; k++) {
+            const rvl_lora_pair *pr = &l->ad[a].pairs[k];
+            const rvl_tensor_info *t = rvl_file_find_tensor(f, pr->name);
+            uint64_t i = 0;
+            while (i < n && q[i].t != t)
+                i++;
+            if (i == n)
+                return rvl_seterr(RVL_ENOTFOUND, "tensor %s is not in %s", pr->name, base);
+            const rvl_lora_pair **v = realloc(q[i].pairs, (q[i].n_pairs + 1) * sizeof *v);
+            if (!v)
+                return rvl_seterr(RVL_ENOMEM, "out of memory");
+            if (q[i].n_pairs == 0)
+                (*n_merged)++;
+            v[q[i].n_pairs++] = pr;
+            q[i].pairs = v;
+        }
+    return 0;
+}
+
+/* ======================================================================
  * The per-chunk worker
  * ====================================================================== */
 typedef struct {
@@ -219,6 +258,37 @@ static int check_plan(const rvl_qmix *mix, mtensor *q, uint64_t n)
 /* ======================================================================
  * The pipeline
  * ====================================================================== */
+/* The output's metadata (the base's, with general.file_type for --type)
+ * and tensor infos, up to the start of the data. */
+static int write_header(rvl_gguf_writer *w, const rvl_file *f, const rvl_qmix *mix,
+                        const mtensor *q, uint64_t n)
+{
+    uint32_t ftype = RVL_FTYPE_NONE, qver = 0;
+    const rvl_kv *fkv = rvl_file_find_kv(f, "general.file_type");
+    uint64_t fv;
+    if (mix) {
+        ftype = mix->ftype;
+        const rvl_kformat *km = rvl_kformat_get(mix->type);
+        qver = km && (km->flags & RVL_KF_QUANTIZED) ? RVL_GGML_QNT_VERSION : 0;
+    } else if (fkv && rvl_kv_get_u64(fkv, &fv) == 0 && fv < UINT32_MAX) {
+        ftype = (uint32_t)fv;
+    }
+    static const char *const drop_mix[] = {"split.no", "split.count", "split.tensors.count",
+                                           "ruvllm.file_type", NULL};
+    static const char *const drop_own[] = {"split.no", "split.count", "split.tensors.count", NULL};
+    int rc;
+    if ((rc = rvl_convert_write_kvs(w, f, ftype, qver, mix ? drop_mix : drop_own)) < 0)
+        return rc;
+    if (mix && mix->ftype == RVL_FTYPE_NONE &&
+        (rc = rvl_gguf_writer_kv_str(w, "ruvllm.file_type", mix->name)) < 0)
+        return rc;
+    for (uint64_t i = 0; i < n; i++)
+        if ((rc = rvl_gguf_writer_add_tensor(w, q[i].name, q[i].type_out, q[i].t->n_dims,
+                                             q[i].t->ne, NULL)) < 0)
+            return rc;
+    return rvl_gguf_writer_begin_data(w);
+}
+
 void rvl_lora_merge_report_free(rvl_lora_merge_report *r)
 {
     if (!r)
@@ -278,39 +348,8 @@ int rvl_lora_merge(const char *base, const char *const *specs, size_t n_specs, c
         goto fail;
     }
     uint64_t n_merged = 0;
-    for (uint64_t i = 0; i < n; i++) {
-        const rvl_tensor_info *t = rvl_file_tensor(f, i);
-        q[i].t = t;
-        q[i].type_out = t->type;
-        if (t->name.len >= sizeof q[i].name) {
-            rc = rvl_seterr(RVL_EFORMAT, "%s: tensor name of %llu bytes (at most 63)", base,
-                            (unsigned long long)t->name.len);
-            goto fail;
-        }
-        memcpy(q[i].name, t->name.ptr, (size_t)t->name.len);
-    }
-    /* each adapter pair to its base tensor (lora.c checked that it exists) */
-    for (size_t a = 0; a < l->n; a++)
-        for (size_t k = 0; k < l->ad[a].n_pairs; k++) {
-            const rvl_lora_pair *pr = &l->ad[a].pairs[k];
-            const rvl_tensor_info *t = rvl_file_find_tensor(f, pr->name);
-            uint64_t i = 0;
-            while (i < n && q[i].t != t)
-                i++;
-            if (i == n) {
-                rc = rvl_seterr(RVL_ENOTFOUND, "tensor %s is not in %s", pr->name, base);
-                goto fail;
-            }
-            const rvl_lora_pair **v = realloc(q[i].pairs, (q[i].n_pairs + 1) * sizeof *v);
-            if (!v) {
-                rc = rvl_seterr(RVL_ENOMEM, "out of memory");
-                goto fail;
-            }
-            if (q[i].n_pairs == 0)
-                n_merged++;
-            v[q[i].n_pairs++] = pr;
-            q[i].pairs = v;
-        }
+    if ((rc = plan_tensors(base, f, l, q, n, &n_merged)) < 0)
+        goto fail;
 
     uint64_t n_fallback = 0;
     if (mix && (rc = plan_mix(f, l, mix, q, n, &n_fallback)) < 0)
@@ -361,31 +400,7 @@ int rvl_lora_merge(const char *base, const char *const *specs, size_t n_specs, c
             goto fail;
         }
 
-    /* metadata: the base's, with general.file_type for --type */
-    uint32_t ftype = RVL_FTYPE_NONE, qver = 0;
-    const rvl_kv *fkv = rvl_file_find_kv(f, "general.file_type");
-    uint64_t fv;
-    if (mix) {
-        ftype = mix->ftype;
-        const rvl_kformat *km = rvl_kformat_get(mix->type);
-        qver = km && (km->flags & RVL_KF_QUANTIZED) ? RVL_GGML_QNT_VERSION : 0;
-    } else if (fkv && rvl_kv_get_u64(fkv, &fv) == 0 && fv < UINT32_MAX) {
-        ftype = (uint32_t)fv;
-    }
-    static const char *const drop_mix[] = {"split.no", "split.count", "split.tensors.count",
-                                           "ruvllm.file_type", NULL};
-    static const char *const drop_own[] = {"split.no", "split.count", "split.tensors.count", NULL};
-    if ((rc = rvl_gguf_writer_open(&w, out)) < 0 ||
-        (rc = rvl_convert_write_kvs(w, f, ftype, qver, mix ? drop_mix : drop_own)) < 0)
-        goto fail;
-    if (mix && mix->ftype == RVL_FTYPE_NONE &&
-        (rc = rvl_gguf_writer_kv_str(w, "ruvllm.file_type", mix->name)) < 0)
-        goto fail;
-    for (uint64_t i = 0; i < n; i++)
-        if ((rc = rvl_gguf_writer_add_tensor(w, q[i].name, q[i].type_out, q[i].t->n_dims,
-                                             q[i].t->ne, NULL)) < 0)
-            goto fail;
-    if ((rc = rvl_gguf_writer_begin_data(w)) < 0)
+    if ((rc = rvl_gguf_writer_open(&w, out)) < 0 || (rc = write_header(w, f, mix, q, n)) < 0)
         goto fail;
 
     uint64_t done = 0;

@@ -159,11 +159,6 @@ void rvl_lora_close(rvl_lora *l)
 
 size_t rvl_lora_n_adapters(const rvl_lora *l) { return l ? l->n : 0; }
 
-const rvl_lora_info *rvl_lora_adapter_info(const rvl_lora *l, size_t i)
-{
-    return l && i < l->n ? &l->ad[i].info : NULL;
-}
-
 /* ======================================================================
  * Pairing the A and B tensors of an adapter file
  * ====================================================================== */

@@ -778,13 +778,9 @@ const char *rvl_tok_pre(const rvl_tokenizer *t) { return t->kind == KIND_BPE ? t
 int32_t rvl_tok_n_vocab(const rvl_tokenizer *t) { return (int32_t)t->n; }
 int32_t rvl_tok_bos(const rvl_tokenizer *t) { return t->bos; }
 int32_t rvl_tok_eos(const rvl_tokenizer *t) { return t->eos; }
-int32_t rvl_tok_eot(const rvl_tokenizer *t) { return t->eot; }
-int32_t rvl_tok_eom(const rvl_tokenizer *t) { return t->eom; }
 int32_t rvl_tok_unk(const rvl_tokenizer *t) { return t->unk; }
-int32_t rvl_tok_pad(const rvl_tokenizer *t) { return t->pad; }
 int32_t rvl_tok_nl(const rvl_tokenizer *t) { return t->nl; }
 bool rvl_tok_add_bos(const rvl_tokenizer *t) { return t->add_bos; }
-bool rvl_tok_add_eos(const rvl_tokenizer *t) { return t->add_eos; }
 
 static bool valid_id(const rvl_tokenizer *t, int32_t id)
 {
@@ -817,11 +813,6 @@ int rvl_tok_type(const rvl_tokenizer *t, int32_t id)
     if (a & A_UNUSED) return RVL_TOK_UNUSED;
     if (a & A_NORMAL) return RVL_TOK_NORMAL;
     return t->tok[id].type;
-}
-
-float rvl_tok_score(const rvl_tokenizer *t, int32_t id)
-{
-    return valid_id(t, id) ? t->tok[id].score : 0.0f;
 }
 
 const char *rvl_tok_text(const rvl_tokenizer *t, int32_t id, size_t *len)

@@ -872,19 +872,118 @@ static jv f_escape(jr *r, const jv *in)
     return jbuf_str(&b);
 }
 
+static jv f_abs(jr *r, const jnode *at, const jv *in)
+{
+    if (in->t == JV_INT) {
+        if (in->i == INT64_MIN) jfail(r, at, "integer overflow");
+        return jv_int(in->i < 0 ? -in->i : in->i);
+    }
+    if (in->t == JV_BOOL) return jv_int(in->b);
+    if (in->t == JV_FLOAT) return jv_float(fabs(in->f));
+    if (in->t == JV_UNDEF) jfail_undef(r, at, in);
+    jfail(r, at, "bad operand type for abs(): '%s'", jv_typename(in));
+}
+
+static jv f_center(jr *r, const jnode *at, const jv *in, const jargs *a)
+{
+    jv s = jv_tostr(r, in);
+    const jv *w = argp(a, 0, "width");
+    int64_t width = w ? need_int(r, at, w, "width") : 80;
+    size_t len = utf8_count(s.s, s.n);
+    if (width > 100000) jfail(r, at, "width too large");
+    if (width <= (int64_t)len) return s;
+    size_t pad = (size_t)width - len, left = pad / 2 + (pad & (size_t)width & 1);
+    jbuf b;
+    jbuf_init(r, &b);
+    for (size_t k = 0; k < left; k++) jb_putc(&b, ' ');
+    jb_put(&b, s.s, s.n);
+    for (size_t k = left; k < pad; k++) jb_putc(&b, ' ');
+    return jbuf_str(&b);
+}
+
+static jv f_dictsort(jr *r, const jnode *at, const jv *in, const jargs *a)
+{
+    if (in->t != JV_DICT) jfail(r, at, "dictsort needs a mapping");
+    const jv *cs = argp(a, 0, "case_sensitive"), *by = argp(a, 1, "by"), *rev = argp(a, 2, "reverse");
+    jv *pairs;
+    jv lst = mk_list(r, in->n, &pairs);
+    for (size_t i = 0; i < in->n; i++) {
+        jv *t;
+        pairs[i] = mk_list(r, 2, &t);
+        pairs[i].flag = JL_TUPLE;
+        t[0] = in->d[i].k;
+        t[1] = in->d[i].v;
+    }
+    bool by_value = by && by->t == JV_STR && by->n == 5 && !memcmp(by->s, "value", 5);
+    jv zero = jv_int(0);
+    sortctx c = {r, at, by_value ? NULL : &zero, !(cs && jv_truthy(cs)), by_value};
+    return sorted(r, at, &lst, &c, rev && jv_truthy(rev));
+}
+
+static jv f_items(jr *r, const jnode *at, const jv *in)
+{
+    jv *out;
+    if (in->t == JV_UNDEF) { jv e = mk_list(r, 0, &out); e.flag = JL_GEN; return e; }
+    if (in->t != JV_DICT) jfail(r, at, "Can only get item pairs from a mapping.");
+    jv res = mk_list(r, in->n, &out);
+    for (size_t i = 0; i < in->n; i++) {
+        jv *t;
+        out[i] = mk_list(r, 2, &t);
+        out[i].flag = JL_TUPLE;
+        t[0] = in->d[i].k;
+        t[1] = in->d[i].v;
+    }
+    res.flag = JL_GEN;
+    return res;
+}
+
+static jv f_reverse(jr *r, const jnode *at, const jv *in)
+{
+    if (in->t == JV_STR) {
+        jv m1 = jv_int(-1), none = jv_none();
+        return jv_slice(r, at, in, &none, &none, &m1);
+    }
+    jv items = jv_iter(r, at, in);
+    jv *out;
+    jv res = mk_list(r, items.n, &out);
+    for (size_t i = 0; i < items.n; i++) out[i] = items.a[items.n - 1 - i];
+    res.flag = JL_GEN;
+    return res;
+}
+
+static jv f_sum(jr *r, const jnode *at, const jv *in, const jargs *a)
+{
+    jv items = jv_iter(r, at, in);
+    const jv *attr = argp(a, 0, "attribute"), *st = argp(a, 1, "start");
+    jv acc = st ? *st : jv_int(0);
+    for (size_t i = 0; i < items.n; i++) {
+        jcharge(r, 1);
+        jv v = attr ? attr_path(r, at, &items.a[i], attr) : items.a[i];
+        acc = jv_binop(r, at, JOP_ADD, &acc, &v);
+    }
+    return acc;
+}
+
+static jv f_wordcount(jr *r, const jv *in)
+{
+    jv s = jv_tostr(r, in);
+    size_t n = 0;
+    bool inw = false;
+    for (size_t i = 0; i < s.n; i++) {
+        unsigned char c = (unsigned char)s.s[i];
+        bool w = c >= 0x80 || c == '_' || (c >= '0' && c <= '9') || ((c | 32) >= 'a' && (c | 32) <= 'z');
+        if (w && !inw) n++;
+        inw = w;
+    }
+    return jv_int((int64_t)n);
+}
+
 jv japply_filter(jr *r, const jnode *at, int id, const jv *in, const jargs *a)
 {
     jv s;
     switch (id) {
     case F_ABS:
-        if (in->t == JV_INT) {
-            if (in->i == INT64_MIN) jfail(r, at, "integer overflow");
-            return jv_int(in->i < 0 ? -in->i : in->i);
-        }
-        if (in->t == JV_BOOL) return jv_int(in->b);
-        if (in->t == JV_FLOAT) return jv_float(fabs(in->f));
-        if (in->t == JV_UNDEF) jfail_undef(r, at, in);
-        jfail(r, at, "bad operand type for abs(): '%s'", jv_typename(in));
+        return f_abs(r, at, in);
     case F_ATTR: {
         const jv *n = need_str(r, at, argp(a, 0, "name"), "attribute name");
         return jv_getattr(r, at, in, n->s, n->n);
@@ -893,21 +992,8 @@ jv japply_filter(jr *r, const jnode *at, int id, const jv *in, const jargs *a)
     case F_TITLE: s = jv_tostr(r, in); return str_case(r, &s, CASE_JTITLE);
     case F_UPPER: s = jv_tostr(r, in); return str_case(r, &s, CASE_UPPER);
     case F_LOWER: s = jv_tostr(r, in); return str_case(r, &s, CASE_LOWER);
-    case F_CENTER: {
-        s = jv_tostr(r, in);
-        const jv *w = argp(a, 0, "width");
-        int64_t width = w ? need_int(r, at, w, "width") : 80;
-        size_t len = utf8_count(s.s, s.n);
-        if (width > 100000) jfail(r, at, "width too large");
-        if (width <= (int64_t)len) return s;
-        size_t pad = (size_t)width - len, left = pad / 2 + (pad & (size_t)width & 1);
-        jbuf b;
-        jbuf_init(r, &b);
-        for (size_t k = 0; k < left; k++) jb_putc(&b, ' ');
-        jb_put(&b, s.s, s.n);
-        for (size_t k = left; k < pad; k++) jb_putc(&b, ' ');
-        return jbuf_str(&b);
-    }
+    case F_CENTER:
+        return f_center(r, at, in, a);
     case F_COUNT:
     case F_LENGTH: {
         size_t n;
@@ -921,23 +1007,8 @@ jv japply_filter(jr *r, const jnode *at, int id, const jv *in, const jargs *a)
         if (!use) return *in;
         return dv ? *dv : jv_strn("", 0);
     }
-    case F_DICTSORT: {
-        if (in->t != JV_DICT) jfail(r, at, "dictsort needs a mapping");
-        const jv *cs = argp(a, 0, "case_sensitive"), *by = argp(a, 1, "by"), *rev = argp(a, 2, "reverse");
-        jv *pairs;
-        jv lst = mk_list(r, in->n, &pairs);
-        for (size_t i = 0; i < in->n; i++) {
-            jv *t;
-            pairs[i] = mk_list(r, 2, &t);
-            pairs[i].flag = JL_TUPLE;
-            t[0] = in->d[i].k;
-            t[1] = in->d[i].v;
-        }
-        bool by_value = by && by->t == JV_STR && by->n == 5 && !memcmp(by->s, "value", 5);
-        jv zero = jv_int(0);
-        sortctx c = {r, at, by_value ? NULL : &zero, !(cs && jv_truthy(cs)), by_value};
-        return sorted(r, at, &lst, &c, rev && jv_truthy(rev));
-    }
+    case F_DICTSORT:
+        return f_dictsort(r, at, in, a);
     case F_E:
     case F_ESCAPE:
         return f_escape(r, in);
@@ -972,21 +1043,8 @@ jv japply_filter(jr *r, const jnode *at, int id, const jv *in, const jargs *a)
     }
     case F_INDENT:
         return f_indent(r, at, in, a);
-    case F_ITEMS: {
-        jv *out;
-        if (in->t == JV_UNDEF) { jv e = mk_list(r, 0, &out); e.flag = JL_GEN; return e; }
-        if (in->t != JV_DICT) jfail(r, at, "Can only get item pairs from a mapping.");
-        jv res = mk_list(r, in->n, &out);
-        for (size_t i = 0; i < in->n; i++) {
-            jv *t;
-            out[i] = mk_list(r, 2, &t);
-            out[i].flag = JL_TUPLE;
-            t[0] = in->d[i].k;
-            t[1] = in->d[i].v;
-        }
-        res.flag = JL_GEN;
-        return res;
-    }
+    case F_ITEMS:
+        return f_items(r, at, in);
     case F_JOIN:
         return f_join(r, at, in, a);
     case F_LIST: {
@@ -1012,18 +1070,8 @@ jv japply_filter(jr *r, const jnode *at, int id, const jv *in, const jargs *a)
         int64_t count = c && c->t != JV_NONE ? need_int(r, at, c, "count") : -1;
         return str_replace(r, at, &s, argp(a, 0, "old"), argp(a, 1, "new"), count);
     }
-    case F_REVERSE: {
-        if (in->t == JV_STR) {
-            jv m1 = jv_int(-1), none = jv_none();
-            return jv_slice(r, at, in, &none, &none, &m1);
-        }
-        jv items = jv_iter(r, at, in);
-        jv *out;
-        jv res = mk_list(r, items.n, &out);
-        for (size_t i = 0; i < items.n; i++) out[i] = items.a[items.n - 1 - i];
-        res.flag = JL_GEN;
-        return res;
-    }
+    case F_REVERSE:
+        return f_reverse(r, at, in);
     case F_ROUND:
         return py_round(r, at, in, a);
     case F_SAFE:
@@ -1035,17 +1083,8 @@ jv japply_filter(jr *r, const jnode *at, int id, const jv *in, const jargs *a)
     }
     case F_STRING:
         return jv_tostr(r, in);
-    case F_SUM: {
-        jv items = jv_iter(r, at, in);
-        const jv *attr = argp(a, 0, "attribute"), *st = argp(a, 1, "start");
-        jv acc = st ? *st : jv_int(0);
-        for (size_t i = 0; i < items.n; i++) {
-            jcharge(r, 1);
-            jv v = attr ? attr_path(r, at, &items.a[i], attr) : items.a[i];
-            acc = jv_binop(r, at, JOP_ADD, &acc, &v);
-        }
-        return acc;
-    }
+    case F_SUM:
+        return f_sum(r, at, in, a);
     case F_TOJSON:
         return f_tojson(r, at, in, a);
     case F_TRIM:
@@ -1053,18 +1092,8 @@ jv japply_filter(jr *r, const jnode *at, int id, const jv *in, const jargs *a)
         return str_strip(r, &s, argp(a, 0, "chars"), true, true);
     case F_UNIQUE:
         return f_unique(r, at, in, a);
-    case F_WORDCOUNT: {
-        s = jv_tostr(r, in);
-        size_t n = 0;
-        bool inw = false;
-        for (size_t i = 0; i < s.n; i++) {
-            unsigned char c = (unsigned char)s.s[i];
-            bool w = c >= 0x80 || c == '_' || (c >= '0' && c <= '9') || ((c | 32) >= 'a' && (c | 32) <= 'z');
-            if (w && !inw) n++;
-            inw = w;
-        }
-        return jv_int((int64_t)n);
-    }
+    case F_WORDCOUNT:
+        return f_wordcount(r, in);
     }
     jfail(r, at, "BUG: filter %d", id);
 }
