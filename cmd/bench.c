@@ -942,47 +942,15 @@ out:
  * bench ppl
  * ==================================================================== */
 
+/* The text: a file, a FIFO or "-", up to RUVLLM_MAX_INPUT (rvl_input_read). */
 static int read_file(const char *name, const char *path, char **buf, size_t *len)
 {
-    FILE *f = strcmp(path, "-") == 0 ? stdin : fopen(path, "rb");
-    *buf = NULL;
-    *len = 0;
-    if (!f) {
-        cli_err(name, "%s: %s", path, strerror(errno));
+    int rc = rvl_input_read(path, rvl_input_limit(), buf, len);
+    if (rc < 0) {
+        cli_fail(name, rc);
         return -1;
     }
-    size_t cap = 0;
-    char tmp[65536];
-    size_t n;
-    while ((n = fread(tmp, 1, sizeof tmp, f)) > 0) {
-        if (*len + n + 1 > cap) {
-            size_t nc = cap ? cap * 2 : 1 << 20;
-            while (nc < *len + n + 1)
-                nc *= 2;
-            char *nb = realloc(*buf, nc);
-            if (!nb) {
-                cli_err(name, "%s: out of memory", path);
-                goto fail;
-            }
-            *buf = nb;
-            cap = nc;
-        }
-        memcpy(*buf + *len, tmp, n);
-        *len += n;
-    }
-    if (ferror(f)) {
-        cli_err(name, "%s: read error", path);
-        goto fail;
-    }
-    if (f != stdin)
-        fclose(f);
     return 0;
-fail:
-    if (f != stdin)
-        fclose(f);
-    free(*buf);
-    *buf = NULL;
-    return -1;
 }
 
 static int bench_ppl(const char *name)

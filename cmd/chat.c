@@ -134,6 +134,7 @@ typedef struct {
     uint64_t seed;              /* each reply's seed derives from it and the turn's number */
     bool seed_given;
     bool dirty;                 /* changed since the session file was written */
+    int session_lock;           /* rvl_session_lock of --session, or -1 */
 
     /* the conversation */
     msg_t *conv;
@@ -1319,6 +1320,8 @@ static int chat_open(chat_state *st)
     if ((rc = rvl_model_open(&st->model, st->model_path)) < 0)
         return cli_fail(st->cmd, rc);
     st->tok = rvl_model_tokenizer(st->model);
+    if (rvl_tok_warning(st->tok))
+        warn(st, "%s: %s", st->model_path, rvl_tok_warning(st->tok));
     rvl_ctx_params cp = {.n_ctx = (uint32_t)opt_ctx, .n_threads = (uint32_t)opt_threads,
                          .backend = opt_backend};
     cli_kv_params(&opt_kv, &cp);
@@ -1348,6 +1351,10 @@ static int chat_open(chat_state *st)
         cli_err(st->cmd, "out of memory");
         return EXIT_RUNTIME;
     }
+    /* one conversation per session file: a second chat on it would save
+     * over this one's turns */
+    if (opt_session && (rc = rvl_session_lock(opt_session, &st->session_lock)) < 0)
+        return cli_fail(st->cmd, rc);
     if (opt_session && access(opt_session, F_OK) == 0) {
         if (session_load(st, opt_session) < 0)
             return cli_fail(st->cmd, RVL_EFORMAT);
@@ -1361,6 +1368,7 @@ static int chat_open(chat_state *st)
 
 static void chat_close(chat_state *st)
 {
+    rvl_session_unlock(st->session_lock);
     conv_clear(st, false);
     free(st->conv);
     free(st->cached);
@@ -1404,15 +1412,19 @@ static int chat_loop(chat_state *st)
         free(msg);
         if (res == SLASH_FATAL)
             return EXIT_RUNTIME;
+        /* a Ctrl-C (or SIGTERM, SIGHUP) that stopped the turn does not stop
+         * the save: nothing is lost (a second one while saving quits at
+         * once, the previous file intact) */
+        const bool stopped = rvl_interrupted();
         if (opt_session && st->dirty) {
+            rvl_interrupt_clear();
             if (session_save(st, opt_session) < 0)
                 fail(st, "--session: %s", rvl_errmsg());
-            else
-                st->dirty = false;
+            st->dirty = false;   /* saved, or the failure said once (the next turn retries) */
         }
         if (res == SLASH_EXIT)
             return 0;
-        if (!st->interactive && rvl_interrupted())
+        if (!st->interactive && (stopped || rvl_interrupted()))
             return EXIT_INTERRUPTED;
     }
 }
@@ -1421,7 +1433,7 @@ static int chat_main(rvl_cmd *cmd, int argc, char **argv)
 {
     (void)argc;
     (void)argv;
-    chat_state state = {.cmd = cmd->name}, *st = &state;
+    chat_state state = {.cmd = cmd->name, .session_lock = -1}, *st = &state;
     int status, rc;
     const char *nc = getenv("NO_COLOR");
     bool no_color = nc && *nc;

@@ -63,55 +63,37 @@ static rvl_opt opts[] = {
  * Small helpers
  * ==================================================================== */
 
-static int read_all(FILE *f, gen_buf *b)
-{
-    char tmp[65536];
-    size_t n;
-    while ((n = fread(tmp, 1, sizeof tmp, f)) > 0)
-        if (gen_buf_add(b, tmp, n) < 0)
-            return -1;
-    return ferror(f) ? -1 : 0;
-}
-
-/* The prompt: -f FILE, the arguments joined by spaces, or stdin. */
+/* The prompt: -f FILE, the arguments joined by spaces, or stdin; a file
+ * or stdin is read up to RUVLLM_MAX_INPUT (rvl_input_read). 0, or the
+ * exit status after printing the error. */
 static int get_prompt(const char *cmd, int argc, char **argv, gen_buf *prompt)
 {
-    bool from_stdin = false;
+    const char *src = NULL;   /* a file, or "-" for stdin */
     if (opt_file && argc > 0)
         cli_usage(cmd, "give the prompt as arguments or with -f, not both");
-    if (opt_file) {
-        if (strcmp(opt_file, "-") == 0) {
-            from_stdin = true;
-        } else {
-            FILE *f = fopen(opt_file, "rb");
-            if (!f) {
-                cli_err(cmd, "%s: %s", opt_file, strerror(errno));
-                return -1;
-            }
-            int rc = read_all(f, prompt);
-            fclose(f);
-            if (rc < 0) {
-                cli_err(cmd, "%s: read error", opt_file);
-                return -1;
-            }
-        }
-    } else if (argc == 0 || (argc == 1 && strcmp(argv[0], "-") == 0)) {
-        from_stdin = true;
-    } else {
+    if (opt_file)
+        src = opt_file;
+    else if (argc == 0 || (argc == 1 && strcmp(argv[0], "-") == 0))
+        src = "-";
+    else
         for (int i = 0; i < argc; i++)
             if ((i && gen_buf_add(prompt, " ", 1) < 0) || gen_buf_add(prompt, argv[i], strlen(argv[i])) < 0)
-                return -1;
-    }
-    if (from_stdin) {
-        if (isatty(STDIN_FILENO))
+                return cli_fail(cmd, rvl_seterr(RVL_ENOMEM, "out of memory"));
+    if (src) {
+        if (!strcmp(src, "-") && isatty(STDIN_FILENO))
             fprintf(stderr, "ruvllm %s: reading the prompt from standard input (end with Ctrl-D)\n", cmd);
-        if (read_all(stdin, prompt) < 0) {
-            cli_err(cmd, "standard input: read error");
-            return -1;
-        }
+        char *text;
+        size_t n;
+        int rc = rvl_input_read(src, rvl_input_limit(), &text, &n);
+        if (rc < 0)
+            return rc == RVL_EINTR ? EXIT_INTERRUPTED : cli_fail(cmd, rc);
+        rc = gen_buf_add(prompt, text, n);
+        free(text);
+        if (rc < 0)
+            return cli_fail(cmd, rvl_seterr(RVL_ENOMEM, "out of memory"));
     }
     if (gen_buf_add(prompt, "", 0) < 0)
-        return -1;
+        return cli_fail(cmd, rvl_seterr(RVL_ENOMEM, "out of memory"));
     return 0;
 }
 
@@ -412,9 +394,14 @@ static int run_main(rvl_cmd *cmd, int argc, char **argv)
         opt_stats = true;
     check_options(name);
     uint64_t seed = sampling_seed(name);
-    if (get_prompt(name, argc, argv, &prompt) < 0) {
-        status = EXIT_RUNTIME;
+    if ((status = get_prompt(name, argc, argv, &prompt)) != 0)
         goto out;
+    if (opt_prompt_cache) {   /* before any work: a device or FIFO is never replaced */
+        char resolved[4096];
+        if ((rc = rvl_afile_check_dest(opt_prompt_cache, resolved, sizeof resolved)) < 0) {
+            status = cli_fail(name, rc);
+            goto out;
+        }
     }
     if ((rc = rvl_model_path(opt_model, path, sizeof path)) < 0) {
         status = cli_fail(name, rc);
@@ -429,6 +416,8 @@ static int run_main(rvl_cmd *cmd, int argc, char **argv)
         status = cli_fail(name, rc);
         goto out;
     }
+    if (rvl_tok_warning(rvl_model_tokenizer(m)))
+        cli_err(name, "warning: %s: %s", path, rvl_tok_warning(rvl_model_tokenizer(m)));
     if ((status = open_engine(name, m, seed, &c, &lora, &s)) != 0)
         goto out;
     rp.load_ms = gen_now_ms() - t0;
@@ -454,6 +443,17 @@ static int run_main(rvl_cmd *cmd, int argc, char **argv)
         cli_err(name, "the prompt has %zu tokens, which leaves no room in a context of %u (see -c)",
                 rp.n_prompt, n_ctx);
         status = EXIT_RUNTIME;
+        goto out;
+    }
+    /* a shift drops half of what follows the kept tokens: keep room for it
+     * (llama.cpp clamps n_keep to n_ctx - 4; saying so beats a "context
+     * full, use --context-shift" when it was given) */
+    const size_t keep = opt_keep < 0 ? rp.n_prompt : (size_t)opt_keep;
+    if (opt_shift && keep + 4 > n_ctx) {
+        cli_err(name, "--keep %zu%s leaves nothing for --context-shift to drop in a context of "
+                "%u tokens (keep at most %u, or use a larger -c)", keep,
+                opt_keep < 0 ? " (the whole prompt)" : "", n_ctx, n_ctx - 4);
+        status = EXIT_USAGE;
         goto out;
     }
     if (opt_verbose)

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "chat/jinja/jinja.h"
 #include "ruvllm.h"
@@ -478,8 +479,14 @@ static char *warnf(const char *fmt, ...)
 
 static int read_file(const char *path, char **data, size_t *len)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f) return rvl_seterr(errno == ENOENT ? RVL_ENOTFOUND : RVL_EIO, "%s: %s", path, strerror(errno));
+    int fd, rc = rvl_input_open(path, &fd, NULL);   /* a FIFO is refused, not waited on */
+    if (rc < 0)
+        return rc;
+    FILE *f = fdopen(fd, "rb");
+    if (!f) {
+        close(fd);
+        return rvl_seterr(RVL_ENOMEM, "%s: %s", path, strerror(errno));
+    }
     char *buf = NULL;
     size_t n = 0, cap = 0;
     for (;;) {
