@@ -261,7 +261,7 @@ void cli_print_main_man(FILE *out)
                  "\\fI${XDG_CACHE_HOME:\\-$HOME/.cache}/ruvllm/models/%s\\fR, which "
                  "\\fBmake model\\fR fetches.\n", RVL_DEFAULT_MODEL_FILE);
     fprintf(out, ".SH EXIT STATUS\n0 on success, 1 on a runtime error, 2 on a usage error, "
-                 "130 when interrupted (Ctrl\\-C).\n");
+                 "130 when interrupted (Ctrl\\-C, SIGTERM, SIGHUP).\n");
     fprintf(out, ".SH SEE ALSO\n");
     for (int i = 0; i < cli_n_commands; i++)
         fprintf(out, ".BR ruvllm\\-%s (1)%s\n", cli_commands[i]->name,

@@ -464,13 +464,15 @@ void cli_print_man(const rvl_cmd *cmd, FILE *out)
     if (cmd->man_extra)
         fputs(cmd->man_extra, out);
     fprintf(out, ".SH EXIT STATUS\n0 on success, 1 on a runtime error, 2 on a usage error, "
-                 "130 when interrupted (Ctrl\\-C).\n");
+                 "130 when interrupted (Ctrl\\-C, SIGTERM, SIGHUP).\n");
     fprintf(out, ".SH ENVIRONMENT\n.TP\n.B RUVLLM_MODEL\nModel used when \\-m is not given.\n"
                  ".TP\n.B XDG_CACHE_HOME\nThe default model lives in "
                  "\\fI${XDG_CACHE_HOME:\\-$HOME/.cache}/ruvllm/models/\\fR.\n"
                  ".TP\n.B RUVLLM_ISA\nForce a kernel instruction set (ref, avx2, avx512, neon).\n"
                  ".TP\n.B RUVLLM_REPACK\n0: keep Q4_0, IQ4_NL and Q4_K weights in the file's row-major "
                  "layout instead of the packed decode layout (the same results, for comparisons).\n"
+                 ".TP\n.B RUVLLM_MAX_INPUT\nThe most bytes a prompt or text input is read to "
+                 "(an optional K, M or G suffix; default 256M).\n"
                  ".TP\n.B NO_COLOR\nDisable colors.\n");
     fprintf(out, ".SH SEE ALSO\n.BR ruvllm (1)\n");
 }
