@@ -362,21 +362,21 @@ static bool check_kv(rvl_kv_inspect *f, rvl_kv_inspect_blockinfo *bl, const unsi
     return true;
 }
 
-static int walk(rvl_kv_inspect *f)
+/* The per-page tables (f->index, and *tiers: layer 0's tier of each page
+ * for the version 2 rules), only when the file can hold the blocks the
+ * header promises; *tiers stays NULL otherwise. */
+static int page_tables(rvl_kv_inspect *f, uint8_t **tiers)
 {
-    rvl_kv_inspect_info *in = &f->info;
-    const size_t hb = in->block_header_bytes, end = f->size - 8;
-    size_t off = in->header_bytes;
-    uint8_t *tiers = NULL;   /* layer 0's tier of each page (v2 rules) */
-    int rc = 0;
-
-    /* per-page tables only when the file can hold the blocks promised */
-    uint64_t n_kv = in->n_blocks_expected - 2 - in->key_centre;
+    const rvl_kv_inspect_info *in = &f->info;
+    const size_t hb = in->block_header_bytes;
+    const uint64_t n_kv = in->n_blocks_expected - 2 - in->key_centre;
+    *tiers = NULL;
     if (in->geometry_ok && n_kv && n_kv <= f->size / hb) {
         f->index = malloc(n_kv * sizeof *f->index);
-        tiers = calloc(f->n_pages, 1);
-        if (!f->index || !tiers) {
-            free(tiers);
+        *tiers = calloc(f->n_pages, 1);
+        if (!f->index || !*tiers) {
+            free(*tiers);
+            *tiers = NULL;
             return rvl_seterr(RVL_ENOMEM, "out of memory");
         }
         for (uint64_t i = 0; i < n_kv; i++)
@@ -386,6 +386,203 @@ static int walk(rvl_kv_inspect *f)
                 "can hold", in->n_layer, f->n_pages, (unsigned long long)in->n_blocks_expected,
                 f->size);
     }
+    return 0;
+}
+
+/* The fields of the block header at h (version 1 lacks the info bytes: in
+ * both versions the sizes and the hash end the header). */
+static void read_block_header(const rvl_kv_inspect *f, const unsigned char *h,
+                              rvl_kv_inspect_blockinfo *bl)
+{
+    const size_t hb = f->info.block_header_bytes;
+    bl->kind = rvl_session_get32(h + RVL_SESS_B_KIND);
+    bl->layer = rvl_session_get32(h + RVL_SESS_B_LAYER);
+    bl->page = rvl_session_get32(h + RVL_SESS_B_PAGE);
+    bl->raw_bytes = rvl_session_get32(h + hb - (RVL_SESS_BLK - RVL_SESS_B_RAW));
+    bl->stored_bytes = rvl_session_get32(h + hb - (RVL_SESS_BLK - RVL_SESS_B_STORED));
+    bl->hash_stored = rvl_session_get64(h + hb - (RVL_SESS_BLK - RVL_SESS_B_HASH));
+}
+
+/* Whether block number i is the one the layout puts there; false with
+ * the block marked misplaced and a problem recorded. */
+static bool check_place(rvl_kv_inspect *f, uint64_t i, rvl_kv_inspect_blockinfo *bl, const char *name)
+{
+    uint32_t ek, el, ep;
+    expected(f, i, &ek, &el, &ep);
+    if (bl->kind == ek && bl->layer == el && bl->page == ep)
+        return true;
+    bl->status = RVL_KVI_MISPLACED;
+    if (ek == 0)
+        problem(f, "%s: unexpected: the header's %llu blocks are already complete", name,
+                (unsigned long long)f->info.n_blocks_expected);
+    else
+        problem(f, "%s: misplaced: the layout puts the %s block%s here", name,
+                ek == RVL_KVI_BLK_TOKENS ? "tokens" : ek == RVL_KVI_BLK_EXTRA ? "extra"
+                : ek == RVL_KVI_BLK_CENTER ? "center" : "kv",
+                ek == RVL_KVI_BLK_KV ? " of another layer or page" : "");
+    return false;
+}
+
+/* Whether a placed block's raw size (and a kv block's formats) are what
+ * the header implies, and its zstd frame could plausibly expand to it;
+ * false with the block marked bad and a problem recorded. h: its header. */
+static bool check_size(rvl_kv_inspect *f, rvl_kv_inspect_blockinfo *bl, const unsigned char *h,
+                       const char *name)
+{
+    const rvl_kv_inspect_info *in = &f->info;
+    bool sized = true;
+    if (bl->kind == RVL_KVI_BLK_TOKENS && (uint64_t)bl->raw_bytes != (uint64_t)in->n_tokens * 4) {
+        problem(f, "%s: holds %u bytes, expected %llu (%u tokens)", name, bl->raw_bytes,
+                (unsigned long long)in->n_tokens * 4, in->n_tokens);
+        sized = false;
+    } else if (bl->kind == RVL_KVI_BLK_EXTRA && bl->raw_bytes > MAX_RAW) {
+        problem(f, "%s: %u bytes of JSON, more than 64 MiB", name, bl->raw_bytes);
+        sized = false;
+    } else if (bl->kind == RVL_KVI_BLK_CENTER &&
+               (!in->geometry_ok ||
+                (uint64_t)bl->raw_bytes != (uint64_t)in->n_layer * in->kv_dim * 4)) {
+        problem(f, "%s: holds %u bytes, expected %llu (%u layers of %u floats)", name,
+                bl->raw_bytes, (unsigned long long)in->n_layer * in->kv_dim * 4, in->n_layer,
+                in->kv_dim);
+        sized = false;
+    } else if (bl->kind == RVL_KVI_BLK_KV) {
+        sized = check_kv(f, bl, h, name);
+    }
+    /* zstd can expand a few bytes into megabytes; real pages (even a
+     * mostly empty partial page) never compress this well */
+    if (sized && (uint64_t)bl->raw_bytes > (uint64_t)bl->stored_bytes * MAX_EXPAND + 65536) {
+        problem(f, "%s: %u stored bytes claim %u raw bytes, more than any page compresses to",
+                name, bl->stored_bytes, bl->raw_bytes);
+        sized = false;
+    }
+    if (!sized)
+        bl->status = RVL_KVI_BAD_DATA;
+    return sized;
+}
+
+/* The token ids, from the tokens block in f->raw. */
+static int keep_tokens(rvl_kv_inspect *f)
+{
+    const uint32_t n = f->info.n_tokens;
+    f->tokens = malloc(((size_t)n + 1) * sizeof *f->tokens);
+    if (!f->tokens)
+        return rvl_seterr(RVL_ENOMEM, "out of memory");
+    for (uint32_t t = 0; t < n; t++)
+        f->tokens[t] = (int32_t)rvl_session_get32((const unsigned char *)f->raw + 4 * (size_t)t);
+    return 0;
+}
+
+/* The JSON text, from the extra block bl in f->raw. */
+static int keep_extra(rvl_kv_inspect *f, const rvl_kv_inspect_blockinfo *bl)
+{
+    f->extra = malloc((size_t)bl->raw_bytes + 1);
+    if (!f->extra)
+        return rvl_seterr(RVL_ENOMEM, "out of memory");
+    memcpy(f->extra, f->raw, bl->raw_bytes);
+    f->extra[bl->raw_bytes] = 0;
+    f->info.extra_len = bl->raw_bytes;
+    return 0;
+}
+
+/* The key centre, from the center block bl in f->raw; a non-finite
+ * element marks the block bad and leaves no centre. */
+static int keep_centre(rvl_kv_inspect *f, rvl_kv_inspect_blockinfo *bl, const char *name)
+{
+    const size_t nm = (size_t)f->info.n_layer * f->info.kv_dim;
+    f->centre = malloc(nm * sizeof *f->centre);
+    if (!f->centre)
+        return rvl_seterr(RVL_ENOMEM, "out of memory");
+    for (size_t c = 0; c < nm && f->centre; c++) {
+        f->centre[c] = rvl_bits_f32(rvl_session_get32((const unsigned char *)f->raw + 4 * c));
+        if (!isfinite(f->centre[c])) {
+            bl->status = RVL_KVI_BAD_DATA;
+            problem(f, "%s: element %zu is not finite", name, c);
+            free(f->centre);
+            f->centre = NULL;
+        }
+    }
+    f->info.centre = f->centre;
+    return 0;
+}
+
+/* The version 2 tier rules: every layer's page p in the same tier; a
+ * newer page never colder than an older one, but for page 0 in tier 0
+ * (the attention sink of a quantized cache, kvcache.h). tiers: layer 0's
+ * tier of each page, filled as layer 0 goes by. */
+static void check_tier(rvl_kv_inspect *f, const rvl_kv_inspect_blockinfo *bl, uint8_t *tiers,
+                       const char *name)
+{
+    if (bl->layer == 0) {
+        tiers[bl->page] = (uint8_t)bl->tier;
+        if (bl->page > 0 && bl->tier > tiers[bl->page - 1] && !(bl->page == 1 && tiers[0] == 0))
+            problem(f, "%s: tier %u is colder than the older page %u's tier %u", name, bl->tier,
+                    bl->page - 1, tiers[bl->page - 1]);
+    } else if (bl->tier != tiers[bl->page]) {
+        problem(f, "%s: tier %u, but layer 0's page %u is tier %u", name, bl->tier, bl->page,
+                tiers[bl->page]);
+    }
+}
+
+/* A placed, well-sized block with a good checksum: its zstd frame checked
+ * by decompressing it, then the first tokens, extra and center blocks
+ * kept, a kv block's tier checked (tiers: page_tables). 0, or RVL_ENOMEM. */
+static int read_block(rvl_kv_inspect *f, rvl_kv_inspect_blockinfo *bl, uint8_t *tiers,
+                      const char *name)
+{
+    int rc = inflate(f, bl);
+    if (rc == RVL_ENOMEM)
+        return rc;
+    if (rc < 0) {
+        bl->status = RVL_KVI_BAD_DATA;
+        problem(f, "%s: the zstd frame does not decompress to its %u bytes", name, bl->raw_bytes);
+        return 0;
+    }
+    switch (bl->kind) {
+    case RVL_KVI_BLK_TOKENS:
+        return f->tokens ? 0 : keep_tokens(f);
+    case RVL_KVI_BLK_EXTRA:
+        return f->extra ? 0 : keep_extra(f, bl);
+    case RVL_KVI_BLK_CENTER:
+        return f->centre ? 0 : keep_centre(f, bl, name);
+    case RVL_KVI_BLK_KV:
+        if (f->info.version >= 2 && tiers)
+            check_tier(f, bl, tiers, name);
+        return 0;
+    }
+    return 0;
+}
+
+/* What the header promises and the walk did not find. */
+static void report_missing(rvl_kv_inspect *f)
+{
+    const rvl_kv_inspect_info *in = &f->info;
+    if (f->n_blocks >= in->n_blocks_expected)
+        return;
+    uint32_t ek, el, ep;
+    expected(f, f->n_blocks, &ek, &el, &ep);
+    if (ek == RVL_KVI_BLK_KV)
+        problem(f, "missing: %llu of the %llu blocks the header promises, from layer %u page %u on",
+                (unsigned long long)(in->n_blocks_expected - f->n_blocks),
+                (unsigned long long)in->n_blocks_expected, el, ep);
+    else
+        problem(f, "missing: %llu of the %llu blocks the header promises, from the %s block on",
+                (unsigned long long)(in->n_blocks_expected - f->n_blocks),
+                (unsigned long long)in->n_blocks_expected,
+                ek == RVL_KVI_BLK_TOKENS ? "tokens" : "extra");
+}
+
+/* Every block from the header to the file checksum, each recorded with
+ * its status (f->blocks) and its problems: a block header that does not
+ * fit or names an unknown kind ends the walk, as does a block running
+ * past the end; a misplaced or corrupted block is recorded and skipped. */
+static int walk(rvl_kv_inspect *f)
+{
+    const size_t hb = f->info.block_header_bytes, end = f->size - 8;
+    size_t off = f->info.header_bytes;
+    uint8_t *tiers;
+    int rc = page_tables(f, &tiers);
+    if (rc < 0)
+        return rc;
 
     for (uint64_t i = 0; off < end; i++) {
         rvl_kv_inspect_blockinfo bl = {.offset = off};
@@ -396,13 +593,7 @@ static int walk(rvl_kv_inspect *f)
             break;
         }
         const unsigned char *h = f->b + off;
-        /* version 1 lacks the info bytes: the sizes and hash end the header */
-        bl.kind = rvl_session_get32(h + RVL_SESS_B_KIND);
-        bl.layer = rvl_session_get32(h + RVL_SESS_B_LAYER);
-        bl.page = rvl_session_get32(h + RVL_SESS_B_PAGE);
-        bl.raw_bytes = rvl_session_get32(h + hb - (RVL_SESS_BLK - RVL_SESS_B_RAW));
-        bl.stored_bytes = rvl_session_get32(h + hb - (RVL_SESS_BLK - RVL_SESS_B_STORED));
-        bl.hash_stored = rvl_session_get64(h + hb - (RVL_SESS_BLK - RVL_SESS_B_HASH));
+        read_block_header(f, h, &bl);
         block_name(&bl, name, sizeof name);
         if (bl.kind < RVL_KVI_BLK_TOKENS || bl.kind > RVL_KVI_BLK_CENTER) {
             problem(f, "%s: unknown block kind %u: the rest of the file (%zu bytes) is not read",
@@ -414,153 +605,31 @@ static int walk(rvl_kv_inspect *f)
             problem(f, "%s: truncated: its %u stored bytes run %llu bytes past the end of the "
                     "data (offset %zu)", name, bl.stored_bytes,
                     (unsigned long long)(bl.stored_bytes - (end - off - hb)), end);
-            if ((rc = push_block(f, &bl)) < 0)
-                goto out;
+            rc = push_block(f, &bl);
             break;
         }
         off += hb + bl.stored_bytes;
         bl.hash_computed = XXH3_64bits(h + hb, bl.stored_bytes);
 
-        uint32_t ek, el, ep;
-        expected(f, i, &ek, &el, &ep);
-        bool placed = bl.kind == ek && bl.layer == el && bl.page == ep;
-        bool sized = true;
-        if (!placed) {
-            bl.status = RVL_KVI_MISPLACED;
-            if (ek == 0)
-                problem(f, "%s: unexpected: the header's %llu blocks are already complete", name,
-                        (unsigned long long)in->n_blocks_expected);
-            else
-                problem(f, "%s: misplaced: the layout puts the %s block%s here", name,
-                        ek == RVL_KVI_BLK_TOKENS ? "tokens" : ek == RVL_KVI_BLK_EXTRA ? "extra"
-                        : ek == RVL_KVI_BLK_CENTER ? "center" : "kv",
-                        ek == RVL_KVI_BLK_KV ? " of another layer or page" : "");
-        }
+        const bool placed = check_place(f, i, &bl, name);
         if (bl.hash_computed != bl.hash_stored) {
             bl.status = RVL_KVI_BAD_CHECKSUM;
             problem(f, "%s: checksum mismatch (stored %016llx, computed %016llx)", name,
                     (unsigned long long)bl.hash_stored, (unsigned long long)bl.hash_computed);
-            if ((rc = push_block(f, &bl)) < 0)
-                goto out;
-            continue;
+        } else if (placed && check_size(f, &bl, h, name)) {
+            if ((rc = read_block(f, &bl, tiers, name)) < 0)
+                break;
+            if (bl.status == RVL_KVI_OK && bl.kind == RVL_KVI_BLK_KV && f->index)
+                f->index[(uint64_t)bl.layer * f->n_pages + bl.page] = (long)f->n_blocks;
         }
-        if (!placed) {
-            if ((rc = push_block(f, &bl)) < 0)
-                goto out;
-            continue;
-        }
-        /* sizes and formats */
-        if (bl.kind == RVL_KVI_BLK_TOKENS && (uint64_t)bl.raw_bytes != (uint64_t)in->n_tokens * 4) {
-            problem(f, "%s: holds %u bytes, expected %llu (%u tokens)", name, bl.raw_bytes,
-                    (unsigned long long)in->n_tokens * 4, in->n_tokens);
-            sized = false;
-        } else if (bl.kind == RVL_KVI_BLK_EXTRA && bl.raw_bytes > MAX_RAW) {
-            problem(f, "%s: %u bytes of JSON, more than 64 MiB", name, bl.raw_bytes);
-            sized = false;
-        } else if (bl.kind == RVL_KVI_BLK_CENTER &&
-                   (!in->geometry_ok ||
-                    (uint64_t)bl.raw_bytes != (uint64_t)in->n_layer * in->kv_dim * 4)) {
-            problem(f, "%s: holds %u bytes, expected %llu (%u layers of %u floats)", name,
-                    bl.raw_bytes, (unsigned long long)in->n_layer * in->kv_dim * 4, in->n_layer,
-                    in->kv_dim);
-            sized = false;
-        } else if (bl.kind == RVL_KVI_BLK_KV) {
-            sized = check_kv(f, &bl, h, name);
-        }
-        /* zstd can expand a few bytes into megabytes; real pages (even a
-         * mostly empty partial page) never compress this well */
-        if (sized && (uint64_t)bl.raw_bytes > (uint64_t)bl.stored_bytes * MAX_EXPAND + 65536) {
-            problem(f, "%s: %u stored bytes claim %u raw bytes, more than any page compresses to",
-                    name, bl.stored_bytes, bl.raw_bytes);
-            sized = false;
-        }
-        if (!sized) {
-            bl.status = RVL_KVI_BAD_DATA;
-            if ((rc = push_block(f, &bl)) < 0)
-                goto out;
-            continue;
-        }
-        int zr = inflate(f, &bl);
-        if (zr == RVL_ENOMEM) {
-            rc = zr;
-            goto out;
-        }
-        if (zr < 0) {
-            bl.status = RVL_KVI_BAD_DATA;
-            problem(f, "%s: the zstd frame does not decompress to its %u bytes", name,
-                    bl.raw_bytes);
-        } else if (bl.kind == RVL_KVI_BLK_TOKENS && !f->tokens) {
-            f->tokens = malloc(((size_t)in->n_tokens + 1) * sizeof *f->tokens);
-            if (!f->tokens) {
-                rc = rvl_seterr(RVL_ENOMEM, "out of memory");
-                goto out;
-            }
-            for (uint32_t t = 0; t < in->n_tokens; t++)
-                f->tokens[t] = (int32_t)rvl_session_get32((const unsigned char *)f->raw + 4 * (size_t)t);
-        } else if (bl.kind == RVL_KVI_BLK_EXTRA && !f->extra) {
-            f->extra = malloc((size_t)bl.raw_bytes + 1);
-            if (!f->extra) {
-                rc = rvl_seterr(RVL_ENOMEM, "out of memory");
-                goto out;
-            }
-            memcpy(f->extra, f->raw, bl.raw_bytes);
-            f->extra[bl.raw_bytes] = 0;
-            in->extra_len = bl.raw_bytes;
-        } else if (bl.kind == RVL_KVI_BLK_CENTER && !f->centre) {
-            const size_t nm = (size_t)in->n_layer * in->kv_dim;
-            f->centre = malloc(nm * sizeof *f->centre);
-            if (!f->centre) {
-                rc = rvl_seterr(RVL_ENOMEM, "out of memory");
-                goto out;
-            }
-            for (size_t c = 0; c < nm && f->centre; c++) {
-                f->centre[c] = rvl_bits_f32(rvl_session_get32((const unsigned char *)f->raw + 4 * c));
-                if (!isfinite(f->centre[c])) {
-                    bl.status = RVL_KVI_BAD_DATA;
-                    problem(f, "%s: element %zu is not finite", name, c);
-                    free(f->centre);
-                    f->centre = NULL;
-                }
-            }
-            in->centre = f->centre;
-        } else if (bl.kind == RVL_KVI_BLK_KV && in->version >= 2 && tiers) {
-            /* v2 tier rules: every layer's page p in the same tier; a newer
-             * page never colder than an older one, but for page 0 in tier 0
-             * (the attention sink of a quantized cache, kvcache.h) */
-            if (bl.layer == 0) {
-                tiers[bl.page] = (uint8_t)bl.tier;
-                if (bl.page > 0 && bl.tier > tiers[bl.page - 1] &&
-                    !(bl.page == 1 && tiers[0] == 0))
-                    problem(f, "%s: tier %u is colder than the older page %u's tier %u", name,
-                            bl.tier, bl.page - 1, tiers[bl.page - 1]);
-            } else if (bl.tier != tiers[bl.page]) {
-                problem(f, "%s: tier %u, but layer 0's page %u is tier %u", name, bl.tier, bl.page,
-                        tiers[bl.page]);
-            }
-        }
-        if (bl.status == RVL_KVI_OK && bl.kind == RVL_KVI_BLK_KV && f->index)
-            f->index[(uint64_t)bl.layer * f->n_pages + bl.page] = (long)f->n_blocks;
         if ((rc = push_block(f, &bl)) < 0)
-            goto out;
+            break;
     }
-
-    /* what is missing */
-    if (f->n_blocks < in->n_blocks_expected) {
-        uint32_t ek, el, ep;
-        expected(f, f->n_blocks, &ek, &el, &ep);
-        if (ek == RVL_KVI_BLK_KV)
-            problem(f, "missing: %llu of the %llu blocks the header promises, from layer %u page %u on",
-                    (unsigned long long)(in->n_blocks_expected - f->n_blocks),
-                    (unsigned long long)in->n_blocks_expected, el, ep);
-        else
-            problem(f, "missing: %llu of the %llu blocks the header promises, from the %s block on",
-                    (unsigned long long)(in->n_blocks_expected - f->n_blocks),
-                    (unsigned long long)in->n_blocks_expected,
-                    ek == RVL_KVI_BLK_TOKENS ? "tokens" : "extra");
-    }
-out:
     free(tiers);
-    return rc;
+    if (rc < 0)
+        return rc;
+    report_missing(f);
+    return 0;
 }
 
 /* ====================================================================
