@@ -346,13 +346,15 @@ int rvl_ctx_set_lora(rvl_ctx *c, const rvl_lora *l);
 int rvl_model_path(const char *explicit_path, char *buf, size_t cap);
 
 /* ======================================================================
- * CPU features (filled once at start-up; issue 3 extends dispatch).
+ * CPU features (lib/base/cpu.c): what the kernels' one probe found
+ * (kernels/dispatch.c), each vector extension only where the OS saves its
+ * registers; and the kernel variant chosen from them.
  * ====================================================================== */
 typedef struct {
     bool sse3, ssse3, avx, avx2, fma, f16c, avx512f, avx512bw, avx512vl,
          avx512vnni, avx512bf16, neon, dotprod;
 } rvl_cpu_features;
-const rvl_cpu_features *rvl_cpu(void);
+const rvl_cpu_features *rvl_cpu(void);   /* borrowed: static */
 /* Name of the kernel ISA selected at run time ("avx2", "ref", ...),
  * honoring RUVLLM_ISA. */
 const char *rvl_cpu_isa_selected(void);
