@@ -216,34 +216,16 @@ rvl_chat_family rvl_chat_detect(const char *src)
 
 /* ---------------------------------------------------------------- built-ins */
 
-typedef struct { char *p; size_t n, cap; bool oom; } sbuf;
-
-static void sb_put(sbuf *b, const char *s, size_t n)
-{
-    if (b->oom || !n) return;
-    if (b->cap - b->n < n + 1) {
-        size_t nc = b->cap ? b->cap : 256;
-        while (nc - b->n < n + 1) nc *= 2;
-        char *np = realloc(b->p, nc);
-        if (!np) { b->oom = true; return; }
-        b->p = np;
-        b->cap = nc;
-    }
-    memcpy(b->p + b->n, s, n);
-    b->n += n;
-    b->p[b->n] = 0;
-}
-static void sb_s(sbuf *b, const char *s) { if (s) sb_put(b, s, strlen(s)); }
-
 static bool is_sp(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; }
-/* ASCII-whitespace trim, what |trim and .strip() do for usual text */
-static void sb_trim(sbuf *b, const char *s)
+/* s without ASCII whitespace at either end, what |trim and .strip() do for
+ * usual text (NULL: nothing) */
+static void add_trimmed(rvl_buf *b, const char *s)
 {
     if (!s) return;
     size_t n = strlen(s), a = 0;
     while (a < n && is_sp(s[a])) a++;
     while (n > a && is_sp(s[n - 1])) n--;
-    sb_put(b, s + a, n - a);
+    rvl_buf_add(b, s + a, n - a);
 }
 
 static bool role_is(const rvl_chat_msg *m, const char *r) { return m->role && !strcmp(m->role, r); }
@@ -252,63 +234,65 @@ int rvl_chat_builtin_render(rvl_chat_family f, const rvl_chat_msg *msgs, size_t 
                             bool add_gen, const char *bos, const char *eos, char **out)
 {
     *out = NULL;
-    sbuf b = {0};
+    rvl_buf b = {0};
     const char *sys = n && role_is(&msgs[0], "system") ? msgs[0].content : NULL;
     size_t first = sys ? 1 : 0;
     if (!bos) bos = "";
     if (!eos) eos = "";
-    sb_s(&b, "");
+    rvl_buf_adds(&b, "");
     switch (f) {
     case RVL_CHAT_CHATML:
         for (size_t i = 0; i < n; i++) {
-            sb_s(&b, "<|im_start|>"); sb_s(&b, msgs[i].role); sb_s(&b, "\n");
-            sb_s(&b, msgs[i].content); sb_s(&b, "<|im_end|>\n");
+            rvl_buf_adds(&b, "<|im_start|>"); rvl_buf_adds(&b, msgs[i].role); rvl_buf_adds(&b, "\n");
+            rvl_buf_adds(&b, msgs[i].content); rvl_buf_adds(&b, "<|im_end|>\n");
         }
-        if (add_gen) sb_s(&b, "<|im_start|>assistant\n");
+        if (add_gen) rvl_buf_adds(&b, "<|im_start|>assistant\n");
         break;
     case RVL_CHAT_PHI4:
         for (size_t i = 0; i < n; i++) {
-            if (role_is(&msgs[i], "assistant")) { sb_s(&b, msgs[i].content); sb_s(&b, "<|im_end|>"); continue; }
-            sb_s(&b, "<|im_start|>"); sb_s(&b, msgs[i].role); sb_s(&b, "<|im_sep|>");
-            sb_s(&b, msgs[i].content); sb_s(&b, "<|im_end|>");
-            if (role_is(&msgs[i], "user")) sb_s(&b, "<|im_start|>assistant<|im_sep|>");
+            if (role_is(&msgs[i], "assistant")) { rvl_buf_adds(&b, msgs[i].content); rvl_buf_adds(&b, "<|im_end|>"); continue; }
+            rvl_buf_adds(&b, "<|im_start|>"); rvl_buf_adds(&b, msgs[i].role); rvl_buf_adds(&b, "<|im_sep|>");
+            rvl_buf_adds(&b, msgs[i].content); rvl_buf_adds(&b, "<|im_end|>");
+            if (role_is(&msgs[i], "user")) rvl_buf_adds(&b, "<|im_start|>assistant<|im_sep|>");
         }
         break;
     case RVL_CHAT_LLAMA2:
         for (size_t i = first; i < n; i++) {
             if (role_is(&msgs[i], "user")) {
-                sb_s(&b, bos); sb_s(&b, "[INST] ");
+                rvl_buf_adds(&b, bos); rvl_buf_adds(&b, "[INST] ");
                 if (i == first && sys) {
-                    sbuf c = {0};
-                    sb_s(&c, "<<SYS>>\n"); sb_s(&c, sys); sb_s(&c, "\n<</SYS>>\n\n"); sb_s(&c, msgs[i].content);
-                    sb_trim(&b, c.p);
-                    free(c.p);
+                    rvl_buf c = {0};
+                    rvl_buf_adds(&c, "<<SYS>>\n"); rvl_buf_adds(&c, sys); rvl_buf_adds(&c, "\n<</SYS>>\n\n");
+                    rvl_buf_adds(&c, msgs[i].content);
+                    if (c.oom) b.oom = true;
+                    add_trimmed(&b, c.p);
+                    rvl_buf_free(&c);
                 } else {
-                    sb_trim(&b, msgs[i].content);
+                    add_trimmed(&b, msgs[i].content);
                 }
-                sb_s(&b, " [/INST]");
+                rvl_buf_adds(&b, " [/INST]");
             } else {
-                sb_s(&b, " "); sb_trim(&b, msgs[i].content); sb_s(&b, " "); sb_s(&b, eos);
+                rvl_buf_adds(&b, " "); add_trimmed(&b, msgs[i].content); rvl_buf_adds(&b, " "); rvl_buf_adds(&b, eos);
             }
         }
         break;
     case RVL_CHAT_LLAMA3:
-        sb_s(&b, bos);
+        rvl_buf_adds(&b, bos);
         for (size_t i = 0; i < n; i++) {
-            sb_s(&b, "<|start_header_id|>"); sb_s(&b, msgs[i].role); sb_s(&b, "<|end_header_id|>\n\n");
-            sb_trim(&b, msgs[i].content); sb_s(&b, "<|eot_id|>");
+            rvl_buf_adds(&b, "<|start_header_id|>"); rvl_buf_adds(&b, msgs[i].role); rvl_buf_adds(&b, "<|end_header_id|>\n\n");
+            add_trimmed(&b, msgs[i].content); rvl_buf_adds(&b, "<|eot_id|>");
         }
-        if (add_gen) sb_s(&b, "<|start_header_id|>assistant<|end_header_id|>\n\n");
+        if (add_gen) rvl_buf_adds(&b, "<|start_header_id|>assistant<|end_header_id|>\n\n");
         break;
     case RVL_CHAT_MISTRAL_V1:
-        sb_s(&b, bos);
+        rvl_buf_adds(&b, bos);
         for (size_t i = first; i < n; i++) {
             if (role_is(&msgs[i], "user")) {
-                sb_s(&b, " [INST] ");
-                if (i == first && sys) { sb_s(&b, sys); sb_s(&b, "\n\n"); }
-                sb_s(&b, msgs[i].content); sb_s(&b, " [/INST]");
+                rvl_buf_adds(&b, " [INST] ");
+                if (i == first && sys) { rvl_buf_adds(&b, sys); rvl_buf_adds(&b, "\n\n"); }
+                rvl_buf_adds(&b, msgs[i].content); rvl_buf_adds(&b, " [/INST]");
             } else {
-                sb_s(&b, " "); sb_s(&b, msgs[i].content); sb_s(&b, eos);
+                rvl_buf_adds(&b, " "); rvl_buf_adds(&b, msgs[i].content); rvl_buf_adds(&b, eos);
             }
         }
         break;
@@ -317,17 +301,17 @@ int rvl_chat_builtin_render(rvl_chat_family f, const rvl_chat_msg *msgs, size_t 
         bool tekken = f == RVL_CHAT_MISTRAL_V3_TEKKEN;
         size_t last_user = n;
         for (size_t i = first; i < n; i++) if (role_is(&msgs[i], "user")) last_user = i;
-        sb_s(&b, bos);
+        rvl_buf_adds(&b, bos);
         for (size_t i = first; i < n; i++) {
             if (role_is(&msgs[i], "user")) {
-                sb_s(&b, tekken ? "[INST]" : "[INST] ");
+                rvl_buf_adds(&b, tekken ? "[INST]" : "[INST] ");
                 /* the template puts the system message before the last message when it is a user's */
-                if (sys && i == n - 1 && i == last_user) { sb_s(&b, sys); sb_s(&b, "\n\n"); }
-                sb_s(&b, msgs[i].content); sb_s(&b, "[/INST]");
+                if (sys && i == n - 1 && i == last_user) { rvl_buf_adds(&b, sys); rvl_buf_adds(&b, "\n\n"); }
+                rvl_buf_adds(&b, msgs[i].content); rvl_buf_adds(&b, "[/INST]");
             } else if (tekken) {
-                sb_s(&b, msgs[i].content); sb_s(&b, eos);
+                rvl_buf_adds(&b, msgs[i].content); rvl_buf_adds(&b, eos);
             } else {
-                sb_s(&b, " "); sb_trim(&b, msgs[i].content); sb_s(&b, eos);
+                rvl_buf_adds(&b, " "); add_trimmed(&b, msgs[i].content); rvl_buf_adds(&b, eos);
             }
         }
         break;
@@ -335,66 +319,66 @@ int rvl_chat_builtin_render(rvl_chat_family f, const rvl_chat_msg *msgs, size_t 
     case RVL_CHAT_MISTRAL_V7:
     case RVL_CHAT_MISTRAL_V7_TEKKEN: {
         bool tekken = f == RVL_CHAT_MISTRAL_V7_TEKKEN;
-        sb_s(&b, bos);
+        rvl_buf_adds(&b, bos);
         for (size_t i = 0; i < n; i++) {
             if (role_is(&msgs[i], "system")) {
-                sb_s(&b, tekken ? "[SYSTEM_PROMPT]" : "[SYSTEM_PROMPT] "); sb_s(&b, msgs[i].content);
-                sb_s(&b, "[/SYSTEM_PROMPT]");
+                rvl_buf_adds(&b, tekken ? "[SYSTEM_PROMPT]" : "[SYSTEM_PROMPT] "); rvl_buf_adds(&b, msgs[i].content);
+                rvl_buf_adds(&b, "[/SYSTEM_PROMPT]");
             } else if (role_is(&msgs[i], "user")) {
-                sb_s(&b, tekken ? "[INST]" : "[INST] "); sb_s(&b, msgs[i].content); sb_s(&b, "[/INST]");
+                rvl_buf_adds(&b, tekken ? "[INST]" : "[INST] "); rvl_buf_adds(&b, msgs[i].content); rvl_buf_adds(&b, "[/INST]");
             } else {
-                if (!tekken) sb_s(&b, " ");
-                sb_s(&b, msgs[i].content); sb_s(&b, eos);
+                if (!tekken) rvl_buf_adds(&b, " ");
+                rvl_buf_adds(&b, msgs[i].content); rvl_buf_adds(&b, eos);
             }
         }
         break;
     }
     case RVL_CHAT_GEMMA:
-        sb_s(&b, bos);
+        rvl_buf_adds(&b, bos);
         for (size_t i = first; i < n; i++) {
             bool asst = role_is(&msgs[i], "assistant");
-            sb_s(&b, "<start_of_turn>"); sb_s(&b, asst ? "model" : msgs[i].role); sb_s(&b, "\n");
-            if (i == first && sys) { sb_s(&b, sys); sb_s(&b, "\n\n"); }
-            sb_trim(&b, msgs[i].content); sb_s(&b, "<end_of_turn>\n");
+            rvl_buf_adds(&b, "<start_of_turn>"); rvl_buf_adds(&b, asst ? "model" : msgs[i].role); rvl_buf_adds(&b, "\n");
+            if (i == first && sys) { rvl_buf_adds(&b, sys); rvl_buf_adds(&b, "\n\n"); }
+            add_trimmed(&b, msgs[i].content); rvl_buf_adds(&b, "<end_of_turn>\n");
         }
-        if (add_gen) sb_s(&b, "<start_of_turn>model\n");
+        if (add_gen) rvl_buf_adds(&b, "<start_of_turn>model\n");
         break;
     case RVL_CHAT_PHI3:
         for (size_t i = 0; i < n; i++) {
             if (role_is(&msgs[i], "system") && !(msgs[i].content && *msgs[i].content)) continue;
-            sb_s(&b, "<|"); sb_s(&b, msgs[i].role); sb_s(&b, "|>\n"); sb_s(&b, msgs[i].content); sb_s(&b, "<|end|>\n");
+            rvl_buf_adds(&b, "<|"); rvl_buf_adds(&b, msgs[i].role); rvl_buf_adds(&b, "|>\n"); rvl_buf_adds(&b, msgs[i].content); rvl_buf_adds(&b, "<|end|>\n");
         }
-        sb_s(&b, add_gen ? "<|assistant|>\n" : eos);
+        rvl_buf_adds(&b, add_gen ? "<|assistant|>\n" : eos);
         break;
     case RVL_CHAT_ZEPHYR:
         for (size_t i = 0; i < n; i++) {
-            sb_s(&b, "<|"); sb_s(&b, msgs[i].role); sb_s(&b, "|>\n"); sb_s(&b, msgs[i].content);
-            sb_s(&b, eos); sb_s(&b, "\n");
+            rvl_buf_adds(&b, "<|"); rvl_buf_adds(&b, msgs[i].role); rvl_buf_adds(&b, "|>\n"); rvl_buf_adds(&b, msgs[i].content);
+            rvl_buf_adds(&b, eos); rvl_buf_adds(&b, "\n");
         }
-        if (add_gen) sb_s(&b, "<|assistant|>\n");
+        if (add_gen) rvl_buf_adds(&b, "<|assistant|>\n");
         break;
     case RVL_CHAT_DEEPSEEK2:
-        sb_s(&b, bos);
+        rvl_buf_adds(&b, bos);
         for (size_t i = 0; i < n; i++) {
-            if (role_is(&msgs[i], "user")) { sb_s(&b, "User: "); sb_s(&b, msgs[i].content); sb_s(&b, "\n\n"); }
-            else if (role_is(&msgs[i], "assistant")) { sb_s(&b, "Assistant: "); sb_s(&b, msgs[i].content); sb_s(&b, eos); }
-            else if (role_is(&msgs[i], "system")) { sb_s(&b, msgs[i].content); sb_s(&b, "\n\n"); }
+            if (role_is(&msgs[i], "user")) { rvl_buf_adds(&b, "User: "); rvl_buf_adds(&b, msgs[i].content); rvl_buf_adds(&b, "\n\n"); }
+            else if (role_is(&msgs[i], "assistant")) { rvl_buf_adds(&b, "Assistant: "); rvl_buf_adds(&b, msgs[i].content); rvl_buf_adds(&b, eos); }
+            else if (role_is(&msgs[i], "system")) { rvl_buf_adds(&b, msgs[i].content); rvl_buf_adds(&b, "\n\n"); }
         }
-        if (add_gen) sb_s(&b, "Assistant:");
+        if (add_gen) rvl_buf_adds(&b, "Assistant:");
         break;
     case RVL_CHAT_DEEPSEEK3:
     case RVL_CHAT_DEEPSEEK_R1: {
-        sb_s(&b, bos);
+        rvl_buf_adds(&b, bos);
         bool firstsys = true;
         for (size_t i = 0; i < n; i++)
             if (role_is(&msgs[i], "system")) {
-                if (!firstsys && f == RVL_CHAT_DEEPSEEK3) sb_s(&b, "\n\n");
+                if (!firstsys && f == RVL_CHAT_DEEPSEEK3) rvl_buf_adds(&b, "\n\n");
                 if (f == RVL_CHAT_DEEPSEEK_R1 && !firstsys) continue;   /* R1 keeps one */
-                sb_s(&b, msgs[i].content);
+                rvl_buf_adds(&b, msgs[i].content);
                 firstsys = false;
             }
         for (size_t i = 0; i < n; i++) {
-            if (role_is(&msgs[i], "user")) { sb_s(&b, DS_USER); sb_s(&b, msgs[i].content); }
+            if (role_is(&msgs[i], "user")) { rvl_buf_adds(&b, DS_USER); rvl_buf_adds(&b, msgs[i].content); }
             else if (role_is(&msgs[i], "assistant")) {
                 const char *c = msgs[i].content ? msgs[i].content : "";
                 if (f == RVL_CHAT_DEEPSEEK_R1) {
@@ -402,54 +386,50 @@ int rvl_chat_builtin_render(rvl_chat_family f, const rvl_chat_msg *msgs, size_t 
                     for (t = strstr(c, "</think>"); t; t = strstr(t + 1, "</think>")) last = t;
                     if (last) c = last + 8;
                 }
-                sb_s(&b, DS_ASSISTANT); sb_s(&b, c); sb_s(&b, DS_EOS);
+                rvl_buf_adds(&b, DS_ASSISTANT); rvl_buf_adds(&b, c); rvl_buf_adds(&b, DS_EOS);
             }
         }
-        if (add_gen) sb_s(&b, f == RVL_CHAT_DEEPSEEK_R1 ? DS_ASSISTANT "<think>\n" : DS_ASSISTANT);
+        if (add_gen) rvl_buf_adds(&b, f == RVL_CHAT_DEEPSEEK_R1 ? DS_ASSISTANT "<think>\n" : DS_ASSISTANT);
         break;
     }
     case RVL_CHAT_COMMAND_R:
-        sb_s(&b, bos);
-        if (sys) { sb_s(&b, "<|START_OF_TURN_TOKEN|><|SYSTEM_TOKEN|>"); sb_s(&b, sys); sb_s(&b, "<|END_OF_TURN_TOKEN|>"); }
+        rvl_buf_adds(&b, bos);
+        if (sys) { rvl_buf_adds(&b, "<|START_OF_TURN_TOKEN|><|SYSTEM_TOKEN|>"); rvl_buf_adds(&b, sys); rvl_buf_adds(&b, "<|END_OF_TURN_TOKEN|>"); }
         for (size_t i = first; i < n; i++) {
-            if (role_is(&msgs[i], "user")) sb_s(&b, "<|START_OF_TURN_TOKEN|><|USER_TOKEN|>");
-            else if (role_is(&msgs[i], "assistant")) sb_s(&b, "<|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|>");
+            if (role_is(&msgs[i], "user")) rvl_buf_adds(&b, "<|START_OF_TURN_TOKEN|><|USER_TOKEN|>");
+            else if (role_is(&msgs[i], "assistant")) rvl_buf_adds(&b, "<|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|>");
             else continue;
-            sb_trim(&b, msgs[i].content); sb_s(&b, "<|END_OF_TURN_TOKEN|>");
+            add_trimmed(&b, msgs[i].content); rvl_buf_adds(&b, "<|END_OF_TURN_TOKEN|>");
         }
-        if (add_gen) sb_s(&b, "<|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|>");
+        if (add_gen) rvl_buf_adds(&b, "<|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|>");
         break;
     case RVL_CHAT_GRANITE:
         for (size_t i = 0; i < n; i++) {
-            sb_s(&b, "<|start_of_role|>"); sb_s(&b, msgs[i].role); sb_s(&b, "<|end_of_role|>");
-            sb_s(&b, msgs[i].content); sb_s(&b, "<|end_of_text|>\n");
+            rvl_buf_adds(&b, "<|start_of_role|>"); rvl_buf_adds(&b, msgs[i].role); rvl_buf_adds(&b, "<|end_of_role|>");
+            rvl_buf_adds(&b, msgs[i].content); rvl_buf_adds(&b, "<|end_of_text|>\n");
         }
-        if (add_gen && n) sb_s(&b, "<|start_of_role|>assistant<|end_of_role|>");
+        if (add_gen && n) rvl_buf_adds(&b, "<|start_of_role|>assistant<|end_of_role|>");
         break;
     case RVL_CHAT_VICUNA:
     case RVL_CHAT_VICUNA_ORCA:
         for (size_t i = 0; i < n; i++) {
             if (role_is(&msgs[i], "system")) {
-                if (f == RVL_CHAT_VICUNA_ORCA) { sb_s(&b, "SYSTEM: "); sb_s(&b, msgs[i].content); sb_s(&b, "\n"); }
-                else { sb_s(&b, msgs[i].content); sb_s(&b, "\n\n"); }
+                if (f == RVL_CHAT_VICUNA_ORCA) { rvl_buf_adds(&b, "SYSTEM: "); rvl_buf_adds(&b, msgs[i].content); rvl_buf_adds(&b, "\n"); }
+                else { rvl_buf_adds(&b, msgs[i].content); rvl_buf_adds(&b, "\n\n"); }
             } else if (role_is(&msgs[i], "user")) {
-                sb_s(&b, "USER: "); sb_s(&b, msgs[i].content); sb_s(&b, "\n");
+                rvl_buf_adds(&b, "USER: "); rvl_buf_adds(&b, msgs[i].content); rvl_buf_adds(&b, "\n");
             } else {
-                sb_s(&b, "ASSISTANT: "); sb_s(&b, msgs[i].content); sb_s(&b, "</s>\n");
+                rvl_buf_adds(&b, "ASSISTANT: "); rvl_buf_adds(&b, msgs[i].content); rvl_buf_adds(&b, "</s>\n");
             }
         }
-        if (add_gen) sb_s(&b, "ASSISTANT:");
+        if (add_gen) rvl_buf_adds(&b, "ASSISTANT:");
         break;
     default:
-        free(b.p);
+        rvl_buf_free(&b);
         return rvl_seterr(RVL_EINVAL, "no built-in chat format '%s'", rvl_chat_family_name(f));
     }
-    if (b.oom) {
-        free(b.p);
-        return rvl_seterr(RVL_ENOMEM, "out of memory");
-    }
-    *out = b.p;
-    return 0;
+    *out = rvl_buf_take(&b);   /* "" for nothing */
+    return *out ? 0 : rvl_seterr(RVL_ENOMEM, "out of memory");
 }
 
 /* ======================================================================
@@ -480,37 +460,31 @@ static int read_file(const char *path, char **data, size_t *len)
 {
     FILE *f = fopen(path, "rb");
     if (!f) return rvl_seterr(errno == ENOENT ? RVL_ENOTFOUND : RVL_EIO, "%s: %s", path, strerror(errno));
-    char *buf = NULL;
-    size_t n = 0, cap = 0;
+    rvl_buf b = {0};
+    int rc = 0;
     for (;;) {
-        if (cap - n < 65536) {
-            if (cap > ((size_t)64 << 20)) {
-                fclose(f);
-                free(buf);
-                return rvl_seterr(RVL_ERANGE, "%s: file larger than 64 MiB", path);
-            }
-            cap = cap ? cap * 2 : 65536 * 2;
-            char *nb = realloc(buf, cap + 1);
-            if (!nb) {
-                fclose(f);
-                free(buf);
-                return rvl_seterr(RVL_ENOMEM, "%s: out of memory", path);
-            }
-            buf = nb;
+        if (b.n > ((size_t)64 << 20)) {
+            rc = rvl_seterr(RVL_ERANGE, "%s: file larger than 64 MiB", path);
+            break;
         }
-        size_t k = fread(buf + n, 1, cap - n, f);
-        n += k;
+        if (rvl_buf_reserve(&b, 65536) < 0) {
+            rc = rvl_seterr(RVL_ENOMEM, "%s: out of memory", path);
+            break;
+        }
+        size_t k = fread(b.p + b.n, 1, b.cap - b.n - 1, f);
+        b.n += k;
+        b.p[b.n] = 0;
         if (k == 0) break;
     }
-    bool err = ferror(f);
+    if (rc == 0 && ferror(f))
+        rc = rvl_seterr(RVL_EIO, "%s: read error", path);
     fclose(f);
-    if (err) {
-        free(buf);
-        return rvl_seterr(RVL_EIO, "%s: read error", path);
+    if (rc < 0) {
+        rvl_buf_free(&b);
+        return rc;
     }
-    buf[n] = 0;
-    *data = buf;
-    *len = n;
+    *len = b.n;
+    *data = rvl_buf_take(&b);
     return 0;
 }
 
