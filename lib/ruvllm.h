@@ -564,7 +564,7 @@ void rvl_ctx_set_trace(rvl_ctx *c, rvl_trace_fn fn, void *ud);
 /* ======================================================================
  * Session files (lib/engine/session.c): a context's KV cache with the token ids
  * it holds and an opaque JSON blob of the caller's (chat keeps its
- * conversation there). Layout (version 2) in lib/engine/session.c and
+ * conversation there). Layout (version 3) in lib/engine/session_fmt.h and
  * docs/formats.md: magic, version, byte-order mark, the model's
  * fingerprint, the cache geometry, the formats of each tier and the tier
  * sizes, then zstd-compressed blocks (tokens, extra, one per layer and
