@@ -63,18 +63,18 @@ static rvl_opt opts[] = {
  * Small helpers
  * ==================================================================== */
 
-static int read_all(FILE *f, gen_buf *b)
+static int read_all(FILE *f, rvl_buf *b)
 {
     char tmp[65536];
     size_t n;
     while ((n = fread(tmp, 1, sizeof tmp, f)) > 0)
-        if (gen_buf_add(b, tmp, n) < 0)
+        if (rvl_buf_add(b, tmp, n) < 0)
             return -1;
     return ferror(f) ? -1 : 0;
 }
 
 /* The prompt: -f FILE, the arguments joined by spaces, or stdin. */
-static int get_prompt(const char *cmd, int argc, char **argv, gen_buf *prompt)
+static int get_prompt(const char *cmd, int argc, char **argv, rvl_buf *prompt)
 {
     bool from_stdin = false;
     if (opt_file && argc > 0)
@@ -99,7 +99,7 @@ static int get_prompt(const char *cmd, int argc, char **argv, gen_buf *prompt)
         from_stdin = true;
     } else {
         for (int i = 0; i < argc; i++)
-            if ((i && gen_buf_add(prompt, " ", 1) < 0) || gen_buf_add(prompt, argv[i], strlen(argv[i])) < 0)
+            if ((i && rvl_buf_add(prompt, " ", 1) < 0) || rvl_buf_add(prompt, argv[i], strlen(argv[i])) < 0)
                 return -1;
     }
     if (from_stdin) {
@@ -110,12 +110,12 @@ static int get_prompt(const char *cmd, int argc, char **argv, gen_buf *prompt)
             return -1;
         }
     }
-    if (gen_buf_add(prompt, "", 0) < 0)
+    if (rvl_buf_add(prompt, "", 0) < 0)
         return -1;
     return 0;
 }
 
-static int tokenize_all(const rvl_tokenizer *t, const gen_buf *prompt, int32_t **ids, size_t *n)
+static int tokenize_all(const rvl_tokenizer *t, const rvl_buf *prompt, int32_t **ids, size_t *n)
 {
     return rvl_tok_encode_alloc(t, prompt->p ? prompt->p : "", prompt->n, !opt_no_bos, opt_special,
                               ids, n);
@@ -152,7 +152,7 @@ static int emit_stdout(void *ud, const char *s, size_t n)
 
 /* *chat: the template (owned: rvl_chat_close, also on failure), whose
  * end-of-turn strings stop generation. */
-static int chat_wrap(const char *cmd, const rvl_file *f, const rvl_tokenizer *t, gen_buf *prompt,
+static int chat_wrap(const char *cmd, const rvl_file *f, const rvl_tokenizer *t, rvl_buf *prompt,
                      rvl_chat **chat)
 {
     char *warn = NULL, *out = NULL;
@@ -177,7 +177,7 @@ static int chat_wrap(const char *cmd, const rvl_file *f, const rvl_tokenizer *t,
     if (rc < 0)
         return rc;
     prompt->n = 0;
-    rc = gen_buf_add(prompt, out, strlen(out)) < 0 ? rvl_seterr(RVL_ENOMEM, "out of memory") : 0;
+    rc = rvl_buf_add(prompt, out, strlen(out)) < 0 ? rvl_seterr(RVL_ENOMEM, "out of memory") : 0;
     free(out);
     opt_special = true;
     if (!opt_no_bos && rvl_tok_add_bos(t) && rvl_tok_bos(t) >= 0) {
@@ -193,7 +193,7 @@ static int chat_wrap(const char *cmd, const rvl_file *f, const rvl_tokenizer *t,
  * --tokenize: needs only the vocabulary
  * ==================================================================== */
 
-static int do_tokenize(const char *cmd, const char *path, gen_buf *prompt)
+static int do_tokenize(const char *cmd, const char *path, rvl_buf *prompt)
 {
     rvl_file *f = NULL;
     rvl_tokenizer *t = NULL;
@@ -396,7 +396,7 @@ static int run_main(rvl_cmd *cmd, int argc, char **argv)
 {
     const char *name = cmd->name;
     char path[4096];
-    gen_buf prompt = {0};
+    rvl_buf prompt = {0};
     const char **stops = NULL;
     gen_result res = {0};
     rvl_model *m = NULL;
