@@ -212,7 +212,7 @@ void chat_input_close(void)
 
 int chat_input_message(char **msg)
 {
-    gen_buf b = {0};
+    rvl_buf b = {0};
     bool block = false, cont = false;
     char prompt[64];
     for (;;) {
@@ -227,7 +227,7 @@ int chat_input_message(char **msg)
             if (empty && !block && !cont)
                 cfg.hint(cfg.ud, "(to leave, type /exit or press Ctrl-D)");
             fflush(stdout);
-            gen_buf_free(&b);
+            rvl_buf_free(&b);
             return -1;
         }
         if (r == 0) {
@@ -235,7 +235,7 @@ int chat_input_message(char **msg)
                 *msg = b.p;
                 return 1;
             }
-            gen_buf_free(&b);
+            rvl_buf_free(&b);
             return 0;
         }
         history_add(line);
@@ -243,8 +243,8 @@ int chat_input_message(char **msg)
         bool ok = true;
         if (block) {
             bool end = len >= 3 && strcmp(line + len - 3, "\"\"\"") == 0;
-            ok = (b.n == 0 || gen_buf_add(&b, "\n", 1) == 0) &&
-                 gen_buf_add(&b, line, end ? len - 3 : len) == 0;
+            ok = (b.n == 0 || rvl_buf_add(&b, "\n", 1) == 0) &&
+                 rvl_buf_add(&b, line, end ? len - 3 : len) == 0;
             free(line);
             if (!ok)
                 break;
@@ -258,7 +258,7 @@ int chat_input_message(char **msg)
             const char *rest = line + 3;
             size_t rl = len - 3;
             if (rl >= 3 && strcmp(rest + rl - 3, "\"\"\"") == 0) {   /* """one line""" */
-                ok = gen_buf_add(&b, rest, rl - 3) == 0;
+                ok = rvl_buf_add(&b, rest, rl - 3) == 0;
                 free(line);
                 if (!ok)
                     break;
@@ -266,15 +266,15 @@ int chat_input_message(char **msg)
                 return 1;
             }
             block = true;
-            ok = gen_buf_add(&b, rest, rl) == 0;
+            ok = rvl_buf_add(&b, rest, rl) == 0;
             free(line);
             if (!ok)
                 break;
             continue;
         }
         bool more = len && line[len - 1] == '\\';
-        ok = (!cont || gen_buf_add(&b, "\n", 1) == 0) &&
-             gen_buf_add(&b, line, more ? len - 1 : len) == 0;
+        ok = (!cont || rvl_buf_add(&b, "\n", 1) == 0) &&
+             rvl_buf_add(&b, line, more ? len - 1 : len) == 0;
         free(line);
         if (!ok)
             break;
@@ -284,7 +284,7 @@ int chat_input_message(char **msg)
         }
         cont = true;
     }
-    gen_buf_free(&b);
+    rvl_buf_free(&b);
     cli_err("chat", "out of memory");
     return 0;
 }

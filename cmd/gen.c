@@ -8,31 +8,6 @@
 
 #include "gen.h"
 
-int gen_buf_add(gen_buf *b, const char *s, size_t n)
-{
-    if (b->n + n + 1 > b->cap) {
-        size_t nc = b->cap ? b->cap : 256;
-        while (nc < b->n + n + 1)
-            nc *= 2;
-        char *np = realloc(b->p, nc);
-        if (!np)
-            return -1;
-        b->p = np;
-        b->cap = nc;
-    }
-    if (n)
-        memcpy(b->p + b->n, s, n);
-    b->n += n;
-    b->p[b->n] = 0;
-    return 0;
-}
-
-void gen_buf_free(gen_buf *b)
-{
-    free(b->p);
-    *b = (gen_buf){0};
-}
-
 double gen_now_ms(void)
 {
     struct timespec ts;
@@ -53,7 +28,7 @@ const char *gen_finish_name(gen_finish f)
 
 void gen_result_free(gen_result *r)
 {
-    gen_buf_free(&r->text);
+    rvl_buf_free(&r->text);
     free(r->ids);
     r->ids = NULL;
     r->n_ids = 0;
@@ -105,8 +80,9 @@ static int emit(const gen_params *p, gen_result *r, const char *s, size_t n)
 {
     if (!n)
         return 0;
-    if (gen_buf_add(&r->text, s, n) < 0)
-        return rvl_seterr(RVL_ENOMEM, "out of memory");
+    int rc = rvl_buf_add(&r->text, s, n);
+    if (rc < 0)
+        return rc;
     return p->emit ? p->emit(p->ud, s, n) : 0;
 }
 
@@ -117,7 +93,7 @@ int gen_reply(const gen_params *p, const float *logits, gen_result *r)
     size_t pcap = rvl_detok_bound(p->tok), cap_ids = 64;
     char *piece = malloc(pcap);
     r->ids = malloc(cap_ids * sizeof *r->ids);
-    gen_buf pend = {0};
+    rvl_buf pend = {0};
     int rc = 0;
     if (!piece || !r->ids) {
         free(piece);
@@ -195,10 +171,8 @@ int gen_reply(const gen_params *p, const float *logits, gen_result *r)
         size_t pn = 0;
         if ((rc = rvl_detok_push(&dt, id, piece, pcap, &pn)) < 0)
             break;
-        if (gen_buf_add(&pend, piece, pn) < 0) {
-            rc = rvl_seterr(RVL_ENOMEM, "out of memory");
+        if ((rc = rvl_buf_add(&pend, piece, pn)) < 0)
             break;
-        }
         long at = stop_find(p->stop_strs, pend.p, pend.n);
         if (at >= 0) {
             rc = emit(p, r, pend.p, (size_t)at);
@@ -236,17 +210,17 @@ int gen_reply(const gen_params *p, const float *logits, gen_result *r)
     /* what is still held back: a partial stop string, a partial character */
     if (rc == 0 && (r->finish != GEN_STOP || pend.n)) {
         size_t pn = 0;
-        if (rvl_detok_flush(&dt, piece, pcap, &pn) == 0 && gen_buf_add(&pend, piece, pn) < 0)
-            rc = rvl_seterr(RVL_ENOMEM, "out of memory");
+        if (rvl_detok_flush(&dt, piece, pcap, &pn) == 0)
+            rc = rvl_buf_add(&pend, piece, pn);
         if (rc == 0)
             rc = emit(p, r, pend.p, pend.n);
     }
     r->gen_ms = gen_now_ms() - t0;
-    if (!r->text.p && gen_buf_add(&r->text, "", 0) < 0 && rc == 0)
-        rc = rvl_seterr(RVL_ENOMEM, "out of memory");
+    if (!r->text.p && rvl_buf_add(&r->text, "", 0) < 0 && rc == 0)   /* text is a string */
+        rc = RVL_ENOMEM;
     free(piece);
     free(masked);
     free(eog);
-    gen_buf_free(&pend);
+    rvl_buf_free(&pend);
     return rc;
 }

@@ -18,15 +18,6 @@
 
 #include "ruvllm.h"
 
-/* A growable byte buffer, always NUL-terminated once non-empty. */
-typedef struct {
-    char *p;
-    size_t n, cap;
-} gen_buf;
-/* 0, or -1 when out of memory. */
-int gen_buf_add(gen_buf *b, const char *s, size_t n);
-void gen_buf_free(gen_buf *b);
-
 double gen_now_ms(void);   /* monotonic clock */
 
 typedef struct {
@@ -58,7 +49,7 @@ typedef enum {
 const char *gen_finish_name(gen_finish f);   /* "stop", "length", "context", "interrupted" */
 
 typedef struct {
-    gen_buf text;          /* owned (gen_result_free): everything emitted */
+    rvl_buf text;          /* owned (gen_result_free): everything emitted */
     int32_t *ids;          /* owned: the sampled tokens, the end-of-turn one included */
     size_t n_ids;
     gen_finish finish;

@@ -824,7 +824,7 @@ rvl_cmd cmd_kv_inspect_desc = {
     .man_extra =
         ".SH FILE FORMAT\n"
         "Session files are little\\-endian (version 3; the authoritative layout is in "
-        "lib/engine/session.c and docs/formats.md):\n"
+        "lib/engine/session_fmt.h and docs/formats.md):\n"
         ".RS 4\n.nf\n"
         "offset  size  field\n"
         "0       8     magic \"RVLSESS\\e0\"\n"

@@ -66,7 +66,7 @@ static rvl_opt opts[] = {
 /* The prompt: -f FILE, the arguments joined by spaces, or stdin; a file
  * or stdin is read up to RUVLLM_MAX_INPUT (rvl_input_read). 0, or the
  * exit status after printing the error. */
-static int get_prompt(const char *cmd, int argc, char **argv, gen_buf *prompt)
+static int get_prompt(const char *cmd, int argc, char **argv, rvl_buf *prompt)
 {
     const char *src = NULL;   /* a file, or "-" for stdin */
     if (opt_file && argc > 0)
@@ -77,7 +77,7 @@ static int get_prompt(const char *cmd, int argc, char **argv, gen_buf *prompt)
         src = "-";
     else
         for (int i = 0; i < argc; i++)
-            if ((i && gen_buf_add(prompt, " ", 1) < 0) || gen_buf_add(prompt, argv[i], strlen(argv[i])) < 0)
+            if ((i && rvl_buf_add(prompt, " ", 1) < 0) || rvl_buf_add(prompt, argv[i], strlen(argv[i])) < 0)
                 return cli_fail(cmd, rvl_seterr(RVL_ENOMEM, "out of memory"));
     if (src) {
         if (!strcmp(src, "-") && isatty(STDIN_FILENO))
@@ -87,17 +87,17 @@ static int get_prompt(const char *cmd, int argc, char **argv, gen_buf *prompt)
         int rc = rvl_input_read(src, rvl_input_limit(), &text, &n);
         if (rc < 0)
             return rc == RVL_EINTR ? EXIT_INTERRUPTED : cli_fail(cmd, rc);
-        rc = gen_buf_add(prompt, text, n);
+        rc = rvl_buf_add(prompt, text, n);
         free(text);
         if (rc < 0)
             return cli_fail(cmd, rvl_seterr(RVL_ENOMEM, "out of memory"));
     }
-    if (gen_buf_add(prompt, "", 0) < 0)
+    if (rvl_buf_add(prompt, "", 0) < 0)
         return cli_fail(cmd, rvl_seterr(RVL_ENOMEM, "out of memory"));
     return 0;
 }
 
-static int tokenize_all(const rvl_tokenizer *t, const gen_buf *prompt, int32_t **ids, size_t *n)
+static int tokenize_all(const rvl_tokenizer *t, const rvl_buf *prompt, int32_t **ids, size_t *n)
 {
     return rvl_tok_encode_alloc(t, prompt->p ? prompt->p : "", prompt->n, !opt_no_bos, opt_special,
                               ids, n);
@@ -134,7 +134,7 @@ static int emit_stdout(void *ud, const char *s, size_t n)
 
 /* *chat: the template (owned: rvl_chat_close, also on failure), whose
  * end-of-turn strings stop generation. */
-static int chat_wrap(const char *cmd, const rvl_file *f, const rvl_tokenizer *t, gen_buf *prompt,
+static int chat_wrap(const char *cmd, const rvl_file *f, const rvl_tokenizer *t, rvl_buf *prompt,
                      rvl_chat **chat)
 {
     char *warn = NULL, *out = NULL;
@@ -159,7 +159,7 @@ static int chat_wrap(const char *cmd, const rvl_file *f, const rvl_tokenizer *t,
     if (rc < 0)
         return rc;
     prompt->n = 0;
-    rc = gen_buf_add(prompt, out, strlen(out)) < 0 ? rvl_seterr(RVL_ENOMEM, "out of memory") : 0;
+    rc = rvl_buf_add(prompt, out, strlen(out)) < 0 ? rvl_seterr(RVL_ENOMEM, "out of memory") : 0;
     free(out);
     opt_special = true;
     if (!opt_no_bos && rvl_tok_add_bos(t) && rvl_tok_bos(t) >= 0) {
@@ -175,7 +175,7 @@ static int chat_wrap(const char *cmd, const rvl_file *f, const rvl_tokenizer *t,
  * --tokenize: needs only the vocabulary
  * ==================================================================== */
 
-static int do_tokenize(const char *cmd, const char *path, gen_buf *prompt)
+static int do_tokenize(const char *cmd, const char *path, rvl_buf *prompt)
 {
     rvl_file *f = NULL;
     rvl_tokenizer *t = NULL;
@@ -378,7 +378,7 @@ static int run_main(rvl_cmd *cmd, int argc, char **argv)
 {
     const char *name = cmd->name;
     char path[4096];
-    gen_buf prompt = {0};
+    rvl_buf prompt = {0};
     const char **stops = NULL;
     gen_result res = {0};
     rvl_model *m = NULL;

@@ -243,54 +243,93 @@ static uint64_t xgetbv0(void)
 }
 #endif
 
+/* RVL_CPUF_* of this machine: what CPUID (or HWCAP, sysctl) says the
+ * core has, each vector extension only when the OS saves its registers
+ * (XCR0: ymm for AVX and what builds on it, zmm and the opmasks for
+ * AVX-512). */
 static unsigned probe(void)
 {
-    unsigned caps = 0;
+    unsigned f = 0;
 #if defined(__x86_64__) || defined(__i386__)
     unsigned a, b, c, d;
     if (!__get_cpuid(1, &a, &b, &c, &d))
         return 0;
-    const bool fma = c & (1u << 12), f16c = c & (1u << 29);
-    const bool osxsave = c & (1u << 27), avx = c & (1u << 28);
+    const bool osxsave = c & (1u << 27);
     const uint64_t xcr0 = osxsave ? xgetbv0() : 0;
     const bool ymm_os = (xcr0 & 0x6) == 0x6;          /* SSE + AVX state */
     const bool zmm_os = (xcr0 & 0xe6) == 0xe6;        /* + opmask, ZMM_Hi256, Hi16_ZMM */
+    const bool avx = (c & (1u << 28)) && ymm_os;
+    if (c & (1u << 0))
+        f |= RVL_CPUF_SSE3;
+    if (c & (1u << 9))
+        f |= RVL_CPUF_SSSE3;
+    if (avx) {
+        f |= RVL_CPUF_AVX;
+        if (c & (1u << 12))
+            f |= RVL_CPUF_FMA;
+        if (c & (1u << 29))
+            f |= RVL_CPUF_F16C;
+    }
     if (!__get_cpuid_count(7, 0, &a, &b, &c, &d))
-        return 0;
-    const bool avx2 = b & (1u << 5);
-    const bool f512 = b & (1u << 16), bw = b & (1u << 30), vl = b & (1u << 31);
-    const bool vnni = c & (1u << 11);
-    bool bf16 = false;
-    if (__get_cpuid_count(7, 1, &a, &b, &c, &d))
-        bf16 = a & (1u << 5);
-    if (avx && ymm_os && avx2 && fma && f16c) {
-        caps |= RVL_KCPU_AVX2;
-        if (zmm_os && f512 && bw && vl) {
-            caps |= RVL_KCPU_AVX512;
-            if (vnni)
-                caps |= RVL_KCPU_VNNI;
-            if (bf16)
-                caps |= RVL_KCPU_BF16;
-        }
+        return f;
+    if (avx && (b & (1u << 5)))
+        f |= RVL_CPUF_AVX2;
+    if (zmm_os && (b & (1u << 16))) {
+        f |= RVL_CPUF_AVX512F;
+        if (b & (1u << 30))
+            f |= RVL_CPUF_AVX512BW;
+        if (b & (1u << 31))
+            f |= RVL_CPUF_AVX512VL;
+        if (c & (1u << 11))
+            f |= RVL_CPUF_AVX512VNNI;
+        if (__get_cpuid_count(7, 1, &a, &b, &c, &d) && (a & (1u << 5)))
+            f |= RVL_CPUF_AVX512BF16;
     }
 #elif defined(__aarch64__) && defined(__linux__)
     /* ASIMD needs the FP unit too (f16 conversions); sdot is optional
      * until ARMv8.4 */
     const unsigned long hw = getauxval(AT_HWCAP);
     if ((hw & HWCAP_FP) && (hw & HWCAP_ASIMD)) {
-        caps |= RVL_KCPU_NEON;
+        f |= RVL_CPUF_NEON;
         if (hw & HWCAP_ASIMDDP)
-            caps |= RVL_KCPU_DOTPROD;
+            f |= RVL_CPUF_DOTPROD;
     }
 #elif defined(__aarch64__) && defined(__APPLE__)
-    caps |= RVL_KCPU_NEON;                            /* every Apple core */
+    f |= RVL_CPUF_NEON;                               /* every Apple core */
     int dp = 0;
     size_t len = sizeof dp;
     if (!sysctlbyname("hw.optional.arm.FEAT_DotProd", &dp, &len, NULL, 0) && dp)
-        caps |= RVL_KCPU_DOTPROD;
+        f |= RVL_CPUF_DOTPROD;
 #elif defined(__aarch64__)
-    caps |= RVL_KCPU_NEON;                            /* no way to ask: ARMv8.0 */
+    f |= RVL_CPUF_NEON;                               /* no way to ask: ARMv8.0 */
 #endif
+    return f;
+}
+
+static bool has(unsigned features, unsigned want)
+{
+    return (features & want) == want;
+}
+
+/* The RVL_KCPU_* groups the kernel variants need, from RVL_CPUF_*. */
+static unsigned caps_of(unsigned f)
+{
+    unsigned caps = 0;
+    if (has(f, RVL_CPUF_AVX | RVL_CPUF_AVX2 | RVL_CPUF_FMA | RVL_CPUF_F16C)) {
+        caps |= RVL_KCPU_AVX2;
+        if (has(f, RVL_CPUF_AVX512F | RVL_CPUF_AVX512BW | RVL_CPUF_AVX512VL)) {
+            caps |= RVL_KCPU_AVX512;
+            if (f & RVL_CPUF_AVX512VNNI)
+                caps |= RVL_KCPU_VNNI;
+            if (f & RVL_CPUF_AVX512BF16)
+                caps |= RVL_KCPU_BF16;
+        }
+    }
+    if (f & RVL_CPUF_NEON) {
+        caps |= RVL_KCPU_NEON;
+        if (f & RVL_CPUF_DOTPROD)
+            caps |= RVL_KCPU_DOTPROD;
+    }
     return caps;
 }
 
@@ -299,7 +338,7 @@ static unsigned probe(void)
  * ====================================================================== */
 
 static rvl_kformat tables[RVL_ISA_COUNT][RVL_KFORMAT_SLOTS];
-static unsigned cpu_caps;
+static unsigned cpu_features, cpu_caps;
 static int selected;
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 
@@ -368,7 +407,8 @@ static void build(int isa)
 
 static void init(void)
 {
-    cpu_caps = probe();
+    cpu_features = probe();
+    cpu_caps = caps_of(cpu_features);
     /* bases come first in id order (ref < avx2 < avx512) */
     for (int isa = 0; isa < RVL_ISA_COUNT; isa++)
         if (isa == RVL_ISA_REF || runnable(isa))
@@ -423,6 +463,12 @@ unsigned rvl_dispatch_cpu(void)
 {
     ready();
     return cpu_caps;
+}
+
+unsigned rvl_dispatch_features(void)
+{
+    ready();
+    return cpu_features;
 }
 
 const rvl_kformat *rvl_kformat_get_isa(uint32_t type, int isa)

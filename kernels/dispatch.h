@@ -13,7 +13,7 @@
  * rvl_kformat_get()/rvl_kformat_at() (formats.h) return the selected ISA's
  * entries: RUVLLM_ISA=ref|avx2|avx512|neon when set, names a variant this
  * binary has and this CPU runs; otherwise the best runnable one. (Asking for
- * a variant the CPU lacks is refused by the CLI through rvl_isa_check()
+ * a variant the CPU lacks is refused by the CLI through rvl_cpu_isa_check()
  * before any kernel runs; the library itself just ignores the request.)
  * The choice is made once, thread-safely, on first use.
  *
@@ -69,13 +69,34 @@ int rvl_dispatch_isa(void);
  * runnable here. */
 const rvl_kformat *rvl_kformat_get_isa(uint32_t type, int isa);
 
-/* CPU capabilities the kernels care about, from dispatch.c's own
- * CPUID/HWCAP probe (kernels/ does not depend on lib/). */
+/* The CPU's features, from the one probe (dispatch.c: CPUID and XGETBV on
+ * x86, HWCAP on Linux arm64, sysctl on Apple's), each vector extension
+ * only when the OS saves its registers; lib/base/cpu.c reports them as
+ * rvl_cpu(). */
 enum {
-    RVL_KCPU_AVX2 = 1 << 0,      /* AVX, AVX2, FMA, F16C, and the OS saves ymm */
-    RVL_KCPU_AVX512 = 1 << 1,    /* AVX-512 F, BW, VL, and the OS saves zmm */
-    RVL_KCPU_VNNI = 1 << 2,      /* AVX512_VNNI */
-    RVL_KCPU_BF16 = 1 << 3,      /* AVX512_BF16 */
+    RVL_CPUF_SSE3 = 1 << 0,
+    RVL_CPUF_SSSE3 = 1 << 1,
+    RVL_CPUF_AVX = 1 << 2,         /* and the OS saves ymm */
+    RVL_CPUF_AVX2 = 1 << 3,        /* needs AVX */
+    RVL_CPUF_FMA = 1 << 4,         /* needs AVX */
+    RVL_CPUF_F16C = 1 << 5,        /* needs AVX */
+    RVL_CPUF_AVX512F = 1 << 6,     /* and the OS saves zmm and the opmasks */
+    RVL_CPUF_AVX512BW = 1 << 7,    /* this and the next three need AVX512F */
+    RVL_CPUF_AVX512VL = 1 << 8,
+    RVL_CPUF_AVX512VNNI = 1 << 9,
+    RVL_CPUF_AVX512BF16 = 1 << 10,
+    RVL_CPUF_NEON = 1 << 11,       /* ASIMD with FP */
+    RVL_CPUF_DOTPROD = 1 << 12,    /* needs NEON */
+};
+/* RVL_CPUF_* bits of this machine. */
+unsigned rvl_dispatch_features(void);
+
+/* The groups of those features the kernel variants need. */
+enum {
+    RVL_KCPU_AVX2 = 1 << 0,      /* AVX, AVX2, FMA, F16C */
+    RVL_KCPU_AVX512 = 1 << 1,    /* AVX2's and AVX-512 F, BW, VL */
+    RVL_KCPU_VNNI = 1 << 2,      /* AVX512's and AVX512_VNNI */
+    RVL_KCPU_BF16 = 1 << 3,      /* AVX512's and AVX512_BF16 */
     RVL_KCPU_NEON = 1 << 4,
     RVL_KCPU_DOTPROD = 1 << 5,
 };

@@ -62,6 +62,32 @@ static inline bool rvl_mul_ovf(uint64_t a, uint64_t b, uint64_t *r) {
 }
 
 /* ======================================================================
+ * Growable byte buffer (lib/base/buf.c), for text and binary images alike.
+ * Start from {0}. Once anything was added (even 0 bytes) p is set and
+ * p[n] is 0, so text reads as a C string. A failed add leaves the
+ * contents as they were and sets oom, which makes every later add fail
+ * too: a run of adds may be checked once, at the end.
+ * ====================================================================== */
+typedef struct {
+    char *p;          /* owned: rvl_buf_free or rvl_buf_take; NULL before the first add */
+    size_t n, cap;    /* bytes held; bytes allocated (more than n once p is set) */
+    bool oom;         /* an add failed (a caller that rolls n back may clear it) */
+} rvl_buf;
+/* Append n bytes of s (s may be NULL when n is 0). 0, or RVL_ENOMEM (with
+ * rvl_seterr) when out of memory or after an earlier failure. */
+int rvl_buf_add(rvl_buf *b, const void *s, size_t n);
+/* Append a C string; NULL appends nothing, as "" does. */
+int rvl_buf_adds(rvl_buf *b, const char *s);
+/* Make room for n more bytes and the NUL, for writing at p + n directly
+ * (then advance n and terminate). 0 or RVL_ENOMEM, as rvl_buf_add. */
+int rvl_buf_reserve(rvl_buf *b, size_t n);
+/* The contents as a NUL-terminated string (owned: free()), "" when empty;
+ * the buffer is left as {0}. NULL when an add failed (the buffer is
+ * freed). */
+char *rvl_buf_take(rvl_buf *b);
+void rvl_buf_free(rvl_buf *b);   /* back to {0}; accepts NULL */
+
+/* ======================================================================
  * Interruption (Ctrl-C). cmd/ installs the handler; long-running lib/
  * loops poll rvl_interrupted() and return RVL_EINTR.
  * ====================================================================== */
@@ -393,13 +419,15 @@ int rvl_ctx_set_lora(rvl_ctx *c, const rvl_lora *l);
 int rvl_model_path(const char *explicit_path, char *buf, size_t cap);
 
 /* ======================================================================
- * CPU features (probed once at start-up).
+ * CPU features (lib/base/cpu.c): what the kernels' one probe found
+ * (kernels/dispatch.c), each vector extension only where the OS saves its
+ * registers; and the kernel variant chosen from them.
  * ====================================================================== */
 typedef struct {
     bool sse3, ssse3, avx, avx2, fma, f16c, avx512f, avx512bw, avx512vl,
          avx512vnni, avx512bf16, neon, dotprod;
 } rvl_cpu_features;
-const rvl_cpu_features *rvl_cpu(void);
+const rvl_cpu_features *rvl_cpu(void);   /* borrowed: static */
 /* Name of the kernel ISA selected at run time ("avx2", "ref", ...),
  * honoring RUVLLM_ISA. */
 const char *rvl_cpu_isa_selected(void);
@@ -583,7 +611,7 @@ void rvl_ctx_set_trace(rvl_ctx *c, rvl_trace_fn fn, void *ud);
 /* ======================================================================
  * Session files (lib/engine/session.c): a context's KV cache with the token ids
  * it holds and an opaque JSON blob of the caller's (chat keeps its
- * conversation there). Layout (version 2) in lib/engine/session.c and
+ * conversation there). Layout (version 3) in lib/engine/session_fmt.h and
  * docs/formats.md: magic, version, byte-order mark, the model's
  * fingerprint, the cache geometry, the formats of each tier and the tier
  * sizes, then zstd-compressed blocks (tokens, extra, one per layer and

@@ -790,7 +790,7 @@ static void test_isa_check_refuses_unknown_and_unrunnable_variants(void **state)
 #if defined(__x86_64__) || defined(__i386__)
     assert_int_equal(rvl_cpu_isa_check("neon"), RVL_EUNSUPPORTED);
     assert_non_null(strstr(rvl_errmsg(), "not available"));
-    /* agrees with lib/base/cpu.c's own CPUID probe */
+    /* agrees with the features lib/base/cpu.c reports from the same probe */
     const rvl_cpu_features *c = rvl_cpu();
     const bool avx2 = c->avx2 && c->fma && c->f16c;
     const bool avx512 = avx2 && c->avx512f && c->avx512bw && c->avx512vl;
@@ -801,7 +801,7 @@ static void test_isa_check_refuses_unknown_and_unrunnable_variants(void **state)
 #elif defined(__aarch64__)
     assert_int_equal(rvl_cpu_isa_check("avx2"), RVL_EUNSUPPORTED);
     assert_int_equal(rvl_cpu_isa_check("avx512"), RVL_EUNSUPPORTED);
-    /* agrees with lib/base/cpu.c's own HWCAP probe */
+    /* agrees with the features lib/base/cpu.c reports from the same probe */
     assert_int_equal(rvl_cpu_isa_check("neon"), rvl_cpu()->neon ? 0 : RVL_EUNSUPPORTED);
     assert_int_equal(!!(rvl_dispatch_cpu() & RVL_KCPU_DOTPROD), !!rvl_cpu()->dotprod);
 #endif

@@ -217,240 +217,297 @@ rvl_chat_family rvl_chat_detect(const char *src)
 
 /* ---------------------------------------------------------------- built-ins */
 
-typedef struct { char *p; size_t n, cap; bool oom; } sbuf;
-
-static void sb_put(sbuf *b, const char *s, size_t n)
-{
-    if (b->oom || !n) return;
-    if (b->cap - b->n < n + 1) {
-        size_t nc = b->cap ? b->cap : 256;
-        while (nc - b->n < n + 1) nc *= 2;
-        char *np = realloc(b->p, nc);
-        if (!np) { b->oom = true; return; }
-        b->p = np;
-        b->cap = nc;
-    }
-    memcpy(b->p + b->n, s, n);
-    b->n += n;
-    b->p[b->n] = 0;
-}
-static void sb_s(sbuf *b, const char *s) { if (s) sb_put(b, s, strlen(s)); }
+/* A conversation as the built-in formatters see it. */
+typedef struct {
+    rvl_chat_family f;
+    const rvl_chat_msg *msgs;
+    size_t n;
+    bool add_gen;              /* end with the assistant's turn opened */
+    const char *bos, *eos;     /* never NULL */
+    const char *sys;           /* the first message's content when it is a system message */
+    size_t first;              /* the first message after that system message */
+} conv;
 
 static bool is_sp(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; }
-/* ASCII-whitespace trim, what |trim and .strip() do for usual text */
-static void sb_trim(sbuf *b, const char *s)
+/* s without ASCII whitespace at either end, what |trim and .strip() do for
+ * usual text (NULL: nothing) */
+static void add_trimmed(rvl_buf *b, const char *s)
 {
     if (!s) return;
     size_t n = strlen(s), a = 0;
     while (a < n && is_sp(s[a])) a++;
     while (n > a && is_sp(s[n - 1])) n--;
-    sb_put(b, s + a, n - a);
+    rvl_buf_add(b, s + a, n - a);
 }
 
 static bool role_is(const rvl_chat_msg *m, const char *r) { return m->role && !strcmp(m->role, r); }
+
+/* Each formatter appends the conversation to b; an allocation failure
+ * stays in b->oom. */
+
+static void fmt_chatml(rvl_buf *b, const conv *c)
+{
+    for (size_t i = 0; i < c->n; i++) {
+        rvl_buf_adds(b, "<|im_start|>"); rvl_buf_adds(b, c->msgs[i].role); rvl_buf_adds(b, "\n");
+        rvl_buf_adds(b, c->msgs[i].content); rvl_buf_adds(b, "<|im_end|>\n");
+    }
+    if (c->add_gen) rvl_buf_adds(b, "<|im_start|>assistant\n");
+}
+
+static void fmt_phi4(rvl_buf *b, const conv *c)
+{
+    for (size_t i = 0; i < c->n; i++) {
+        const rvl_chat_msg *m = &c->msgs[i];
+        if (role_is(m, "assistant")) { rvl_buf_adds(b, m->content); rvl_buf_adds(b, "<|im_end|>"); continue; }
+        rvl_buf_adds(b, "<|im_start|>"); rvl_buf_adds(b, m->role); rvl_buf_adds(b, "<|im_sep|>");
+        rvl_buf_adds(b, m->content); rvl_buf_adds(b, "<|im_end|>");
+        if (role_is(m, "user")) rvl_buf_adds(b, "<|im_start|>assistant<|im_sep|>");
+    }
+}
+
+static void fmt_llama2(rvl_buf *b, const conv *c)
+{
+    for (size_t i = c->first; i < c->n; i++) {
+        const rvl_chat_msg *m = &c->msgs[i];
+        if (!role_is(m, "user")) {
+            rvl_buf_adds(b, " "); add_trimmed(b, m->content); rvl_buf_adds(b, " "); rvl_buf_adds(b, c->eos);
+            continue;
+        }
+        rvl_buf_adds(b, c->bos); rvl_buf_adds(b, "[INST] ");
+        if (i == c->first && c->sys) {   /* the system message joins the first user's, trimmed as one */
+            rvl_buf s = {0};
+            rvl_buf_adds(&s, "<<SYS>>\n"); rvl_buf_adds(&s, c->sys); rvl_buf_adds(&s, "\n<</SYS>>\n\n");
+            rvl_buf_adds(&s, m->content);
+            if (s.oom) b->oom = true;
+            add_trimmed(b, s.p);
+            rvl_buf_free(&s);
+        } else {
+            add_trimmed(b, m->content);
+        }
+        rvl_buf_adds(b, " [/INST]");
+    }
+}
+
+static void fmt_llama3(rvl_buf *b, const conv *c)
+{
+    rvl_buf_adds(b, c->bos);
+    for (size_t i = 0; i < c->n; i++) {
+        rvl_buf_adds(b, "<|start_header_id|>"); rvl_buf_adds(b, c->msgs[i].role); rvl_buf_adds(b, "<|end_header_id|>\n\n");
+        add_trimmed(b, c->msgs[i].content); rvl_buf_adds(b, "<|eot_id|>");
+    }
+    if (c->add_gen) rvl_buf_adds(b, "<|start_header_id|>assistant<|end_header_id|>\n\n");
+}
+
+static void fmt_mistral_v1(rvl_buf *b, const conv *c)
+{
+    rvl_buf_adds(b, c->bos);
+    for (size_t i = c->first; i < c->n; i++) {
+        const rvl_chat_msg *m = &c->msgs[i];
+        if (role_is(m, "user")) {
+            rvl_buf_adds(b, " [INST] ");
+            if (i == c->first && c->sys) { rvl_buf_adds(b, c->sys); rvl_buf_adds(b, "\n\n"); }
+            rvl_buf_adds(b, m->content); rvl_buf_adds(b, " [/INST]");
+        } else {
+            rvl_buf_adds(b, " "); rvl_buf_adds(b, m->content); rvl_buf_adds(b, c->eos);
+        }
+    }
+}
+
+/* mistral-v3 and mistral-v3-tekken */
+static void fmt_mistral_v3(rvl_buf *b, const conv *c)
+{
+    const bool tekken = c->f == RVL_CHAT_MISTRAL_V3_TEKKEN;
+    size_t last_user = c->n;
+    for (size_t i = c->first; i < c->n; i++) if (role_is(&c->msgs[i], "user")) last_user = i;
+    rvl_buf_adds(b, c->bos);
+    for (size_t i = c->first; i < c->n; i++) {
+        const rvl_chat_msg *m = &c->msgs[i];
+        if (role_is(m, "user")) {
+            rvl_buf_adds(b, tekken ? "[INST]" : "[INST] ");
+            /* the template puts the system message before the last message when it is a user's */
+            if (c->sys && i == c->n - 1 && i == last_user) { rvl_buf_adds(b, c->sys); rvl_buf_adds(b, "\n\n"); }
+            rvl_buf_adds(b, m->content); rvl_buf_adds(b, "[/INST]");
+        } else if (tekken) {
+            rvl_buf_adds(b, m->content); rvl_buf_adds(b, c->eos);
+        } else {
+            rvl_buf_adds(b, " "); add_trimmed(b, m->content); rvl_buf_adds(b, c->eos);
+        }
+    }
+}
+
+/* mistral-v7 and mistral-v7-tekken */
+static void fmt_mistral_v7(rvl_buf *b, const conv *c)
+{
+    const bool tekken = c->f == RVL_CHAT_MISTRAL_V7_TEKKEN;
+    rvl_buf_adds(b, c->bos);
+    for (size_t i = 0; i < c->n; i++) {
+        const rvl_chat_msg *m = &c->msgs[i];
+        if (role_is(m, "system")) {
+            rvl_buf_adds(b, tekken ? "[SYSTEM_PROMPT]" : "[SYSTEM_PROMPT] "); rvl_buf_adds(b, m->content);
+            rvl_buf_adds(b, "[/SYSTEM_PROMPT]");
+        } else if (role_is(m, "user")) {
+            rvl_buf_adds(b, tekken ? "[INST]" : "[INST] "); rvl_buf_adds(b, m->content); rvl_buf_adds(b, "[/INST]");
+        } else {
+            if (!tekken) rvl_buf_adds(b, " ");
+            rvl_buf_adds(b, m->content); rvl_buf_adds(b, c->eos);
+        }
+    }
+}
+
+static void fmt_gemma(rvl_buf *b, const conv *c)
+{
+    rvl_buf_adds(b, c->bos);
+    for (size_t i = c->first; i < c->n; i++) {
+        const rvl_chat_msg *m = &c->msgs[i];
+        rvl_buf_adds(b, "<start_of_turn>"); rvl_buf_adds(b, role_is(m, "assistant") ? "model" : m->role); rvl_buf_adds(b, "\n");
+        if (i == c->first && c->sys) { rvl_buf_adds(b, c->sys); rvl_buf_adds(b, "\n\n"); }
+        add_trimmed(b, m->content); rvl_buf_adds(b, "<end_of_turn>\n");
+    }
+    if (c->add_gen) rvl_buf_adds(b, "<start_of_turn>model\n");
+}
+
+static void fmt_phi3(rvl_buf *b, const conv *c)
+{
+    for (size_t i = 0; i < c->n; i++) {
+        const rvl_chat_msg *m = &c->msgs[i];
+        if (role_is(m, "system") && !(m->content && *m->content)) continue;
+        rvl_buf_adds(b, "<|"); rvl_buf_adds(b, m->role); rvl_buf_adds(b, "|>\n"); rvl_buf_adds(b, m->content);
+        rvl_buf_adds(b, "<|end|>\n");
+    }
+    rvl_buf_adds(b, c->add_gen ? "<|assistant|>\n" : c->eos);
+}
+
+static void fmt_zephyr(rvl_buf *b, const conv *c)
+{
+    for (size_t i = 0; i < c->n; i++) {
+        rvl_buf_adds(b, "<|"); rvl_buf_adds(b, c->msgs[i].role); rvl_buf_adds(b, "|>\n"); rvl_buf_adds(b, c->msgs[i].content);
+        rvl_buf_adds(b, c->eos); rvl_buf_adds(b, "\n");
+    }
+    if (c->add_gen) rvl_buf_adds(b, "<|assistant|>\n");
+}
+
+static void fmt_deepseek2(rvl_buf *b, const conv *c)
+{
+    rvl_buf_adds(b, c->bos);
+    for (size_t i = 0; i < c->n; i++) {
+        const rvl_chat_msg *m = &c->msgs[i];
+        if (role_is(m, "user")) { rvl_buf_adds(b, "User: "); rvl_buf_adds(b, m->content); rvl_buf_adds(b, "\n\n"); }
+        else if (role_is(m, "assistant")) { rvl_buf_adds(b, "Assistant: "); rvl_buf_adds(b, m->content); rvl_buf_adds(b, c->eos); }
+        else if (role_is(m, "system")) { rvl_buf_adds(b, m->content); rvl_buf_adds(b, "\n\n"); }
+    }
+    if (c->add_gen) rvl_buf_adds(b, "Assistant:");
+}
+
+/* deepseek3 and deepseek-r1: the system messages first, then the turns */
+static void fmt_deepseek3(rvl_buf *b, const conv *c)
+{
+    const bool r1 = c->f == RVL_CHAT_DEEPSEEK_R1;
+    rvl_buf_adds(b, c->bos);
+    bool firstsys = true;
+    for (size_t i = 0; i < c->n; i++)
+        if (role_is(&c->msgs[i], "system")) {
+            if (!firstsys && !r1) rvl_buf_adds(b, "\n\n");
+            if (r1 && !firstsys) continue;   /* R1 keeps one */
+            rvl_buf_adds(b, c->msgs[i].content);
+            firstsys = false;
+        }
+    for (size_t i = 0; i < c->n; i++) {
+        const rvl_chat_msg *m = &c->msgs[i];
+        if (role_is(m, "user")) { rvl_buf_adds(b, DS_USER); rvl_buf_adds(b, m->content); }
+        else if (role_is(m, "assistant")) {
+            const char *s = m->content ? m->content : "";
+            if (r1) {   /* the reasoning before the last </think> is dropped */
+                const char *t, *last = NULL;
+                for (t = strstr(s, "</think>"); t; t = strstr(t + 1, "</think>")) last = t;
+                if (last) s = last + 8;
+            }
+            rvl_buf_adds(b, DS_ASSISTANT); rvl_buf_adds(b, s); rvl_buf_adds(b, DS_EOS);
+        }
+    }
+    if (c->add_gen) rvl_buf_adds(b, r1 ? DS_ASSISTANT "<think>\n" : DS_ASSISTANT);
+}
+
+static void fmt_command_r(rvl_buf *b, const conv *c)
+{
+    rvl_buf_adds(b, c->bos);
+    if (c->sys) {
+        rvl_buf_adds(b, "<|START_OF_TURN_TOKEN|><|SYSTEM_TOKEN|>"); rvl_buf_adds(b, c->sys);
+        rvl_buf_adds(b, "<|END_OF_TURN_TOKEN|>");
+    }
+    for (size_t i = c->first; i < c->n; i++) {
+        const rvl_chat_msg *m = &c->msgs[i];
+        if (role_is(m, "user")) rvl_buf_adds(b, "<|START_OF_TURN_TOKEN|><|USER_TOKEN|>");
+        else if (role_is(m, "assistant")) rvl_buf_adds(b, "<|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|>");
+        else continue;
+        add_trimmed(b, m->content); rvl_buf_adds(b, "<|END_OF_TURN_TOKEN|>");
+    }
+    if (c->add_gen) rvl_buf_adds(b, "<|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|>");
+}
+
+static void fmt_granite(rvl_buf *b, const conv *c)
+{
+    for (size_t i = 0; i < c->n; i++) {
+        rvl_buf_adds(b, "<|start_of_role|>"); rvl_buf_adds(b, c->msgs[i].role); rvl_buf_adds(b, "<|end_of_role|>");
+        rvl_buf_adds(b, c->msgs[i].content); rvl_buf_adds(b, "<|end_of_text|>\n");
+    }
+    if (c->add_gen && c->n) rvl_buf_adds(b, "<|start_of_role|>assistant<|end_of_role|>");
+}
+
+/* vicuna and vicuna-orca */
+static void fmt_vicuna(rvl_buf *b, const conv *c)
+{
+    for (size_t i = 0; i < c->n; i++) {
+        const rvl_chat_msg *m = &c->msgs[i];
+        if (role_is(m, "system")) {
+            if (c->f == RVL_CHAT_VICUNA_ORCA) { rvl_buf_adds(b, "SYSTEM: "); rvl_buf_adds(b, m->content); rvl_buf_adds(b, "\n"); }
+            else { rvl_buf_adds(b, m->content); rvl_buf_adds(b, "\n\n"); }
+        } else if (role_is(m, "user")) {
+            rvl_buf_adds(b, "USER: "); rvl_buf_adds(b, m->content); rvl_buf_adds(b, "\n");
+        } else {
+            rvl_buf_adds(b, "ASSISTANT: "); rvl_buf_adds(b, m->content); rvl_buf_adds(b, "</s>\n");
+        }
+    }
+    if (c->add_gen) rvl_buf_adds(b, "ASSISTANT:");
+}
+
+static void (*const FORMATTERS[RVL_CHAT_FAMILY_COUNT])(rvl_buf *b, const conv *c) = {
+    [RVL_CHAT_CHATML] = fmt_chatml,
+    [RVL_CHAT_PHI4] = fmt_phi4,
+    [RVL_CHAT_LLAMA2] = fmt_llama2,
+    [RVL_CHAT_LLAMA3] = fmt_llama3,
+    [RVL_CHAT_MISTRAL_V1] = fmt_mistral_v1,
+    [RVL_CHAT_MISTRAL_V3] = fmt_mistral_v3,
+    [RVL_CHAT_MISTRAL_V3_TEKKEN] = fmt_mistral_v3,
+    [RVL_CHAT_MISTRAL_V7] = fmt_mistral_v7,
+    [RVL_CHAT_MISTRAL_V7_TEKKEN] = fmt_mistral_v7,
+    [RVL_CHAT_GEMMA] = fmt_gemma,
+    [RVL_CHAT_PHI3] = fmt_phi3,
+    [RVL_CHAT_ZEPHYR] = fmt_zephyr,
+    [RVL_CHAT_DEEPSEEK2] = fmt_deepseek2,
+    [RVL_CHAT_DEEPSEEK3] = fmt_deepseek3,
+    [RVL_CHAT_DEEPSEEK_R1] = fmt_deepseek3,
+    [RVL_CHAT_COMMAND_R] = fmt_command_r,
+    [RVL_CHAT_GRANITE] = fmt_granite,
+    [RVL_CHAT_VICUNA] = fmt_vicuna,
+    [RVL_CHAT_VICUNA_ORCA] = fmt_vicuna,
+};
 
 int rvl_chat_builtin_render(rvl_chat_family f, const rvl_chat_msg *msgs, size_t n,
                             bool add_gen, const char *bos, const char *eos, char **out)
 {
     *out = NULL;
-    sbuf b = {0};
-    const char *sys = n && role_is(&msgs[0], "system") ? msgs[0].content : NULL;
-    size_t first = sys ? 1 : 0;
-    if (!bos) bos = "";
-    if (!eos) eos = "";
-    sb_s(&b, "");
-    switch (f) {
-    case RVL_CHAT_CHATML:
-        for (size_t i = 0; i < n; i++) {
-            sb_s(&b, "<|im_start|>"); sb_s(&b, msgs[i].role); sb_s(&b, "\n");
-            sb_s(&b, msgs[i].content); sb_s(&b, "<|im_end|>\n");
-        }
-        if (add_gen) sb_s(&b, "<|im_start|>assistant\n");
-        break;
-    case RVL_CHAT_PHI4:
-        for (size_t i = 0; i < n; i++) {
-            if (role_is(&msgs[i], "assistant")) { sb_s(&b, msgs[i].content); sb_s(&b, "<|im_end|>"); continue; }
-            sb_s(&b, "<|im_start|>"); sb_s(&b, msgs[i].role); sb_s(&b, "<|im_sep|>");
-            sb_s(&b, msgs[i].content); sb_s(&b, "<|im_end|>");
-            if (role_is(&msgs[i], "user")) sb_s(&b, "<|im_start|>assistant<|im_sep|>");
-        }
-        break;
-    case RVL_CHAT_LLAMA2:
-        for (size_t i = first; i < n; i++) {
-            if (role_is(&msgs[i], "user")) {
-                sb_s(&b, bos); sb_s(&b, "[INST] ");
-                if (i == first && sys) {
-                    sbuf c = {0};
-                    sb_s(&c, "<<SYS>>\n"); sb_s(&c, sys); sb_s(&c, "\n<</SYS>>\n\n"); sb_s(&c, msgs[i].content);
-                    sb_trim(&b, c.p);
-                    free(c.p);
-                } else {
-                    sb_trim(&b, msgs[i].content);
-                }
-                sb_s(&b, " [/INST]");
-            } else {
-                sb_s(&b, " "); sb_trim(&b, msgs[i].content); sb_s(&b, " "); sb_s(&b, eos);
-            }
-        }
-        break;
-    case RVL_CHAT_LLAMA3:
-        sb_s(&b, bos);
-        for (size_t i = 0; i < n; i++) {
-            sb_s(&b, "<|start_header_id|>"); sb_s(&b, msgs[i].role); sb_s(&b, "<|end_header_id|>\n\n");
-            sb_trim(&b, msgs[i].content); sb_s(&b, "<|eot_id|>");
-        }
-        if (add_gen) sb_s(&b, "<|start_header_id|>assistant<|end_header_id|>\n\n");
-        break;
-    case RVL_CHAT_MISTRAL_V1:
-        sb_s(&b, bos);
-        for (size_t i = first; i < n; i++) {
-            if (role_is(&msgs[i], "user")) {
-                sb_s(&b, " [INST] ");
-                if (i == first && sys) { sb_s(&b, sys); sb_s(&b, "\n\n"); }
-                sb_s(&b, msgs[i].content); sb_s(&b, " [/INST]");
-            } else {
-                sb_s(&b, " "); sb_s(&b, msgs[i].content); sb_s(&b, eos);
-            }
-        }
-        break;
-    case RVL_CHAT_MISTRAL_V3:
-    case RVL_CHAT_MISTRAL_V3_TEKKEN: {
-        bool tekken = f == RVL_CHAT_MISTRAL_V3_TEKKEN;
-        size_t last_user = n;
-        for (size_t i = first; i < n; i++) if (role_is(&msgs[i], "user")) last_user = i;
-        sb_s(&b, bos);
-        for (size_t i = first; i < n; i++) {
-            if (role_is(&msgs[i], "user")) {
-                sb_s(&b, tekken ? "[INST]" : "[INST] ");
-                /* the template puts the system message before the last message when it is a user's */
-                if (sys && i == n - 1 && i == last_user) { sb_s(&b, sys); sb_s(&b, "\n\n"); }
-                sb_s(&b, msgs[i].content); sb_s(&b, "[/INST]");
-            } else if (tekken) {
-                sb_s(&b, msgs[i].content); sb_s(&b, eos);
-            } else {
-                sb_s(&b, " "); sb_trim(&b, msgs[i].content); sb_s(&b, eos);
-            }
-        }
-        break;
-    }
-    case RVL_CHAT_MISTRAL_V7:
-    case RVL_CHAT_MISTRAL_V7_TEKKEN: {
-        bool tekken = f == RVL_CHAT_MISTRAL_V7_TEKKEN;
-        sb_s(&b, bos);
-        for (size_t i = 0; i < n; i++) {
-            if (role_is(&msgs[i], "system")) {
-                sb_s(&b, tekken ? "[SYSTEM_PROMPT]" : "[SYSTEM_PROMPT] "); sb_s(&b, msgs[i].content);
-                sb_s(&b, "[/SYSTEM_PROMPT]");
-            } else if (role_is(&msgs[i], "user")) {
-                sb_s(&b, tekken ? "[INST]" : "[INST] "); sb_s(&b, msgs[i].content); sb_s(&b, "[/INST]");
-            } else {
-                if (!tekken) sb_s(&b, " ");
-                sb_s(&b, msgs[i].content); sb_s(&b, eos);
-            }
-        }
-        break;
-    }
-    case RVL_CHAT_GEMMA:
-        sb_s(&b, bos);
-        for (size_t i = first; i < n; i++) {
-            bool asst = role_is(&msgs[i], "assistant");
-            sb_s(&b, "<start_of_turn>"); sb_s(&b, asst ? "model" : msgs[i].role); sb_s(&b, "\n");
-            if (i == first && sys) { sb_s(&b, sys); sb_s(&b, "\n\n"); }
-            sb_trim(&b, msgs[i].content); sb_s(&b, "<end_of_turn>\n");
-        }
-        if (add_gen) sb_s(&b, "<start_of_turn>model\n");
-        break;
-    case RVL_CHAT_PHI3:
-        for (size_t i = 0; i < n; i++) {
-            if (role_is(&msgs[i], "system") && !(msgs[i].content && *msgs[i].content)) continue;
-            sb_s(&b, "<|"); sb_s(&b, msgs[i].role); sb_s(&b, "|>\n"); sb_s(&b, msgs[i].content); sb_s(&b, "<|end|>\n");
-        }
-        sb_s(&b, add_gen ? "<|assistant|>\n" : eos);
-        break;
-    case RVL_CHAT_ZEPHYR:
-        for (size_t i = 0; i < n; i++) {
-            sb_s(&b, "<|"); sb_s(&b, msgs[i].role); sb_s(&b, "|>\n"); sb_s(&b, msgs[i].content);
-            sb_s(&b, eos); sb_s(&b, "\n");
-        }
-        if (add_gen) sb_s(&b, "<|assistant|>\n");
-        break;
-    case RVL_CHAT_DEEPSEEK2:
-        sb_s(&b, bos);
-        for (size_t i = 0; i < n; i++) {
-            if (role_is(&msgs[i], "user")) { sb_s(&b, "User: "); sb_s(&b, msgs[i].content); sb_s(&b, "\n\n"); }
-            else if (role_is(&msgs[i], "assistant")) { sb_s(&b, "Assistant: "); sb_s(&b, msgs[i].content); sb_s(&b, eos); }
-            else if (role_is(&msgs[i], "system")) { sb_s(&b, msgs[i].content); sb_s(&b, "\n\n"); }
-        }
-        if (add_gen) sb_s(&b, "Assistant:");
-        break;
-    case RVL_CHAT_DEEPSEEK3:
-    case RVL_CHAT_DEEPSEEK_R1: {
-        sb_s(&b, bos);
-        bool firstsys = true;
-        for (size_t i = 0; i < n; i++)
-            if (role_is(&msgs[i], "system")) {
-                if (!firstsys && f == RVL_CHAT_DEEPSEEK3) sb_s(&b, "\n\n");
-                if (f == RVL_CHAT_DEEPSEEK_R1 && !firstsys) continue;   /* R1 keeps one */
-                sb_s(&b, msgs[i].content);
-                firstsys = false;
-            }
-        for (size_t i = 0; i < n; i++) {
-            if (role_is(&msgs[i], "user")) { sb_s(&b, DS_USER); sb_s(&b, msgs[i].content); }
-            else if (role_is(&msgs[i], "assistant")) {
-                const char *c = msgs[i].content ? msgs[i].content : "";
-                if (f == RVL_CHAT_DEEPSEEK_R1) {
-                    const char *t, *last = NULL;
-                    for (t = strstr(c, "</think>"); t; t = strstr(t + 1, "</think>")) last = t;
-                    if (last) c = last + 8;
-                }
-                sb_s(&b, DS_ASSISTANT); sb_s(&b, c); sb_s(&b, DS_EOS);
-            }
-        }
-        if (add_gen) sb_s(&b, f == RVL_CHAT_DEEPSEEK_R1 ? DS_ASSISTANT "<think>\n" : DS_ASSISTANT);
-        break;
-    }
-    case RVL_CHAT_COMMAND_R:
-        sb_s(&b, bos);
-        if (sys) { sb_s(&b, "<|START_OF_TURN_TOKEN|><|SYSTEM_TOKEN|>"); sb_s(&b, sys); sb_s(&b, "<|END_OF_TURN_TOKEN|>"); }
-        for (size_t i = first; i < n; i++) {
-            if (role_is(&msgs[i], "user")) sb_s(&b, "<|START_OF_TURN_TOKEN|><|USER_TOKEN|>");
-            else if (role_is(&msgs[i], "assistant")) sb_s(&b, "<|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|>");
-            else continue;
-            sb_trim(&b, msgs[i].content); sb_s(&b, "<|END_OF_TURN_TOKEN|>");
-        }
-        if (add_gen) sb_s(&b, "<|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|>");
-        break;
-    case RVL_CHAT_GRANITE:
-        for (size_t i = 0; i < n; i++) {
-            sb_s(&b, "<|start_of_role|>"); sb_s(&b, msgs[i].role); sb_s(&b, "<|end_of_role|>");
-            sb_s(&b, msgs[i].content); sb_s(&b, "<|end_of_text|>\n");
-        }
-        if (add_gen && n) sb_s(&b, "<|start_of_role|>assistant<|end_of_role|>");
-        break;
-    case RVL_CHAT_VICUNA:
-    case RVL_CHAT_VICUNA_ORCA:
-        for (size_t i = 0; i < n; i++) {
-            if (role_is(&msgs[i], "system")) {
-                if (f == RVL_CHAT_VICUNA_ORCA) { sb_s(&b, "SYSTEM: "); sb_s(&b, msgs[i].content); sb_s(&b, "\n"); }
-                else { sb_s(&b, msgs[i].content); sb_s(&b, "\n\n"); }
-            } else if (role_is(&msgs[i], "user")) {
-                sb_s(&b, "USER: "); sb_s(&b, msgs[i].content); sb_s(&b, "\n");
-            } else {
-                sb_s(&b, "ASSISTANT: "); sb_s(&b, msgs[i].content); sb_s(&b, "</s>\n");
-            }
-        }
-        if (add_gen) sb_s(&b, "ASSISTANT:");
-        break;
-    default:
-        free(b.p);
+    if ((unsigned)f >= RVL_CHAT_FAMILY_COUNT || !FORMATTERS[f])
         return rvl_seterr(RVL_EINVAL, "no built-in chat format '%s'", rvl_chat_family_name(f));
-    }
-    if (b.oom) {
-        free(b.p);
-        return rvl_seterr(RVL_ENOMEM, "out of memory");
-    }
-    *out = b.p;
-    return 0;
+    const char *sys = n && role_is(&msgs[0], "system") ? msgs[0].content : NULL;
+    const conv c = {
+        .f = f, .msgs = msgs, .n = n, .add_gen = add_gen,
+        .bos = bos ? bos : "", .eos = eos ? eos : "",
+        .sys = sys, .first = sys ? 1 : 0,
+    };
+    rvl_buf b = {0};
+    FORMATTERS[f](&b, &c);
+    *out = rvl_buf_take(&b);   /* "" for nothing */
+    return *out ? 0 : rvl_seterr(RVL_ENOMEM, "out of memory");
 }
 
 /* ======================================================================
@@ -482,43 +539,9 @@ static int read_file(const char *path, char **data, size_t *len)
     int fd, rc = rvl_input_open(path, &fd, NULL);   /* a FIFO is refused, not waited on */
     if (rc < 0)
         return rc;
-    FILE *f = fdopen(fd, "rb");
-    if (!f) {
-        close(fd);
-        return rvl_seterr(RVL_ENOMEM, "%s: %s", path, strerror(errno));
-    }
-    char *buf = NULL;
-    size_t n = 0, cap = 0;
-    for (;;) {
-        if (cap - n < 65536) {
-            if (cap > ((size_t)64 << 20)) {
-                fclose(f);
-                free(buf);
-                return rvl_seterr(RVL_ERANGE, "%s: file larger than 64 MiB", path);
-            }
-            cap = cap ? cap * 2 : 65536 * 2;
-            char *nb = realloc(buf, cap + 1);
-            if (!nb) {
-                fclose(f);
-                free(buf);
-                return rvl_seterr(RVL_ENOMEM, "%s: out of memory", path);
-            }
-            buf = nb;
-        }
-        size_t k = fread(buf + n, 1, cap - n, f);
-        n += k;
-        if (k == 0) break;
-    }
-    bool err = ferror(f);
-    fclose(f);
-    if (err) {
-        free(buf);
-        return rvl_seterr(RVL_EIO, "%s: read error", path);
-    }
-    buf[n] = 0;
-    *data = buf;
-    *len = n;
-    return 0;
+    rc = rvl_input_read_fd(fd, path, rvl_input_limit(), data, len);
+    close(fd);
+    return rc;
 }
 
 int rvl_chat_open(rvl_chat **out, const char *model_tmpl, size_t len, const char *override,

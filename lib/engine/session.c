@@ -1,72 +1,8 @@
 /*
  * session.c - session files: a context's paged KV cache (every page in its
  * own storage format), the token ids it holds and an opaque JSON blob,
- * saved and restored.
- *
- * Layout (little-endian; version 3). Version 1 files (the contiguous
- * f16/f32 cache) are refused: "session format version 1 is no longer
- * supported, re-create the file". Version 2 is version 3 without key
- * centering (offset 76 is 0): still read.
- *
- *   off  size  field
- *   0    8     magic "RVLSESS\0"
- *   8    4     version (3; 2 is read too)
- *   12   4     byte-order mark 0x01020304 (reads 0x04030201 on a
- *              big-endian writer's file: refused)
- *   16   8     model fingerprint (xxh3-64 of the architecture, the
- *              hyper-parameters and every tensor's name, type, shape and
- *              bytes; lib/engine/model.c)
- *   24   4     n_layer
- *   28   4     n_head_kv
- *   32   4     head_dim
- *   36   4     page size in positions (32)
- *   40   4     n_tokens (positions in the cache)
- *   44   4     key format of tier 0 (hot), 48: tier 1 (warm), 52: tier 2 (cold)
- *   56   4     value format of tier 0, 60: tier 1, 64: tier 2
- *              formats: 0 f16, 1 q8, 2 q4, 3 tq4, 4 tq3 (kernels/kvq.h's
- *              numbering and page layouts), 5 f32 (rows of head_dim
- *              floats, as f16 pages with 4-byte elements). Tier 0 is
- *              f16 or f32 for keys and values alike.
- *   68   4     hot tokens:  full pages whose newest position is fewer than
- *              this many positions behind the newest token stay in tier 0
- *   72   4     warm tokens: ... fewer than hot + warm behind: tier 1; older
- *              pages: tier 2. 0xffffffff: unbounded. A fixed f16/f32 cache
- *              is (f16|f32 x3, hot unbounded); a fixed quantized format X
- *              is (f16, X, X, hot 0, warm unbounded): only the page being
- *              filled is full precision; tiered is (f16, q8, cold, 256,
- *              2048) by default.
- *   76   4     flags: bit 0 set: the keys are stored centred (kvcache.c
- *              "Key centering") and a CENTER block follows EXTRA; other
- *              bits 0 (version 2: the whole field 0)
- *   80   8     xxh3-64 of bytes 0..79
- *   88   ...   blocks, in this order: TOKENS (n_tokens i32), EXTRA (the
- *              JSON text, possibly empty), with flag bit 0 a CENTER block
- *              (n_layer x n_head_kv x head_dim f32: the centre every
- *              stored key had subtracted), then for each layer l, for
- *              each logical page p (positions 32p .. 32p + 31, the last
- *              one possibly partial) one KV block. Each block:
- *                0  4  kind (1 tokens, 2 extra, 3 kv, 4 center)
- *                4  4  layer (kv) or 0
- *                8  4  page index (kv) or 0
- *                12 1  kv: key format of the page (as above), else 0
- *                13 1  kv: value format of the page, else 0
- *                14 1  kv: tier of the page (0, 1, 2), else 0
- *                15 1  kv: positions used in the page (1 .. 32), else 0
- *                16 4  raw size in bytes
- *                20 4  stored size in bytes (zstd frame)
- *                24 8  xxh3-64 of the stored bytes
- *                32 .. stored bytes
- *              A KV block's raw bytes are n_head_kv key pages then
- *              n_head_kv value pages, each exactly as the cache holds it
- *              (rvl_kvq_page_bytes(format, kind, head_dim) bytes; f32:
- *              32 * head_dim * 4); unused rows of a partial page are zero.
- *              Rules the reader enforces: the page formats are the tier's
- *              formats from the header; a partial page is tier 0; a newer
- *              page is never in a higher (colder) tier than an older one,
- *              except after the attention-sink pages (kvcache.h: page 0
- *              of a quantized cache stays in tier 0); every
- *              layer's page p has the same tier.
- *   end  8     xxh3-64 of every byte before it
+ * saved and restored. The layout, its constants and the error texts it
+ * shares with `ruvllm kv-inspect` are in session_fmt.h.
  *
  * Every size is checked against what the header implies before anything
  * is allocated or decompressed, so a hostile file cannot make the reader
@@ -85,53 +21,22 @@
 
 #include "engine/kvcache.h"
 #include "engine/model.h"
+#include "engine/session_fmt.h"
 
-#define SESS_MAGIC "RVLSESS"
-#define SESS_VERSION 3u
-#define SESS_BOM 0x01020304u
-#define SESS_PAGE 32u
-#define HDR 88u
-#define BLK 32u
-
-enum { BLK_TOKENS = 1, BLK_EXTRA = 2, BLK_KV = 3, BLK_CENTER = 4 };
-#define SESS_F_CENTER 1u
-
-static void put32(unsigned char *p, uint32_t v)
-{
-    for (int i = 0; i < 4; i++)
-        p[i] = (unsigned char)(v >> (8 * i));
-}
-
-static void put64(unsigned char *p, uint64_t v)
-{
-    for (int i = 0; i < 8; i++)
-        p[i] = (unsigned char)(v >> (8 * i));
-}
-
-static uint32_t get32(const unsigned char *p)
-{
-    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-
-static uint64_t get64(const unsigned char *p)
-{
-    return (uint64_t)get32(p) | (uint64_t)get32(p + 4) << 32;
-}
-
-/* The header fields that describe the cache (offsets 24..79). */
+/* The header fields that describe the cache (n_layer .. flags). */
 static void put_geometry(unsigned char *h, const rvl_kvcache_params *kp)
 {
-    put32(h + 24, kp->n_layer);
-    put32(h + 28, kp->n_head_kv);
-    put32(h + 32, kp->head_dim);
-    put32(h + 36, SESS_PAGE);
-    for (int t = 0; t < 3; t++) {
-        put32(h + 44 + 4 * t, (uint32_t)kp->fmt_k[t]);
-        put32(h + 56 + 4 * t, (uint32_t)kp->fmt_v[t]);
+    rvl_session_put32(h + RVL_SESS_H_N_LAYER, kp->n_layer);
+    rvl_session_put32(h + RVL_SESS_H_N_HEAD_KV, kp->n_head_kv);
+    rvl_session_put32(h + RVL_SESS_H_HEAD_DIM, kp->head_dim);
+    rvl_session_put32(h + RVL_SESS_H_PAGE, RVL_SESS_PAGE);
+    for (int t = 0; t < RVL_SESS_TIERS; t++) {
+        rvl_session_put32(h + RVL_SESS_H_FMT_K + 4 * t, (uint32_t)kp->fmt_k[t]);
+        rvl_session_put32(h + RVL_SESS_H_FMT_V + 4 * t, (uint32_t)kp->fmt_v[t]);
     }
-    put32(h + 68, kp->hot);
-    put32(h + 72, kp->warm);
-    put32(h + 76, 0);
+    rvl_session_put32(h + RVL_SESS_H_HOT, kp->hot);
+    rvl_session_put32(h + RVL_SESS_H_WARM, kp->warm);
+    rvl_session_put32(h + RVL_SESS_H_FLAGS, 0);
 }
 
 /* ====================================================================
@@ -151,7 +56,7 @@ static int wr(writer *w, const void *p, size_t n)
     return rvl_afile_write(w->f, p, n);
 }
 
-/* info: bytes 12..15 of the block header (kv: formats, tier, rows). */
+/* info: the block header's info bytes (kv: formats, tier, rows). */
 static int wr_block(writer *w, uint32_t kind, uint32_t layer, uint32_t page,
                     const unsigned char info[4], const void *raw, size_t n)
 {
@@ -168,14 +73,14 @@ static int wr_block(writer *w, uint32_t kind, uint32_t layer, uint32_t page,
         return rvl_seterr(RVL_EIO, "zstd: %s", ZSTD_getErrorName(z));
     if (n > UINT32_MAX || z > UINT32_MAX)
         return rvl_seterr(RVL_ERANGE, "session block of %zu bytes is too large", n);
-    unsigned char h[BLK];
-    put32(h, kind);
-    put32(h + 4, layer);
-    put32(h + 8, page);
-    memcpy(h + 12, info, 4);
-    put32(h + 16, (uint32_t)n);
-    put32(h + 20, (uint32_t)z);
-    put64(h + 24, XXH3_64bits(w->zbuf, z));
+    unsigned char h[RVL_SESS_BLK];
+    rvl_session_put32(h + RVL_SESS_B_KIND, kind);
+    rvl_session_put32(h + RVL_SESS_B_LAYER, layer);
+    rvl_session_put32(h + RVL_SESS_B_PAGE, page);
+    memcpy(h + RVL_SESS_B_INFO, info, 4);
+    rvl_session_put32(h + RVL_SESS_B_RAW, (uint32_t)n);
+    rvl_session_put32(h + RVL_SESS_B_STORED, (uint32_t)z);
+    rvl_session_put64(h + RVL_SESS_B_HASH, XXH3_64bits(w->zbuf, z));
     int rc;
     if ((rc = wr(w, h, sizeof h)) < 0 || (rc = wr(w, w->zbuf, z)) < 0)
         return rc;
@@ -219,16 +124,16 @@ int rvl_session_save(rvl_ctx *c, const char *path, const int32_t *ids, size_t n_
     }
     XXH3_64bits_reset(w.all);
 
-    unsigned char h[HDR] = {0};
-    memcpy(h, SESS_MAGIC, 8);
-    put32(h + 8, SESS_VERSION);
-    put32(h + 12, SESS_BOM);
-    put64(h + 16, rvl_model_fingerprint(m));
+    unsigned char h[RVL_SESS_HDR] = {0};
+    memcpy(h, RVL_SESS_MAGIC, RVL_SESS_MAGIC_BYTES);
+    rvl_session_put32(h + RVL_SESS_H_VERSION, RVL_SESS_VERSION);
+    rvl_session_put32(h + RVL_SESS_H_BOM, RVL_SESS_BOM);
+    rvl_session_put64(h + RVL_SESS_H_FINGERPRINT, rvl_model_fingerprint(m));
     put_geometry(h, kp);
-    put32(h + 40, n);
+    rvl_session_put32(h + RVL_SESS_H_N_TOKENS, n);
     const float *mu = rvl_kvcache_key_center(kc);
-    put32(h + 76, mu ? SESS_F_CENTER : 0);
-    put64(h + 80, XXH3_64bits(h, 80));
+    rvl_session_put32(h + RVL_SESS_H_FLAGS, mu ? RVL_SESS_F_CENTER : 0);
+    rvl_session_put64(h + RVL_SESS_H_HASH, XXH3_64bits(h, RVL_SESS_H_HASH));
     if ((rc = wr(&w, h, sizeof h)) < 0)
         goto fail;
 
@@ -239,12 +144,12 @@ int rvl_session_save(rvl_ctx *c, const char *path, const int32_t *ids, size_t n_
         goto fail;
     }
     for (uint32_t i = 0; i < n; i++)
-        put32(tb + 4 * (size_t)i, (uint32_t)ids[i]);
-    rc = wr_block(&w, BLK_TOKENS, 0, 0, none, tb, (size_t)n * 4);
+        rvl_session_put32(tb + 4 * (size_t)i, (uint32_t)ids[i]);
+    rc = wr_block(&w, RVL_SESS_TOKENS, 0, 0, none, tb, (size_t)n * 4);
     free(tb);
     if (rc < 0)
         goto fail;
-    if ((rc = wr_block(&w, BLK_EXTRA, 0, 0, none, extra_json ? extra_json : "",
+    if ((rc = wr_block(&w, RVL_SESS_EXTRA, 0, 0, none, extra_json ? extra_json : "",
                        extra_json ? strlen(extra_json) : 0)) < 0)
         goto fail;
     if (mu) { /* the centre, as little-endian f32 */
@@ -257,9 +162,9 @@ int rvl_session_save(rvl_ctx *c, const char *path, const int32_t *ids, size_t n_
         for (size_t i = 0; i < nm; i++) {
             uint32_t u;
             memcpy(&u, mu + i, 4);
-            put32(cb + 4 * i, u);
+            rvl_session_put32(cb + 4 * i, u);
         }
-        rc = wr_block(&w, BLK_CENTER, 0, 0, none, cb, nm * 4);
+        rc = wr_block(&w, RVL_SESS_CENTER, 0, 0, none, cb, nm * 4);
         free(cb);
         if (rc < 0)
             goto fail;
@@ -269,11 +174,11 @@ int rvl_session_save(rvl_ctx *c, const char *path, const int32_t *ids, size_t n_
     for (uint32_t l = 0; l < kp->n_layer; l++) {
         for (uint32_t pg = 0; pg < np; pg++) {
             const int t = rvl_kvcache_page_tier(kc, pg);
-            const uint32_t rows = n - pg * SESS_PAGE < SESS_PAGE ? n - pg * SESS_PAGE : SESS_PAGE;
+            const uint32_t rows = n - pg * RVL_SESS_PAGE < RVL_SESS_PAGE ? n - pg * RVL_SESS_PAGE : RVL_SESS_PAGE;
             const size_t kb = nkv * rvl_kvcache_page_bytes(kc, 0, t), vb = nkv * rvl_kvcache_page_bytes(kc, 1, t);
             memcpy(page, rvl_kvcache_page_data(kc, l, 0, pg), kb);
             memcpy(page + kb, rvl_kvcache_page_data(kc, l, 1, pg), vb);
-            if (rows < SESS_PAGE) { /* tier 0: zero the rows past the end */
+            if (rows < RVL_SESS_PAGE) { /* tier 0: zero the rows past the end */
                 const size_t es = kp->fmt_k[0] == RVL_KVF_F32 ? 4 : 2;
                 const size_t used = (size_t)rows * kp->head_dim * es;
                 const size_t hb = rvl_kvcache_page_bytes(kc, 0, 0);
@@ -282,7 +187,7 @@ int rvl_session_save(rvl_ctx *c, const char *path, const int32_t *ids, size_t n_
             }
             const unsigned char info[4] = {(unsigned char)kp->fmt_k[t], (unsigned char)kp->fmt_v[t],
                                            (unsigned char)t, (unsigned char)rows};
-            if ((rc = wr_block(&w, BLK_KV, l, pg, info, page, kb + vb)) < 0)
+            if ((rc = wr_block(&w, RVL_SESS_KV, l, pg, info, page, kb + vb)) < 0)
                 goto fail;
         }
         if (rvl_interrupted()) {
@@ -291,7 +196,7 @@ int rvl_session_save(rvl_ctx *c, const char *path, const int32_t *ids, size_t n_
         }
     }
     unsigned char t[8];
-    put64(t, XXH3_64bits_digest(w.all));
+    rvl_session_put64(t, XXH3_64bits_digest(w.all));
     if ((rc = rvl_afile_write(w.f, t, 8)) < 0)
         goto fail;
     rc = rvl_afile_commit(w.f);
@@ -314,7 +219,7 @@ typedef struct {
     size_t size, off;
     void *raw;                    /* decompression buffer */
     size_t raw_cap, raw_len;      /* raw_len: the last block's size */
-    unsigned char info[4];        /* the last block's bytes 12..15 */
+    unsigned char info[4];        /* the last block's info bytes */
 } reader;
 
 /* The next block: checks its header against what is expected, verifies
@@ -324,12 +229,13 @@ static int rd_block(reader *r, uint32_t kind, uint32_t layer, uint32_t page, siz
 {
     static const char *const names[] = {"", "tokens", "extra", "kv", "center"};
     const size_t at = r->off;
-    if (r->size - 8 - r->off < BLK)
+    if (r->size - 8 - r->off < RVL_SESS_BLK)
         return rvl_seterr(RVL_EFORMAT, "%s: truncated: the %s block at offset %zu is missing",
                           r->path, names[kind], at);
     const unsigned char *h = r->b + r->off;
-    uint32_t k = get32(h), l = get32(h + 4), pg = get32(h + 8), raw = get32(h + 16),
-             z = get32(h + 20);
+    const uint32_t k = rvl_session_get32(h + RVL_SESS_B_KIND), l = rvl_session_get32(h + RVL_SESS_B_LAYER),
+                   pg = rvl_session_get32(h + RVL_SESS_B_PAGE), raw = rvl_session_get32(h + RVL_SESS_B_RAW),
+                   z = rvl_session_get32(h + RVL_SESS_B_STORED);
     if (k != kind || l != layer || pg != page)
         return rvl_seterr(RVL_EFORMAT, "%s: block at offset %zu is kind %u layer %u page %u, "
                           "expected the %s block (layer %u, page %u)", r->path, at, k, l, pg,
@@ -337,11 +243,11 @@ static int rd_block(reader *r, uint32_t kind, uint32_t layer, uint32_t page, siz
     if (exact ? raw != want_raw : raw > want_raw)
         return rvl_seterr(RVL_EFORMAT, "%s: %s block at offset %zu holds %u bytes, expected %s%zu",
                           r->path, names[kind], at, raw, exact ? "" : "at most ", want_raw);
-    if (z > r->size - 8 - r->off - BLK)
+    if (z > r->size - 8 - r->off - RVL_SESS_BLK)
         return rvl_seterr(RVL_EFORMAT, "%s: truncated: the %s block at offset %zu needs %u bytes "
                           "past the end of the file", r->path, names[kind], at, z);
-    const unsigned char *data = h + BLK;
-    if (XXH3_64bits(data, z) != get64(h + 24))
+    const unsigned char *data = h + RVL_SESS_BLK;
+    if (XXH3_64bits(data, z) != rvl_session_get64(h + RVL_SESS_B_HASH))
         return rvl_seterr(RVL_EFORMAT, "%s: checksum mismatch in the %s block at offset %zu "
                           "(layer %u, page %u): the file is corrupted", r->path, names[kind], at,
                           layer, page);
@@ -357,8 +263,8 @@ static int rd_block(reader *r, uint32_t kind, uint32_t layer, uint32_t page, siz
         return rvl_seterr(RVL_EFORMAT, "%s: the %s block at offset %zu does not decompress to its "
                           "%u bytes%s%s", r->path, names[kind], at, raw,
                           ZSTD_isError(got) ? ": " : "", ZSTD_isError(got) ? ZSTD_getErrorName(got) : "");
-    memcpy(r->info, h + 12, 4);
-    r->off += BLK + z;
+    memcpy(r->info, h + RVL_SESS_B_INFO, 4);
+    r->off += RVL_SESS_BLK + z;
     r->raw_len = raw;
     return 0;
 }
@@ -394,8 +300,10 @@ static const char *tier_name(uint32_t fk, uint32_t fv)
  * --kv-type options say them. */
 static void kind_desc(char *buf, size_t cap, const unsigned char *h, int kind)
 {
-    const uint32_t f0 = get32(h + 44 + 12 * kind), f1 = get32(h + 48 + 12 * kind),
-                   f2 = get32(h + 52 + 12 * kind), hot = get32(h + 68), warm = get32(h + 72);
+    const unsigned char *fmt = h + (kind ? RVL_SESS_H_FMT_V : RVL_SESS_H_FMT_K);
+    const uint32_t f0 = rvl_session_get32(fmt), f1 = rvl_session_get32(fmt + 4),
+                   f2 = rvl_session_get32(fmt + 8), hot = rvl_session_get32(h + RVL_SESS_H_HOT),
+                   warm = rvl_session_get32(h + RVL_SESS_H_WARM);
     const char *n1 = rvl_kvcache_fmt_name((int)f1), *n2 = rvl_kvcache_fmt_name((int)f2);
     if (!n1 || !n2 || f0 > RVL_KVF_F32)
         snprintf(buf, cap, "unknown");
@@ -431,43 +339,51 @@ int rvl_session_load_mem(rvl_ctx *c, const char *path, const void *buf, size_t s
         *extra_json = NULL;
     rvl_ctx_reset(c);
 #define BAD(...) do { rc = rvl_seterr(RVL_EFORMAT, __VA_ARGS__); goto fail; } while (0)
-    if (r.size < 16 || memcmp(r.b, SESS_MAGIC, 8) != 0) {
-        if (r.size >= 8 && memcmp(r.b, SESS_MAGIC, 8) == 0)
-            BAD("%s: truncated: %zu bytes, shorter than a session header", path, r.size);
-        BAD("%s: not a ruvllm session file (bad magic at offset 0)", path);
+    const bool magic = r.size >= RVL_SESS_MAGIC_BYTES &&
+                       memcmp(r.b, RVL_SESS_MAGIC, RVL_SESS_MAGIC_BYTES) == 0;
+    if (r.size < 16 || !magic) {
+        if (magic)
+            BAD("%s: " RVL_SESS_E_SHORT, path, r.size);
+        BAD("%s: " RVL_SESS_E_MAGIC, path);
     }
-    if (get32(r.b + 12) != SESS_BOM)
-        BAD("%s: byte-order mark at offset 12 is 0x%08x: written on a machine of the other "
-            "endianness", path, get32(r.b + 12));
-    if (get32(r.b + 8) == 1)
+    const uint32_t bom = rvl_session_get32(r.b + RVL_SESS_H_BOM);
+    if (bom != RVL_SESS_BOM)
+        BAD("%s: " RVL_SESS_E_BOM, path, bom);
+    const uint32_t version = rvl_session_get32(r.b + RVL_SESS_H_VERSION);
+    if (version == 1)
         BAD("%s: session format version 1 is no longer supported, re-create the file", path);
-    const uint32_t version = get32(r.b + 8);
-    if (version != SESS_VERSION && version != 2)
+    if (version != RVL_SESS_VERSION && version != 2)
         BAD("%s: session version %u at offset 8 is not supported (this is %u)", path, version,
-            SESS_VERSION);
-    if (r.size < HDR + 8)
-        BAD("%s: truncated: %zu bytes, shorter than a session header", path, r.size);
-    if (XXH3_64bits(r.b, 80) != get64(r.b + 80))
+            RVL_SESS_VERSION);
+    if (r.size < RVL_SESS_HDR + 8)
+        BAD("%s: " RVL_SESS_E_SHORT, path, r.size);
+    if (XXH3_64bits(r.b, RVL_SESS_H_HASH) != rvl_session_get64(r.b + RVL_SESS_H_HASH))
         BAD("%s: header checksum mismatch at offset 80: the file is corrupted", path);
-    if (XXH3_64bits(r.b, r.size - 8) != get64(r.b + r.size - 8))
+    if (XXH3_64bits(r.b, r.size - 8) != rvl_session_get64(r.b + r.size - 8))
         BAD("%s: file checksum mismatch (offset %zu): the file is truncated or corrupted", path,
             r.size - 8);
-    if (get64(r.b + 16) != rvl_model_fingerprint(m))
+    const uint64_t fp = rvl_session_get64(r.b + RVL_SESS_H_FINGERPRINT);
+    if (fp != rvl_model_fingerprint(m))
         BAD("%s: made with another model (fingerprint %016llx, this model's is %016llx)", path,
-            (unsigned long long)get64(r.b + 16), (unsigned long long)rvl_model_fingerprint(m));
-    const uint32_t nl = get32(r.b + 24), nkv = get32(r.b + 28), hd = get32(r.b + 32),
-                   ps = get32(r.b + 36), n = get32(r.b + 40);
-    if (nl != hp->n_layer || nkv != hp->n_head_kv || hd != hp->head_dim || ps != SESS_PAGE)
+            (unsigned long long)fp, (unsigned long long)rvl_model_fingerprint(m));
+    const uint32_t nl = rvl_session_get32(r.b + RVL_SESS_H_N_LAYER),
+                   nkv = rvl_session_get32(r.b + RVL_SESS_H_N_HEAD_KV),
+                   hd = rvl_session_get32(r.b + RVL_SESS_H_HEAD_DIM),
+                   ps = rvl_session_get32(r.b + RVL_SESS_H_PAGE),
+                   n = rvl_session_get32(r.b + RVL_SESS_H_N_TOKENS),
+                   flags = rvl_session_get32(r.b + RVL_SESS_H_FLAGS);
+    if (nl != hp->n_layer || nkv != hp->n_head_kv || hd != hp->head_dim || ps != RVL_SESS_PAGE)
         BAD("%s: cache geometry (%u layers, %u kv heads of %u, pages of %u) does not match this "
             "model's (%u, %u, %u, %u)", path, nl, nkv, hd, ps, hp->n_layer, hp->n_head_kv,
-            hp->head_dim, SESS_PAGE);
+            hp->head_dim, RVL_SESS_PAGE);
     {
-        unsigned char mine[HDR] = {0};
+        unsigned char mine[RVL_SESS_HDR] = {0};
         put_geometry(mine, kp);
-        const uint32_t flags = get32(r.b + 76);
-        if (flags & ~(version == 2 ? 0u : SESS_F_CENTER))
-            BAD("%s: unknown flags 0x%08x at offset 76", path, flags);
-        if (memcmp(mine + 44, r.b + 44, 32) != 0) {
+        if (flags & ~(version == 2 ? 0u : RVL_SESS_F_CENTER))
+            BAD("%s: " RVL_SESS_E_FLAGS, path, flags);
+        /* the tier formats, hot and warm */
+        if (memcmp(mine + RVL_SESS_H_FMT_K, r.b + RVL_SESS_H_FMT_K,
+                   RVL_SESS_H_FLAGS - RVL_SESS_H_FMT_K) != 0) {
             char fk[64], fv[64], ck[64], cv[64];
             kind_desc(fk, sizeof fk, r.b, 0);
             kind_desc(fv, sizeof fv, r.b, 1);
@@ -481,8 +397,8 @@ int rvl_session_load_mem(rvl_ctx *c, const char *path, const void *buf, size_t s
     if (n > rvl_ctx_n_ctx(c))
         BAD("%s: holds %u tokens, more than this context's %u (use a larger -c)", path, n,
             rvl_ctx_n_ctx(c));
-    r.off = HDR;
-    if ((rc = rd_block(&r, BLK_TOKENS, 0, 0, (size_t)n * 4, true)) < 0)
+    r.off = RVL_SESS_HDR;
+    if ((rc = rd_block(&r, RVL_SESS_TOKENS, 0, 0, (size_t)n * 4, true)) < 0)
         goto fail;
     ids = malloc(((size_t)n + 1) * sizeof *ids);
     if (!ids) {
@@ -490,12 +406,12 @@ int rvl_session_load_mem(rvl_ctx *c, const char *path, const void *buf, size_t s
         goto fail;
     }
     for (uint32_t i = 0; i < n; i++) {
-        ids[i] = (int32_t)get32((const unsigned char *)r.raw + 4 * (size_t)i);
+        ids[i] = (int32_t)rvl_session_get32((const unsigned char *)r.raw + 4 * (size_t)i);
         if (ids[i] < 0 || (uint32_t)ids[i] >= hp->n_vocab)
             BAD("%s: token %u is id %d, outside the vocabulary (%u)", path, i, ids[i], hp->n_vocab);
     }
-    /* the JSON blob: at most 64 MiB */
-    if ((rc = rd_block(&r, BLK_EXTRA, 0, 0, (size_t)64 << 20, false)) < 0)
+    /* the JSON blob */
+    if ((rc = rd_block(&r, RVL_SESS_EXTRA, 0, 0, RVL_SESS_MAX_EXTRA, false)) < 0)
         goto fail;
     extra = malloc(r.raw_len + 1);
     if (!extra) {
@@ -504,13 +420,13 @@ int rvl_session_load_mem(rvl_ctx *c, const char *path, const void *buf, size_t s
     }
     memcpy(extra, r.raw, r.raw_len);
     extra[r.raw_len] = 0;
-    if (get32(r.b + 76) & SESS_F_CENTER) {
+    if (flags & RVL_SESS_F_CENTER) {
         const size_t nm = (size_t)hp->n_layer * nkv * hd;
-        if ((rc = rd_block(&r, BLK_CENTER, 0, 0, nm * 4, true)) < 0)
+        if ((rc = rd_block(&r, RVL_SESS_CENTER, 0, 0, nm * 4, true)) < 0)
             goto fail;
         float *mu = r.raw; /* aligned: malloc'd; decoded in place */
         for (size_t i = 0; i < nm; i++) {
-            const uint32_t u = get32((const unsigned char *)r.raw + 4 * i);
+            const uint32_t u = rvl_session_get32((const unsigned char *)r.raw + 4 * i);
             memcpy(mu + i, &u, 4);
             if (!isfinite(mu[i]))
                 BAD("%s: the key centre holds a non-finite value (element %zu)", path, i);
@@ -524,22 +440,23 @@ int rvl_session_load_mem(rvl_ctx *c, const char *path, const void *buf, size_t s
         snprintf(why, sizeof why, "%s", rvl_errmsg());
         BAD("%s: %s", path, why);
     }
-    const uint32_t np = (n + SESS_PAGE - 1) / SESS_PAGE;
+    const uint32_t np = (n + RVL_SESS_PAGE - 1) / RVL_SESS_PAGE;
     for (uint32_t l = 0; l < hp->n_layer; l++) {
         for (uint32_t pg = 0; pg < np; pg++) {
             const size_t at = r.off;
             /* the page's tier first (its size depends on it) */
-            if (r.size - 8 - r.off < BLK)
+            if (r.size - 8 - r.off < RVL_SESS_BLK)
                 BAD("%s: truncated: the kv block at offset %zu is missing", path, at);
             const unsigned char *bh = r.b + r.off;
-            const uint32_t t = bh[14], rows = bh[15];
-            const uint32_t want_rows = n - pg * SESS_PAGE < SESS_PAGE ? n - pg * SESS_PAGE : SESS_PAGE;
+            const unsigned char *info = bh + RVL_SESS_B_INFO;   /* k fmt, v fmt, tier, rows */
+            const uint32_t t = info[2], rows = info[3];
+            const uint32_t want_rows = n - pg * RVL_SESS_PAGE < RVL_SESS_PAGE ? n - pg * RVL_SESS_PAGE : RVL_SESS_PAGE;
             if (t > 2)
                 BAD("%s: kv block at offset %zu (layer %u, page %u) is in tier %u (0..2)", path, at,
                     l, pg, t);
-            if (bh[12] != (unsigned)kp->fmt_k[t] || bh[13] != (unsigned)kp->fmt_v[t])
+            if (info[0] != (unsigned)kp->fmt_k[t] || info[1] != (unsigned)kp->fmt_v[t])
                 BAD("%s: kv block at offset %zu (layer %u, page %u) holds %s pages, tier %u is %s",
-                    path, at, l, pg, tier_name(bh[12], bh[13]), t,
+                    path, at, l, pg, tier_name(info[0], info[1]), t,
                     tier_name((uint32_t)kp->fmt_k[t], (uint32_t)kp->fmt_v[t]));
             if (rows != want_rows)
                 BAD("%s: kv block at offset %zu (layer %u, page %u) says %u positions, expected %u",
@@ -556,7 +473,7 @@ int rvl_session_load_mem(rvl_ctx *c, const char *path, const void *buf, size_t s
             }
             const size_t kb = (size_t)nkv * rvl_kvcache_page_bytes(kc, 0, (int)t);
             const size_t vb = (size_t)nkv * rvl_kvcache_page_bytes(kc, 1, (int)t);
-            if ((rc = rd_block(&r, BLK_KV, l, pg, kb + vb, true)) < 0)
+            if ((rc = rd_block(&r, RVL_SESS_KV, l, pg, kb + vb, true)) < 0)
                 goto fail;
             memcpy(rvl_kvcache_page_data(kc, l, 0, pg), r.raw, kb);
             memcpy(rvl_kvcache_page_data(kc, l, 1, pg), (char *)r.raw + kb, vb);

@@ -31,37 +31,23 @@
 #define GGML_MAX_NAME 64       /* llama.cpp refuses names of 64 bytes or more */
 
 /* ======================================================================
- * Small helpers: growable byte buffer, string hash set
+ * Small helpers: serialized images (rvl_buf), string hash set
  * ====================================================================== */
 
-typedef struct {
-    uint8_t *p;
-    size_t len, cap;
-} buf_t;
-
-static int buf_put(buf_t *b, const void *src, size_t n)
+/* Append to an image (the metadata, the header); the errors name the
+ * writer. */
+static int buf_put(rvl_buf *b, const void *src, size_t n)
 {
-    if (n > SIZE_MAX - b->len)
+    if (rvl_buf_add(b, src, n) == 0)
+        return 0;
+    if (n >= SIZE_MAX - b->n)
         return rvl_seterr(RVL_ENOMEM, "gguf writer: metadata too large");
-    if (b->len + n > b->cap) {
-        size_t cap = b->cap ? b->cap : 4096;
-        while (cap < b->len + n)
-            cap = cap > SIZE_MAX / 2 ? b->len + n : cap * 2;
-        uint8_t *p = realloc(b->p, cap);
-        if (!p)
-            return rvl_seterr(RVL_ENOMEM, "gguf writer: out of memory for metadata");
-        b->p = p;
-        b->cap = cap;
-    }
-    if (n)
-        memcpy(b->p + b->len, src, n);
-    b->len += n;
-    return 0;
+    return rvl_seterr(RVL_ENOMEM, "gguf writer: out of memory for metadata");
 }
 
-static int buf_u32(buf_t *b, uint32_t v) { return buf_put(b, &v, 4); }
-static int buf_u64(buf_t *b, uint64_t v) { return buf_put(b, &v, 8); }
-static int buf_str(buf_t *b, const char *s, uint64_t n)
+static int buf_u32(rvl_buf *b, uint32_t v) { return buf_put(b, &v, 4); }
+static int buf_u64(rvl_buf *b, uint64_t v) { return buf_put(b, &v, 8); }
+static int buf_str(rvl_buf *b, const char *s, uint64_t n)
 {
     int rc = buf_u64(b, n);
     if (rc) return rc;
@@ -151,7 +137,7 @@ struct rvl_gguf_writer {
     uint32_t alignment;
     size_t align_val;      /* offset in meta of general.alignment's value, or 0 */
 
-    buf_t meta;            /* serialized kv pairs */
+    rvl_buf meta;          /* serialized kv pairs */
     uint64_t n_kv;
     size_t *key_at;        /* offset in meta of each key (u64 len + bytes) */
     size_t cap_key;
@@ -169,7 +155,7 @@ struct rvl_gguf_writer {
 static rvl_str key_get(const void *ctx, uint64_t idx)
 {
     const rvl_gguf_writer *w = ctx;
-    const uint8_t *p = w->meta.p + w->key_at[idx];
+    const uint8_t *p = (const uint8_t *)w->meta.p + w->key_at[idx];
     uint64_t len;
     memcpy(&len, p, 8);
     return (rvl_str){ (const char *)p + 8, len };
@@ -333,14 +319,14 @@ static int add_kv(rvl_gguf_writer *w, const char *key, size_t klen, uint32_t typ
         w->cap_key = cap;
     }
 
-    size_t start = w->meta.len;
+    size_t start = w->meta.n;
     rc = buf_str(&w->meta, key, klen);
     if (!rc) rc = buf_u32(&w->meta, type);
     if (!rc && type == RVL_GGUF_ARRAY) {
         rc = buf_u32(&w->meta, arr_type);
         if (!rc) rc = buf_u64(&w->meta, n);
     }
-    size_t val_at = w->meta.len;
+    size_t val_at = w->meta.n;
     if (!rc && vt == RVL_GGUF_STRING) {
         for (uint64_t i = 0; !rc && i < count; i++)
             rc = buf_str(&w->meta, strs[i].ptr, strs[i].len);
@@ -352,7 +338,8 @@ static int add_kv(rvl_gguf_writer *w, const char *key, size_t klen, uint32_t typ
         rc = hset_add(&w->keys, w->n_kv, key_get, w);
     }
     if (rc) {
-        w->meta.len = start;       /* roll back the partial pair */
+        w->meta.n = start;         /* roll back the partial pair */
+        w->meta.oom = false;
         return rc;
     }
     w->n_kv++;
@@ -560,7 +547,7 @@ int rvl_gguf_writer_begin_data(rvl_gguf_writer *w)
     int rc = check_meta_state(w, "begin_data");
     if (rc) return rc;
 
-    buf_t h = { 0 };
+    rvl_buf h = { 0 };
     static const char magic[4] = { 'G', 'G', 'U', 'F' };
     uint64_t off = 0;
     rc = buf_put(&h, magic, 4);
@@ -583,8 +570,8 @@ int rvl_gguf_writer_begin_data(rvl_gguf_writer *w)
         if (!rc) rc = buf_u64(&h, t->offset);
     }
     if (!rc) rc = wr(w, h.p, 24);
-    if (!rc) rc = wr(w, w->meta.p, w->meta.len);
-    if (!rc) rc = wr(w, h.p + 24, h.len - 24);
+    if (!rc) rc = wr(w, w->meta.p, w->meta.n);
+    if (!rc) rc = wr(w, h.p + 24, h.n - 24);
     free(h.p);
     if (!rc && (rc = rvl_afile_pad(w->af, w->alignment)))
         poison(w, rc);

@@ -1,8 +1,8 @@
 /*
  * kv_inspect.c - session files read for inspection (`ruvllm kv-inspect`):
- * a reader of the layout documented in docs/formats.md and at the top of
- * lib/engine/session.c (versions 1 and 2) that, unlike rvl_session_load, needs no
- * model and does not stop at the first problem.
+ * a reader of the layout in lib/engine/session_fmt.h (versions 1 to 3)
+ * that, unlike rvl_session_load, needs no model and does not stop at the
+ * first problem.
  *
  * Opening maps the file, reads the header, then walks the blocks one by
  * one: each block's header is checked against the file's end (a block
@@ -28,17 +28,15 @@
 #include <xxhash.h>
 #include <zstd.h>
 
+#include "engine/session_fmt.h"
 #include "f16.h"
 #include "format/format_int.h"
 #include "kvq.h"
 #include "ruvllm_tools.h"
 
-#define MAGIC "RVLSESS"
-#define BOM 0x01020304u
-#define PAGE 32u
 #define MAX_KV_DIM 65536u
 #define MAX_LAYERS 65536u
-#define MAX_RAW ((uint64_t)64 << 20)
+#define MAX_RAW RVL_SESS_MAX_EXTRA  /* the largest block (kv blocks: 16 MiB at most) */
 #define MAX_PROBLEMS 1000
 #define MAX_EXPAND 256u             /* raw / stored bytes of a block at most */
 
@@ -61,15 +59,14 @@ struct rvl_kv_inspect {
     size_t raw_cap;
 };
 
-static uint32_t get32(const unsigned char *p)
-{
-    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-
-static uint64_t get64(const unsigned char *p)
-{
-    return (uint64_t)get32(p) | (uint64_t)get32(p + 4) << 32;
-}
+/* The public numbering is the file's (session_fmt.h). */
+_Static_assert((int)RVL_KVI_BLK_TOKENS == RVL_SESS_TOKENS && (int)RVL_KVI_BLK_EXTRA == RVL_SESS_EXTRA &&
+               (int)RVL_KVI_BLK_KV == RVL_SESS_KV && (int)RVL_KVI_BLK_CENTER == RVL_SESS_CENTER,
+               "kv-inspect's block kinds are the file's");
+_Static_assert((int)RVL_KVI_F16 == RVL_KVQ_F16 && (int)RVL_KVI_Q8 == RVL_KVQ_Q8 &&
+               (int)RVL_KVI_Q4 == RVL_KVQ_Q4 && (int)RVL_KVI_TQ4 == RVL_KVQ_TQ4 &&
+               (int)RVL_KVI_TQ3 == RVL_KVQ_TQ3 && (int)RVL_KVI_F32 == RVL_KVQ_COUNT,
+               "kv-inspect's page formats are the file's");
 
 const char *rvl_kv_inspect_fmt_name(int fmt)
 {
@@ -81,7 +78,7 @@ const char *rvl_kv_inspect_fmt_name(int fmt)
 static uint64_t page_bytes(int fmt, int kind, uint32_t hd)
 {
     if (fmt == RVL_KVI_F32)
-        return (uint64_t)PAGE * hd * 4;
+        return (uint64_t)RVL_SESS_PAGE * hd * 4;
     return rvl_kvq_page_bytes(fmt, kind, (int)hd);
 }
 
@@ -183,16 +180,16 @@ static void read_header(rvl_kv_inspect *f)
 {
     rvl_kv_inspect_info *in = &f->info;
     const unsigned char *b = f->b;
-    in->fingerprint = get64(b + 16);
-    in->n_layer = get32(b + 24);
+    in->fingerprint = rvl_session_get64(b + RVL_SESS_H_FINGERPRINT);
+    in->n_layer = rvl_session_get32(b + RVL_SESS_H_N_LAYER);
     in->hot = UINT32_MAX;
     in->warm = UINT32_MAX;
     bool ok = true;
     if (in->version == 1) {
-        in->kv_dim = get32(b + 28);
-        uint32_t tk = get32(b + 32), tv = get32(b + 36);
-        in->page_size = get32(b + 40);
-        in->n_tokens = get32(b + 44);
+        in->kv_dim = rvl_session_get32(b + RVL_SESS_V1_KV_DIM);
+        uint32_t tk = rvl_session_get32(b + RVL_SESS_V1_TYPE_K), tv = rvl_session_get32(b + RVL_SESS_V1_TYPE_V);
+        in->page_size = rvl_session_get32(b + RVL_SESS_V1_PAGE);
+        in->n_tokens = rvl_session_get32(b + RVL_SESS_V1_N_TOKENS);
         /* v1 element types are rvl_kv_type: 0 f16, 1 f32 */
         int kf = tk == 0 ? RVL_KVI_F16 : tk == 1 ? RVL_KVI_F32 : -1;
         int vf = tv == 0 ? RVL_KVI_F16 : tv == 1 ? RVL_KVI_F32 : -1;
@@ -205,22 +202,23 @@ static void read_header(rvl_kv_inspect *f)
             ok = false;
         }
     } else {
-        in->n_head_kv = get32(b + 28);
-        in->head_dim = get32(b + 32);
-        in->page_size = get32(b + 36);
-        in->n_tokens = get32(b + 40);
-        for (int t = 0; t < 3; t++) {
-            uint32_t k = get32(b + 44 + 4 * t), v = get32(b + 56 + 4 * t);
+        in->n_head_kv = rvl_session_get32(b + RVL_SESS_H_N_HEAD_KV);
+        in->head_dim = rvl_session_get32(b + RVL_SESS_H_HEAD_DIM);
+        in->page_size = rvl_session_get32(b + RVL_SESS_H_PAGE);
+        in->n_tokens = rvl_session_get32(b + RVL_SESS_H_N_TOKENS);
+        for (int t = 0; t < RVL_SESS_TIERS; t++) {
+            uint32_t k = rvl_session_get32(b + RVL_SESS_H_FMT_K + 4 * t),
+                     v = rvl_session_get32(b + RVL_SESS_H_FMT_V + 4 * t);
             in->k_fmt[t] = valid_fmt(k) ? (int)k : -1;
             in->v_fmt[t] = valid_fmt(v) ? (int)v : -1;
             if (!valid_fmt(k) || !valid_fmt(v)) {
                 problem(f, "header: tier %d formats %u/%u at offset %d are not known formats", t,
-                        k, v, 44 + 4 * t);
+                        k, v, RVL_SESS_H_FMT_K + 4 * t);
                 ok = false;
             }
         }
-        in->hot = get32(b + 68);
-        in->warm = get32(b + 72);
+        in->hot = rvl_session_get32(b + RVL_SESS_H_HOT);
+        in->warm = rvl_session_get32(b + RVL_SESS_H_WARM);
         uint64_t kd = (uint64_t)in->n_head_kv * in->head_dim;
         if (in->n_head_kv == 0 || in->head_dim == 0 || kd > MAX_KV_DIM) {
             problem(f, "header: %u kv heads of %u at offset 28 are not a usable geometry",
@@ -243,10 +241,10 @@ static void read_header(rvl_kv_inspect *f)
                 problem(f, "header: tier 0 formats %s/%s are not full precision (f16 or f32)",
                         rvl_kv_inspect_fmt_name(in->k_fmt[0]), rvl_kv_inspect_fmt_name(in->v_fmt[0]));
         }
-        const uint32_t flags = get32(b + 76);
-        if (flags & ~(in->version == 2 ? 0u : 1u))
-            problem(f, "header: unknown flags 0x%08x at offset 76", flags);
-        in->key_centre = in->version >= 3 && (flags & 1);
+        const uint32_t flags = rvl_session_get32(b + RVL_SESS_H_FLAGS);
+        if (flags & ~(in->version == 2 ? 0u : RVL_SESS_F_CENTER))
+            problem(f, "header: " RVL_SESS_E_FLAGS, flags);
+        in->key_centre = in->version >= 3 && (flags & RVL_SESS_F_CENTER);
     }
     if (in->kv_dim == 0 || in->kv_dim > MAX_KV_DIM) {
         if (in->version == 1)
@@ -259,12 +257,12 @@ static void read_header(rvl_kv_inspect *f)
                 MAX_LAYERS);
         ok = false;
     }
-    if (in->page_size != PAGE) {
-        problem(f, "header: page size %u is not %u", in->page_size, PAGE);
+    if (in->page_size != RVL_SESS_PAGE) {
+        problem(f, "header: page size %u is not %u", in->page_size, RVL_SESS_PAGE);
         ok = false;
     }
     in->geometry_ok = ok;
-    f->n_pages = (uint32_t)(((uint64_t)in->n_tokens + PAGE - 1) / PAGE);
+    f->n_pages = (uint32_t)(((uint64_t)in->n_tokens + RVL_SESS_PAGE - 1) / RVL_SESS_PAGE);
     in->n_blocks_expected = 2 + in->key_centre + (uint64_t)in->n_layer * f->n_pages;
 }
 
@@ -312,8 +310,8 @@ static void expected(const rvl_kv_inspect *f, uint64_t i, uint32_t *kind, uint32
 static bool check_kv(rvl_kv_inspect *f, rvl_kv_inspect_blockinfo *bl, const unsigned char *h, const char *name)
 {
     const rvl_kv_inspect_info *in = &f->info;
-    uint32_t want_pos = bl->page + 1 < f->n_pages || in->n_tokens % PAGE == 0
-                            ? PAGE : in->n_tokens % PAGE;
+    uint32_t want_pos = bl->page + 1 < f->n_pages || in->n_tokens % RVL_SESS_PAGE == 0
+                            ? RVL_SESS_PAGE : in->n_tokens % RVL_SESS_PAGE;
     if (in->version == 1) {
         bl->tier = 0;
         bl->k_fmt = in->k_fmt[0];
@@ -326,10 +324,11 @@ static bool check_kv(rvl_kv_inspect *f, rvl_kv_inspect_blockinfo *bl, const unsi
         bl->v_bytes = per * (bl->v_fmt == RVL_KVI_F32 ? 4 : 2);
         bl->f16_bytes = per * 2 * 2;
     } else {
-        bl->k_fmt = h[12];
-        bl->v_fmt = h[13];
-        bl->tier = h[14];
-        bl->n_pos = h[15];
+        const unsigned char *info = h + RVL_SESS_B_INFO;
+        bl->k_fmt = info[0];
+        bl->v_fmt = info[1];
+        bl->tier = info[2];
+        bl->n_pos = info[3];
         if (!in->geometry_ok)
             return false;
         if (bl->n_pos != want_pos) {
@@ -346,14 +345,14 @@ static bool check_kv(rvl_kv_inspect *f, rvl_kv_inspect_blockinfo *bl, const unsi
                     rvl_kv_inspect_fmt_name(in->k_fmt[bl->tier]), rvl_kv_inspect_fmt_name(in->v_fmt[bl->tier]));
             return false;
         }
-        if (bl->n_pos < PAGE && bl->tier != 0) {
+        if (bl->n_pos < RVL_SESS_PAGE && bl->tier != 0) {
             problem(f, "%s: a partial page in tier %u (the page being filled is tier 0)", name,
                     bl->tier);
             return false;
         }
         bl->k_bytes = page_bytes(bl->k_fmt, RVL_KVQ_KEY, in->head_dim) * in->n_head_kv;
         bl->v_bytes = page_bytes(bl->v_fmt, RVL_KVQ_VALUE, in->head_dim) * in->n_head_kv;
-        bl->f16_bytes = (uint64_t)PAGE * in->kv_dim * 2 * 2;
+        bl->f16_bytes = (uint64_t)RVL_SESS_PAGE * in->kv_dim * 2 * 2;
     }
     if (bl->raw_bytes != bl->k_bytes + bl->v_bytes) {
         problem(f, "%s: holds %u raw bytes, expected %llu", name, bl->raw_bytes,
@@ -363,21 +362,21 @@ static bool check_kv(rvl_kv_inspect *f, rvl_kv_inspect_blockinfo *bl, const unsi
     return true;
 }
 
-static int walk(rvl_kv_inspect *f)
+/* The per-page tables (f->index, and *tiers: layer 0's tier of each page
+ * for the version 2 rules), only when the file can hold the blocks the
+ * header promises; *tiers stays NULL otherwise. */
+static int page_tables(rvl_kv_inspect *f, uint8_t **tiers)
 {
-    rvl_kv_inspect_info *in = &f->info;
-    const size_t hb = in->block_header_bytes, end = f->size - 8;
-    size_t off = in->header_bytes;
-    uint8_t *tiers = NULL;   /* layer 0's tier of each page (v2 rules) */
-    int rc = 0;
-
-    /* per-page tables only when the file can hold the blocks promised */
-    uint64_t n_kv = in->n_blocks_expected - 2 - in->key_centre;
+    const rvl_kv_inspect_info *in = &f->info;
+    const size_t hb = in->block_header_bytes;
+    const uint64_t n_kv = in->n_blocks_expected - 2 - in->key_centre;
+    *tiers = NULL;
     if (in->geometry_ok && n_kv && n_kv <= f->size / hb) {
         f->index = malloc(n_kv * sizeof *f->index);
-        tiers = calloc(f->n_pages, 1);
-        if (!f->index || !tiers) {
-            free(tiers);
+        *tiers = calloc(f->n_pages, 1);
+        if (!f->index || !*tiers) {
+            free(*tiers);
+            *tiers = NULL;
             return rvl_seterr(RVL_ENOMEM, "out of memory");
         }
         for (uint64_t i = 0; i < n_kv; i++)
@@ -387,6 +386,203 @@ static int walk(rvl_kv_inspect *f)
                 "can hold", in->n_layer, f->n_pages, (unsigned long long)in->n_blocks_expected,
                 f->size);
     }
+    return 0;
+}
+
+/* The fields of the block header at h (version 1 lacks the info bytes: in
+ * both versions the sizes and the hash end the header). */
+static void read_block_header(const rvl_kv_inspect *f, const unsigned char *h,
+                              rvl_kv_inspect_blockinfo *bl)
+{
+    const size_t hb = f->info.block_header_bytes;
+    bl->kind = rvl_session_get32(h + RVL_SESS_B_KIND);
+    bl->layer = rvl_session_get32(h + RVL_SESS_B_LAYER);
+    bl->page = rvl_session_get32(h + RVL_SESS_B_PAGE);
+    bl->raw_bytes = rvl_session_get32(h + hb - (RVL_SESS_BLK - RVL_SESS_B_RAW));
+    bl->stored_bytes = rvl_session_get32(h + hb - (RVL_SESS_BLK - RVL_SESS_B_STORED));
+    bl->hash_stored = rvl_session_get64(h + hb - (RVL_SESS_BLK - RVL_SESS_B_HASH));
+}
+
+/* Whether block number i is the one the layout puts there; false with
+ * the block marked misplaced and a problem recorded. */
+static bool check_place(rvl_kv_inspect *f, uint64_t i, rvl_kv_inspect_blockinfo *bl, const char *name)
+{
+    uint32_t ek, el, ep;
+    expected(f, i, &ek, &el, &ep);
+    if (bl->kind == ek && bl->layer == el && bl->page == ep)
+        return true;
+    bl->status = RVL_KVI_MISPLACED;
+    if (ek == 0)
+        problem(f, "%s: unexpected: the header's %llu blocks are already complete", name,
+                (unsigned long long)f->info.n_blocks_expected);
+    else
+        problem(f, "%s: misplaced: the layout puts the %s block%s here", name,
+                ek == RVL_KVI_BLK_TOKENS ? "tokens" : ek == RVL_KVI_BLK_EXTRA ? "extra"
+                : ek == RVL_KVI_BLK_CENTER ? "center" : "kv",
+                ek == RVL_KVI_BLK_KV ? " of another layer or page" : "");
+    return false;
+}
+
+/* Whether a placed block's raw size (and a kv block's formats) are what
+ * the header implies, and its zstd frame could plausibly expand to it;
+ * false with the block marked bad and a problem recorded. h: its header. */
+static bool check_size(rvl_kv_inspect *f, rvl_kv_inspect_blockinfo *bl, const unsigned char *h,
+                       const char *name)
+{
+    const rvl_kv_inspect_info *in = &f->info;
+    bool sized = true;
+    if (bl->kind == RVL_KVI_BLK_TOKENS && (uint64_t)bl->raw_bytes != (uint64_t)in->n_tokens * 4) {
+        problem(f, "%s: holds %u bytes, expected %llu (%u tokens)", name, bl->raw_bytes,
+                (unsigned long long)in->n_tokens * 4, in->n_tokens);
+        sized = false;
+    } else if (bl->kind == RVL_KVI_BLK_EXTRA && bl->raw_bytes > MAX_RAW) {
+        problem(f, "%s: %u bytes of JSON, more than 64 MiB", name, bl->raw_bytes);
+        sized = false;
+    } else if (bl->kind == RVL_KVI_BLK_CENTER &&
+               (!in->geometry_ok ||
+                (uint64_t)bl->raw_bytes != (uint64_t)in->n_layer * in->kv_dim * 4)) {
+        problem(f, "%s: holds %u bytes, expected %llu (%u layers of %u floats)", name,
+                bl->raw_bytes, (unsigned long long)in->n_layer * in->kv_dim * 4, in->n_layer,
+                in->kv_dim);
+        sized = false;
+    } else if (bl->kind == RVL_KVI_BLK_KV) {
+        sized = check_kv(f, bl, h, name);
+    }
+    /* zstd can expand a few bytes into megabytes; real pages (even a
+     * mostly empty partial page) never compress this well */
+    if (sized && (uint64_t)bl->raw_bytes > (uint64_t)bl->stored_bytes * MAX_EXPAND + 65536) {
+        problem(f, "%s: %u stored bytes claim %u raw bytes, more than any page compresses to",
+                name, bl->stored_bytes, bl->raw_bytes);
+        sized = false;
+    }
+    if (!sized)
+        bl->status = RVL_KVI_BAD_DATA;
+    return sized;
+}
+
+/* The token ids, from the tokens block in f->raw. */
+static int keep_tokens(rvl_kv_inspect *f)
+{
+    const uint32_t n = f->info.n_tokens;
+    f->tokens = malloc(((size_t)n + 1) * sizeof *f->tokens);
+    if (!f->tokens)
+        return rvl_seterr(RVL_ENOMEM, "out of memory");
+    for (uint32_t t = 0; t < n; t++)
+        f->tokens[t] = (int32_t)rvl_session_get32((const unsigned char *)f->raw + 4 * (size_t)t);
+    return 0;
+}
+
+/* The JSON text, from the extra block bl in f->raw. */
+static int keep_extra(rvl_kv_inspect *f, const rvl_kv_inspect_blockinfo *bl)
+{
+    f->extra = malloc((size_t)bl->raw_bytes + 1);
+    if (!f->extra)
+        return rvl_seterr(RVL_ENOMEM, "out of memory");
+    memcpy(f->extra, f->raw, bl->raw_bytes);
+    f->extra[bl->raw_bytes] = 0;
+    f->info.extra_len = bl->raw_bytes;
+    return 0;
+}
+
+/* The key centre, from the center block bl in f->raw; a non-finite
+ * element marks the block bad and leaves no centre. */
+static int keep_centre(rvl_kv_inspect *f, rvl_kv_inspect_blockinfo *bl, const char *name)
+{
+    const size_t nm = (size_t)f->info.n_layer * f->info.kv_dim;
+    f->centre = malloc(nm * sizeof *f->centre);
+    if (!f->centre)
+        return rvl_seterr(RVL_ENOMEM, "out of memory");
+    for (size_t c = 0; c < nm && f->centre; c++) {
+        f->centre[c] = rvl_bits_f32(rvl_session_get32((const unsigned char *)f->raw + 4 * c));
+        if (!isfinite(f->centre[c])) {
+            bl->status = RVL_KVI_BAD_DATA;
+            problem(f, "%s: element %zu is not finite", name, c);
+            free(f->centre);
+            f->centre = NULL;
+        }
+    }
+    f->info.centre = f->centre;
+    return 0;
+}
+
+/* The version 2 tier rules: every layer's page p in the same tier; a
+ * newer page never colder than an older one, but for page 0 in tier 0
+ * (the attention sink of a quantized cache, kvcache.h). tiers: layer 0's
+ * tier of each page, filled as layer 0 goes by. */
+static void check_tier(rvl_kv_inspect *f, const rvl_kv_inspect_blockinfo *bl, uint8_t *tiers,
+                       const char *name)
+{
+    if (bl->layer == 0) {
+        tiers[bl->page] = (uint8_t)bl->tier;
+        if (bl->page > 0 && bl->tier > tiers[bl->page - 1] && !(bl->page == 1 && tiers[0] == 0))
+            problem(f, "%s: tier %u is colder than the older page %u's tier %u", name, bl->tier,
+                    bl->page - 1, tiers[bl->page - 1]);
+    } else if (bl->tier != tiers[bl->page]) {
+        problem(f, "%s: tier %u, but layer 0's page %u is tier %u", name, bl->tier, bl->page,
+                tiers[bl->page]);
+    }
+}
+
+/* A placed, well-sized block with a good checksum: its zstd frame checked
+ * by decompressing it, then the first tokens, extra and center blocks
+ * kept, a kv block's tier checked (tiers: page_tables). 0, or RVL_ENOMEM. */
+static int read_block(rvl_kv_inspect *f, rvl_kv_inspect_blockinfo *bl, uint8_t *tiers,
+                      const char *name)
+{
+    int rc = inflate(f, bl);
+    if (rc == RVL_ENOMEM)
+        return rc;
+    if (rc < 0) {
+        bl->status = RVL_KVI_BAD_DATA;
+        problem(f, "%s: the zstd frame does not decompress to its %u bytes", name, bl->raw_bytes);
+        return 0;
+    }
+    switch (bl->kind) {
+    case RVL_KVI_BLK_TOKENS:
+        return f->tokens ? 0 : keep_tokens(f);
+    case RVL_KVI_BLK_EXTRA:
+        return f->extra ? 0 : keep_extra(f, bl);
+    case RVL_KVI_BLK_CENTER:
+        return f->centre ? 0 : keep_centre(f, bl, name);
+    case RVL_KVI_BLK_KV:
+        if (f->info.version >= 2 && tiers)
+            check_tier(f, bl, tiers, name);
+        return 0;
+    }
+    return 0;
+}
+
+/* What the header promises and the walk did not find. */
+static void report_missing(rvl_kv_inspect *f)
+{
+    const rvl_kv_inspect_info *in = &f->info;
+    if (f->n_blocks >= in->n_blocks_expected)
+        return;
+    uint32_t ek, el, ep;
+    expected(f, f->n_blocks, &ek, &el, &ep);
+    if (ek == RVL_KVI_BLK_KV)
+        problem(f, "missing: %llu of the %llu blocks the header promises, from layer %u page %u on",
+                (unsigned long long)(in->n_blocks_expected - f->n_blocks),
+                (unsigned long long)in->n_blocks_expected, el, ep);
+    else
+        problem(f, "missing: %llu of the %llu blocks the header promises, from the %s block on",
+                (unsigned long long)(in->n_blocks_expected - f->n_blocks),
+                (unsigned long long)in->n_blocks_expected,
+                ek == RVL_KVI_BLK_TOKENS ? "tokens" : "extra");
+}
+
+/* Every block from the header to the file checksum, each recorded with
+ * its status (f->blocks) and its problems: a block header that does not
+ * fit or names an unknown kind ends the walk, as does a block running
+ * past the end; a misplaced or corrupted block is recorded and skipped. */
+static int walk(rvl_kv_inspect *f)
+{
+    const size_t hb = f->info.block_header_bytes, end = f->size - 8;
+    size_t off = f->info.header_bytes;
+    uint8_t *tiers;
+    int rc = page_tables(f, &tiers);
+    if (rc < 0)
+        return rc;
 
     for (uint64_t i = 0; off < end; i++) {
         rvl_kv_inspect_blockinfo bl = {.offset = off};
@@ -397,12 +593,7 @@ static int walk(rvl_kv_inspect *f)
             break;
         }
         const unsigned char *h = f->b + off;
-        bl.kind = get32(h);
-        bl.layer = get32(h + 4);
-        bl.page = get32(h + 8);
-        bl.raw_bytes = get32(h + hb - 16);
-        bl.stored_bytes = get32(h + hb - 12);
-        bl.hash_stored = get64(h + hb - 8);
+        read_block_header(f, h, &bl);
         block_name(&bl, name, sizeof name);
         if (bl.kind < RVL_KVI_BLK_TOKENS || bl.kind > RVL_KVI_BLK_CENTER) {
             problem(f, "%s: unknown block kind %u: the rest of the file (%zu bytes) is not read",
@@ -414,153 +605,31 @@ static int walk(rvl_kv_inspect *f)
             problem(f, "%s: truncated: its %u stored bytes run %llu bytes past the end of the "
                     "data (offset %zu)", name, bl.stored_bytes,
                     (unsigned long long)(bl.stored_bytes - (end - off - hb)), end);
-            if ((rc = push_block(f, &bl)) < 0)
-                goto out;
+            rc = push_block(f, &bl);
             break;
         }
         off += hb + bl.stored_bytes;
         bl.hash_computed = XXH3_64bits(h + hb, bl.stored_bytes);
 
-        uint32_t ek, el, ep;
-        expected(f, i, &ek, &el, &ep);
-        bool placed = bl.kind == ek && bl.layer == el && bl.page == ep;
-        bool sized = true;
-        if (!placed) {
-            bl.status = RVL_KVI_MISPLACED;
-            if (ek == 0)
-                problem(f, "%s: unexpected: the header's %llu blocks are already complete", name,
-                        (unsigned long long)in->n_blocks_expected);
-            else
-                problem(f, "%s: misplaced: the layout puts the %s block%s here", name,
-                        ek == RVL_KVI_BLK_TOKENS ? "tokens" : ek == RVL_KVI_BLK_EXTRA ? "extra"
-                        : ek == RVL_KVI_BLK_CENTER ? "center" : "kv",
-                        ek == RVL_KVI_BLK_KV ? " of another layer or page" : "");
-        }
+        const bool placed = check_place(f, i, &bl, name);
         if (bl.hash_computed != bl.hash_stored) {
             bl.status = RVL_KVI_BAD_CHECKSUM;
             problem(f, "%s: checksum mismatch (stored %016llx, computed %016llx)", name,
                     (unsigned long long)bl.hash_stored, (unsigned long long)bl.hash_computed);
-            if ((rc = push_block(f, &bl)) < 0)
-                goto out;
-            continue;
+        } else if (placed && check_size(f, &bl, h, name)) {
+            if ((rc = read_block(f, &bl, tiers, name)) < 0)
+                break;
+            if (bl.status == RVL_KVI_OK && bl.kind == RVL_KVI_BLK_KV && f->index)
+                f->index[(uint64_t)bl.layer * f->n_pages + bl.page] = (long)f->n_blocks;
         }
-        if (!placed) {
-            if ((rc = push_block(f, &bl)) < 0)
-                goto out;
-            continue;
-        }
-        /* sizes and formats */
-        if (bl.kind == RVL_KVI_BLK_TOKENS && (uint64_t)bl.raw_bytes != (uint64_t)in->n_tokens * 4) {
-            problem(f, "%s: holds %u bytes, expected %llu (%u tokens)", name, bl.raw_bytes,
-                    (unsigned long long)in->n_tokens * 4, in->n_tokens);
-            sized = false;
-        } else if (bl.kind == RVL_KVI_BLK_EXTRA && bl.raw_bytes > MAX_RAW) {
-            problem(f, "%s: %u bytes of JSON, more than 64 MiB", name, bl.raw_bytes);
-            sized = false;
-        } else if (bl.kind == RVL_KVI_BLK_CENTER &&
-                   (!in->geometry_ok ||
-                    (uint64_t)bl.raw_bytes != (uint64_t)in->n_layer * in->kv_dim * 4)) {
-            problem(f, "%s: holds %u bytes, expected %llu (%u layers of %u floats)", name,
-                    bl.raw_bytes, (unsigned long long)in->n_layer * in->kv_dim * 4, in->n_layer,
-                    in->kv_dim);
-            sized = false;
-        } else if (bl.kind == RVL_KVI_BLK_KV) {
-            sized = check_kv(f, &bl, h, name);
-        }
-        /* zstd can expand a few bytes into megabytes; real pages (even a
-         * mostly empty partial page) never compress this well */
-        if (sized && (uint64_t)bl.raw_bytes > (uint64_t)bl.stored_bytes * MAX_EXPAND + 65536) {
-            problem(f, "%s: %u stored bytes claim %u raw bytes, more than any page compresses to",
-                    name, bl.stored_bytes, bl.raw_bytes);
-            sized = false;
-        }
-        if (!sized) {
-            bl.status = RVL_KVI_BAD_DATA;
-            if ((rc = push_block(f, &bl)) < 0)
-                goto out;
-            continue;
-        }
-        int zr = inflate(f, &bl);
-        if (zr == RVL_ENOMEM) {
-            rc = zr;
-            goto out;
-        }
-        if (zr < 0) {
-            bl.status = RVL_KVI_BAD_DATA;
-            problem(f, "%s: the zstd frame does not decompress to its %u bytes", name,
-                    bl.raw_bytes);
-        } else if (bl.kind == RVL_KVI_BLK_TOKENS && !f->tokens) {
-            f->tokens = malloc(((size_t)in->n_tokens + 1) * sizeof *f->tokens);
-            if (!f->tokens) {
-                rc = rvl_seterr(RVL_ENOMEM, "out of memory");
-                goto out;
-            }
-            for (uint32_t t = 0; t < in->n_tokens; t++)
-                f->tokens[t] = (int32_t)get32((const unsigned char *)f->raw + 4 * (size_t)t);
-        } else if (bl.kind == RVL_KVI_BLK_EXTRA && !f->extra) {
-            f->extra = malloc((size_t)bl.raw_bytes + 1);
-            if (!f->extra) {
-                rc = rvl_seterr(RVL_ENOMEM, "out of memory");
-                goto out;
-            }
-            memcpy(f->extra, f->raw, bl.raw_bytes);
-            f->extra[bl.raw_bytes] = 0;
-            in->extra_len = bl.raw_bytes;
-        } else if (bl.kind == RVL_KVI_BLK_CENTER && !f->centre) {
-            const size_t nm = (size_t)in->n_layer * in->kv_dim;
-            f->centre = malloc(nm * sizeof *f->centre);
-            if (!f->centre) {
-                rc = rvl_seterr(RVL_ENOMEM, "out of memory");
-                goto out;
-            }
-            for (size_t c = 0; c < nm && f->centre; c++) {
-                f->centre[c] = rvl_bits_f32(get32((const unsigned char *)f->raw + 4 * c));
-                if (!isfinite(f->centre[c])) {
-                    bl.status = RVL_KVI_BAD_DATA;
-                    problem(f, "%s: element %zu is not finite", name, c);
-                    free(f->centre);
-                    f->centre = NULL;
-                }
-            }
-            in->centre = f->centre;
-        } else if (bl.kind == RVL_KVI_BLK_KV && in->version >= 2 && tiers) {
-            /* v2 tier rules: every layer's page p in the same tier; a newer
-             * page never colder than an older one, but for page 0 in tier 0
-             * (the attention sink of a quantized cache, kvcache.h) */
-            if (bl.layer == 0) {
-                tiers[bl.page] = (uint8_t)bl.tier;
-                if (bl.page > 0 && bl.tier > tiers[bl.page - 1] &&
-                    !(bl.page == 1 && tiers[0] == 0))
-                    problem(f, "%s: tier %u is colder than the older page %u's tier %u", name,
-                            bl.tier, bl.page - 1, tiers[bl.page - 1]);
-            } else if (bl.tier != tiers[bl.page]) {
-                problem(f, "%s: tier %u, but layer 0's page %u is tier %u", name, bl.tier, bl.page,
-                        tiers[bl.page]);
-            }
-        }
-        if (bl.status == RVL_KVI_OK && bl.kind == RVL_KVI_BLK_KV && f->index)
-            f->index[(uint64_t)bl.layer * f->n_pages + bl.page] = (long)f->n_blocks;
         if ((rc = push_block(f, &bl)) < 0)
-            goto out;
+            break;
     }
-
-    /* what is missing */
-    if (f->n_blocks < in->n_blocks_expected) {
-        uint32_t ek, el, ep;
-        expected(f, f->n_blocks, &ek, &el, &ep);
-        if (ek == RVL_KVI_BLK_KV)
-            problem(f, "missing: %llu of the %llu blocks the header promises, from layer %u page %u on",
-                    (unsigned long long)(in->n_blocks_expected - f->n_blocks),
-                    (unsigned long long)in->n_blocks_expected, el, ep);
-        else
-            problem(f, "missing: %llu of the %llu blocks the header promises, from the %s block on",
-                    (unsigned long long)(in->n_blocks_expected - f->n_blocks),
-                    (unsigned long long)in->n_blocks_expected,
-                    ek == RVL_KVI_BLK_TOKENS ? "tokens" : "extra");
-    }
-out:
     free(tiers);
-    return rc;
+    if (rc < 0)
+        return rc;
+    report_missing(f);
+    return 0;
 }
 
 /* ====================================================================
@@ -573,35 +642,35 @@ static int open_buf(rvl_kv_inspect *f)
     const unsigned char *b = f->b;
     in->path = f->path;
     in->file_size = f->size;
-    if (f->size < 16 || memcmp(b, MAGIC, 8) != 0) {
-        if (f->size >= 8 && memcmp(b, MAGIC, 8) == 0)
-            return rvl_seterr(RVL_EFORMAT, "%s: truncated: %zu bytes, shorter than a session header",
-                              f->path, f->size);
-        return rvl_seterr(RVL_EFORMAT, "%s: not a ruvllm session file (bad magic at offset 0)",
-                          f->path);
+    const bool magic = f->size >= RVL_SESS_MAGIC_BYTES &&
+                       memcmp(b, RVL_SESS_MAGIC, RVL_SESS_MAGIC_BYTES) == 0;
+    if (f->size < 16 || !magic) {
+        if (magic)
+            return rvl_seterr(RVL_EFORMAT, "%s: " RVL_SESS_E_SHORT, f->path, f->size);
+        return rvl_seterr(RVL_EFORMAT, "%s: " RVL_SESS_E_MAGIC, f->path);
     }
-    if (get32(b + 12) != BOM)
-        return rvl_seterr(RVL_EUNSUPPORTED, "%s: byte-order mark at offset 12 is 0x%08x: written on "
-                          "a machine of the other endianness", f->path, get32(b + 12));
-    in->version = get32(b + 8);
+    const uint32_t bom = rvl_session_get32(b + RVL_SESS_H_BOM);
+    if (bom != RVL_SESS_BOM)
+        return rvl_seterr(RVL_EUNSUPPORTED, "%s: " RVL_SESS_E_BOM, f->path, bom);
+    in->version = rvl_session_get32(b + RVL_SESS_H_VERSION);
     if (in->version < 1 || in->version > 3)
         return rvl_seterr(RVL_EUNSUPPORTED, "%s: session version %u at offset 8 is not one this "
                           "inspector knows (1, 2, 3)", f->path, in->version);
-    in->header_bytes = in->version == 1 ? 56 : 88;
-    in->block_header_bytes = in->version == 1 ? 28 : 32;
+    in->header_bytes = in->version == 1 ? RVL_SESS_V1_HDR : RVL_SESS_HDR;
+    in->block_header_bytes = in->version == 1 ? RVL_SESS_V1_BLK : RVL_SESS_BLK;
     if (f->size < (size_t)in->header_bytes + 8)
         return rvl_seterr(RVL_EFORMAT, "%s: truncated: %zu bytes, shorter than a version %u header "
                           "(%u bytes) and the file checksum", f->path, f->size, in->version,
                           in->header_bytes);
-    uint32_t hh = in->header_bytes - 8;
-    in->header_hash_stored = get64(b + hh);
+    const uint32_t hh = in->version == 1 ? RVL_SESS_V1_HASH : RVL_SESS_H_HASH;
+    in->header_hash_stored = rvl_session_get64(b + hh);
     in->header_hash_computed = XXH3_64bits(b, hh);
     in->header_ok = in->header_hash_stored == in->header_hash_computed;
     if (!in->header_ok)
         problem(f, "header: checksum mismatch at offset %u (stored %016llx, computed %016llx): "
                 "its fields may be wrong", hh, (unsigned long long)in->header_hash_stored,
                 (unsigned long long)in->header_hash_computed);
-    in->file_hash_stored = get64(b + f->size - 8);
+    in->file_hash_stored = rvl_session_get64(b + f->size - 8);
     in->file_hash_computed = XXH3_64bits(b, f->size - 8);
     in->file_ok = in->file_hash_stored == in->file_hash_computed;
     read_header(f);
@@ -747,7 +816,7 @@ static void decode_part(const rvl_kv_inspect *f, const unsigned char *src, int f
     if (in->version == 1) {   /* rows of kv_dim elements, np of them */
         for (size_t i = 0; i < np * kd; i++) {
             if (fmt == RVL_KVI_F32) {
-                uint32_t u = get32(src + 4 * i);
+                uint32_t u = rvl_session_get32(src + 4 * i);
                 dst[i] = rvl_bits_f32(u);
             } else {
                 dst[i] = rvl_f16_to_f32((rvl_f16)(src[2 * i] | src[2 * i + 1] << 8));
@@ -762,7 +831,7 @@ static void decode_part(const rvl_kv_inspect *f, const unsigned char *src, int f
         if (fmt == RVL_KVI_F32) {
             for (uint32_t t = 0; t < np; t++)
                 for (uint32_t c = 0; c < hd; c++)
-                    dst[t * kd + h * hd + c] = rvl_bits_f32(get32(pg + 4 * ((size_t)t * hd + c)));
+                    dst[t * kd + h * hd + c] = rvl_bits_f32(rvl_session_get32(pg + 4 * ((size_t)t * hd + c)));
         } else {
             rvl_kvq_decode_page(fmt, kind, (int)hd, pg, (int)np, dst + (size_t)h * hd, kd);
         }
@@ -891,8 +960,8 @@ int rvl_kv_inspect_stats(rvl_kv_inspect *f, const rvl_kv_inspect_stats_params *p
     rvl_kv_inspect_head *heads = calloc(n_heads, sizeof *heads);
     head_acc *acc = calloc(n_heads, sizeof *acc);
     float *chan = calloc(n_heads * hd, sizeof *chan);
-    float *kb = malloc(PAGE * kd * sizeof *kb), *vb = malloc(PAGE * kd * sizeof *vb);
-    float *x = malloc(PAGE * (size_t)hd * sizeof *x), *y = malloc(PAGE * (size_t)hd * sizeof *y);
+    float *kb = malloc(RVL_SESS_PAGE * kd * sizeof *kb), *vb = malloc(RVL_SESS_PAGE * kd * sizeof *vb);
+    float *x = malloc(RVL_SESS_PAGE * (size_t)hd * sizeof *x), *y = malloc(RVL_SESS_PAGE * (size_t)hd * sizeof *y);
     void *enc = NULL;
     size_t enc_cap = 0;
     for (int fm = 0; fm < RVL_KVQ_COUNT; fm++)
@@ -1068,15 +1137,15 @@ int rvl_kv_inspect_diff(rvl_kv_inspect *a, rvl_kv_inspect *b, rvl_kv_inspect_dif
     d->n_layer = ia->n_layer;
     d->k_maxdiff = calloc(d->n_layer, sizeof *d->k_maxdiff);
     d->v_maxdiff = calloc(d->n_layer, sizeof *d->v_maxdiff);
-    float *ka = malloc(PAGE * kd * sizeof *ka), *va = malloc(PAGE * kd * sizeof *va);
-    float *kb = malloc(PAGE * kd * sizeof *kb), *vb = malloc(PAGE * kd * sizeof *vb);
+    float *ka = malloc(RVL_SESS_PAGE * kd * sizeof *ka), *va = malloc(RVL_SESS_PAGE * kd * sizeof *va);
+    float *kb = malloc(RVL_SESS_PAGE * kd * sizeof *kb), *vb = malloc(RVL_SESS_PAGE * kd * sizeof *vb);
     if (!d->k_maxdiff || !d->v_maxdiff || !ka || !va || !kb || !vb) {
         rc = rvl_seterr(RVL_ENOMEM, "out of memory");
         goto out;
     }
     for (uint32_t l = 0; l < d->n_layer; l++) {
         float mk = 0, mv = 0;
-        for (uint32_t p0 = 0, pg = 0; p0 < c; p0 += PAGE, pg++) {
+        for (uint32_t p0 = 0, pg = 0; p0 < c; p0 += RVL_SESS_PAGE, pg++) {
             long ba = rvl_kv_inspect_find_page(a, l, pg), bb = rvl_kv_inspect_find_page(b, l, pg);
             uint32_t na, nb;
             if (ba < 0 || bb < 0 || rvl_kv_inspect_page(a, (size_t)ba, ka, va, &na) < 0 ||
@@ -1084,7 +1153,7 @@ int rvl_kv_inspect_diff(rvl_kv_inspect *a, rvl_kv_inspect *b, rvl_kv_inspect_dif
                 mk = mv = NAN;
                 break;
             }
-            uint32_t rows = c - p0 < PAGE ? c - p0 : PAGE;
+            uint32_t rows = c - p0 < RVL_SESS_PAGE ? c - p0 : RVL_SESS_PAGE;
             if (rows > na || rows > nb) {
                 mk = mv = NAN;
                 break;

@@ -147,6 +147,12 @@ int jinja_render(const jtmpl *t, jarena *ar, jv ctx, int64_t now,
 int jinja_from_json(jarena *ar, const char *json, size_t len, jv *out);
 
 /* Shared helpers (lib/chat/jinja/value.c) */
+/* The render's output buffers. Not an rvl_buf (ruvllm.h), on purpose: the
+ * bytes live in the render arena, because a finished buffer becomes a
+ * string value by pointer (jbuf_str: no copy, freed with the arena) and
+ * because an error longjmps out of any depth of the evaluator, past the
+ * frames that hold buffers: a malloc'd buffer there would leak. Growing
+ * past max (the output limit) or the arena's cap longjmps to jb too. */
 typedef struct jbuf { jarena *ar; char *p; size_t n, cap, max; jmp_buf *jb; } jbuf;
 void jb_put(jbuf *b, const char *s, size_t n);
 void jb_putc(jbuf *b, char c);
