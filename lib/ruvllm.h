@@ -449,7 +449,8 @@ void rvl_pool_run(rvl_pool *p, rvl_pool_fn fn, void *arg);
 int rvl_pool_size(const rvl_pool *p);
 
 /* ======================================================================
- * Models and inference (lib/engine/model.c, lib/engine/forward.c).
+ * Models and inference (lib/engine/model.c; the context: lib/engine/ctx.c
+ * over a backend, lib/engine/forward.c on the CPU).
  *
  *   rvl_model_open(&m, path, NULL);          weights mapped, read-only
  *   rvl_ctx_open(&c, m, &cp);                KV cache and scratch, once
@@ -536,7 +537,7 @@ typedef struct {
     float rope_factor;      /* 0: model's */
     float rope_base;        /* 0: model's */
     uint32_t rope_orig_ctx; /* 0: model's */
-    /* compute backend (lib/engine/backend.h): NULL or "cpu": lib/engine/forward.c;
+    /* compute backend ("Backends" below): NULL or "cpu": lib/engine/forward.c;
      * "metal": rvl_ctx_open fails with RVL_EUNSUPPORTED in a build without
      * it. On a backend other than the CPU the context refuses, with
      * RVL_EUNSUPPORTED naming the feature and the backend, what only the
@@ -635,6 +636,181 @@ int rvl_session_load(rvl_ctx *c, const char *path, int32_t **ids, size_t *n_ids,
  * another process holds it. *lock owned: rvl_session_unlock (-1 accepted). */
 int rvl_session_lock(const char *path, int *lock);
 void rvl_session_unlock(int lock);
+
+/* ======================================================================
+ * Backends (lib/engine/backend.c: the registry; lib/engine/ctx.c: the
+ * context). A context is a facade over one session of a backend: "cpu"
+ * (lib/engine/forward.c) or another that fills in this operation table
+ * (metal/rvl_metal_backend.c). rvl_ctx_open resolves the parameters and
+ * opens the session; every rvl_ctx_* call and rvl_decode checks its input
+ * once, then calls the session through the table. What a backend lacks
+ * (a NULL optional entry) the context refuses with RVL_EUNSUPPORTED,
+ * "<feature> not supported by the <name> backend (cpu only)", or does
+ * itself where it can (prefix reuse over the ids it decoded). A backend
+ * needs nothing but this header: the table, the registry, the model's
+ * weights as read-only views and the RoPE tables.
+ * ====================================================================== */
+
+/* Tokens a backend runs through the model together (a chunk of
+ * rvl_decode's batch): each weight row is read once per chunk. */
+#define RVL_UBATCH 32
+
+/* A model's weights by role (rvl_model_weight). The first seven are the
+ * matrices of each layer; `layer` is ignored for OUTPUT, OUTPUT_NORM,
+ * TOK_EMBD and ROPE_FREQS. Shapes are (rows, columns), hd the head_dim. */
+typedef enum {
+    RVL_WEIGHT_Q, RVL_WEIGHT_K, RVL_WEIGHT_V, /* (n_head*hd, dim), (n_head_kv*hd, dim) x2 */
+    RVL_WEIGHT_O,                             /* (dim, n_head*hd) */
+    RVL_WEIGHT_GATE, RVL_WEIGHT_UP,           /* (ff, dim) */
+    RVL_WEIGHT_DOWN,                          /* (dim, ff) */
+    RVL_WEIGHT_OUTPUT,                        /* (vocab, dim); token_embd's when tied */
+    RVL_WEIGHT_ATTN_NORM, RVL_WEIGHT_FFN_NORM, /* (dim) */
+    RVL_WEIGHT_BQ, RVL_WEIGHT_BK, RVL_WEIGHT_BV, /* biases (qwen2), or absent */
+    RVL_WEIGHT_OUTPUT_NORM,                   /* (dim) */
+    RVL_WEIGHT_TOK_EMBD,                      /* (vocab, dim) */
+    RVL_WEIGHT_ROPE_FREQS,                    /* (rope_dim/2) f32 (Llama 3.1), or absent */
+    RVL_WEIGHT_N
+} rvl_weight_role;
+
+/* A weight as it is in the file: ne1 rows of ne0 elements (a vector:
+ * ne1 == 1), row_bytes apart. data is borrowed: valid while the model is
+ * open. */
+typedef struct {
+    uint32_t type;          /* rvl_type */
+    uint64_t ne0, ne1;
+    uint64_t row_bytes;
+    const void *data;
+} rvl_weight_view;
+
+/* The weight of `role` (of `layer` for a per-layer one). RVL_ENOTFOUND for
+ * one the model does not have (biases, rope_freqs), RVL_EINVAL for a layer
+ * or role out of range. */
+int rvl_model_weight(const rvl_model *m, uint32_t layer, rvl_weight_role role,
+                     rvl_weight_view *out);
+/* Rows row0 .. row0 + n - 1 of w as floats into dst (n * ne0), by the
+ * CPU's dequantize kernels. RVL_ERANGE past the last row. */
+int rvl_model_weight_rows(const rvl_weight_view *w, uint64_t row0, uint64_t n, float *dst);
+
+/* The model's hyper-parameters *hp with a context's RoPE overrides applied
+ * (lib/engine/rope.c): p's rope_scaling, rope_factor, rope_base,
+ * rope_orig_ctx (NULL / 0: the model's; p may be NULL). RVL_EINVAL for an
+ * unknown scaling name or a negative factor or base. */
+int rvl_rope_hparams(const rvl_hparams *hp, const rvl_ctx_params *p, rvl_hparams *out);
+/* RoPE tables for positions 0..n_ctx-1 (lib/engine/rope.c): cos/sin of each
+ * pair's angle, (n_ctx, rope_dim/2), with linear, YaRN or Llama-3.1
+ * frequency scaling applied; freq_div: RVL_WEIGHT_ROPE_FREQS's data or
+ * NULL. *attn_mul receives the factor YaRN's mscale contributes to the
+ * attention scale (mscale^2; 1 otherwise): it is folded there instead of
+ * into q and k. */
+void rvl_rope_tables(const rvl_hparams *hp, const float *freq_div, uint32_t n_ctx, float *cos_t,
+                     float *sin_t, float *attn_mul);
+
+typedef struct rvl_backend rvl_backend;   /* one session: the backend defines it */
+
+/* A tensor on a backend's device (the op level): a buffer and a byte
+ * offset; f32 rows `stride` floats apart. */
+typedef struct {
+    void *buf;
+    size_t off;
+} rvl_bt;
+typedef struct rvl_bw rvl_bw;             /* a weight on the device */
+
+typedef struct rvl_backend_ops {
+    const char *name;                     /* "cpu", "metal" */
+
+    /* --- session (every entry required). The context checks the input
+     * first: these see only what its contract allows. --- */
+    /* p is never NULL, with n_ctx (1 .. 2^20) and n_batch (1 without
+     * all_logits) resolved. owned: close with close (NULL accepted). m is
+     * borrowed and must outlive the session. */
+    int (*open)(rvl_backend **out, const rvl_model *m, const rvl_ctx_params *p);
+    void (*close)(rvl_backend *b);
+    /* rvl_decode's contract for 0 < n <= n_ctx - pos tokens (at most
+     * n_batch with all_logits), every id in the vocabulary: chunks of at
+     * most RVL_UBATCH tokens, RVL_EINTR between chunks when
+     * rvl_interrupted(); *logits (borrowed, valid until the next call) are
+     * the last token's, or every token's with all_logits. */
+    int (*decode)(rvl_backend *b, const int32_t *tokens, uint32_t n, const float **logits);
+    uint32_t (*pos)(const rvl_backend *b);
+    void (*reset)(rvl_backend *b);
+    int (*truncate)(rvl_backend *b, uint32_t pos);       /* pos <= the position */
+    /* "Apple M2 Pro", "metal-emu", "cpu" (borrowed) */
+    const char *(*device_name)(const rvl_backend *b);
+
+    /* --- optional capabilities (NULL: the backend has none) --- */
+    /* rvl_ctx_reuse's prefix, at most n_max tokens; the new position.
+     * NULL: the context keeps the common prefix with the ids it decoded. */
+    uint32_t (*reuse)(rvl_backend *b, const int32_t *ids, uint32_t n_max);
+    /* rvl_ctx_shift, keep + n_discard <= the position */
+    int (*shift)(rvl_backend *b, uint32_t keep, uint32_t n_discard);
+    /* rvl_ctx_set_lora: l (NULL: none) was opened for the session's model */
+    int (*set_lora)(rvl_backend *b, const rvl_lora *l);
+    /* rvl_ctx_fill_random, n <= n_ctx - pos */
+    int (*fill_random)(rvl_backend *b, uint32_t n, uint64_t seed);
+    /* rvl_ctx_kv_token_bytes, tier 0..2 (NULL: 0) */
+    double (*kv_token_bytes)(const rvl_backend *b, int tier);
+    /* rvl_ctx_set_trace (NULL: the hook is never called) */
+    void (*set_trace)(rvl_backend *b, rvl_trace_fn fn, void *ud);
+
+    /* --- ops: the coarse operations of a Llama-family forward pass on
+     * the backend's own tensors and weights (NULL for the cpu backend).
+     * metal/rvl_metal_backend.c's forward calls only these, so it can move
+     * into lib/ when a second GPU backend arrives. Ops are queued, in
+     * order, on the session's command stream and run at the latest by
+     * `sync`; errors are kept and returned by `sync` (or decode), so the
+     * forward pass reads top to bottom without checks. --- */
+    /* a matrix (RVL_WEIGHT_Q .. RVL_WEIGHT_OUTPUT) */
+    const rvl_bw *(*weight)(rvl_backend *b, uint32_t layer, rvl_weight_role role);
+    /* a vector (RVL_WEIGHT_ATTN_NORM .. RVL_WEIGHT_OUTPUT_NORM) in f32, or
+     * rvl_bt{NULL} for an absent bias */
+    rvl_bt (*vec)(rvl_backend *b, uint32_t layer, rvl_weight_role role);
+    /* x[t] = embedding row of tokens[t], t < nb */
+    void (*embed)(rvl_backend *b, const int32_t *tokens, uint32_t nb, rvl_bt x, size_t x_stride);
+    /* y[t] = rmsnorm(x[t]) * w, rows of n */
+    void (*rmsnorm)(rvl_backend *b, rvl_bt x, size_t x_stride, rvl_bt w, rvl_bt y,
+                    size_t y_stride, uint32_t n, uint32_t nb, float eps);
+    /* y[t] = W x[t] */
+    void (*matmul)(rvl_backend *b, const rvl_bw *w, rvl_bt x, size_t x_stride, rvl_bt y,
+                   size_t y_stride, uint32_t nb);
+    /* y[t][i] += v[i], i < n (a bias) */
+    void (*add_row)(rvl_backend *b, rvl_bt y, size_t y_stride, rvl_bt v, uint32_t n, uint32_t nb);
+    /* y[i] += a[i], i < n; g[i] = silu(g[i]) * u[i], i < n */
+    void (*add)(rvl_backend *b, rvl_bt y, rvl_bt a, size_t n);
+    void (*swiglu)(rvl_backend *b, rvl_bt g, rvl_bt u, size_t n);
+    /* RoPE, in place, of n_head heads of nb tokens at positions pos0.. */
+    void (*rope)(rvl_backend *b, rvl_bt x, size_t x_stride, uint32_t n_head, uint32_t pos0,
+                 uint32_t nb);
+    /* K (rotated by RoPE here) and V rows of nb tokens into the cache of
+     * `layer` at positions pos0.. */
+    void (*kv_append)(rvl_backend *b, uint32_t layer, rvl_bt k, rvl_bt v, size_t stride,
+                      uint32_t pos0, uint32_t nb);
+    /* causal attention of nb query tokens at pos0.. over the cache
+     * (positions 0 .. pos0 + nb - 1): out[t] (n_head * head_dim) */
+    void (*attend)(rvl_backend *b, uint32_t layer, rvl_bt q, size_t q_stride, uint32_t pos0,
+                   uint32_t nb, rvl_bt out, size_t out_stride);
+    /* waits for everything queued; copies n floats of x to dst when dst */
+    int (*sync)(rvl_backend *b, rvl_bt x, float *dst, size_t n);
+} rvl_backend_ops;
+
+/* The backend called `name` ("cpu", "metal"), or NULL with the reason in
+ * rvl_errmsg() (unknown name; "metal" in a build without Metal). */
+const rvl_backend_ops *rvl_backend_find(const char *name);
+/* The same, returning 0 or the error's code: RVL_EUNSUPPORTED for "metal"
+ * in a build without it, RVL_EINVAL for an unknown name (*out NULL). */
+int rvl_backend_get(const char *name, const rvl_backend_ops **out);
+/* Whether this build has the named backend (no error set). */
+int rvl_backend_available(const char *name);
+/* Make a backend that a program links itself findable by its name (then
+ * rvl_ctx_open with rvl_ctx_params.backend = that name runs on it): the
+ * emulator's test registers rvl_metal_backend_ops, which libruvllm links
+ * only in make METAL=1 builds. Call before opening contexts (not thread-
+ * safe); registering a name again replaces it. RVL_EINVAL for "cpu" or a
+ * table without the whole session level, RVL_ERANGE past 4 backends. */
+int rvl_backend_register(const rvl_backend_ops *ops);
+
+/* The Metal backend (metal/rvl_metal_backend.c): linked into ruvllm only
+ * by `make METAL=1` on macOS, and into the emulator's test. */
+extern const rvl_backend_ops rvl_metal_backend_ops;
 
 /* ======================================================================
  * Sampler (lib/engine/sampler.c). Order as llama.cpp: penalties, top-k, top-p,

@@ -1,12 +1,13 @@
 /*
- * rvl_metal_backend.c - the Metal backend (lib/engine/backend.h's operation
- * table) for Llama-family models, in pure C over metal/rvl_mtl_device.h:
+ * rvl_metal_backend.c - the Metal backend (ruvllm.h's rvl_backend_ops, the
+ * "Backends" section: all it uses of libruvllm) for Llama-family models,
+ * in pure C over metal/rvl_mtl_device.h:
  * the same file runs on Apple GPUs (rvl_mtl_device.m, make METAL=1) and
  * on Linux in the Metal emulator (tests/metal-emu/device_emu.cpp,
  * test_backend.cpp). Argument structs and dispatch sizes come from
  * rvl_metal_args.h, the header the shaders share.
  *
- * Per chunk of up to UBATCH tokens (llama2.c-style, as lib/engine/forward.c):
+ * Per chunk of up to RVL_UBATCH tokens (llama2.c-style, as lib/engine/forward.c):
  * embedding rows (dequantized on the host into shared memory) -> per layer:
  * RMSNorm, Q/K/V matmuls (+ biases), RoPE of q, K (RoPE fused) and V
  * appended to the paged cache, flash-attention decode + reduce (one token)
@@ -30,12 +31,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/backend.h"
-#include "engine/model.h"
+#include "ruvllm.h"
 #include "rvl_metal_args.h"
 #include "rvl_mtl_device.h"
 
-#define UBATCH 32         /* tokens per chunk (as lib/engine/forward.c) */
 #define PAGE 32           /* KV positions per page */
 #define MAX_CHUNKS 8      /* decode's split-K */
 #define MV_MAX_TOK 4      /* GEMV up to this many tokens, GEMM above */
@@ -48,12 +47,14 @@ struct rvl_bw {
 };
 
 typedef struct {
-    rvl_bw w[RVL_BW_OUTPUT];     /* Q K V O GATE UP DOWN */
+    rvl_bw w[RVL_WEIGHT_OUTPUT]; /* Q K V O GATE UP DOWN */
     rvl_mtl_buffer *kc, *vc;     /* (n_pages, n_head_kv, PAGE, head_dim) f16 / f32 */
 } mtl_layer;
 
 struct rvl_backend {
     const rvl_model *m;
+    const rvl_hparams *hp;       /* the model's */
+    rvl_weight_view tok_embd;    /* rows dequantized on the host (op_embed) */
     rvl_mtl_device *dev;
     rvl_mtl_encoder *enc;        /* the open command buffer, or NULL */
     int err;                     /* first error since the last sync */
@@ -131,28 +132,29 @@ static rvl_mtl_dispatch elem_dispatch(size_t n)
 }
 
 /* ====================================================================
- * Ops (lib/engine/backend.h)
+ * Ops (ruvllm.h rvl_backend_ops)
  * ==================================================================== */
 
-static const rvl_bw *op_weight(rvl_backend *b, uint32_t layer, rvl_bw_role role)
+static const rvl_bw *op_weight(rvl_backend *b, uint32_t layer, rvl_weight_role role)
 {
-    if (role == RVL_BW_OUTPUT)
+    if (role == RVL_WEIGHT_OUTPUT)
         return &b->output;
     return &b->layers[layer].w[role];
 }
 
-static rvl_bt op_vec(rvl_backend *b, uint32_t layer, rvl_bv_role role)
+static rvl_bt op_vec(rvl_backend *b, uint32_t layer, rvl_weight_role role)
 {
-    const rvl_hparams *hp = &b->m->hp;
+    const rvl_hparams *hp = b->hp;
     const size_t dim = hp->n_embd, q_dim = (size_t)hp->n_head * hp->head_dim,
                  kv_dim = (size_t)hp->n_head_kv * hp->head_dim, nb = q_dim + 2 * kv_dim;
     switch (role) {
-    case RVL_BV_ATTN_NORM: return T(b->norm_w, 2 * layer * dim);
-    case RVL_BV_FFN_NORM: return T(b->norm_w, (2 * layer + 1) * dim);
-    case RVL_BV_OUTPUT_NORM: return T(b->norm_w, 2 * (size_t)hp->n_layer * dim);
-    case RVL_BV_BQ: return b->bias ? T(b->bias, layer * nb) : (rvl_bt){0};
-    case RVL_BV_BK: return b->bias ? T(b->bias, layer * nb + q_dim) : (rvl_bt){0};
-    case RVL_BV_BV: return b->bias ? T(b->bias, layer * nb + q_dim + kv_dim) : (rvl_bt){0};
+    case RVL_WEIGHT_ATTN_NORM: return T(b->norm_w, 2 * layer * dim);
+    case RVL_WEIGHT_FFN_NORM: return T(b->norm_w, (2 * layer + 1) * dim);
+    case RVL_WEIGHT_OUTPUT_NORM: return T(b->norm_w, 2 * (size_t)hp->n_layer * dim);
+    case RVL_WEIGHT_BQ: return b->bias ? T(b->bias, layer * nb) : (rvl_bt){0};
+    case RVL_WEIGHT_BK: return b->bias ? T(b->bias, layer * nb + q_dim) : (rvl_bt){0};
+    case RVL_WEIGHT_BV: return b->bias ? T(b->bias, layer * nb + q_dim + kv_dim) : (rvl_bt){0};
+    default: break;
     }
     return (rvl_bt){0};
 }
@@ -160,8 +162,6 @@ static rvl_bt op_vec(rvl_backend *b, uint32_t layer, rvl_bv_role role)
 /* On the host, into shared memory: waits for the queued work first. */
 static void op_embed(rvl_backend *b, const int32_t *tokens, uint32_t nb, rvl_bt x, size_t x_stride)
 {
-    const rvl_weight *e = &b->m->tok_embd;
-    const uint32_t dim = b->m->hp.n_embd;
     if (b->enc) {
         rvl_mtl_encoder *en = b->enc;
         b->enc = NULL;
@@ -171,8 +171,8 @@ static void op_embed(rvl_backend *b, const int32_t *tokens, uint32_t nb, rvl_bt 
         return;
     float *dst = (float *)((char *)rvl_mtl_buffer_contents((rvl_mtl_buffer *)x.buf) + x.off);
     for (uint32_t t = 0; t < nb; t++)
-        e->kf->dequantize((const char *)e->data + (uint64_t)tokens[t] * e->row_bytes,
-                          dst + (size_t)t * x_stride, dim);
+        keep_err(b, rvl_model_weight_rows(&b->tok_embd, (uint64_t)tokens[t], 1,
+                                          dst + (size_t)t * x_stride));
 }
 
 static void op_rmsnorm(rvl_backend *b, rvl_bt x, size_t x_stride, rvl_bt w, rvl_bt y,
@@ -233,7 +233,7 @@ static int rope_mode(const rvl_hparams *hp)
 static void op_rope(rvl_backend *b, rvl_bt x, size_t x_stride, uint32_t n_head, uint32_t pos0,
                     uint32_t nb)
 {
-    const rvl_hparams *hp = &b->m->hp;
+    const rvl_hparams *hp = b->hp;
     rvl_mtl_rope_args a = {.x_stride = x_stride, .y_stride = x_stride, .n_tok = (int32_t)nb,
                            .n_head = (int32_t)n_head, .head_dim = (int32_t)hp->head_dim,
                            .rope_dim = (int32_t)hp->rope_dim, .mode = rope_mode(hp)};
@@ -251,7 +251,7 @@ static void op_rope(rvl_backend *b, rvl_bt x, size_t x_stride, uint32_t n_head, 
 static void op_kv_append(rvl_backend *b, uint32_t layer, rvl_bt k, rvl_bt v, size_t stride,
                          uint32_t pos0, uint32_t nb)
 {
-    const rvl_hparams *hp = &b->m->hp;
+    const rvl_hparams *hp = b->hp;
     rvl_mtl_kv_append_args a = {.page_stride = b->kv_page_stride, .head_stride = b->kv_head_stride,
                                 .x_stride = stride, .head_dim = (int32_t)hp->head_dim,
                                 .n_head_kv = (int32_t)hp->n_head_kv, .n_tok = (int32_t)nb,
@@ -276,7 +276,7 @@ static void op_kv_append(rvl_backend *b, uint32_t layer, rvl_bt k, rvl_bt v, siz
 static void op_attend(rvl_backend *b, uint32_t layer, rvl_bt q, size_t q_stride, uint32_t pos0,
                       uint32_t nb, rvl_bt out, size_t out_stride)
 {
-    const rvl_hparams *hp = &b->m->hp;
+    const rvl_hparams *hp = b->hp;
     const mtl_layer *L = &b->layers[layer];
     rvl_mtl_attn_args a = {
         .k_page_stride = b->kv_page_stride, .k_head_stride = b->kv_head_stride,
@@ -328,7 +328,7 @@ static int op_sync(rvl_backend *b, rvl_bt x, float *dst, size_t n)
 }
 
 /* ====================================================================
- * The forward pass: only lib/engine/backend.h's ops and the hyper-parameters
+ * The forward pass: only the table's ops and the hyper-parameters
  * ==================================================================== */
 
 /* nb tokens at positions pos0..; logits (vocab floats apart) of every
@@ -336,7 +336,7 @@ static int op_sync(rvl_backend *b, rvl_bt x, float *dst, size_t n)
 static void forward_chunk(rvl_backend *b, const rvl_backend_ops *o, const int32_t *tokens,
                           uint32_t nb, uint32_t pos0, bool all)
 {
-    const rvl_hparams *hp = &b->m->hp;
+    const rvl_hparams *hp = b->hp;
     const uint32_t dim = hp->n_embd, hd = hp->head_dim, ff = hp->n_ff;
     const uint32_t q_dim = hp->n_head * hd, kv_dim = hp->n_head_kv * hd;
     const size_t xbs = dim > q_dim ? dim : q_dim;
@@ -346,37 +346,37 @@ static void forward_chunk(rvl_backend *b, const rvl_backend_ops *o, const int32_
     o->embed(b, tokens, nb, x, dim);                                   // (nb, dim)
     for (uint32_t l = 0; l < hp->n_layer; l++) {
         /* attention block */
-        o->rmsnorm(b, x, dim, o->vec(b, l, RVL_BV_ATTN_NORM), xb, xbs, dim, nb, hp->rms_eps);
-        o->matmul(b, o->weight(b, l, RVL_BW_Q), xb, xbs, q, q_dim, nb);   // (nb, q_dim)
-        o->matmul(b, o->weight(b, l, RVL_BW_K), xb, xbs, k, kv_dim, nb);  // (nb, kv_dim)
-        o->matmul(b, o->weight(b, l, RVL_BW_V), xb, xbs, v, kv_dim, nb);  // (nb, kv_dim)
+        o->rmsnorm(b, x, dim, o->vec(b, l, RVL_WEIGHT_ATTN_NORM), xb, xbs, dim, nb, hp->rms_eps);
+        o->matmul(b, o->weight(b, l, RVL_WEIGHT_Q), xb, xbs, q, q_dim, nb);   // (nb, q_dim)
+        o->matmul(b, o->weight(b, l, RVL_WEIGHT_K), xb, xbs, k, kv_dim, nb);  // (nb, kv_dim)
+        o->matmul(b, o->weight(b, l, RVL_WEIGHT_V), xb, xbs, v, kv_dim, nb);  // (nb, kv_dim)
         if (hp->has_qkv_bias) {
-            o->add_row(b, q, q_dim, o->vec(b, l, RVL_BV_BQ), q_dim, nb);
-            o->add_row(b, k, kv_dim, o->vec(b, l, RVL_BV_BK), kv_dim, nb);
-            o->add_row(b, v, kv_dim, o->vec(b, l, RVL_BV_BV), kv_dim, nb);
+            o->add_row(b, q, q_dim, o->vec(b, l, RVL_WEIGHT_BQ), q_dim, nb);
+            o->add_row(b, k, kv_dim, o->vec(b, l, RVL_WEIGHT_BK), kv_dim, nb);
+            o->add_row(b, v, kv_dim, o->vec(b, l, RVL_WEIGHT_BV), kv_dim, nb);
         }
         o->rope(b, q, q_dim, hp->n_head, pos0, nb);
         o->kv_append(b, l, k, v, kv_dim, pos0, nb);                    // keys rotated there
         o->attend(b, l, q, q_dim, pos0, nb, xb, xbs);                  // (nb, q_dim) in xb
-        o->matmul(b, o->weight(b, l, RVL_BW_O), xb, xbs, xo, dim, nb);
+        o->matmul(b, o->weight(b, l, RVL_WEIGHT_O), xb, xbs, xo, dim, nb);
         o->add(b, x, xo, (size_t)nb * dim);
 
         /* SwiGLU feed-forward block */
-        o->rmsnorm(b, x, dim, o->vec(b, l, RVL_BV_FFN_NORM), xb, xbs, dim, nb, hp->rms_eps);
-        o->matmul(b, o->weight(b, l, RVL_BW_GATE), xb, xbs, hb, ff, nb);  // (nb, ff)
-        o->matmul(b, o->weight(b, l, RVL_BW_UP), xb, xbs, hb2, ff, nb);   // (nb, ff)
+        o->rmsnorm(b, x, dim, o->vec(b, l, RVL_WEIGHT_FFN_NORM), xb, xbs, dim, nb, hp->rms_eps);
+        o->matmul(b, o->weight(b, l, RVL_WEIGHT_GATE), xb, xbs, hb, ff, nb);  // (nb, ff)
+        o->matmul(b, o->weight(b, l, RVL_WEIGHT_UP), xb, xbs, hb2, ff, nb);   // (nb, ff)
         o->swiglu(b, hb, hb2, (size_t)nb * ff);
-        o->matmul(b, o->weight(b, l, RVL_BW_DOWN), hb, ff, xo, dim, nb);
+        o->matmul(b, o->weight(b, l, RVL_WEIGHT_DOWN), hb, ff, xo, dim, nb);
         o->add(b, x, xo, (size_t)nb * dim);
     }
 
-    const rvl_bt onorm = o->vec(b, 0, RVL_BV_OUTPUT_NORM), logits = T(b->logits_dev, 0);
+    const rvl_bt onorm = o->vec(b, 0, RVL_WEIGHT_OUTPUT_NORM), logits = T(b->logits_dev, 0);
     if (all) {
         o->rmsnorm(b, x, dim, onorm, xb, xbs, dim, nb, hp->rms_eps);
-        o->matmul(b, o->weight(b, 0, RVL_BW_OUTPUT), xb, xbs, logits, hp->n_vocab, nb);
+        o->matmul(b, o->weight(b, 0, RVL_WEIGHT_OUTPUT), xb, xbs, logits, hp->n_vocab, nb);
     } else {
         o->rmsnorm(b, T(b->x, (size_t)(nb - 1) * dim), dim, onorm, xb, xbs, dim, 1, hp->rms_eps);
-        o->matmul(b, o->weight(b, 0, RVL_BW_OUTPUT), xb, xbs, logits, hp->n_vocab, 1);
+        o->matmul(b, o->weight(b, 0, RVL_WEIGHT_OUTPUT), xb, xbs, logits, hp->n_vocab, 1);
     }
 }
 
@@ -384,25 +384,14 @@ static void forward_chunk(rvl_backend *b, const rvl_backend_ops *o, const int32_
  * Session
  * ==================================================================== */
 
+/* the context (lib/engine/ctx.c) has checked the tokens */
 static int mtl_decode(rvl_backend *b, const int32_t *tokens, uint32_t n, const float **logits)
 {
-    const rvl_hparams *hp = &b->m->hp;
-    if (n == 0)
-        return rvl_seterr(RVL_EINVAL, "no tokens to decode");
-    if (n > b->n_ctx - b->pos)
-        return rvl_seterr(RVL_ERANGE, "context full: %u tokens in the cache, %u more do not fit "
-                          "in a context of %u", b->pos, n, b->n_ctx);
-    if (b->all_logits && n > b->n_batch)
-        return rvl_seterr(RVL_EINVAL, "%u tokens in one call exceed the context's batch of %u",
-                          n, b->n_batch);
-    for (uint32_t i = 0; i < n; i++)
-        if (tokens[i] < 0 || (uint32_t)tokens[i] >= hp->n_vocab)
-            return rvl_seterr(RVL_EINVAL, "token id %d is outside the vocabulary (%u)", tokens[i],
-                              hp->n_vocab);
-    for (uint32_t i = 0; i < n; i += UBATCH) {
+    const rvl_hparams *hp = b->hp;
+    for (uint32_t i = 0; i < n; i += RVL_UBATCH) {
         if (rvl_interrupted())
             return rvl_seterr(RVL_EINTR, "interrupted");
-        const uint32_t nb = n - i < UBATCH ? n - i : UBATCH;
+        const uint32_t nb = n - i < RVL_UBATCH ? n - i : RVL_UBATCH;
         forward_chunk(b, &rvl_metal_backend_ops, tokens + i, nb, b->pos, b->all_logits);
         float *dst = b->all_logits ? b->logits + (size_t)i * hp->n_vocab : b->logits;
         const size_t rows = b->all_logits ? nb : 1;
@@ -418,12 +407,18 @@ static int mtl_decode(rvl_backend *b, const int32_t *tokens, uint32_t n, const f
 
 static uint32_t mtl_pos(const rvl_backend *b) { return b->pos; }
 static void mtl_reset(rvl_backend *b) { b->pos = 0; }
+/* pos <= b->pos (checked by the context) */
 static int mtl_truncate(rvl_backend *b, uint32_t pos)
 {
-    if (pos > b->pos)
-        return rvl_seterr(RVL_ERANGE, "cannot keep %u tokens of %u", pos, b->pos);
     b->pos = pos; /* later appends overwrite the rows past pos */
     return 0;
+}
+/* f16 or f32 rows of keys and values, every tier alike */
+static double mtl_kv_token_bytes(const rvl_backend *b, int tier)
+{
+    (void)tier;
+    return 2.0 * b->hp->n_layer * b->hp->n_head_kv * b->hp->head_dim *
+           (b->kv_fmt == RVL_MTL_KV_F32 ? 4 : 2);
 }
 static const char *mtl_device_name(const rvl_backend *b) { return rvl_mtl_device_name(b->dev); }
 
@@ -434,8 +429,8 @@ static void mtl_close(rvl_backend *b)
     if (b->enc)
         rvl_mtl_encoder_commit_wait(b->enc);
     if (b->layers) {
-        for (uint32_t l = 0; l < b->m->hp.n_layer; l++) {
-            for (int r = 0; r < RVL_BW_OUTPUT; r++)
+        for (uint32_t l = 0; l < b->hp->n_layer; l++) {
+            for (int r = 0; r < RVL_WEIGHT_OUTPUT; r++)
                 rvl_mtl_buffer_free(b->layers[l].w[r].buf);
             rvl_mtl_buffer_free(b->layers[l].kc);
             rvl_mtl_buffer_free(b->layers[l].vc);
@@ -453,18 +448,23 @@ static void mtl_close(rvl_backend *b)
     free(b);
 }
 
-static const char *const role_names[RVL_BW_N] = {
+static const char *const role_names[RVL_WEIGHT_OUTPUT + 1] = {
     "attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down", "output"};
 
 /* A weight onto the device, with its matmul pipelines; RVL_EUNSUPPORTED
  * naming the tensor when no Metal kernel multiplies its format. */
-static int load_weight(rvl_backend *b, rvl_bw *dst, const rvl_weight *w, int layer, int role)
+static int load_weight(rvl_backend *b, rvl_bw *dst, uint32_t layer, rvl_weight_role role)
 {
     char tname[64], name[64];
-    if (role == RVL_BW_OUTPUT)
-        snprintf(tname, sizeof tname, "%s.weight", b->m->hp.tied_output ? "token_embd" : "output");
+    rvl_weight_view wv;
+    const rvl_weight_view *w = &wv;
+    int rc = rvl_model_weight(b->m, layer, role, &wv);
+    if (rc < 0)
+        return rc;
+    if (role == RVL_WEIGHT_OUTPUT)
+        snprintf(tname, sizeof tname, "%s.weight", b->hp->tied_output ? "token_embd" : "output");
     else
-        snprintf(tname, sizeof tname, "blk.%d.%s.weight", layer, role_names[role]);
+        snprintf(tname, sizeof tname, "blk.%u.%s.weight", layer, role_names[role]);
     const char *sfx = w->type == RVL_TYPE_F32   ? "f32"
                       : w->type == RVL_TYPE_F16 ? "f16"
                                                 : rvl_mtl_matmul_suffix(w->type);
@@ -474,7 +474,6 @@ static int load_weight(rvl_backend *b, rvl_bw *dst, const rvl_weight *w, int lay
                           "(formats with one: F32 F16 Q4_0 Q8_0 Q4_K Q6_K RVL_I4S/I4A MLX_A4_G64)",
                           tname, ti ? ti->name : "unknown");
     }
-    int rc;
     snprintf(name, sizeof name, "rvl_mul_mv_%s_f32", sfx);
     if ((rc = rvl_mtl_pipeline_get(b->dev, name, &dst->mv)) < 0)
         return rc;
@@ -495,18 +494,27 @@ static int new_buf(rvl_backend *b, rvl_mtl_buffer **out, size_t bytes, const cha
     return rvl_mtl_buffer_new(b->dev, bytes, NULL, label, out);
 }
 
+/* A vector weight (norm, bias) dequantized into dst. */
+static int load_vec(const rvl_model *m, uint32_t layer, rvl_weight_role role, float *dst)
+{
+    rvl_weight_view w;
+    int rc = rvl_model_weight(m, layer, role, &w);
+    return rc < 0 ? rc : rvl_model_weight_rows(&w, 0, 1, dst);
+}
+
+/* p: the context's parameters, n_ctx and n_batch resolved */
 static int mtl_open(rvl_backend **out, const rvl_model *m, const rvl_ctx_params *p)
 {
-    const rvl_hparams *hp = &m->hp;
+    const rvl_hparams *hp = rvl_model_hparams(m);
     const size_t dim = hp->n_embd, hd = hp->head_dim, ff = hp->n_ff;
     const size_t q_dim = hp->n_head * hd, kv_dim = hp->n_head_kv * hd;
     int rc;
 
     *out = NULL;
-    if (p && (p->kv_split ? p->kv_type_k != p->kv_type_v : 0))
+    if (p->kv_split && p->kv_type_k != p->kv_type_v)
         return rvl_seterr(RVL_EUNSUPPORTED, "different KV cache types for keys and values are not "
                           "supported by the metal backend (one of f16, f32 for both)");
-    const rvl_kv_type kvt = p ? (p->kv_split ? p->kv_type_k : p->kv_type) : RVL_KV_F16;
+    const rvl_kv_type kvt = p->kv_split ? p->kv_type_k : p->kv_type;
     if (kvt != RVL_KV_F16 && kvt != RVL_KV_F32)
         return rvl_seterr(RVL_EUNSUPPORTED, "KV cache type %s is not supported by the metal "
                           "backend (f16, f32)",
@@ -526,20 +534,19 @@ static int mtl_open(rvl_backend **out, const rvl_model *m, const rvl_ctx_params 
     if (!b)
         return rvl_seterr(RVL_ENOMEM, "out of memory");
     b->m = m;
-    b->n_ctx = p && p->n_ctx ? p->n_ctx : (hp->n_ctx_train < 4096 ? hp->n_ctx_train : 4096);
-    if (b->n_ctx > (1u << 20)) {
-        free(b);
-        return rvl_seterr(RVL_ERANGE, "context size %u is too large (at most 1048576)", p->n_ctx);
-    }
-    b->all_logits = p && p->all_logits;
-    b->n_batch = b->all_logits ? (p->n_batch && p->n_batch < b->n_ctx ? p->n_batch : b->n_ctx) : 1;
+    b->hp = hp;
+    b->n_ctx = p->n_ctx;
+    b->all_logits = p->all_logits;
+    b->n_batch = p->n_batch;
     b->kv_fmt = kvt == RVL_KV_F32 ? RVL_MTL_KV_F32 : RVL_MTL_KV_F16;
     b->kv_head_stride = (uint64_t)PAGE * hd * (kvt == RVL_KV_F32 ? 4 : 2);
     b->kv_page_stride = b->kv_head_stride * hp->n_head_kv;
     const uint32_t n_pages = (b->n_ctx + PAGE - 1) / PAGE;
 
     rvl_hparams rh;
-    if ((rc = rvl_rope_hparams(hp, p, &rh)) < 0 || (rc = rvl_mtl_device_open(&b->dev, NULL)) < 0)
+    if ((rc = rvl_rope_hparams(hp, p, &rh)) < 0 ||
+        (rc = rvl_model_weight(m, 0, RVL_WEIGHT_TOK_EMBD, &b->tok_embd)) < 0 ||
+        (rc = rvl_mtl_device_open(&b->dev, NULL)) < 0)
         goto fail;
 
     static const struct { size_t off; const char *name; } pipes[] = {
@@ -564,17 +571,14 @@ static int mtl_open(rvl_backend **out, const rvl_model *m, const rvl_ctx_params 
         goto fail;
     }
     for (uint32_t l = 0; l < hp->n_layer; l++) {
-        const rvl_layer *L = &m->layers[l];
-        const rvl_weight *ws[RVL_BW_OUTPUT] = {&L->wq, &L->wk, &L->wv, &L->wo,
-                                               &L->w_gate, &L->w_up, &L->w_down};
-        for (int r = 0; r < RVL_BW_OUTPUT; r++)
-            if ((rc = load_weight(b, &b->layers[l].w[r], ws[r], (int)l, r)) < 0)
+        for (int r = 0; r < RVL_WEIGHT_OUTPUT; r++)
+            if ((rc = load_weight(b, &b->layers[l].w[r], l, (rvl_weight_role)r)) < 0)
                 goto fail;
         if ((rc = new_buf(b, &b->layers[l].kc, n_pages * b->kv_page_stride, "k cache")) < 0 ||
             (rc = new_buf(b, &b->layers[l].vc, n_pages * b->kv_page_stride, "v cache")) < 0)
             goto fail;
     }
-    if ((rc = load_weight(b, &b->output, &m->output, 0, RVL_BW_OUTPUT)) < 0)
+    if ((rc = load_weight(b, &b->output, 0, RVL_WEIGHT_OUTPUT)) < 0)
         goto fail;
 
     /* norms and biases dequantized to f32; RoPE tables; positions; pages */
@@ -587,15 +591,15 @@ static int mtl_open(rvl_backend **out, const rvl_model *m, const rvl_ctx_params 
         (rc = new_buf(b, &b->rope_sin, b->n_ctx * half * 4 + 4, "rope sin")) < 0 ||
         (rc = new_buf(b, &b->positions, (size_t)b->n_ctx * 4, "positions")) < 0 ||
         (rc = new_buf(b, &b->page_table, (size_t)n_pages * 4, "page table")) < 0 ||
-        (rc = new_buf(b, &b->x, UBATCH * dim * 4, "x")) < 0 ||
-        (rc = new_buf(b, &b->xb, UBATCH * xbs * 4, "xb")) < 0 ||
-        (rc = new_buf(b, &b->q, UBATCH * q_dim * 4, "q")) < 0 ||
-        (rc = new_buf(b, &b->k, UBATCH * kv_dim * 4, "k")) < 0 ||
-        (rc = new_buf(b, &b->v, UBATCH * kv_dim * 4, "v")) < 0 ||
-        (rc = new_buf(b, &b->hb, UBATCH * ff * 4, "hb")) < 0 ||
-        (rc = new_buf(b, &b->hb2, UBATCH * ff * 4, "hb2")) < 0 ||
-        (rc = new_buf(b, &b->xo, UBATCH * dim * 4, "xo")) < 0 ||
-        (rc = new_buf(b, &b->logits_dev, (size_t)UBATCH * hp->n_vocab * 4, "logits")) < 0 ||
+        (rc = new_buf(b, &b->x, RVL_UBATCH * dim * 4, "x")) < 0 ||
+        (rc = new_buf(b, &b->xb, RVL_UBATCH * xbs * 4, "xb")) < 0 ||
+        (rc = new_buf(b, &b->q, RVL_UBATCH * q_dim * 4, "q")) < 0 ||
+        (rc = new_buf(b, &b->k, RVL_UBATCH * kv_dim * 4, "k")) < 0 ||
+        (rc = new_buf(b, &b->v, RVL_UBATCH * kv_dim * 4, "v")) < 0 ||
+        (rc = new_buf(b, &b->hb, RVL_UBATCH * ff * 4, "hb")) < 0 ||
+        (rc = new_buf(b, &b->hb2, RVL_UBATCH * ff * 4, "hb2")) < 0 ||
+        (rc = new_buf(b, &b->xo, RVL_UBATCH * dim * 4, "xo")) < 0 ||
+        (rc = new_buf(b, &b->logits_dev, (size_t)RVL_UBATCH * hp->n_vocab * 4, "logits")) < 0 ||
         (rc = new_buf(b, &b->partials, (size_t)MAX_CHUNKS * hp->n_head * (hd + 2) * 4,
                       "attention partials")) < 0)
         goto fail;
@@ -606,21 +610,25 @@ static int mtl_open(rvl_backend **out, const rvl_model *m, const rvl_ctx_params 
     }
     float *nw = rvl_mtl_buffer_contents(b->norm_w);
     for (uint32_t l = 0; l < hp->n_layer; l++) {
-        const rvl_layer *L = &m->layers[l];
-        L->attn_norm.kf->dequantize(L->attn_norm.data, nw + 2 * l * dim, (int64_t)dim);
-        L->ffn_norm.kf->dequantize(L->ffn_norm.data, nw + (2 * l + 1) * dim, (int64_t)dim);
+        if ((rc = load_vec(m, l, RVL_WEIGHT_ATTN_NORM, nw + 2 * l * dim)) < 0 ||
+            (rc = load_vec(m, l, RVL_WEIGHT_FFN_NORM, nw + (2 * l + 1) * dim)) < 0)
+            goto fail;
         if (b->bias) {
             float *bb = (float *)rvl_mtl_buffer_contents(b->bias) + l * nbias;
-            L->bq.kf->dequantize(L->bq.data, bb, (int64_t)q_dim);
-            L->bk.kf->dequantize(L->bk.data, bb + q_dim, (int64_t)kv_dim);
-            L->bv.kf->dequantize(L->bv.data, bb + q_dim + kv_dim, (int64_t)kv_dim);
+            if ((rc = load_vec(m, l, RVL_WEIGHT_BQ, bb)) < 0 ||
+                (rc = load_vec(m, l, RVL_WEIGHT_BK, bb + q_dim)) < 0 ||
+                (rc = load_vec(m, l, RVL_WEIGHT_BV, bb + q_dim + kv_dim)) < 0)
+                goto fail;
         }
     }
-    m->output_norm.kf->dequantize(m->output_norm.data, nw + 2 * hp->n_layer * dim, (int64_t)dim);
+    if ((rc = load_vec(m, 0, RVL_WEIGHT_OUTPUT_NORM, nw + 2 * hp->n_layer * dim)) < 0)
+        goto fail;
+    rvl_weight_view freqs = {0};
+    if (hp->has_rope_freqs && (rc = rvl_model_weight(m, 0, RVL_WEIGHT_ROPE_FREQS, &freqs)) < 0)
+        goto fail;
     float attn_mul;
-    rvl_rope_tables(&rh, m->rope_freqs.present ? m->rope_freqs.data : NULL, b->n_ctx,
-                    rvl_mtl_buffer_contents(b->rope_cos), rvl_mtl_buffer_contents(b->rope_sin),
-                    &attn_mul);
+    rvl_rope_tables(&rh, freqs.data, b->n_ctx, rvl_mtl_buffer_contents(b->rope_cos),
+                    rvl_mtl_buffer_contents(b->rope_sin), &attn_mul);
     b->kq_scale = attn_mul / sqrtf((float)hd);
     int32_t *pos = rvl_mtl_buffer_contents(b->positions), *pt = rvl_mtl_buffer_contents(b->page_table);
     for (uint32_t i = 0; i < b->n_ctx; i++)
@@ -644,6 +652,7 @@ const rvl_backend_ops rvl_metal_backend_ops = {
     .reset = mtl_reset,
     .truncate = mtl_truncate,
     .device_name = mtl_device_name,
+    .kv_token_bytes = mtl_kv_token_bytes,
     .weight = op_weight,
     .vec = op_vec,
     .embed = op_embed,

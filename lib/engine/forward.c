@@ -5,8 +5,9 @@
  * Per token: embedding row -> for each layer: RMSNorm, Q/K/V projections
  * (+ biases), RoPE, grouped-query attention over the KV cache, output
  * projection, residual; RMSNorm, SwiGLU FFN, residual -> final RMSNorm ->
- * output projection. Every buffer is allocated in rvl_ctx_open; rvl_decode
- * never allocates. Matmuls run on the context's thread pool, split by rows.
+ * output projection. Every buffer is allocated when the session opens;
+ * decode never allocates. Matmuls run on the session's thread pool, split
+ * by rows.
  *
  * The KV cache is lib/engine/kvcache.c's paged, tiered cache (keys cached after
  * RoPE); attention runs over its pages: kernels/attn.h's flash kernels
@@ -14,10 +15,9 @@
  * does; the probabilities stay f32, as in llama.cpp's flash-attention
  * path) and kernels/kvq.h's page readers over the quantized ones.
  *
- * A context opened with rvl_ctx_params.backend naming another backend
- * (lib/engine/backend.h: "metal") runs none of this: it holds a session of that
- * backend and rvl_decode, the position, reset, truncate and prefix reuse
- * delegate to it ("Other backends" below).
+ * This is the "cpu" backend (ruvllm.h "Backends", lib/engine/backend.h):
+ * rvl_forward_ops at the end of the file. The context (lib/engine/ctx.c)
+ * checks every input before calling it.
  */
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -34,11 +34,15 @@
 #include "engine/lora_int.h"
 #include "engine/model.h"
 
-/* Tokens processed together: each weight row is read once per chunk and
- * multiplied with every token's activations while it is in cache. */
-#define UBATCH 32
+/* Tokens processed together (RVL_UBATCH): each weight row is read once
+ * per chunk and multiplied with every token's activations while it is in
+ * cache. */
+#define UBATCH RVL_UBATCH
 
-struct rvl_ctx {
+/* A session of the CPU backend: the table's rvl_backend handle (ruvllm.h)
+ * is one of these (fw()). */
+typedef struct rvl_forward rvl_forward;
+struct rvl_forward {
     const rvl_model *m;
     rvl_pool *pool;
     uint32_t n_ctx;
@@ -63,15 +67,6 @@ struct rvl_ctx {
     size_t unpack_stride;         /* bytes per thread (m->packed_max_group, aligned) */
     size_t act_stride;
     const rvl_lora *lora;         /* run-time LoRA adapters (borrowed), or NULL */
-    /* Another backend (rvl_ctx_params.backend, not "cpu"): the session
-     * `be` of `be_ops` runs the forward pass and holds the KV cache; none
-     * of the buffers above exist (pool, kv and the rest are NULL), and
-     * be_ids (n_ctx) records the token ids in its cache, for
-     * rvl_ctx_reuse. */
-    const rvl_backend_ops *be_ops;
-    rvl_backend *be;
-    int32_t *be_ids;
-    double be_token_bytes;        /* KV bytes per token (f16 or f32 rows) */
     rvl_trace_fn trace;           /* rvl_ctx_set_trace: per-step hook, or NULL */
     void *trace_ud;
 };
@@ -104,7 +99,7 @@ typedef struct {
 typedef struct {
     matmul_part part[MM_PARTS];
     int n_parts;
-    unsigned char *unpack;        /* rvl_ctx.unpack */
+    unsigned char *unpack;        /* rvl_forward.unpack */
     size_t unpack_stride;
     const unsigned char *act;     /* nb rows in the weights' vec_dot_type */
     size_t act_stride;            /* bytes between activation rows */
@@ -197,7 +192,7 @@ static void quant_rows(void *arg, int ith, int nth)
 
 /* The nb rows of x (x_stride floats apart) in w's activation format; a
  * batch is quantized on the pool (row t is the same whoever does it). */
-static void prepare_act(rvl_ctx *c, const rvl_weight *w, const float *x, size_t x_stride,
+static void prepare_act(rvl_forward *c, const rvl_weight *w, const float *x, size_t x_stride,
                         uint32_t nb, const unsigned char **act, size_t *stride)
 {
     const rvl_kformat *af = rvl_kformat_get(w->kf->vec_dot_type);
@@ -217,7 +212,7 @@ static void prepare_act(rvl_ctx *c, const rvl_weight *w, const float *x, size_t 
 
 /* n weights (at most MM_PARTS) times the same nb activation rows, as one
  * pool job. */
-static void matmul_act_n(rvl_ctx *c, int n, const rvl_weight *const *ws, float *const *ys,
+static void matmul_act_n(rvl_forward *c, int n, const rvl_weight *const *ws, float *const *ys,
                          const size_t *y_strides, const unsigned char *act, size_t act_stride,
                          uint32_t nb)
 {
@@ -239,7 +234,7 @@ static void matmul_act_n(rvl_ctx *c, int n, const rvl_weight *const *ws, float *
     rvl_pool_run(c->pool, matmul_rows, &j);
 }
 
-static void matmul(rvl_ctx *c, float *y, size_t y_stride, const rvl_weight *w, const float *x,
+static void matmul(rvl_forward *c, float *y, size_t y_stride, const rvl_weight *w, const float *x,
                    size_t x_stride, uint32_t nb)
 {
     const unsigned char *act;
@@ -251,7 +246,7 @@ static void matmul(rvl_ctx *c, float *y, size_t y_stride, const rvl_weight *w, c
 /* Several weights that read the same input (Q/K/V, gate/up) share one
  * quantization of it and one pool job when their activation formats
  * agree. */
-static void matmul_shared(rvl_ctx *c, const float *x, size_t x_stride, uint32_t nb, int n,
+static void matmul_shared(rvl_forward *c, const float *x, size_t x_stride, uint32_t nb, int n,
                           const rvl_weight *const *ws, float *const *ys, const size_t *y_strides)
 {
     for (int i = 0; i < n;) {
@@ -281,7 +276,7 @@ static void rmsnorm(float *y, const float *x, const float *w, uint32_t n, float 
         y[i] = (x[i] * scale) * w[i];
 }
 
-static void rope(const rvl_ctx *c, float *v, uint32_t n_heads, uint32_t pos)
+static void rope(const rvl_forward *c, float *v, uint32_t n_heads, uint32_t pos)
 {
     const rvl_hparams *hp = &c->m->hp;
     const uint32_t half = hp->rope_dim / 2;
@@ -318,7 +313,7 @@ static void norm_rows_part(void *arg, int ith, int nth)
         rmsnorm(j->y + t * j->y_stride, j->x + t * j->x_stride, j->w, j->n, j->eps);
 }
 
-static void norm_rows(rvl_ctx *c, float *y, size_t y_stride, const float *x, size_t x_stride,
+static void norm_rows(rvl_forward *c, float *y, size_t y_stride, const float *x, size_t x_stride,
                       const float *w, uint32_t n, uint32_t nb, float eps)
 {
     norm_job j = {y, y_stride, x, x_stride, w, n, nb, eps};
@@ -352,7 +347,7 @@ static void swiglu_part(void *arg, int ith, int nth)
  * token's into c->logits (want_last).
  * ==================================================================== */
 
-static void forward_chunk(rvl_ctx *c, const int32_t *tokens, uint32_t nb, uint32_t pos0,
+static void forward_chunk(rvl_forward *c, const int32_t *tokens, uint32_t nb, uint32_t pos0,
                           float *logits, bool want_last)
 {
     const rvl_model *m = c->m;
@@ -449,27 +444,20 @@ static void forward_chunk(rvl_ctx *c, const int32_t *tokens, uint32_t nb, uint32
     }
 }
 
-static int be_decode(rvl_ctx *c, const int32_t *tokens, uint32_t n, const float **logits);
+/* ====================================================================
+ * Session: rvl_decode's chunks (the context, lib/engine/ctx.c, has
+ * checked the tokens)
+ * ==================================================================== */
 
-int rvl_decode(rvl_ctx *c, const int32_t *tokens, uint32_t n, const float **logits)
+/* the table's handle is this file's session */
+static rvl_forward *fw(rvl_backend *b) { return (rvl_forward *)b; }
+static const rvl_forward *cfw(const rvl_backend *b) { return (const rvl_forward *)b; }
+
+static int cpu_decode(rvl_backend *b, const int32_t *tokens, uint32_t n, const float **logits)
 {
+    rvl_forward *c = fw(b);
     const rvl_hparams *hp = &c->m->hp;
 
-    if (c->be)
-        return be_decode(c, tokens, n, logits);
-
-    if (n == 0)
-        return rvl_seterr(RVL_EINVAL, "no tokens to decode");
-    if (n > c->n_ctx - c->pos)
-        return rvl_seterr(RVL_ERANGE, "context full: %u tokens in the cache, %u more do not fit "
-                          "in a context of %u", c->pos, n, c->n_ctx);
-    if (c->all_logits && n > c->n_batch)
-        return rvl_seterr(RVL_EINVAL, "%u tokens in one call exceed the context's batch of %u",
-                          n, c->n_batch);
-    for (uint32_t i = 0; i < n; i++)
-        if (tokens[i] < 0 || (uint32_t)tokens[i] >= hp->n_vocab)
-            return rvl_seterr(RVL_EINVAL, "token id %d is outside the vocabulary (%u)", tokens[i],
-                              hp->n_vocab);
     for (uint32_t i = 0; i < n; i += UBATCH) {
         if (rvl_interrupted())
             return rvl_seterr(RVL_EINTR, "interrupted");
@@ -487,66 +475,7 @@ int rvl_decode(rvl_ctx *c, const int32_t *tokens, uint32_t n, const float **logi
 }
 
 /* ====================================================================
- * Other backends (lib/engine/backend.h): the context is a thin shell around a
- * session of the backend, which holds the weights, the KV cache and runs
- * the forward pass. What only the CPU cache can do (quantized and tiered
- * KV types, LoRA, context shift, session files, random fills) is refused
- * with RVL_EUNSUPPORTED naming the feature and the backend.
- * ==================================================================== */
-
-static int be_unsupported(const rvl_ctx *c, const char *what)
-{
-    return rvl_seterr(RVL_EUNSUPPORTED, "%s not supported by the %s backend (cpu only)", what,
-                      c->be_ops->name);
-}
-
-/* c->m, n_ctx, all_logits and n_batch are set; p->backend names it */
-static int be_open(rvl_ctx *c, const rvl_ctx_params *p)
-{
-    const rvl_hparams *hp = &c->m->hp;
-    int rc = rvl_backend_get(p->backend, &c->be_ops);
-    if (rc < 0)
-        return rc;
-    c->be_ids = malloc((size_t)c->n_ctx * sizeof *c->be_ids);
-    if (!c->be_ids)
-        return rvl_seterr(RVL_ENOMEM, "out of memory for a context of %u tokens", c->n_ctx);
-    /* the session gets the context's resolved sizes: both agree on them */
-    rvl_ctx_params bp = *p;
-    bp.n_ctx = c->n_ctx;
-    bp.n_batch = c->n_batch;
-    if ((rc = c->be_ops->open(&c->be, c->m, &bp)) < 0)
-        return rc;
-    const rvl_kv_type kt = p->kv_split ? p->kv_type_k : p->kv_type;
-    c->kv_type_k = c->kv_type_v = kt;
-    c->be_token_bytes = 2.0 * hp->n_layer * hp->n_head_kv * hp->head_dim *
-                        (kt == RVL_KV_F32 ? 4 : 2);
-    return 0;
-}
-
-static int be_decode(rvl_ctx *c, const int32_t *tokens, uint32_t n, const float **logits)
-{
-    /* ids first: the session's position says how many of them it kept */
-    const uint32_t pos = c->be_ops->pos(c->be);
-    if (n && pos <= c->n_ctx && n <= c->n_ctx - pos)
-        memcpy(c->be_ids + pos, tokens, (size_t)n * sizeof *tokens);
-    return c->be_ops->decode(c->be, tokens, n, logits);
-}
-
-/* The longest common prefix of the cache and ids (at most n - 1 tokens):
- * no LRU of dropped pages here, only what the cache still holds. */
-static uint32_t be_reuse(rvl_ctx *c, const int32_t *ids, uint32_t n)
-{
-    const uint32_t pos = c->be_ops->pos(c->be), max = n ? n - 1 : 0;
-    uint32_t k = 0;
-    while (k < pos && k < max && c->be_ids[k] == ids[k])
-        k++;
-    if (k < pos && c->be_ops->truncate(c->be, k) < 0)
-        return c->be_ops->pos(c->be);
-    return k;
-}
-
-/* ====================================================================
- * Context
+ * Open and close
  * ==================================================================== */
 
 static int dequant_vec(const rvl_weight *w, float *dst)
@@ -555,10 +484,36 @@ static int dequant_vec(const rvl_weight *w, float *dst)
     return 0;
 }
 
-int rvl_ctx_open(rvl_ctx **out, const rvl_model *m, const rvl_ctx_params *p)
+/* accepts NULL */
+static void forward_free(rvl_forward *c)
+{
+    if (!c)
+        return;
+    rvl_pool_close(c->pool);
+    rvl_kvcache_close(c->kv);
+    free(c->rope_cos);
+    free(c->rope_sin);
+    free(c->x);
+    free(c->xb);
+    free(c->q);
+    free(c->k);
+    free(c->v);
+    free(c->hb);
+    free(c->hb2);
+    free(c->xo);
+    free(c->logits);
+    free(c->norm_w);
+    free(c->bias);
+    free(c->actq);
+    free(c->unpack);
+    free(c);
+}
+
+/* p: the context's parameters, n_ctx and n_batch resolved */
+static int cpu_open(rvl_backend **out, const rvl_model *m, const rvl_ctx_params *p)
 {
     const rvl_hparams *hp = &m->hp;
-    rvl_ctx *c;
+    rvl_forward *c;
     int rc;
 
     *out = NULL;
@@ -566,41 +521,25 @@ int rvl_ctx_open(rvl_ctx **out, const rvl_model *m, const rvl_ctx_params *p)
     if (!c)
         return rvl_seterr(RVL_ENOMEM, "out of memory");
     c->m = m;
-    c->n_ctx = p && p->n_ctx ? p->n_ctx : (hp->n_ctx_train < 4096 ? hp->n_ctx_train : 4096);
-    if (c->n_ctx > (1u << 20)) {
-        uint32_t n = c->n_ctx;
-        free(c);
-        return rvl_seterr(RVL_ERANGE, "context size %u is too large (at most 1048576)", n);
-    }
-    c->all_logits = p && p->all_logits;
-    c->n_batch = c->all_logits ? (p->n_batch && p->n_batch < c->n_ctx ? p->n_batch : c->n_ctx) : 1;
-    if (p && p->backend && strcmp(p->backend, "cpu") != 0) {
-        if ((rc = be_open(c, p)) < 0) {
-            if (c->be_ops)
-                rvl_ctx_close(c);
-            else
-                free(c);
-            return rc;
-        }
-        *out = c;
-        return 0;
-    }
-    if ((rc = rvl_pool_open(&c->pool, p ? (int)p->n_threads : 0)) < 0) {
+    c->n_ctx = p->n_ctx;
+    c->all_logits = p->all_logits;
+    c->n_batch = p->n_batch;
+    if ((rc = rvl_pool_open(&c->pool, (int)p->n_threads)) < 0) {
         free(c);
         return rc;
     }
     const int nth = rvl_pool_size(c->pool);
-    c->kv_type_k = c->kv_type_v = p ? p->kv_type : RVL_KV_F16;
-    if (p && p->kv_split) {
+    c->kv_type_k = c->kv_type_v = p->kv_type;
+    if (p->kv_split) {
         c->kv_type_k = p->kv_type_k;
         c->kv_type_v = p->kv_type_v;
     }
     /* the cache's tier formats (kvcache.h) */
     rvl_kvcache_params kp = {.n_layer = hp->n_layer, .n_head = hp->n_head, .n_head_kv = hp->n_head_kv,
                          .head_dim = hp->head_dim, .n_ctx = c->n_ctx, .q_f16 = 1};
-    const rvl_kv_type cold = p && p->kv_cold == RVL_KV_Q4 ? RVL_KV_Q4 : RVL_KV_TQ4;
-    if (p && p->kv_cold && p->kv_cold != RVL_KV_Q4 && p->kv_cold != RVL_KV_TQ4) {
-        rvl_ctx_close(c);
+    const rvl_kv_type cold = p->kv_cold == RVL_KV_Q4 ? RVL_KV_Q4 : RVL_KV_TQ4;
+    if (p->kv_cold && p->kv_cold != RVL_KV_Q4 && p->kv_cold != RVL_KV_TQ4) {
+        forward_free(c);
         return rvl_seterr(RVL_EINVAL, "the cold KV tier is q4 or tq4, not %s",
                           rvl_kv_type_name(p->kv_cold) ? rvl_kv_type_name(p->kv_cold) : "unknown");
     }
@@ -608,7 +547,7 @@ int rvl_ctx_open(rvl_ctx **out, const rvl_model *m, const rvl_ctx_params *p)
     const int tv = rvl_kvcache_type_formats(c->kv_type_v, cold, kp.fmt_v);
     if (tk < 0 || tv < 0) {
         int kt = tk < 0 ? (int)c->kv_type_k : (int)c->kv_type_v;
-        rvl_ctx_close(c);
+        forward_free(c);
         return rvl_seterr(RVL_EINVAL, "unknown KV cache type %d", kt);
     }
     if (kp.fmt_k[0] == RVL_KVF_F32 || kp.fmt_v[0] == RVL_KVF_F32) /* one hot-tier type */
@@ -626,7 +565,7 @@ int rvl_ctx_open(rvl_ctx **out, const rvl_model *m, const rvl_ctx_params *p)
     kp.sink = kp.hot == RVL_KVC_UNBOUNDED ? 0 : RVL_KVQ_PAGE;
     rvl_hparams rh; /* with the context's RoPE overrides */
     if ((rc = rvl_rope_hparams(hp, p, &rh)) < 0) {
-        rvl_ctx_close(c);
+        forward_free(c);
         return rc;
     }
 
@@ -663,7 +602,7 @@ int rvl_ctx_open(rvl_ctx **out, const rvl_model *m, const rvl_ctx_params *p)
         !c->k || !c->v || !c->hb || !c->hb2 || !c->xo || !c->logits || !c->norm_w ||
         (hp->has_qkv_bias && !c->bias) || !c->actq) {
         uint32_t n = c->n_ctx;
-        rvl_ctx_close(c);
+        forward_free(c);
         return rvl_seterr(RVL_ENOMEM, "out of memory for a context of %u tokens", n);
     }
 
@@ -674,7 +613,7 @@ int rvl_ctx_open(rvl_ctx **out, const rvl_model *m, const rvl_ctx_params *p)
     c->kq_scale = attn_mul / sqrtf((float)hp->head_dim);
     kp.scale = c->kq_scale;
     if ((rc = rvl_kvcache_open(&c->kv, &kp, nth)) < 0) {
-        rvl_ctx_close(c);
+        forward_free(c);
         return rc;
     }
 
@@ -690,68 +629,46 @@ int rvl_ctx_open(rvl_ctx **out, const rvl_model *m, const rvl_ctx_params *p)
         }
     }
     dequant_vec(&m->output_norm, c->norm_w + (size_t)(2 * hp->n_layer) * dim);
-    *out = c;
+    *out = (rvl_backend *)c;
     return 0;
 }
 
-void rvl_ctx_close(rvl_ctx *c)
+static void cpu_close(rvl_backend *b) { forward_free(fw(b)); }
+
+/* ====================================================================
+ * The cache: position, truncation, reuse, shift, random fills
+ * ==================================================================== */
+
+static uint32_t cpu_pos(const rvl_backend *b) { return cfw(b)->pos; }
+
+static void cpu_reset(rvl_backend *b)
 {
-    if (!c)
-        return;
-    if (c->be_ops) {
-        c->be_ops->close(c->be);
-        free(c->be_ids);
-        free(c);
-        return;
-    }
-    rvl_pool_close(c->pool);
-    rvl_kvcache_close(c->kv);
-    free(c->rope_cos);
-    free(c->rope_sin);
-    free(c->x);
-    free(c->xb);
-    free(c->q);
-    free(c->k);
-    free(c->v);
-    free(c->hb);
-    free(c->hb2);
-    free(c->xo);
-    free(c->logits);
-    free(c->norm_w);
-    free(c->bias);
-    free(c->actq);
-    free(c->unpack);
-    free(c);
+    rvl_forward *c = fw(b);
+    c->pos = 0;
+    rvl_kvcache_reset(c->kv);
 }
 
-uint32_t rvl_ctx_n_ctx(const rvl_ctx *c) { return c->n_ctx; }
-
-int rvl_ctx_truncate(rvl_ctx *c, uint32_t pos)
+static int cpu_truncate(rvl_backend *b, uint32_t pos)
 {
-    if (c->be)
-        return c->be_ops->truncate(c->be, pos);
+    rvl_forward *c = fw(b);
     int rc = rvl_kvcache_truncate(c->kv, pos);
     if (rc == 0)
         c->pos = pos;
     return rc;
 }
 
-uint32_t rvl_ctx_reuse(rvl_ctx *c, const int32_t *ids, uint32_t n)
+/* what the cache holds or held in recently dropped pages (kvcache.h) */
+static uint32_t cpu_reuse(rvl_backend *b, const int32_t *ids, uint32_t n_max)
 {
-    if (c->be)
-        return be_reuse(c, ids, n);
-    c->pos = rvl_kvcache_reuse(c->kv, ids, n ? n - 1 : 0);
+    rvl_forward *c = fw(b);
+    c->pos = rvl_kvcache_reuse(c->kv, ids, n_max);
     return c->pos;
 }
 
-int rvl_ctx_shift(rvl_ctx *c, uint32_t keep, uint32_t n_discard)
+static int cpu_shift(rvl_backend *b, uint32_t keep, uint32_t n_discard)
 {
+    rvl_forward *c = fw(b);
     const rvl_hparams *hp = &c->m->hp;
-    if (c->be)
-        return be_unsupported(c, "context shift is");
-    if (keep > c->pos || n_discard > c->pos - keep)
-        return rvl_seterr(RVL_ERANGE, "context shift: cannot keep %u and drop %u of %u tokens",
-                          keep, n_discard, c->pos);
     /* the angles of a distance of n_discard positions (row 0 when no key
      * moves: everything after keep is dropped) */
     const size_t half = hp->rope_dim / 2;
@@ -763,59 +680,16 @@ int rvl_ctx_shift(rvl_ctx *c, uint32_t keep, uint32_t n_discard)
     return rc;
 }
 
-double rvl_ctx_kv_token_bytes(const rvl_ctx *c, int tier)
+static double cpu_kv_token_bytes(const rvl_backend *b, int tier)
 {
-    if (c->be)
-        return tier >= 0 && tier < 3 ? c->be_token_bytes : 0;
-    return tier >= 0 && tier < 3 ? rvl_kvcache_tier_token_bytes(c->kv, tier) : 0;
+    return rvl_kvcache_tier_token_bytes(cfw(b)->kv, tier);
 }
 
-struct rvl_kvcache *rvl_ctx_kvc(rvl_ctx *c) { return c->kv; }
-const rvl_model *rvl_ctx_model(const rvl_ctx *c) { return c->m; }
-const char *rvl_ctx_backend(const rvl_ctx *c) { return c->be ? c->be_ops->name : "cpu"; }
-const char *rvl_ctx_device(const rvl_ctx *c)
+static int cpu_fill_random(rvl_backend *b, uint32_t n, uint64_t seed)
 {
-    return c->be ? c->be_ops->device_name(c->be) : "cpu";
-}
-
-void rvl_ctx_set_trace(rvl_ctx *c, rvl_trace_fn fn, void *ud)
-{
-    c->trace = fn;
-    c->trace_ud = ud;
-}
-
-int rvl_ctx_set_lora(rvl_ctx *c, const rvl_lora *l)
-{
-    if (l && rvl_lora_model(l) != c->m)
-        return rvl_seterr(RVL_EINVAL, "the LoRA adapters were loaded for another model");
-    if (c->be)
-        return l ? be_unsupported(c, "LoRA adapters are") : 0;
-    if (l != c->lora)
-        rvl_kvcache_forget(c->kv); /* keys and values computed without these adapters */
-    c->lora = l;
-    return 0;
-}
-void rvl_ctx_set_pos(rvl_ctx *c, uint32_t pos) { c->pos = pos <= c->n_ctx ? pos : c->n_ctx; }
-uint32_t rvl_ctx_pos(const rvl_ctx *c) { return c->be ? c->be_ops->pos(c->be) : c->pos; }
-void rvl_ctx_reset(rvl_ctx *c)
-{
-    if (c->be) {
-        c->be_ops->reset(c->be);
-        return;
-    }
-    c->pos = 0;
-    rvl_kvcache_reset(c->kv);
-}
-
-int rvl_ctx_fill_random(rvl_ctx *c, uint32_t n, uint64_t seed)
-{
+    rvl_forward *c = fw(b);
     const rvl_hparams *hp = &c->m->hp;
     const uint32_t kv_dim = hp->n_head_kv * hp->head_dim;
-    if (c->be)
-        return be_unsupported(c, "filling the KV cache with random values is");
-    if (n > c->n_ctx - c->pos)
-        return rvl_seterr(RVL_ERANGE, "%u more positions do not fit in a context of %u holding %u",
-                          n, c->n_ctx, c->pos);
     uint64_t s = seed * 0x9e3779b97f4a7c15ull + 1;
     for (uint32_t i = 0; i < n; i += UBATCH) {
         const uint32_t nb = n - i < UBATCH ? n - i : UBATCH;
@@ -841,3 +715,49 @@ int rvl_ctx_fill_random(rvl_ctx *c, uint32_t n, uint64_t seed)
     }
     return 0;
 }
+
+/* ====================================================================
+ * LoRA, trace, the operation table
+ * ==================================================================== */
+
+static int cpu_set_lora(rvl_backend *b, const rvl_lora *l)
+{
+    rvl_forward *c = fw(b);
+    if (l != c->lora)
+        rvl_kvcache_forget(c->kv); /* keys and values computed without these adapters */
+    c->lora = l;
+    return 0;
+}
+
+static void cpu_set_trace(rvl_backend *b, rvl_trace_fn fn, void *ud)
+{
+    rvl_forward *c = fw(b);
+    c->trace = fn;
+    c->trace_ud = ud;
+}
+
+static const char *cpu_device_name(const rvl_backend *b)
+{
+    (void)b;
+    return "cpu";
+}
+
+struct rvl_kvcache *rvl_forward_kvcache(rvl_backend *b) { return fw(b)->kv; }
+void rvl_forward_set_pos(rvl_backend *b, uint32_t pos) { fw(b)->pos = pos; }
+
+const rvl_backend_ops rvl_forward_ops = {
+    .name = "cpu",
+    .open = cpu_open,
+    .close = cpu_close,
+    .decode = cpu_decode,
+    .pos = cpu_pos,
+    .reset = cpu_reset,
+    .truncate = cpu_truncate,
+    .device_name = cpu_device_name,
+    .reuse = cpu_reuse,
+    .shift = cpu_shift,
+    .set_lora = cpu_set_lora,
+    .fill_random = cpu_fill_random,
+    .kv_token_bytes = cpu_kv_token_bytes,
+    .set_trace = cpu_set_trace,
+};

@@ -528,6 +528,61 @@ const rvl_file *rvl_model_file(const rvl_model *m) { return m->file; }
 struct rvl_tokenizer *rvl_model_tokenizer(const rvl_model *m) { return m->tok; }
 
 /* ====================================================================
+ * Weights for backends (ruvllm.h "Backends"): read-only views.
+ * ==================================================================== */
+
+int rvl_model_weight(const rvl_model *m, uint32_t layer, rvl_weight_role role,
+                     rvl_weight_view *out)
+{
+    static const char *const names[RVL_WEIGHT_N] = {
+        "attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down",
+        "output", "attn_norm", "ffn_norm", "attn_q bias", "attn_k bias", "attn_v bias",
+        "output_norm", "token_embd", "rope_freqs"};
+    const rvl_weight *w;
+    const rvl_layer *L = layer < m->hp.n_layer ? &m->layers[layer] : NULL;
+    const bool per_layer = role < RVL_WEIGHT_OUTPUT ||
+                           (role > RVL_WEIGHT_OUTPUT && role < RVL_WEIGHT_OUTPUT_NORM);
+    if ((unsigned)role >= RVL_WEIGHT_N || (per_layer && !L))
+        return rvl_seterr(RVL_EINVAL, "no weight of role %d in layer %u of %u", (int)role, layer,
+                          m->hp.n_layer);
+    switch (role) {
+    case RVL_WEIGHT_Q: w = &L->wq; break;
+    case RVL_WEIGHT_K: w = &L->wk; break;
+    case RVL_WEIGHT_V: w = &L->wv; break;
+    case RVL_WEIGHT_O: w = &L->wo; break;
+    case RVL_WEIGHT_GATE: w = &L->w_gate; break;
+    case RVL_WEIGHT_UP: w = &L->w_up; break;
+    case RVL_WEIGHT_DOWN: w = &L->w_down; break;
+    case RVL_WEIGHT_OUTPUT: w = &m->output; break;
+    case RVL_WEIGHT_ATTN_NORM: w = &L->attn_norm; break;
+    case RVL_WEIGHT_FFN_NORM: w = &L->ffn_norm; break;
+    case RVL_WEIGHT_BQ: w = &L->bq; break;
+    case RVL_WEIGHT_BK: w = &L->bk; break;
+    case RVL_WEIGHT_BV: w = &L->bv; break;
+    case RVL_WEIGHT_OUTPUT_NORM: w = &m->output_norm; break;
+    case RVL_WEIGHT_TOK_EMBD: w = &m->tok_embd; break;
+    default: w = &m->rope_freqs; break;
+    }
+    if (!w->present)
+        return rvl_seterr(RVL_ENOTFOUND, "the model has no %s weight", names[role]);
+    *out = (rvl_weight_view){w->type, w->ne0, w->ne1, w->row_bytes, w->data};
+    return 0;
+}
+
+int rvl_model_weight_rows(const rvl_weight_view *w, uint64_t row0, uint64_t n, float *dst)
+{
+    if (row0 > w->ne1 || n > w->ne1 - row0)
+        return rvl_seterr(RVL_ERANGE, "rows %llu..%llu of a weight of %llu rows",
+                          (unsigned long long)row0, (unsigned long long)(row0 + n),
+                          (unsigned long long)w->ne1);
+    /* the format was checked when the model was opened: it has one */
+    const rvl_dequantize_fn dq = rvl_kformat_get(w->type)->dequantize;
+    for (uint64_t r = 0; r < n; r++)
+        dq((const char *)w->data + (row0 + r) * w->row_bytes, dst + r * w->ne0, (int64_t)w->ne0);
+    return 0;
+}
+
+/* ====================================================================
  * Fingerprint: what a session file must have been made with.
  * ==================================================================== */
 

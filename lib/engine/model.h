@@ -1,6 +1,6 @@
 /*
- * model.h - the model and context internals shared by model.c and
- * forward.c; not installed.
+ * model.h - the model and context internals shared by model.c, ctx.c,
+ * forward.c and session.c; not installed.
  */
 #ifndef RVL_MODEL_H
 #define RVL_MODEL_H
@@ -51,9 +51,10 @@ struct rvl_model {
                                          racing computations agree) */
 };
 
-/* Context internals for lib/engine/session.c: the paged KV cache (lib/engine/kvcache.h;
- * NULL when another backend holds the cache: rvl_ctx_params.backend) and
- * the position setter (after loading the cache: pos = its length). */
+/* Context internals for lib/engine/session.c (lib/engine/ctx.c): the CPU
+ * backend's paged KV cache (lib/engine/kvcache.h; NULL when another
+ * backend holds the cache: rvl_ctx_params.backend) and the position
+ * setter (after loading the cache: pos = its length). */
 struct rvl_kvcache *rvl_ctx_kvc(rvl_ctx *c);
 void rvl_ctx_set_pos(rvl_ctx *c, uint32_t pos);
 /* After a pass over the row-major weights (the fingerprint): drop the file
@@ -63,14 +64,6 @@ void rvl_model_release_packed_source(const rvl_model *m);
 /* rvl_session_load from a buffer (the fuzz harness); path names it. */
 int rvl_session_load_mem(rvl_ctx *c, const char *path, const void *buf, size_t size,
                          int32_t **ids, size_t *n_ids, char **extra_json);
-
-/* RoPE tables for positions 0..n_ctx-1 (lib/engine/rope.c): cos/sin of each
- * pair's angle, (n_ctx, rope_dim/2), with linear, YaRN or Llama-3.1
- * frequency scaling applied. *attn_mul receives the factor YaRN's mscale
- * contributes to the attention scale (mscale^2; 1 otherwise): it is folded
- * there instead of into q and k. */
-void rvl_rope_tables(const rvl_hparams *hp, const float *freq_div, uint32_t n_ctx, float *cos_t,
-                     float *sin_t, float *attn_mul);
 
 /* The hyper-parameters' ranges, checked once for every producer (the GGUF
  * loader, the Hugging Face import): RVL_EFORMAT naming the GGUF key and

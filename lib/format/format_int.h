@@ -58,13 +58,6 @@ int rvl_map_file(rvl_map *m, const char *path);
 void rvl_file_prefault(const rvl_file *f, const void *const (*skip)[2], size_t n_skip);
 void rvl_map_unmap(rvl_map *m);
 
-/* The model's hyper-parameters *hp with a context's RoPE overrides applied
- * (lib/engine/rope.c): p's rope_scaling, rope_factor, rope_base, rope_orig_ctx
- * (NULL / 0: the model's; p may be NULL). RVL_EINVAL for an unknown
- * scaling name or a negative factor or base. One definition for every
- * backend (rvl_ctx_open, metal/rvl_metal_backend.c). */
-int rvl_rope_hparams(const rvl_hparams *hp, const rvl_ctx_params *p, rvl_hparams *out);
-
 /* The GGUF name of Hugging Face tensor `hf` of a llama/qwen2 model
  * (format/hf.c): 1 mapped into out, 0 a tensor the import skips (rotary
  * tables; lm_head when tied), -1 unknown. *perm_heads: for llama's Q/K,

@@ -1,7 +1,7 @@
 // metal-emu-uses: metal/matmul.metal metal/matmul_f32.metal metal/norm.metal metal/rope.metal metal/attn.metal metal/kv.metal metal/elementwise.metal
 /*
  * test_backend - the Metal backend's forward pass (metal/rvl_metal_backend.c
- * through lib/engine/backend.h's table), run in the emulator on the shipped
+ * through ruvllm.h's rvl_backend_ops), run in the emulator on the shipped
  * kernels (tests/metal-emu/device_emu.cpp implements the device API),
  * against the CPU forward (rvl_decode) on the same model, and against
  * Hugging Face transformers' logits (tests/data/tiny, see test_tiny_hf.c).
@@ -59,7 +59,7 @@ extern "C" {
 #include <cmocka.h>
 }
 
-#include "engine/backend.h"
+#include "ruvllm.h"
 #include "ruvllm_tools.h"
 
 #define DATA_DIR "tests/data/tiny"
@@ -270,8 +270,12 @@ static void test_refuses_format(void **state)
     (void)state;
     const std::string path = quantized("llama", "Q5_0");
     rvl_model *m = open_model(path);
+    rvl_ctx_params cp; /* as rvl_ctx_open resolves them */
+    memset(&cp, 0, sizeof cp);
+    cp.n_ctx = N_CTX;
+    cp.n_batch = 1;
     rvl_backend *b = nullptr;
-    int rc = rvl_metal_backend_ops.open(&b, m, nullptr);
+    int rc = rvl_metal_backend_ops.open(&b, m, &cp);
     std::string msg = rvl_errmsg();
     rvl_model_close(m);
     remove_quantized(path);
