@@ -141,7 +141,7 @@ void cli_kv_params(const cli_kv_opts *kv, rvl_ctx_params *cp);
  * options chose, for logs. Static buffer. */
 const char *cli_kv_describe(const cli_kv_opts *kv);
 
-/* --backend NAME (run and chat): rvl_ctx_params.backend (lib/engine/backend.h).
+/* --backend NAME (run and chat): rvl_ctx_params.backend (lib/ruvllm.h, Backends).
  * cli_backend_refuse: RVL_EUNSUPPORTED naming `option` when it is given
  * (non-NULL) and c runs on another backend than the CPU, whose cache only
  * it needs (session files, context shift); else 0. */
