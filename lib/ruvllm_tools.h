@@ -529,7 +529,6 @@ typedef struct {
 const rvl_bench_shape *rvl_bench_shape_at(size_t i);          /* NULL past the end */
 const rvl_bench_shape *rvl_bench_shape_find(const char *name); /* NULL if unknown */
 uint64_t rvl_bench_synth_size(const rvl_bench_shape *s, uint32_t type);  /* tensor bytes */
-uint64_t rvl_bench_synth_params(const rvl_bench_shape *s);
 typedef void (*rvl_bench_progress_fn)(void *ud, uint64_t done, uint64_t total);
 /* Write a GGUF: every matrix in `type` (or llama.cpp's fallback format
  * where rows are not whole blocks of it), norms of ones, a placeholder

@@ -7,7 +7,9 @@
  * projection, residual; RMSNorm, SwiGLU FFN, residual -> final RMSNorm ->
  * output projection. Every buffer is allocated when the session opens;
  * decode never allocates. Matmuls run on the session's thread pool, split
- * by rows.
+ * by rows (lib/engine/matmul.h); RMSNorm, RoPE and SwiGLU are
+ * kernels/rowops.h's, batches of rows split over the pool by
+ * lib/engine/ops.h.
  *
  * The KV cache is lib/engine/kvcache.c's paged, tiered cache (keys cached after
  * RoPE); attention runs over its pages: kernels/attn.h's flash kernels
@@ -19,20 +21,17 @@
  * rvl_forward_ops at the end of the file. The context (lib/engine/ctx.c)
  * checks every input before calling it.
  */
-#if defined(__x86_64__)
-#include <immintrin.h>
-#endif
 #include <math.h>
-#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "engine/backend.h"
-#include "dispatch.h"
-#include "f16.h"
 #include "engine/kvcache.h"
 #include "engine/lora_int.h"
+#include "engine/matmul.h"
 #include "engine/model.h"
+#include "engine/ops.h"
+#include "rowops.h"
 
 /* Tokens processed together (RVL_UBATCH): each weight row is read once
  * per chunk and multiplied with every token's activations while it is in
@@ -62,10 +61,9 @@ struct rvl_forward {
     float *logits;                /* (vocab) or (n_batch, vocab) with all_logits */
     float *norm_w;                /* dequantized norm weights: (2*n_layer+1, dim) */
     float *bias;                  /* dequantized biases: (n_layer, q_dim + 2*kv_dim) or NULL */
-    unsigned char *actq;          /* (UBATCH, act_stride) activations for vec_dot */
-    unsigned char *unpack;        /* per thread: one group of packed rows, row-major */
-    size_t unpack_stride;         /* bytes per thread (m->packed_max_group, aligned) */
-    size_t act_stride;
+    rvl_matmul mm;                /* pool; act: (UBATCH, act_stride) activations for
+                                     vec_dot; unpack: per thread one group of packed
+                                     rows (m->packed_max_group, aligned) */
     const rvl_lora *lora;         /* run-time LoRA adapters (borrowed), or NULL */
     rvl_trace_fn trace;           /* rvl_ctx_set_trace: per-step hook, or NULL */
     void *trace_ud;
@@ -78,268 +76,6 @@ struct rvl_forward {
         if (c->trace)                                                                    \
             c->trace(c->trace_ud, name, (int)(l), pos0, nb, p, stride, n);               \
     } while (0)
-
-/* ====================================================================
- * Matmul on the pool: y[t][r] = dot(W row r, act[t]) for every row r and
- * the nb tokens t of a chunk; threads split the rows, and each row is
- * multiplied with all nb activation rows while it is in L1.
- * ==================================================================== */
-
-/* Up to 3 weights that read the same activations (Q/K/V, gate/up) run as
- * one job: one fork/join instead of three. */
-#define MM_PARTS 3
-typedef struct {
-    const rvl_weight *w;
-    float *y;
-    size_t y_stride;              /* floats between output rows */
-    uint64_t chunk;               /* rows per chunk (whole tiles) */
-    uint64_t first;               /* index of this part's first chunk */
-} matmul_part;
-
-typedef struct {
-    matmul_part part[MM_PARTS];
-    int n_parts;
-    unsigned char *unpack;        /* rvl_forward.unpack */
-    size_t unpack_stride;
-    const unsigned char *act;     /* nb rows in the weights' vec_dot_type */
-    size_t act_stride;            /* bytes between activation rows */
-    uint32_t nb;
-    uint64_t n_chunks;
-    atomic_uint_fast64_t next;    /* next chunk to take */
-} matmul_job;
-
-/* Threads take chunks of contiguous rows from a shared counter, so a
- * thread that was preempted (a busy machine) does not hold everyone up.
- * Each row's result is computed the same way whoever takes it: the
- * output does not depend on the thread count. */
-static void matmul_rows(void *arg, int ith, int nth)
-{
-    matmul_job *j = arg;
-    (void)nth;
-    for (;;) {
-        uint64_t ci = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed);
-        if (ci >= j->n_chunks)
-            break;
-        int pi = 0;
-        while (pi + 1 < j->n_parts && ci >= j->part[pi + 1].first)
-            pi++;
-        const matmul_part *pt = &j->part[pi];
-        const rvl_weight *w = pt->w;
-        const int64_t n = (int64_t)w->ne0;
-        const uint64_t rows = w->ne1;
-        const char *base = w->data;
-        uint64_t r0 = (ci - pt->first) * pt->chunk;
-        uint64_t r1 = r0 + pt->chunk < rows ? r0 + pt->chunk : rows;
-        /* the tiled kernel for every batch, one token included (its
-         * one-token path shares activation loads across 4 rows and
-         * prefetches ahead) */
-        const rvl_gemm_fn gemm = w->kf->gemm;
-        if (w->packed && r0 < w->packed_rows) {
-            /* packed groups (chunks are whole groups): one token reads
-             * them as they are; a batch unpacks each group into this
-             * thread's buffer for the tiles (8 rows of copying per 8 rows
-             * x nb tokens of arithmetic) */
-            const uint64_t pr1 = r1 < w->packed_rows ? r1 : w->packed_rows;
-            const char *pk = (const char *)w->packed;
-            if (j->nb == 1) {
-                w->kf->gemv8(n, pk + r0 * w->row_bytes, (int64_t)((pr1 - r0) / RVL_GEMM_ROWS),
-                             j->act, pt->y + r0);
-            } else {
-                unsigned char *u = j->unpack + (size_t)ith * j->unpack_stride;
-                for (uint64_t r = r0; r < pr1; r += RVL_GEMM_ROWS) {
-                    w->kf->unpack8(n, pk + r * w->row_bytes, u, w->row_bytes);
-                    gemm(n, u, w->row_bytes, RVL_GEMM_ROWS, j->act, j->act_stride, (int)j->nb,
-                         pt->y + r, pt->y_stride);
-                }
-            }
-            r0 = pr1;
-        }
-        if (gemm) {
-            /* tiles of RVL_GEMM_ROWS rows x all nb tokens; each result is
-             * the same whatever the grouping (formats.h) */
-            for (uint64_t r = r0; r < r1; r += RVL_GEMM_ROWS) {
-                const int nr = (int)(r1 - r < RVL_GEMM_ROWS ? r1 - r : RVL_GEMM_ROWS);
-                gemm(n, base + r * w->row_bytes, w->row_bytes, nr, j->act, j->act_stride,
-                     (int)j->nb, pt->y + r, pt->y_stride);
-            }
-            continue;
-        }
-        const rvl_vec_dot_fn dot = w->kf->vec_dot;
-        for (uint64_t r = r0; r < r1; r++) {
-            const char *row = base + r * w->row_bytes;
-            for (uint32_t t = 0; t < j->nb; t++)
-                pt->y[t * pt->y_stride + r] = dot(n, row, j->act + t * j->act_stride);
-        }
-    }
-}
-
-typedef struct {
-    const rvl_kformat *af;
-    const float *x;
-    size_t x_stride;
-    unsigned char *out;
-    size_t out_stride;
-    int64_t n;
-    uint32_t nb;
-} quant_job;
-
-static void quant_rows(void *arg, int ith, int nth)
-{
-    const quant_job *j = arg;
-    for (uint32_t t = (uint32_t)ith; t < j->nb; t += (uint32_t)nth)
-        j->af->quantize(j->x + t * j->x_stride, j->out + t * j->out_stride, j->n, NULL);
-}
-
-/* The nb rows of x (x_stride floats apart) in w's activation format; a
- * batch is quantized on the pool (row t is the same whoever does it). */
-static void prepare_act(rvl_forward *c, const rvl_weight *w, const float *x, size_t x_stride,
-                        uint32_t nb, const unsigned char **act, size_t *stride)
-{
-    const rvl_kformat *af = rvl_kformat_get(w->kf->vec_dot_type);
-    if (af->type == RVL_K_F32) {
-        *act = (const unsigned char *)x;
-        *stride = x_stride * sizeof(float);
-        return;
-    }
-    quant_job qj = {af, x, x_stride, c->actq, c->act_stride, (int64_t)w->ne0, nb};
-    if (nb > 1)
-        rvl_pool_run(c->pool, quant_rows, &qj);
-    else
-        quant_rows(&qj, 0, 1);
-    *act = c->actq;
-    *stride = c->act_stride;
-}
-
-/* n weights (at most MM_PARTS) times the same nb activation rows, as one
- * pool job. */
-static void matmul_act_n(rvl_forward *c, int n, const rvl_weight *const *ws, float *const *ys,
-                         const size_t *y_strides, const unsigned char *act, size_t act_stride,
-                         uint32_t nb)
-{
-    matmul_job j = {.n_parts = n, .act = act, .act_stride = act_stride, .nb = nb,
-                    .unpack = c->unpack, .unpack_stride = c->unpack_stride};
-    uint64_t total = 0;
-    for (int i = 0; i < n; i++) {
-        /* about 8 chunks per thread and weight: fine enough to balance,
-         * coarse enough that the counter is not contended and rows stream
-         * in order */
-        uint64_t chunk = ws[i]->ne1 / ((uint64_t)rvl_pool_size(c->pool) * 8);
-        chunk = chunk < 16 ? 16 : chunk;
-        chunk = (chunk + RVL_GEMM_ROWS - 1) / RVL_GEMM_ROWS * RVL_GEMM_ROWS; /* whole tiles */
-        j.part[i] = (matmul_part){ws[i], ys[i], y_strides[i], chunk, total};
-        total += (ws[i]->ne1 + chunk - 1) / chunk;
-    }
-    j.n_chunks = total;
-    atomic_init(&j.next, 0);
-    rvl_pool_run(c->pool, matmul_rows, &j);
-}
-
-static void matmul(rvl_forward *c, float *y, size_t y_stride, const rvl_weight *w, const float *x,
-                   size_t x_stride, uint32_t nb)
-{
-    const unsigned char *act;
-    size_t as;
-    prepare_act(c, w, x, x_stride, nb, &act, &as);
-    matmul_act_n(c, 1, &w, &y, &y_stride, act, as, nb);
-}
-
-/* Several weights that read the same input (Q/K/V, gate/up) share one
- * quantization of it and one pool job when their activation formats
- * agree. */
-static void matmul_shared(rvl_forward *c, const float *x, size_t x_stride, uint32_t nb, int n,
-                          const rvl_weight *const *ws, float *const *ys, const size_t *y_strides)
-{
-    for (int i = 0; i < n;) {
-        int k = i + 1;
-        while (k < n && k - i < MM_PARTS && ws[k]->kf->vec_dot_type == ws[i]->kf->vec_dot_type)
-            k++;
-        const unsigned char *act;
-        size_t as;
-        prepare_act(c, ws[i], x, x_stride, nb, &act, &as);
-        matmul_act_n(c, k - i, ws + i, ys + i, y_strides + i, act, as, nb);
-        i = k;
-    }
-}
-
-/* ====================================================================
- * Elementwise pieces (the kernel issue moves these into kernels/)
- * ==================================================================== */
-
-/* y = x / sqrt(mean(x^2) + eps) * w, summing in double like ggml. */
-static void rmsnorm(float *y, const float *x, const float *w, uint32_t n, float eps)
-{
-    double sum = 0;
-    for (uint32_t i = 0; i < n; i++)
-        sum += (double)(x[i] * x[i]);
-    float scale = 1.0f / sqrtf((float)(sum / n) + eps);
-    for (uint32_t i = 0; i < n; i++)
-        y[i] = (x[i] * scale) * w[i];
-}
-
-static void rope(const rvl_forward *c, float *v, uint32_t n_heads, uint32_t pos)
-{
-    const rvl_hparams *hp = &c->m->hp;
-    const uint32_t half = hp->rope_dim / 2;
-    const float *cs = c->rope_cos + (size_t)pos * half;
-    const float *sn = c->rope_sin + (size_t)pos * half;
-    for (uint32_t h = 0; h < n_heads; h++) {
-        float *x = v + (size_t)h * hp->head_dim;
-        for (uint32_t i = 0; i < half; i++) {
-            uint32_t a = hp->rope_type == RVL_ROPE_NEOX ? i : 2 * i;
-            uint32_t b = hp->rope_type == RVL_ROPE_NEOX ? i + half : 2 * i + 1;
-            float x0 = x[a], x1 = x[b];
-            x[a] = x0 * cs[i] - x1 * sn[i];
-            x[b] = x0 * sn[i] + x1 * cs[i];
-        }
-    }
-}
-
-/* RMSNorm of nb rows (tokens split over the threads; each row is summed
- * in the same order whoever does it). */
-typedef struct {
-    float *y;
-    size_t y_stride;
-    const float *x;
-    size_t x_stride;
-    const float *w;
-    uint32_t n, nb;
-    float eps;
-} norm_job;
-
-static void norm_rows_part(void *arg, int ith, int nth)
-{
-    const norm_job *j = arg;
-    for (uint32_t t = (uint32_t)ith; t < j->nb; t += (uint32_t)nth)
-        rmsnorm(j->y + t * j->y_stride, j->x + t * j->x_stride, j->w, j->n, j->eps);
-}
-
-static void norm_rows(rvl_forward *c, float *y, size_t y_stride, const float *x, size_t x_stride,
-                      const float *w, uint32_t n, uint32_t nb, float eps)
-{
-    norm_job j = {y, y_stride, x, x_stride, w, n, nb, eps};
-    if (nb > 1)
-        rvl_pool_run(c->pool, norm_rows_part, &j);
-    else
-        norm_rows_part(&j, 0, 1);
-}
-
-/* SwiGLU, g <- silu(g) * u, over contiguous slices per thread. */
-typedef struct {
-    float *g;
-    const float *u;
-    size_t n;
-} swiglu_job;
-
-static void swiglu_part(void *arg, int ith, int nth)
-{
-    const swiglu_job *j = arg;
-    size_t per = (j->n + (size_t)nth - 1) / (size_t)nth;
-    size_t i0 = (size_t)ith * per, i1 = i0 + per < j->n ? i0 + per : j->n;
-    for (size_t i = i0; i < i1; i++) {
-        float g = j->g[i];
-        j->g[i] = g / (1.0f + expf(-g)) * j->u[i];
-    }
-}
 
 /* ====================================================================
  * One chunk of nb tokens through the model. `logits`: where the logits
@@ -355,6 +91,8 @@ static void forward_chunk(rvl_forward *c, const int32_t *tokens, uint32_t nb, ui
     const uint32_t dim = hp->n_embd, hd = hp->head_dim;
     const uint32_t q_dim = hp->n_head * hd, kv_dim = hp->n_head_kv * hd, ff = hp->n_ff;
     const size_t xb_stride = dim > q_dim ? dim : q_dim;
+    const uint32_t half = hp->rope_dim / 2;
+    const bool neox = hp->rope_type == RVL_ROPE_NEOX;
 
     /* embedding rows, whatever their format */
     for (uint32_t t = 0; t < nb; t++)
@@ -366,13 +104,13 @@ static void forward_chunk(rvl_forward *c, const int32_t *tokens, uint32_t nb, ui
         const rvl_layer *L = &m->layers[l];
 
         /* attention block */
-        norm_rows(c, c->xb, xb_stride, c->x, dim, c->norm_w + (size_t)(2 * l) * dim, dim, nb,
-                  hp->rms_eps);
+        rvl_ops_norm_rows(c->pool, c->xb, xb_stride, c->x, dim,
+                          c->norm_w + (size_t)(2 * l) * dim, dim, nb, hp->rms_eps);
         TRACE("attn_norm", l, c->xb, xb_stride, dim);
         const rvl_weight *qkv[3] = {&L->wq, &L->wk, &L->wv};
         float *qkv_out[3] = {c->q, c->k, c->v};
         const size_t qkv_stride[3] = {q_dim, kv_dim, kv_dim};
-        matmul_shared(c, c->xb, xb_stride, nb, 3, qkv, qkv_out, qkv_stride);
+        rvl_matmul_shared(&c->mm, c->xb, xb_stride, nb, 3, qkv, qkv_out, qkv_stride);
         rvl_lora_apply(c->lora, c->pool, l, RVL_LORA_Q, c->xb, xb_stride, nb, c->q, q_dim);
         rvl_lora_apply(c->lora, c->pool, l, RVL_LORA_K, c->xb, xb_stride, nb, c->k, kv_dim);
         rvl_lora_apply(c->lora, c->pool, l, RVL_LORA_V, c->xb, xb_stride, nb, c->v, kv_dim);
@@ -388,8 +126,10 @@ static void forward_chunk(rvl_forward *c, const int32_t *tokens, uint32_t nb, ui
                     v[i] += b[q_dim + kv_dim + i];
                 }
             }
-            rope(c, q, hp->n_head, pos0 + t);
-            rope(c, k, hp->n_head_kv, pos0 + t);
+            const float *cs = c->rope_cos + (size_t)(pos0 + t) * half;
+            const float *sn = c->rope_sin + (size_t)(pos0 + t) * half;
+            rope_f32_ref(q, hp->n_head, hd, hp->rope_dim, cs, sn, neox);
+            rope_f32_ref(k, hp->n_head_kv, hd, hp->rope_dim, cs, sn, neox);
         }
         TRACE("Qcur", l, c->q, q_dim, q_dim);
         TRACE("Kcur", l, c->k, kv_dim, kv_dim);
@@ -398,7 +138,7 @@ static void forward_chunk(rvl_forward *c, const int32_t *tokens, uint32_t nb, ui
         rvl_kvcache_write(c->kv, l, pos0, nb, c->k, kv_dim, c->v, kv_dim);
         rvl_kvcache_attend(c->kv, c->pool, l, c->q, q_dim, pos0, nb, c->xb, xb_stride);
         TRACE("kqv_out", l, c->xb, xb_stride, q_dim);
-        matmul(c, c->xo, dim, &L->wo, c->xb, xb_stride, nb);
+        rvl_matmul_run(&c->mm, c->xo, dim, &L->wo, c->xb, xb_stride, nb);
         rvl_lora_apply(c->lora, c->pool, l, RVL_LORA_O, c->xb, xb_stride, nb, c->xo, dim);
         TRACE("attn_out", l, c->xo, dim, dim);
         for (size_t i = 0; i < (size_t)nb * dim; i++)
@@ -406,24 +146,20 @@ static void forward_chunk(rvl_forward *c, const int32_t *tokens, uint32_t nb, ui
         TRACE("ffn_inp", l, c->x, dim, dim);
 
         /* SwiGLU feed-forward block */
-        norm_rows(c, c->xb, xb_stride, c->x, dim, c->norm_w + (size_t)(2 * l + 1) * dim, dim, nb,
-                  hp->rms_eps);
+        rvl_ops_norm_rows(c->pool, c->xb, xb_stride, c->x, dim,
+                          c->norm_w + (size_t)(2 * l + 1) * dim, dim, nb, hp->rms_eps);
         TRACE("ffn_norm", l, c->xb, xb_stride, dim);
         const rvl_weight *gu[2] = {&L->w_gate, &L->w_up};
         float *gu_out[2] = {c->hb, c->hb2};
         const size_t gu_stride[2] = {ff, ff};
-        matmul_shared(c, c->xb, xb_stride, nb, 2, gu, gu_out, gu_stride);
+        rvl_matmul_shared(&c->mm, c->xb, xb_stride, nb, 2, gu, gu_out, gu_stride);
         rvl_lora_apply(c->lora, c->pool, l, RVL_LORA_GATE, c->xb, xb_stride, nb, c->hb, ff);
         rvl_lora_apply(c->lora, c->pool, l, RVL_LORA_UP, c->xb, xb_stride, nb, c->hb2, ff);
         TRACE("ffn_gate", l, c->hb, ff, ff);
         TRACE("ffn_up", l, c->hb2, ff, ff);
-        swiglu_job sj = {c->hb, c->hb2, (size_t)nb * ff};
-        if (nb > 1)
-            rvl_pool_run(c->pool, swiglu_part, &sj);
-        else
-            swiglu_part(&sj, 0, 1);
+        rvl_ops_swiglu_rows(c->pool, c->hb, c->hb2, ff, nb);
         TRACE("ffn_swiglu", l, c->hb, ff, ff);
-        matmul(c, c->xo, dim, &L->w_down, c->hb, ff, nb);
+        rvl_matmul_run(&c->mm, c->xo, dim, &L->w_down, c->hb, ff, nb);
         rvl_lora_apply(c->lora, c->pool, l, RVL_LORA_DOWN, c->hb, ff, nb, c->xo, dim);
         TRACE("ffn_out", l, c->xo, dim, dim);
         for (size_t i = 0; i < (size_t)nb * dim; i++)
@@ -433,14 +169,14 @@ static void forward_chunk(rvl_forward *c, const int32_t *tokens, uint32_t nb, ui
 
     const float *onorm = c->norm_w + (size_t)(2 * hp->n_layer) * dim;
     if (logits) {
-        norm_rows(c, c->xb, xb_stride, c->x, dim, onorm, dim, nb, hp->rms_eps);
+        rvl_ops_norm_rows(c->pool, c->xb, xb_stride, c->x, dim, onorm, dim, nb, hp->rms_eps);
         TRACE("result_norm", -1, c->xb, xb_stride, dim);
-        matmul(c, logits, hp->n_vocab, &m->output, c->xb, xb_stride, nb);
+        rvl_matmul_run(&c->mm, logits, hp->n_vocab, &m->output, c->xb, xb_stride, nb);
     } else if (want_last) {
-        rmsnorm(c->xb, c->x + (size_t)(nb - 1) * dim, onorm, dim, hp->rms_eps);
+        rmsnorm_f32_ref(c->xb, c->x + (size_t)(nb - 1) * dim, onorm, dim, hp->rms_eps);
         if (c->trace)
             c->trace(c->trace_ud, "result_norm", -1, pos0 + nb - 1, 1, c->xb, dim, dim);
-        matmul(c, c->logits, hp->n_vocab, &m->output, c->xb, xb_stride, 1);
+        rvl_matmul_run(&c->mm, c->logits, hp->n_vocab, &m->output, c->xb, xb_stride, 1);
     }
 }
 
@@ -478,10 +214,10 @@ static int cpu_decode(rvl_backend *b, const int32_t *tokens, uint32_t n, const f
  * Open and close
  * ==================================================================== */
 
-static int dequant_vec(const rvl_weight *w, float *dst)
+/* A vector weight (norm, bias) as ne0 floats. */
+static void dequant_vec(const rvl_weight *w, float *dst)
 {
     w->kf->dequantize(w->data, dst, (int64_t)w->ne0);
-    return 0;
 }
 
 /* accepts NULL */
@@ -504,8 +240,8 @@ static void forward_free(rvl_forward *c)
     free(c->logits);
     free(c->norm_w);
     free(c->bias);
-    free(c->actq);
-    free(c->unpack);
+    free(c->mm.act);
+    free(c->mm.unpack);
     free(c);
 }
 
@@ -577,7 +313,7 @@ static int cpu_open(rvl_backend **out, const rvl_model *m, const rvl_ctx_params 
     if (q_dim > maxn)
         maxn = q_dim;
     /* activation rows: at most 4 bytes per element (f32) plus a row header */
-    c->act_stride = (maxn * 4 + 64 + 63) & ~(size_t)63;
+    c->mm.act_stride = (maxn * 4 + 64 + 63) & ~(size_t)63;
 
     c->rope_cos = malloc((size_t)c->n_ctx * half * sizeof(float));
     c->rope_sin = malloc((size_t)c->n_ctx * half * sizeof(float));
@@ -593,14 +329,15 @@ static int cpu_open(rvl_backend **out, const rvl_model *m, const rvl_ctx_params 
     c->norm_w = calloc((2 * (size_t)hp->n_layer + 1) * dim, sizeof(float));
     if (hp->has_qkv_bias)
         c->bias = calloc((size_t)hp->n_layer * (q_dim + 2 * kv_dim), sizeof(float));
-    c->actq = malloc(UBATCH * c->act_stride);
+    c->mm.pool = c->pool;
+    c->mm.act = malloc(UBATCH * c->mm.act_stride);
     if (m->packed_max_group) {
-        c->unpack_stride = (size_t)(m->packed_max_group + 63) / 64 * 64;
-        c->unpack = aligned_alloc(64, c->unpack_stride * (size_t)rvl_pool_size(c->pool));
+        c->mm.unpack_stride = (size_t)(m->packed_max_group + 63) / 64 * 64;
+        c->mm.unpack = aligned_alloc(64, c->mm.unpack_stride * (size_t)rvl_pool_size(c->pool));
     }
-    if ((m->packed_max_group && !c->unpack) || !c->rope_cos || !c->rope_sin || !c->x || !c->xb || !c->q ||
-        !c->k || !c->v || !c->hb || !c->hb2 || !c->xo || !c->logits || !c->norm_w ||
-        (hp->has_qkv_bias && !c->bias) || !c->actq) {
+    if ((m->packed_max_group && !c->mm.unpack) || !c->rope_cos || !c->rope_sin || !c->x ||
+        !c->xb || !c->q || !c->k || !c->v || !c->hb || !c->hb2 || !c->xo || !c->logits ||
+        !c->norm_w || (hp->has_qkv_bias && !c->bias) || !c->mm.act) {
         uint32_t n = c->n_ctx;
         forward_free(c);
         return rvl_seterr(RVL_ENOMEM, "out of memory for a context of %u tokens", n);

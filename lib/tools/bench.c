@@ -7,11 +7,11 @@
  *   - the machine: memory bandwidth (STREAM-style copy, triad and read over
  *     arrays larger than the last-level cache) and a peak FLOP/s per ISA
  *     from a register-only FMA loop;
- *   - kernels: GEMV/GEMM on a weight format with a given ISA's kernels
- *     (GEMM through the tiled kernel when the variant has one, as the
- *     forward pass does), the weights cycled through a working set larger
- *     than the last-level cache; quantize, dequantize; RMSNorm, RoPE and softmax (scalar
- *     reference loops until kernels/ has them);
+ *   - kernels: GEMV/GEMM on a weight format with a given ISA's kernels,
+ *     through the forward pass's own matmul (engine/matmul.h) over a
+ *     weight whose rows are cycled through a working set larger than the
+ *     last-level cache; quantize, dequantize; RMSNorm, RoPE and softmax
+ *     (kernels/rowops.h's scalar kernels);
  *   - models: a timed decode of random tokens from an empty cache, and
  *     synthetic llama GGUFs of random weights of a named shape
  *
@@ -30,8 +30,10 @@
 #include <unistd.h>
 
 #include "dispatch.h"
-#include "formats.h"
+#include "engine/matmul.h"
 #include "format/format_int.h"
+#include "formats.h"
+#include "rowops.h"
 #include "ruvllm_tools.h"
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -770,151 +772,95 @@ static const char *ring_next(rvl_bench *b, uint64_t bytes)
     return p;
 }
 
+/* One case being measured: what its timed step runs, on what. */
 typedef struct {
     rvl_bench_op op;
-    const rvl_kformat *kf;
+    const rvl_kformat *kf;    /* the format's entry in the measured ISA's table */
     uint64_t n, k;
-    uint32_t m;
-    const char *w;            /* weights / quantized input */
-    uint64_t row_bytes;
-    const char *act;          /* activations in kf->vec_dot_type */
-    uint64_t act_row_bytes;
-    float *x, *y, *aux;       /* float input, output, weights / tables */
-    uint64_t chunk;           /* GEMV/GEMM: rows per chunk (whole tiles) */
-    bool packed;              /* GEMV/GEMM: w in kf's packed layout (whole groups) */
-    unsigned char *unpack;    /* GEMM on packed weights: a group per thread */
-    size_t unpack_stride;
-    atomic_uint_fast64_t next; /* GEMV/GEMM: the next chunk to take */
+    uint32_t m;               /* GEMM: activation rows; 1 otherwise */
+    uint64_t row_bytes;       /* a row of k elements of kf */
+    uint64_t mat_bytes;       /* n rows: what one operation reads from the ring */
+    uint64_t inner;           /* operations per timed repetition */
+    /* GEMV/GEMM: the forward pass's matmul (engine/matmul.h) of a weight
+     * in the ring (w.data moves along it) by m activation rows */
+    rvl_matmul mm;
+    rvl_weight w;
+    float *xf;                /* (m, k) activations as floats */
+    const unsigned char *act; /* the same in kf's vec_dot_type (xf itself for F32) */
+    size_t act_stride;
+    /* the other operations: rows split evenly over the threads */
+    const char *src;          /* dequantize: n rows of kf in the ring */
+    float *x, *y, *aux;       /* float input, output (GEMV/GEMM too), weights / tables */
 } kjob;
-
-/* RMSNorm, RoPE and softmax: scalar reference loops (what forward.c does
- * today), measured as "ref" until kernels/ has variants of them. */
-static void rmsnorm_row(float *y, const float *x, const float *w, uint64_t n)
-{
-    double sum = 0;
-    for (uint64_t i = 0; i < n; i++)
-        sum += (double)(x[i] * x[i]);
-    float scale = 1.0f / sqrtf((float)(sum / (double)n) + 1e-5f);
-    for (uint64_t i = 0; i < n; i++)
-        y[i] = (x[i] * scale) * w[i];
-}
 
 #define ROPE_HD 128
 
-/* x: one token's heads (k = n_heads * 128), rotated in place with the
- * token's cos/sin table (64 pairs each). */
-static void rope_row(float *x, const float *cs, const float *sn, uint64_t k)
-{
-    for (uint64_t h = 0; h < k / ROPE_HD; h++) {
-        float *v = x + h * ROPE_HD;
-        for (int i = 0; i < ROPE_HD / 2; i++) {
-            float x0 = v[2 * i], x1 = v[2 * i + 1];
-            v[2 * i] = x0 * cs[i] - x1 * sn[i];
-            v[2 * i + 1] = x0 * sn[i] + x1 * cs[i];
-        }
-    }
-}
-
-static void softmax_row(float *y, const float *x, uint64_t n)
-{
-    float mx = -INFINITY;
-    for (uint64_t i = 0; i < n; i++)
-        if (x[i] > mx)
-            mx = x[i];
-    double sum = 0;
-    for (uint64_t i = 0; i < n; i++) {
-        y[i] = expf(x[i] - mx);
-        sum += y[i];
-    }
-    float inv = (float)(1.0 / sum);
-    for (uint64_t i = 0; i < n; i++)
-        y[i] *= inv;
-}
-
-/* GEMV/GEMM as forward.c's matmul: threads take chunks of contiguous
- * rows (about 8 per thread, whole tiles) from a shared counter, so that a
- * thread preempted on a busy machine does not hold the others up; the
- * tiled kernel whenever the variant has one (one token included), on
- * RVL_GEMM_ROWS rows x all tokens per call; otherwise vec_dot per (row,
- * token). */
-static uint64_t matmul_chunk(uint64_t n, int nth)
-{
-    uint64_t chunk = n / ((uint64_t)nth * 8);
-    chunk = chunk < 16 ? 16 : chunk;
-    return (chunk + RVL_GEMM_ROWS - 1) / RVL_GEMM_ROWS * RVL_GEMM_ROWS;
-}
-
-static void matmul_run(kjob *j, int ith)
-{
-    const uint64_t n_chunks = (j->n + j->chunk - 1) / j->chunk;
-    for (;;) {
-        const uint64_t ci = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed);
-        if (ci >= n_chunks)
-            break;
-        const uint64_t r0 = ci * j->chunk, r1 = r0 + j->chunk < j->n ? r0 + j->chunk : j->n;
-        const rvl_gemm_fn gemm = j->kf->gemm;
-        if (j->packed) { /* as forward.c's matmul_rows */
-            if (j->m == 1) {
-                j->kf->gemv8((int64_t)j->k, j->w + r0 * j->row_bytes,
-                             (int64_t)((r1 - r0) / RVL_GEMM_ROWS), j->act, j->y + r0);
-                continue;
-            }
-            unsigned char *u = j->unpack + (size_t)ith * j->unpack_stride;
-            for (uint64_t r = r0; r < r1; r += RVL_GEMM_ROWS) {
-                j->kf->unpack8((int64_t)j->k, j->w + r * j->row_bytes, u, j->row_bytes);
-                gemm((int64_t)j->k, u, j->row_bytes, RVL_GEMM_ROWS, j->act, j->act_row_bytes,
-                     (int)j->m, j->y + r, j->n);
-            }
-            continue;
-        }
-        if (gemm) {
-            for (uint64_t r = r0; r < r1; r += RVL_GEMM_ROWS) {
-                const int nr = (int)(r1 - r < RVL_GEMM_ROWS ? r1 - r : RVL_GEMM_ROWS);
-                gemm((int64_t)j->k, j->w + r * j->row_bytes, j->row_bytes, nr, j->act,
-                     j->act_row_bytes, (int)j->m, j->y + r, j->n);
-            }
-            continue;
-        }
-        const rvl_vec_dot_fn dot = j->kf->vec_dot;
-        for (uint64_t r = r0; r < r1; r++) {
-            const char *wr = j->w + r * j->row_bytes;
-            for (uint32_t t = 0; t < j->m; t++)
-                j->y[(uint64_t)t * j->n + r] = dot((int64_t)j->k, wr, j->act + t * j->act_row_bytes);
-        }
-    }
-}
-
 static void kjob_run(void *arg, int ith, int nth)
 {
-    kjob *j = arg;
+    const kjob *j = arg;
     uint64_t r0, r1;
     split_rows(j->n, ith, nth, &r0, &r1);
     switch (j->op) {
-    case RVL_BENCH_GEMV:
-    case RVL_BENCH_GEMM:
-        matmul_run(j, ith);
-        break;
     case RVL_BENCH_QUANTIZE:
         for (uint64_t r = r0; r < r1; r++)
             j->kf->quantize(j->x + r * j->k, (char *)j->y + r * j->row_bytes, (int64_t)j->k, NULL);
         break;
     case RVL_BENCH_DEQUANTIZE:
         for (uint64_t r = r0; r < r1; r++)
-            j->kf->dequantize(j->w + r * j->row_bytes, j->y + r * j->k, (int64_t)j->k);
+            j->kf->dequantize(j->src + r * j->row_bytes, j->y + r * j->k, (int64_t)j->k);
         break;
     case RVL_BENCH_RMSNORM:
         for (uint64_t r = r0; r < r1; r++)
-            rmsnorm_row(j->y + r * j->k, j->x + r * j->k, j->aux, j->k);
+            rmsnorm_f32_ref(j->y + r * j->k, j->x + r * j->k, j->aux, (int64_t)j->k, 1e-5f);
         break;
-    case RVL_BENCH_ROPE:
+    case RVL_BENCH_ROPE: /* a token's heads of 128, its row of the tables (64 cos, 64 sin) */
         for (uint64_t r = r0; r < r1; r++)
-            rope_row(j->x + r * j->k, j->aux + r * ROPE_HD, j->aux + r * ROPE_HD + ROPE_HD / 2, j->k);
+            rope_f32_ref(j->x + r * j->k, (int64_t)(j->k / ROPE_HD), ROPE_HD, ROPE_HD,
+                         j->aux + r * ROPE_HD, j->aux + r * ROPE_HD + ROPE_HD / 2, false);
         break;
     case RVL_BENCH_SOFTMAX:
         for (uint64_t r = r0; r < r1; r++)
-            softmax_row(j->y + r * j->k, j->x + r * j->k, j->k);
+            softmax_f32_ref(j->y + r * j->k, j->x + r * j->k, (int64_t)j->k);
+        break;
+    case RVL_BENCH_GEMV:
+    case RVL_BENCH_GEMM:
+        break; /* kjob_step */
+    }
+}
+
+/* One timed operation, on the next matrix of the ring where it reads
+ * one. */
+static void kjob_step(rvl_bench *b, kjob *j)
+{
+    switch (j->op) {
+    case RVL_BENCH_GEMV:
+    case RVL_BENCH_GEMM: {
+        j->w.data = ring_next(b, j->mat_bytes);
+        if (j->w.packed)
+            j->w.packed = j->w.data;
+        const rvl_weight *w = &j->w;
+        float *y = j->y;
+        const size_t y_stride = j->n;
+        rvl_matmul_act(&j->mm, 1, &w, &y, &y_stride, j->act, j->act_stride, j->m);
+        return;
+    }
+    case RVL_BENCH_DEQUANTIZE:
+        j->src = ring_next(b, j->mat_bytes);
+        break;
+    default:
         break;
     }
+    rvl_pool_run(b->pool, kjob_run, j);
+}
+
+static void kjob_free(kjob *j)
+{
+    free(j->mm.act);
+    free(j->mm.unpack);
+    free(j->xf);
+    free(j->x);
+    free(j->y);
+    free(j->aux);
 }
 
 /* Bytes one case's weights take in the ring. */
@@ -942,15 +888,168 @@ static void fill_floats(float *x, uint64_t n, uint64_t seed, float sd)
         x[i] = rng_normal(&seed, sd);
 }
 
+/* GEMV/GEMM: the weights in the layout the forward pass gives this format
+ * (model.c: packed where the variant has a packed kernel and the rows are
+ * whole groups), the activations brought into the format's vec_dot_type
+ * as the forward pass does, not timed. */
+static int setup_matmul(rvl_bench *b, const rvl_bench_kcase *c, int isa, kjob *j,
+                        rvl_bench_kresult *r)
+{
+    const rvl_kformat *kf = j->kf;
+    if (!kf->vec_dot) {
+        const rvl_type_info *ti = rvl_type_get(c->type);
+        return rvl_seterr(RVL_EUNSUPPORTED, "%s has no dot product kernel",
+                          ti ? ti->name : kf->name);
+    }
+    const rvl_kformat *af = rvl_kformat_get_isa(kf->vec_dot_type, isa);
+    if (!af || (af->type != RVL_K_F32 && !af->quantize) || c->k % af->block_size)
+        return rvl_seterr(RVL_EUNSUPPORTED, "%s: no activation format for rows of %llu", kf->name,
+                          (unsigned long long)c->k);
+    const char *rp = getenv("RUVLLM_REPACK");
+    const bool packed = kf->gemv8 && c->n % RVL_GEMM_ROWS == 0 && !(rp && strcmp(rp, "0") == 0);
+    j->mm.pool = b->pool;
+    j->mm.act_stride = rvl_kformat_row_bytes(af, c->k);
+    j->mm.act = alloc_aligned(j->m * j->mm.act_stride);
+    j->xf = alloc_aligned((uint64_t)j->m * c->k * sizeof(float));
+    j->y = alloc_aligned((uint64_t)j->m * c->n * sizeof(float));
+    if (!j->mm.act || !j->xf || !j->y)
+        return rvl_seterr(RVL_ENOMEM, "out of memory");
+    if (packed && j->m > 1) { /* a group of packed rows per thread, unpacked for the tiles */
+        j->mm.unpack_stride = (size_t)(RVL_GEMM_ROWS * j->row_bytes + 63) / 64 * 64;
+        j->mm.unpack = alloc_aligned(j->mm.unpack_stride * (size_t)rvl_pool_size(b->pool));
+        if (!j->mm.unpack)
+            return rvl_seterr(RVL_ENOMEM, "out of memory");
+    }
+    r->packed = packed;
+    int rc;
+    if ((rc = ensure_arena(b, j->mat_bytes)) < 0 || (rc = fill_arena(b, kf, c->k, packed)) < 0)
+        return rc;
+    j->w = (rvl_weight){.present = true, .type = c->type, .kf = kf, .ne0 = c->k, .ne1 = c->n,
+                        .row_bytes = j->row_bytes, .data = b->arena,
+                        .packed = packed ? b->arena : NULL, .packed_rows = packed ? c->n : 0};
+    for (uint32_t t = 0; t < j->m; t++)
+        fill_floats(j->xf + (uint64_t)t * c->k, c->k, 77 + t, 1.0f);
+    rvl_matmul_prepare_act(&j->mm, &j->w, j->xf, c->k, j->m, &j->act, &j->act_stride);
+    /* at least ~32 MB of weights per timed repetition, each matrix the
+     * next one in the ring */
+    if (c->op == RVL_BENCH_GEMV)
+        j->inner = j->mat_bytes >= (32ull << 20) ? 1 : (32ull << 20) / j->mat_bytes;
+    r->bytes = (double)j->mat_bytes + (double)j->m * (double)j->act_stride +
+               (double)j->m * (double)c->n * 4;
+    r->flops = 2.0 * j->m * (double)c->n * (double)c->k;
+    return 0;
+}
+
+static int setup_quantize(const rvl_bench_kcase *c, kjob *j, rvl_bench_kresult *r)
+{
+    const uint64_t nk = c->n * c->k;
+    if (!j->kf->quantize)
+        return rvl_seterr(RVL_EUNSUPPORTED, "%s has no quantizer", j->kf->name);
+    j->x = alloc_aligned(nk * sizeof(float));
+    j->y = alloc_aligned(j->mat_bytes); /* rows of kf */
+    if (!j->x || !j->y)
+        return rvl_seterr(RVL_ENOMEM, "out of memory");
+    fill_floats(j->x, nk, 5, 1.0f);
+    r->bytes = (double)nk * 4 + (double)j->mat_bytes;
+    return 0;
+}
+
+static int setup_dequantize(rvl_bench *b, const rvl_bench_kcase *c, kjob *j, rvl_bench_kresult *r)
+{
+    const uint64_t nk = c->n * c->k;
+    if (!j->kf->dequantize)
+        return rvl_seterr(RVL_EUNSUPPORTED, "%s has no dequantizer", j->kf->name);
+    j->y = alloc_aligned(nk * sizeof(float));
+    if (!j->y)
+        return rvl_seterr(RVL_ENOMEM, "out of memory");
+    int rc;
+    if ((rc = ensure_arena(b, j->mat_bytes)) < 0 || (rc = fill_arena(b, j->kf, c->k, false)) < 0)
+        return rc;
+    r->bytes = (double)j->mat_bytes + (double)nk * 4;
+    return 0;
+}
+
+/* RMSNorm (unit weights), RoPE (tables of position p for row p, base
+ * 10000) and softmax over n rows of k floats. */
+static int setup_rowop(const rvl_bench_kcase *c, kjob *j, rvl_bench_kresult *r)
+{
+    const uint64_t nk = c->n * c->k;
+    const bool rope = c->op == RVL_BENCH_ROPE;
+    if (rope && c->k % ROPE_HD)
+        return rvl_seterr(RVL_EINVAL, "rope: rows must be whole heads of %d", ROPE_HD);
+    j->x = alloc_aligned(nk * sizeof(float));
+    j->y = rope ? NULL : alloc_aligned(nk * sizeof(float)); /* RoPE rotates in place */
+    j->aux = alloc_aligned((rope ? c->n * ROPE_HD : c->k) * sizeof(float));
+    if (!j->x || (!rope && !j->y) || !j->aux)
+        return rvl_seterr(RVL_ENOMEM, "out of memory");
+    fill_floats(j->x, nk, 9, 1.0f);
+    if (rope) {
+        for (uint64_t p = 0; p < c->n; p++)
+            for (int i = 0; i < ROPE_HD / 2; i++) {
+                float th = (float)p * powf(10000.0f, -2.0f * (float)i / ROPE_HD);
+                j->aux[p * ROPE_HD + (uint64_t)i] = cosf(th);
+                j->aux[p * ROPE_HD + ROPE_HD / 2 + (uint64_t)i] = sinf(th);
+            }
+    } else {
+        for (uint64_t i = 0; i < c->k; i++)
+            j->aux[i] = 1.0f;
+    }
+    r->bytes = 2.0 * (double)nk * 4;
+    r->flops = (c->op == RVL_BENCH_RMSNORM ? 4.0 : rope ? 3.0 : 4.0) * (double)nk;
+    return 0;
+}
+
+/* The timed repetitions after one warm-up: seconds per operation into
+ * times[rep]; for the memory-bound kernels over the ring (GEMV,
+ * dequantize) each repetition is paired with a read pass over the next
+ * bytes of the ring, as cold as the ones the kernel read, so that the
+ * roofline is measured in the same window as the kernel (a shared
+ * machine's bandwidth drifts between a measurement at start-up and the
+ * kernels): its GB/s into rtimes[rep]. */
+static int time_case(rvl_bench *b, kjob *j, int reps, double *times, double *rtimes)
+{
+    const bool interleave = j->op == RVL_BENCH_GEMV || j->op == RVL_BENCH_DEQUANTIZE;
+    const uint64_t nth = (uint64_t)rvl_pool_size(b->pool), bytes = j->mat_bytes;
+    /* the kernel's split: GEMV chunks of rows as the matmul takes them,
+     * dequantize one static share per thread */
+    const uint64_t read_chunk = j->op == RVL_BENCH_GEMV
+                                    ? rvl_matmul_chunk_rows(j->n, (int)nth) * j->row_bytes
+                                    : (bytes + nth - 1) / nth;
+    /* the read pass goes after the kernel in even repetitions, before it
+     * in odd ones: each takes its turn at every position of the ring
+     * and in the order (a memory whose speed varies by region or after
+     * the other operation would otherwise favour one of them) */
+    for (int rep = -1; rep < reps; rep++) { /* rep -1: warm-up */
+        if (rvl_interrupted())
+            return rvl_seterr(RVL_EINTR, "interrupted");
+        double tr = 0;
+        if (interleave && (rep & 1))
+            for (uint64_t i = 0; i < j->inner; i++)
+                tr += read_pass(b, ring_next(b, bytes), bytes, read_chunk);
+        double t0 = rvl_bench_now();
+        for (uint64_t i = 0; i < j->inner; i++)
+            kjob_step(b, j);
+        double t = (rvl_bench_now() - t0) / (double)j->inner;
+        if (rep >= 0)
+            times[rep] = t;
+        if (interleave && !(rep & 1))
+            for (uint64_t i = 0; i < j->inner; i++)
+                tr += read_pass(b, ring_next(b, bytes), bytes, read_chunk);
+        if (interleave && rep >= 0)
+            rtimes[rep] = tr > 0 ? (double)bytes * (double)j->inner / tr / 1e9 : 0;
+    }
+    return 0;
+}
+
 int rvl_bench_kernel(rvl_bench *b, const rvl_bench_kcase *c, rvl_bench_kresult *r)
 {
-    const bool elementwise = c->op == RVL_BENCH_RMSNORM || c->op == RVL_BENCH_ROPE ||
-                             c->op == RVL_BENCH_SOFTMAX;
-    int isa = elementwise ? RVL_ISA_REF : isa_id(c->isa);
-    kjob j;
-    void *act = NULL, *inbuf = NULL, *outbuf = NULL, *aux = NULL;
+    const bool rowop = c->op == RVL_BENCH_RMSNORM || c->op == RVL_BENCH_ROPE ||
+                       c->op == RVL_BENCH_SOFTMAX;
+    const int isa = rowop ? RVL_ISA_REF : isa_id(c->isa);
+    const int reps = c->reps < 1 ? 1 : c->reps > 255 ? 255 : c->reps;
     double times[256], rtimes[256]; /* kernel seconds, interleaved read GB/s */
-    int rc = 0, reps = c->reps < 1 ? 1 : c->reps > 255 ? 255 : c->reps;
+    kjob j;
+    int rc;
 
     memset(r, 0, sizeof *r);
     memset(&j, 0, sizeof j);
@@ -961,198 +1060,49 @@ int rvl_bench_kernel(rvl_bench *b, const rvl_bench_kcase *c, rvl_bench_kresult *
     j.n = c->n;
     j.k = c->k;
     j.m = c->op == RVL_BENCH_GEMM ? (c->m ? c->m : 1) : 1;
-    j.chunk = matmul_chunk(c->n, rvl_pool_size(b->pool));
-    atomic_init(&j.next, 0);
-
-    const rvl_kformat *kf = rvl_kformat_get_isa(elementwise ? RVL_K_F32 : c->type, isa);
-    const rvl_type_info *ti = rvl_type_get(c->type);
-    if (!kf)
+    j.inner = 1;
+    j.kf = rvl_kformat_get_isa(rowop ? RVL_K_F32 : c->type, isa);
+    if (!j.kf)
         return rvl_seterr(RVL_EINVAL, "unknown weight format %u", c->type);
-    j.kf = kf;
-    uint64_t mat_bytes = 0;
-    if ((rc = case_geometry(c, kf, &j.row_bytes, &mat_bytes)) < 0)
+    if ((rc = case_geometry(c, j.kf, &j.row_bytes, &j.mat_bytes)) < 0)
         return rc;
-    const uint64_t nk = c->n * c->k; /* < 2^40 elements: checked with the bytes */
-    if (nk > (1ull << 31) && !(c->op == RVL_BENCH_GEMV || c->op == RVL_BENCH_GEMM))
+    /* n * k < 2^40 elements: checked with the bytes */
+    if (c->n * c->k > (1ull << 31) && !(c->op == RVL_BENCH_GEMV || c->op == RVL_BENCH_GEMM))
         return rvl_seterr(RVL_ERANGE, "shape too large for %s", rvl_bench_op_name(c->op));
-    uint64_t inner = 1; /* operations per timed repetition */
 
     switch (c->op) {
     case RVL_BENCH_GEMV:
-    case RVL_BENCH_GEMM: {
-        if (!kf->vec_dot)
-            return rvl_seterr(RVL_EUNSUPPORTED, "%s has no dot product kernel",
-                              ti ? ti->name : kf->name);
-        const rvl_kformat *af = rvl_kformat_get_isa(kf->vec_dot_type, isa);
-        if (!af || (af->type != RVL_K_F32 && !af->quantize) || c->k % af->block_size)
-            return rvl_seterr(RVL_EUNSUPPORTED, "%s: no activation format for rows of %llu",
-                              kf->name, (unsigned long long)c->k);
-        j.act_row_bytes = rvl_kformat_row_bytes(af, c->k);
-        act = alloc_aligned(j.m * j.act_row_bytes);
-        float *xf = malloc(c->k * sizeof *xf);
-        outbuf = alloc_aligned((uint64_t)j.m * c->n * sizeof(float));
-        if (!act || !xf || !outbuf) {
-            free(xf);
-            rc = rvl_seterr(RVL_ENOMEM, "out of memory");
-            goto out;
-        }
-        for (uint32_t t = 0; t < j.m; t++) {
-            fill_floats(xf, c->k, 77 + t, 1.0f);
-            if (af->type == RVL_K_F32)
-                memcpy((char *)act + t * j.act_row_bytes, xf, c->k * sizeof *xf);
-            else
-                af->quantize(xf, (char *)act + t * j.act_row_bytes, (int64_t)c->k, NULL);
-        }
-        free(xf);
-        j.act = act;
-        j.y = outbuf;
-        /* the layout the forward pass gives this format (model.c) */
-        const char *rp = getenv("RUVLLM_REPACK");
-        j.packed = kf->gemv8 && c->n % RVL_GEMM_ROWS == 0 && !(rp && strcmp(rp, "0") == 0);
-        if (j.packed && j.m > 1) {
-            j.unpack_stride = (size_t)(RVL_GEMM_ROWS * j.row_bytes + 63) / 64 * 64;
-            j.unpack = alloc_aligned(j.unpack_stride * (size_t)rvl_pool_size(b->pool));
-            if (!j.unpack) {
-                rc = rvl_seterr(RVL_ENOMEM, "out of memory");
-                goto out;
-            }
-        }
-        r->packed = j.packed;
-        if ((rc = ensure_arena(b, mat_bytes)) < 0 || (rc = fill_arena(b, kf, c->k, j.packed)) < 0)
-            goto out;
-        /* at least ~32 MB of weights per timed repetition, each matrix
-         * the next one in the ring */
-        if (c->op == RVL_BENCH_GEMV)
-            inner = mat_bytes >= (32ull << 20) ? 1 : (32ull << 20) / mat_bytes;
-        r->bytes = (double)mat_bytes + (double)j.m * (double)j.act_row_bytes +
-                   (double)j.m * (double)c->n * 4;
-        r->flops = 2.0 * j.m * (double)c->n * (double)c->k;
+    case RVL_BENCH_GEMM:
+        rc = setup_matmul(b, c, isa, &j, r);
         break;
-    }
     case RVL_BENCH_QUANTIZE:
-        if (!kf->quantize) {
-            rc = rvl_seterr(RVL_EUNSUPPORTED, "%s has no quantizer", kf->name);
-            goto out;
-        }
-        inbuf = alloc_aligned(nk * sizeof(float));
-        outbuf = alloc_aligned(mat_bytes);
-        if (!inbuf || !outbuf) {
-            rc = rvl_seterr(RVL_ENOMEM, "out of memory");
-            goto out;
-        }
-        fill_floats(inbuf, nk, 5, 1.0f);
-        j.x = inbuf;
-        j.y = outbuf;
-        r->bytes = (double)nk * 4 + (double)mat_bytes;
+        rc = setup_quantize(c, &j, r);
         break;
     case RVL_BENCH_DEQUANTIZE:
-        if (!kf->dequantize) {
-            rc = rvl_seterr(RVL_EUNSUPPORTED, "%s has no dequantizer", kf->name);
-            goto out;
-        }
-        outbuf = alloc_aligned(nk * sizeof(float));
-        if (!outbuf) {
-            rc = rvl_seterr(RVL_ENOMEM, "out of memory");
-            goto out;
-        }
-        if ((rc = ensure_arena(b, mat_bytes)) < 0 || (rc = fill_arena(b, kf, c->k, false)) < 0)
-            goto out;
-        j.y = outbuf;
-        r->bytes = (double)mat_bytes + (double)nk * 4;
+        rc = setup_dequantize(b, c, &j, r);
         break;
     case RVL_BENCH_RMSNORM:
-    case RVL_BENCH_SOFTMAX:
     case RVL_BENCH_ROPE:
-        if (c->op == RVL_BENCH_ROPE && c->k % ROPE_HD) {
-            rc = rvl_seterr(RVL_EINVAL, "rope: rows must be whole heads of %d", ROPE_HD);
-            goto out;
-        }
-        inbuf = alloc_aligned(nk * sizeof(float));
-        outbuf = c->op == RVL_BENCH_ROPE ? NULL : alloc_aligned(nk * sizeof(float));
-        aux = alloc_aligned((c->op == RVL_BENCH_ROPE ? c->n * ROPE_HD : c->k) * sizeof(float));
-        if (!inbuf || (c->op != RVL_BENCH_ROPE && !outbuf) || !aux) {
-            rc = rvl_seterr(RVL_ENOMEM, "out of memory");
-            goto out;
-        }
-        fill_floats(inbuf, nk, 9, 1.0f);
-        if (c->op == RVL_BENCH_ROPE) {
-            float *t = aux;
-            for (uint64_t p = 0; p < c->n; p++)
-                for (int i = 0; i < ROPE_HD / 2; i++) {
-                    float th = (float)p * powf(10000.0f, -2.0f * (float)i / ROPE_HD);
-                    t[p * ROPE_HD + (uint64_t)i] = cosf(th);
-                    t[p * ROPE_HD + ROPE_HD / 2 + (uint64_t)i] = sinf(th);
-                }
-        } else {
-            for (uint64_t i = 0; i < c->k; i++)
-                ((float *)aux)[i] = 1.0f;
-        }
-        j.x = inbuf;
-        j.y = outbuf;
-        j.aux = aux;
-        r->bytes = 2.0 * (double)nk * 4;
-        r->flops = (c->op == RVL_BENCH_RMSNORM ? 4.0 : c->op == RVL_BENCH_ROPE ? 3.0 : 4.0) * (double)nk;
+    case RVL_BENCH_SOFTMAX:
+        rc = setup_rowop(c, &j, r);
         break;
     }
-
-    /* memory-bound kernels over the ring: each repetition is followed by
-     * a read pass over the next bytes of the ring, as cold as the ones
-     * the kernel read, so that the roofline is measured in the same
-     * window as the kernel (a shared machine's bandwidth drifts between
-     * a measurement at start-up and the kernels) */
-    const bool interleave = c->op == RVL_BENCH_GEMV || c->op == RVL_BENCH_DEQUANTIZE;
-    /* the kernel's split: GEMV chunks of j.chunk rows, dequantize one
-     * static share per thread */
-    const uint64_t read_chunk = c->op == RVL_BENCH_GEMV
-                                    ? j.chunk * j.row_bytes
-                                    : (mat_bytes + (uint64_t)rvl_pool_size(b->pool) - 1) /
-                                          (uint64_t)rvl_pool_size(b->pool);
-    /* the read pass goes after the kernel in even repetitions, before it
-     * in odd ones: each takes its turn at every position of the ring
-     * and in the order (a memory whose speed varies by region or after
-     * the other operation would otherwise favour one of them) */
-    for (int rep = -1; rep < reps; rep++) { /* rep -1: warm-up */
-        if (rvl_interrupted()) {
-            rc = rvl_seterr(RVL_EINTR, "interrupted");
-            goto out;
+    if (rc == 0)
+        rc = time_case(b, &j, reps, times, rtimes);
+    if (rc == 0) {
+        rvl_bench_stat st;
+        rvl_bench_stats(times, reps, &st);
+        r->median_s = st.median;
+        r->min_s = st.min;
+        r->max_s = st.max;
+        if (j.op == RVL_BENCH_GEMV || j.op == RVL_BENCH_DEQUANTIZE) {
+            rvl_bench_stats(rtimes, reps, &st);
+            r->read_gbs = st.median;
+            r->read_min_gbs = st.min;
+            r->read_max_gbs = st.max;
         }
-        double tr = 0;
-        if (interleave && (rep & 1))
-            for (uint64_t i = 0; i < inner; i++)
-                tr += read_pass(b, ring_next(b, mat_bytes), mat_bytes, read_chunk);
-        double t0 = rvl_bench_now();
-        for (uint64_t i = 0; i < inner; i++) {
-            if (c->op == RVL_BENCH_GEMV || c->op == RVL_BENCH_GEMM || c->op == RVL_BENCH_DEQUANTIZE)
-                j.w = ring_next(b, mat_bytes);
-            atomic_store_explicit(&j.next, 0, memory_order_relaxed);
-            rvl_pool_run(b->pool, kjob_run, &j);
-        }
-        double t = (rvl_bench_now() - t0) / (double)inner;
-        if (rep >= 0)
-            times[rep] = t;
-        if (interleave && !(rep & 1))
-            for (uint64_t i = 0; i < inner; i++)
-                tr += read_pass(b, ring_next(b, mat_bytes), mat_bytes, read_chunk);
-        if (interleave && rep >= 0)
-            rtimes[rep] = tr > 0 ? (double)mat_bytes * (double)inner / tr / 1e9 : 0;
     }
-    rvl_bench_stat st;
-    rvl_bench_stats(times, reps, &st);
-    r->median_s = st.median;
-    r->min_s = st.min;
-    r->max_s = st.max;
-    if (interleave) {
-        rvl_bench_stats(rtimes, reps, &st);
-        r->read_gbs = st.median;
-        r->read_min_gbs = st.min;
-        r->read_max_gbs = st.max;
-    }
-out:
-    free(j.unpack);
-    free(act);
-    free(inbuf);
-    free(outbuf);
-    free(aux);
+    kjob_free(&j);
     return rc;
 }
 
@@ -1341,20 +1291,6 @@ uint64_t rvl_bench_synth_size(const rvl_bench_shape *s, uint32_t type)
     uint64_t total = 0;
     for (size_t i = 0; i < n; i++)
         total += tensor_bytes(&t[i]);
-    free(t);
-    return total;
-}
-
-uint64_t rvl_bench_synth_params(const rvl_bench_shape *s)
-{
-    size_t n = synth_tensors(s, RVL_K_F16, NULL);
-    synth_tensor *t = calloc(n, sizeof *t);
-    if (!t)
-        return 0;
-    synth_tensors(s, RVL_K_F16, t);
-    uint64_t total = 0;
-    for (size_t i = 0; i < n; i++)
-        total += t[i].ne0 * (t[i].ne1 ? t[i].ne1 : 1);
     free(t);
     return total;
 }

@@ -1,0 +1,384 @@
+/*
+ * test_rowops.c - the forward pass's row steps and matmul:
+ *
+ *  - kernels/rowops.h's scalar RMSNorm, RoPE (both pairings, partial
+ *    rotation), SwiGLU and softmax against the same formulas in double,
+ *    within a few float roundings;
+ *  - lib/engine/ops.h's pool wrappers give the bits of the kernel row by
+ *    row, whatever the thread count;
+ *  - lib/engine/matmul.h gives the same bits for every thread count, for
+ *    a token alone or in a batch, row-major or packed, and each output is
+ *    the dot product of its own weight row and token (checked against a
+ *    double-precision dot of the dequantized row, within the activation
+ *    quantization's error).
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/matmul.h"
+#include "engine/ops.h"
+#include "formats.h"
+#include "rowops.h"
+
+/* ======================================================================
+ * Helpers
+ * ====================================================================== */
+
+static uint64_t rng = 0x12345678;
+
+/* uniform in [-1, 1) */
+static float unif(void)
+{
+    rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+    return (float)((double)(rng >> 40) / (double)(1ull << 23) - 1.0);
+}
+
+static void fill(float *x, size_t n, float scale)
+{
+    for (size_t i = 0; i < n; i++)
+        x[i] = unif() * scale;
+}
+
+/* |got - want| <= ulps * 2^-24 * mag (mag: the size of the terms that
+ * were rounded) */
+static void assert_close(float got, double want, double mag, double ulps)
+{
+    const double tol = ulps * ldexp(1.0, -24) * mag + 1e-37;
+    if (!(fabs((double)got - want) <= tol))
+        fail_msg("got %.9g, want %.9g (tolerance %.3g)", (double)got, want, tol);
+}
+
+static rvl_pool *pool_of(int n)
+{
+    rvl_pool *p = NULL;
+    assert_int_equal(rvl_pool_open(&p, n), 0);
+    return p;
+}
+
+/* ======================================================================
+ * kernels/rowops.h against double precision
+ * ====================================================================== */
+
+static void test_rmsnorm_matches_double(void **state)
+{
+    (void)state;
+    static const int ns[] = {1, 7, 64, 576, 4096};
+    for (size_t c = 0; c < sizeof ns / sizeof *ns; c++) {
+        const int n = ns[c];
+        float *x = malloc(n * sizeof *x), *w = malloc(n * sizeof *w), *y = malloc(n * sizeof *y);
+        fill(x, n, 3.0f);
+        fill(w, n, 2.0f);
+        const float eps = 1e-5f;
+        rmsnorm_f32_ref(y, x, w, n, eps);
+        double ss = 0;
+        for (int i = 0; i < n; i++)
+            ss += (double)x[i] * x[i];
+        const double scale = 1.0 / sqrt(ss / n + eps);
+        for (int i = 0; i < n; i++)
+            assert_close(y[i], x[i] * scale * w[i], fabs(x[i] * scale * w[i]), 8);
+        /* in place: the same bits */
+        rmsnorm_f32_ref(x, x, w, n, eps);
+        assert_memory_equal(x, y, n * sizeof *y);
+        free(x);
+        free(w);
+        free(y);
+    }
+}
+
+static void check_rope(int n_heads, int hd, int rope_dim, bool neox)
+{
+    const int half = rope_dim / 2, n = n_heads * hd;
+    float *x = malloc(n * sizeof *x), *x0 = malloc(n * sizeof *x0);
+    float *cs = malloc(half * sizeof *cs), *sn = malloc(half * sizeof *sn);
+    double *th = malloc(half * sizeof *th);
+    fill(x, n, 2.0f);
+    memcpy(x0, x, n * sizeof *x);
+    for (int i = 0; i < half; i++) {
+        th[i] = 17.0 * pow(10000.0, -2.0 * i / rope_dim); /* position 17 */
+        cs[i] = (float)cos(th[i]);
+        sn[i] = (float)sin(th[i]);
+    }
+    rope_f32_ref(x, n_heads, hd, rope_dim, cs, sn, neox);
+    for (int h = 0; h < n_heads; h++) {
+        const float *in = x0 + h * hd, *out = x + h * hd;
+        for (int i = 0; i < half; i++) {
+            const int a = neox ? i : 2 * i, b = neox ? i + half : 2 * i + 1;
+            /* the rotation by the float cos/sin the kernel was given */
+            const double c = cs[i], s = sn[i];
+            const double mag = fabs(in[a]) + fabs(in[b]); /* |cos|, |sin| <= 1 */
+            assert_close(out[a], in[a] * c - in[b] * s, mag, 4);
+            assert_close(out[b], in[a] * s + in[b] * c, mag, 4);
+        }
+        /* past rope_dim: untouched */
+        assert_memory_equal(out + rope_dim, in + rope_dim, (hd - rope_dim) * sizeof *x);
+    }
+    free(x);
+    free(x0);
+    free(cs);
+    free(sn);
+    free(th);
+}
+
+static void test_rope_rotates_the_pairs_of_each_pairing(void **state)
+{
+    (void)state;
+    check_rope(4, 64, 64, false);
+    check_rope(4, 64, 64, true);
+    check_rope(3, 128, 32, false); /* partial rotation */
+    check_rope(3, 128, 32, true);
+    check_rope(1, 2, 2, false);
+}
+
+static void test_rope_pairings_differ(void **state)
+{
+    (void)state;
+    /* a rotation of pair (0, 1) only moves x[0], x[1] in NORM; x[0],
+     * x[half] in NEOX */
+    float a[8] = {1, 2, 3, 4, 5, 6, 7, 8}, b[8];
+    memcpy(b, a, sizeof a);
+    const float cs[4] = {0, 1, 1, 1}, sn[4] = {1, 0, 0, 0}; /* pair 0 by 90 degrees */
+    rope_f32_ref(a, 1, 8, 8, cs, sn, false);
+    rope_f32_ref(b, 1, 8, 8, cs, sn, true);
+    const float norm[8] = {-2, 1, 3, 4, 5, 6, 7, 8}, neox[8] = {-5, 2, 3, 4, 1, 6, 7, 8};
+    assert_memory_equal(a, norm, sizeof a);
+    assert_memory_equal(b, neox, sizeof b);
+}
+
+static void test_swiglu_matches_double(void **state)
+{
+    (void)state;
+    const int n = 1000;
+    float g[1000], u[1000], g0[1000];
+    fill(g, n, 12.0f);
+    fill(u, n, 3.0f);
+    g[0] = 0;
+    g[1] = -88.0f; /* exp(88) near the float limit: silu -> -0 */
+    g[2] = 88.0f;
+    memcpy(g0, g, sizeof g);
+    swiglu_f32_ref(g, u, n);
+    for (int i = 0; i < n; i++) {
+        const double want = g0[i] / (1.0 + exp(-(double)g0[i])) * u[i];
+        assert_close(g[i], want, fabs(want), 8);
+    }
+}
+
+static void test_softmax_matches_double(void **state)
+{
+    (void)state;
+    static const int ns[] = {1, 5, 32000};
+    for (size_t c = 0; c < sizeof ns / sizeof *ns; c++) {
+        const int n = ns[c];
+        float *x = malloc(n * sizeof *x), *y = malloc(n * sizeof *y);
+        fill(x, n, 20.0f);
+        softmax_f32_ref(y, x, n);
+        double mx = -INFINITY, sum = 0;
+        for (int i = 0; i < n; i++)
+            mx = x[i] > mx ? x[i] : mx;
+        for (int i = 0; i < n; i++)
+            sum += exp((double)x[i] - mx);
+        double total = 0;
+        for (int i = 0; i < n; i++) {
+            /* x - max rounded to float moves exp's argument by up to
+             * |x - max| 2^-24 */
+            const double want = exp((double)x[i] - mx) / sum;
+            assert_close(y[i], want, want, 8 + fabs((double)x[i] - mx));
+            total += y[i];
+        }
+        assert_true(fabs(total - 1.0) < 1e-5);
+        softmax_f32_ref(x, x, n); /* in place */
+        assert_memory_equal(x, y, n * sizeof *y);
+        free(x);
+        free(y);
+    }
+}
+
+/* ======================================================================
+ * lib/engine/ops.h: the kernels' bits, whatever the threads
+ * ====================================================================== */
+
+static void test_ops_rows_are_the_kernels_on_any_pool(void **state)
+{
+    (void)state;
+    enum { N = 96, NB = 7, XS = 100, YS = 104 };
+    float x[NB * XS], w[N], want[NB * YS], got[NB * YS];
+    float g[NB * N], u[NB * N], gw[NB * N];
+    fill(x, NB * XS, 4.0f);
+    fill(w, N, 1.5f);
+    fill(g, NB * N, 6.0f);
+    fill(u, NB * N, 2.0f);
+    memset(want, 0, sizeof want);
+    for (int t = 0; t < NB; t++)
+        rmsnorm_f32_ref(want + t * YS, x + t * XS, w, N, 1e-6f);
+    memcpy(gw, g, sizeof g);
+    swiglu_f32_ref(gw, u, NB * N);
+    for (int nth = 1; nth <= 3; nth++) {
+        rvl_pool *p = pool_of(nth);
+        for (int nb = 1; nb <= NB; nb += NB - 1) {
+            memset(got, 0, sizeof got);
+            rvl_ops_norm_rows(p, got, YS, x, XS, w, N, nb, 1e-6f);
+            assert_memory_equal(got, want, (size_t)nb * YS * sizeof *got);
+            float gg[NB * N];
+            memcpy(gg, g, sizeof g);
+            rvl_ops_swiglu_rows(p, gg, u, N, nb);
+            assert_memory_equal(gg, gw, (size_t)nb * N * sizeof *gg);
+            assert_memory_equal(gg + nb * N, g + nb * N, (size_t)(NB - nb) * N * sizeof *gg);
+        }
+        rvl_pool_close(p);
+    }
+}
+
+/* ======================================================================
+ * lib/engine/matmul.h
+ * ====================================================================== */
+
+enum { MM_K = 256, MM_ROWS = 203, MM_NB = 5 };
+
+/* y (MM_NB, MM_ROWS) = w x on a pool of nth threads, the batch at once or
+ * token by token */
+static void mm_run(const rvl_weight *w, const float *x, int nth, bool one_by_one, float *y)
+{
+    rvl_matmul mm = {.pool = pool_of(nth)};
+    mm.act_stride = (MM_K * 4 + 64 + 63) & ~(size_t)63;
+    mm.act = malloc(MM_NB * mm.act_stride);
+    mm.unpack_stride = (RVL_GEMM_ROWS * w->row_bytes + 63) / 64 * 64;
+    mm.unpack = malloc(mm.unpack_stride * (size_t)nth);
+    assert_non_null(mm.act);
+    assert_non_null(mm.unpack);
+    if (one_by_one)
+        for (int t = 0; t < MM_NB; t++)
+            rvl_matmul_run(&mm, y + t * MM_ROWS, MM_ROWS, w, x + t * MM_K, MM_K, 1);
+    else
+        rvl_matmul_run(&mm, y, MM_ROWS, w, x, MM_K, MM_NB);
+    free(mm.act);
+    free(mm.unpack);
+    rvl_pool_close(mm.pool);
+}
+
+static void check_matmul(uint32_t type)
+{
+    const rvl_kformat *kf = rvl_kformat_get(type);
+    assert_non_null(kf);
+    const size_t rb = rvl_kformat_row_bytes(kf, MM_K);
+    float *wf = malloc((size_t)MM_ROWS * MM_K * sizeof *wf), x[MM_NB * MM_K];
+    char *data = malloc(MM_ROWS * rb), *packed = malloc(MM_ROWS * rb);
+    float *deq = malloc(MM_K * sizeof *deq);
+    float want[MM_NB * MM_ROWS], got[MM_NB * MM_ROWS];
+    fill(wf, (size_t)MM_ROWS * MM_K, 0.1f);
+    fill(x, MM_NB * MM_K, 1.0f);
+    for (int r = 0; r < MM_ROWS; r++)
+        kf->quantize(wf + (size_t)r * MM_K, data + r * rb, MM_K, NULL);
+    rvl_weight w = {.present = true, .type = type, .kf = kf, .ne0 = MM_K, .ne1 = MM_ROWS,
+                    .row_bytes = rb, .data = data};
+
+    mm_run(&w, x, 1, false, want);
+    /* each output is its row's dot with its token */
+    for (int t = 0; t < MM_NB; t++)
+        for (int r = 0; r < MM_ROWS; r++) {
+            kf->dequantize(data + r * rb, deq, MM_K);
+            double d = 0, mag = 0;
+            for (int i = 0; i < MM_K; i++) {
+                d += (double)deq[i] * x[t * MM_K + i];
+                mag += fabs((double)deq[i] * x[t * MM_K + i]);
+            }
+            if (!(fabs(want[t * MM_ROWS + r] - d) <= 0.02 * mag))
+                fail_msg("%s: row %d token %d: %g, want %g", kf->name, r, t,
+                         (double)want[t * MM_ROWS + r], d);
+        }
+    for (int nth = 1; nth <= 3; nth++)
+        for (int one = 0; one < 2; one++) {
+            mm_run(&w, x, nth, one, got);
+            assert_memory_equal(got, want, sizeof got);
+        }
+    if (kf->pack8) {
+        /* the first whole groups packed, the tail row-major (model.c) */
+        const uint64_t prow = MM_ROWS / RVL_GEMM_ROWS * RVL_GEMM_ROWS;
+        memcpy(packed, data, MM_ROWS * rb);
+        for (uint64_t r = 0; r < prow; r += RVL_GEMM_ROWS)
+            kf->pack8(MM_K, data + r * rb, rb, packed + r * rb);
+        rvl_weight wp = w;
+        wp.packed = packed;
+        wp.packed_rows = prow;
+        for (int nth = 1; nth <= 3; nth += 2)
+            for (int one = 0; one < 2; one++) {
+                mm_run(&wp, x, nth, one, got);
+                assert_memory_equal(got, want, sizeof got);
+            }
+    }
+    free(wf);
+    free(data);
+    free(packed);
+    free(deq);
+}
+
+static void test_matmul_bits_do_not_depend_on_threads_batch_or_layout(void **state)
+{
+    (void)state;
+    static const uint32_t types[] = {RVL_K_Q4_0, RVL_K_Q8_0, RVL_K_Q4_K, RVL_K_Q6_K, RVL_K_F16,
+                                     RVL_K_F32, RVL_K_IQ4_NL};
+    for (size_t i = 0; i < sizeof types / sizeof *types; i++)
+        check_matmul(types[i]);
+}
+
+static void test_matmul_shared_is_each_weight_alone(void **state)
+{
+    (void)state;
+    /* three weights of two activation formats: one job for the Q8_0
+     * pair, another for the Q4_K one, each the bits of rvl_matmul_run */
+    const uint32_t types[3] = {RVL_K_Q8_0, RVL_K_Q4_0, RVL_K_Q4_K};
+    rvl_weight ws[3];
+    char *data[3];
+    float x[MM_NB * MM_K], *ys[3], *want[3];
+    size_t strides[3] = {MM_ROWS, MM_ROWS, MM_ROWS};
+    fill(x, MM_NB * MM_K, 1.0f);
+    rvl_matmul mm = {.pool = pool_of(2)};
+    mm.act_stride = (MM_K * 4 + 64 + 63) & ~(size_t)63;
+    mm.act = malloc(MM_NB * mm.act_stride);
+    for (int i = 0; i < 3; i++) {
+        const rvl_kformat *kf = rvl_kformat_get(types[i]);
+        const size_t rb = rvl_kformat_row_bytes(kf, MM_K);
+        float wf[MM_K];
+        data[i] = malloc(MM_ROWS * rb);
+        for (int r = 0; r < MM_ROWS; r++) {
+            fill(wf, MM_K, 0.1f);
+            kf->quantize(wf, data[i] + r * rb, MM_K, NULL);
+        }
+        ws[i] = (rvl_weight){.present = true, .type = types[i], .kf = kf, .ne0 = MM_K,
+                             .ne1 = MM_ROWS, .row_bytes = rb, .data = data[i]};
+        ys[i] = malloc(MM_NB * MM_ROWS * sizeof(float));
+        want[i] = malloc(MM_NB * MM_ROWS * sizeof(float));
+        rvl_matmul_run(&mm, want[i], MM_ROWS, &ws[i], x, MM_K, MM_NB);
+    }
+    const rvl_weight *wp[3] = {&ws[0], &ws[1], &ws[2]};
+    rvl_matmul_shared(&mm, x, MM_K, MM_NB, 3, wp, ys, strides);
+    for (int i = 0; i < 3; i++) {
+        assert_memory_equal(ys[i], want[i], MM_NB * MM_ROWS * sizeof(float));
+        free(data[i]);
+        free(ys[i]);
+        free(want[i]);
+    }
+    free(mm.act);
+    rvl_pool_close(mm.pool);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_rmsnorm_matches_double),
+        cmocka_unit_test(test_rope_rotates_the_pairs_of_each_pairing),
+        cmocka_unit_test(test_rope_pairings_differ),
+        cmocka_unit_test(test_swiglu_matches_double),
+        cmocka_unit_test(test_softmax_matches_double),
+        cmocka_unit_test(test_ops_rows_are_the_kernels_on_any_pool),
+        cmocka_unit_test(test_matmul_bits_do_not_depend_on_threads_batch_or_layout),
+        cmocka_unit_test(test_matmul_shared_is_each_weight_alone),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
