@@ -1451,16 +1451,18 @@ int rvl_bench_synth_open(rvl_model **out, const rvl_bench_shape *s, uint32_t typ
                               (unsigned long long)(avail >> 20), s->name,
                               (unsigned long long)(need >> 20));
     }
-    if (snprintf(tmpl, sizeof tmpl, "%s/ruvllm-synth-XXXXXX", dir) >= (int)sizeof tmpl)
+    /* hidden, removed on interruption and, after a SIGKILL, by the next
+     * run (rvl_afile_mkdtemp): hundreds of MB are never left behind */
+    char base[4096];
+    if (snprintf(base, sizeof base, "%s/ruvllm-synth", dir) >= (int)sizeof base)
         return rvl_seterr(RVL_EINVAL, "%s: directory name too long", dir);
-    if (!mkdtemp(tmpl))
-        return rvl_seterr(RVL_EIO, "%s: cannot create a temporary directory: %s", dir, strerror(errno));
+    if ((rc = rvl_afile_mkdtemp(base, tmpl, sizeof tmpl)) < 0)
+        return rc;
     snprintf(path, sizeof path, "%s/%s.gguf", tmpl, s->name);
     rc = rvl_bench_synth_write(path, s, type, progress, ud);
     if (rc == 0)
         rc = rvl_model_open(out, path);
     /* the model maps the file: the mapping outlives the name */
-    unlink(path);
-    rmdir(tmpl);
+    rvl_afile_dtemp_abort(tmpl);
     return rc;
 }

@@ -124,6 +124,25 @@ for sig in INT TERM KILL; do
 done
 rm -f "$D/merged.gguf"
 
+# ---- bench's synthetic models (written to TMPDIR, hundreds of MB) ---------
+mkdir -p "$TMP/synth"
+for sig in INT KILL; do
+    TMPDIR=$TMP/synth "$RUVLLM" bench model --synthetic smollm2-135m --type F16 -p 0 -n 1 -r 1 \
+        >"$TMP/o" 2>"$TMP/e" &
+    pid=$!
+    i=0
+    while [ $i -lt 400 ] && ! ls -l "/proc/$pid/fd" 2>/dev/null | grep -q -F -e "$TMP/synth/"; do
+        sleep 0.05; i=$((i + 1)); done
+    kill -s $sig $pid
+    wait $pid 2>/dev/null
+    st=$?
+    [ $sig = KILL ] && want=137 || want=130
+    assert "bench --synthetic $sig: exit $want ($st)" "[ $st -eq $want ]"
+done
+TMPDIR=$TMP/synth run 0 ruvllm bench model --synthetic smollm2-135m --type Q4_0 -p 0 -n 1 -r 1
+s=$(ls -A "$TMP/synth" | tr '\n' ' ')
+assert "bench --synthetic: nothing left in TMPDIR after INT, KILL and a run ($s)" "[ -z \"$s\" ]"
+
 # ---- a full disk -----------------------------------------------------------
 # a private mount namespace with a 24 MiB tmpfs (root only: CI is root)
 if [ "$(id -u)" = 0 ] && command -v unshare >/dev/null; then
