@@ -122,60 +122,7 @@ static int read_facts(const char *in, const rvl_file *f, facts *m)
 }
 
 /* ======================================================================
- * Tensor names and the Q/K row order
- * ====================================================================== */
-/* The Hugging Face name of a GGUF tensor; false when unknown. *perm_heads
- * gets the head count whose rows are to be reordered (0: none). */
-static bool hf_name(const facts *m, const char *g, char *out, size_t cap, uint32_t *perm_heads)
-{
-    static const char *const top[][2] = {
-        {"token_embd.weight", "model.embed_tokens.weight"},
-        {"output_norm.weight", "model.norm.weight"},
-        {"output.weight", "lm_head.weight"},
-    };
-    static const char *const blk[][2] = {
-        {"attn_norm", "input_layernorm"}, {"ffn_norm", "post_attention_layernorm"},
-        {"attn_q", "self_attn.q_proj"}, {"attn_k", "self_attn.k_proj"},
-        {"attn_v", "self_attn.v_proj"}, {"attn_output", "self_attn.o_proj"},
-        {"ffn_gate", "mlp.gate_proj"}, {"ffn_up", "mlp.up_proj"}, {"ffn_down", "mlp.down_proj"},
-    };
-    *perm_heads = 0;
-    for (size_t i = 0; i < sizeof top / sizeof top[0]; i++)
-        if (strcmp(g, top[i][0]) == 0) {
-            snprintf(out, cap, "%s", top[i][1]);
-            return true;
-        }
-    unsigned l;
-    int n = 0;
-    if (sscanf(g, "blk.%u.%n", &l, &n) != 1 || n == 0)
-        return false;
-    const char *rest = g + n, *dot = strrchr(rest, '.');
-    if (!dot || (strcmp(dot, ".weight") != 0 && strcmp(dot, ".bias") != 0))
-        return false;
-    for (size_t i = 0; i < sizeof blk / sizeof blk[0]; i++) {
-        size_t k = strlen(blk[i][0]);
-        if ((size_t)(dot - rest) == k && memcmp(rest, blk[i][0], k) == 0) {
-            snprintf(out, cap, "model.layers.%u.%s%s", l, blk[i][1], dot);
-            if (strcmp(m->arch, "llama") == 0 && (i == 2 || i == 3))
-                *perm_heads = i == 2 ? m->n_head : m->n_head_kv;
-            return true;
-        }
-    }
-    return false;
-}
-
-/* GGUF row of Hugging Face row r in a reordered Q/K tensor of heads x hd rows. */
-static uint64_t src_row(uint64_t r, uint32_t heads, uint64_t n_rows)
-{
-    if (!heads)
-        return r;
-    uint64_t hd = n_rows / heads, h = r / hd, k = r % hd, half = hd / 2;
-    uint64_t j = k / half, i = k % half;
-    return h * hd + 2 * i + j;
-}
-
-/* ======================================================================
- * model.safetensors, streamed
+ * model.safetensors, streamed (names and the Q/K row order: format/hf.c)
  * ====================================================================== */
 typedef struct {
     const rvl_tensor_info *t;
@@ -249,7 +196,7 @@ static int write_safetensors(const char *path, st_entry *e, size_t n, const rvl_
                 goto out;
             }
             for (uint64_t k = 0; k < m; k++) {
-                uint64_t g = src_row(r + k, e[i].perm_heads, rows);
+                uint64_t g = rvl_hf_gguf_row(r + k, e[i].perm_heads, rows);
                 float *x = f32 + k * row;
                 kin->dequantize((const char *)t->data + g * in_row, x, (int64_t)row);
                 if (e[i].type != RVL_TYPE_F32)
@@ -828,7 +775,8 @@ int rvl_dequant_hf(const char *in, const char *out, const rvl_dequant_params *p)
         char g[80];
         snprintf(g, sizeof g, "%.*s", (int)(t->name.len > 79 ? 79 : t->name.len), t->name.ptr);
         e[i].t = t;
-        if (!hf_name(&m, g, e[i].name, sizeof e[i].name, &e[i].perm_heads)) {
+        if (rvl_hf_name_of(m.arch, m.n_layer, m.n_head, m.n_head_kv, g, e[i].name, sizeof e[i].name,
+                            &e[i].perm_heads) != 1) {
             rc = rvl_seterr(RVL_EUNSUPPORTED, "%s: tensor %s has no Hugging Face name here", in, g);
             goto fail;
         }

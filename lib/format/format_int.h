@@ -64,7 +64,13 @@ void rvl_map_unmap(rvl_map *m);
  * the head count whose rows GGUF reorders (rvl_hf_row), else 0. */
 int rvl_hf_tensor_name(const char *arch, uint32_t n_layer, uint32_t n_head, uint32_t n_head_kv,
                        bool tied, const char *hf, char *out, size_t cap, uint32_t *perm_heads);
-/* The Hugging Face row of GGUF row g of a reordered Q/K tensor of n_rows. */
+/* The other way: the Hugging Face name of GGUF tensor `gguf` (1), or -1
+ * unknown; *perm_heads as above. */
+int rvl_hf_name_of(const char *arch, uint32_t n_layer, uint32_t n_head, uint32_t n_head_kv,
+                   const char *gguf, char *out, size_t cap, uint32_t *perm_heads);
+/* The Hugging Face row of GGUF row g of a reordered Q/K tensor of n_rows,
+ * and the GGUF row of Hugging Face row r (heads 0: r itself). */
 uint64_t rvl_hf_row(uint64_t g, uint32_t heads, uint64_t n_rows);
+uint64_t rvl_hf_gguf_row(uint64_t r, uint32_t heads, uint64_t n_rows);
 
 #endif
