@@ -139,18 +139,17 @@ int gen_reply(const gen_params *p, const float *logits, gen_result *r)
             for (size_t i = 0; i < n_eog; i++)
                 masked[eog[i]] = -INFINITY;
         }
-        /* the sampler never picks a NaN, but text from broken arithmetic
-         * (an absurd LoRA scale, an overflow) is no answer: stop and say so */
-        for (uint32_t i = 0; i < n_vocab; i++)
-            if (isnan(logits[i]) || logits[i] == INFINITY) {
-                rc = rvl_seterr(RVL_ERANGE, "the model's logits are not finite (%s for token "
-                                "%u): its arithmetic overflowed (an adapter scale or a RoPE "
-                                "setting too large?)", isnan(logits[i]) ? "NaN" : "infinity", i);
-                break;
-            }
-        if (rc < 0)
-            break;
         int32_t id = rvl_sampler_sample(p->smp, masked ? masked : logits);
+        /* the sampler never picks a NaN while a number is left, so a
+         * non-finite choice means broken arithmetic (an absurd LoRA scale,
+         * an overflow: NaN everywhere, or +inf): no answer, stop and say so
+         * (one check per token, not a scan of the vocabulary) */
+        if (!isfinite(logits[id])) {
+            rc = rvl_seterr(RVL_ERANGE, "the model's logits are not finite (%s): its arithmetic "
+                            "overflowed (an adapter scale or a RoPE setting too large?)",
+                            isnan(logits[id]) ? "NaN" : "infinity");
+            break;
+        }
         if (r->n_ids == 0)
             r->first_ms = gen_now_ms() - t0;
         rvl_sampler_accept(p->smp, id);
