@@ -83,7 +83,7 @@ struct rvl_forward {
  * token's into c->logits (want_last).
  * ==================================================================== */
 
-static void forward_chunk(rvl_forward *c, const int32_t *tokens, uint32_t nb, uint32_t pos0,
+static bool forward_chunk(rvl_forward *c, const int32_t *tokens, uint32_t nb, uint32_t pos0,
                           float *logits, bool want_last)
 {
     const rvl_model *m = c->m;
@@ -167,6 +167,15 @@ static void forward_chunk(rvl_forward *c, const int32_t *tokens, uint32_t nb, ui
         TRACE("l_out", l, c->x, dim, dim);
     }
 
+    /* a residual stream that overflowed (an absurd adapter scale) would
+     * come out of the quantized matmuls as plausible-looking constant
+     * logits: refuse it here, where it is still visible (nb x dim floats) */
+    float nf = 0;
+    for (size_t i = 0; i < (size_t)nb * dim; i++)
+        nf += c->x[i] * 0.0f;   /* NaN once any value is NaN or infinite */
+    if (isnan(nf))
+        return false;
+
     const float *onorm = c->norm_w + (size_t)(2 * hp->n_layer) * dim;
     if (logits) {
         rvl_ops_norm_rows(c->pool, c->xb, xb_stride, c->x, dim, onorm, dim, nb, hp->rms_eps);
@@ -178,6 +187,7 @@ static void forward_chunk(rvl_forward *c, const int32_t *tokens, uint32_t nb, ui
             c->trace(c->trace_ud, "result_norm", -1, pos0 + nb - 1, 1, c->xb, dim, dim);
         rvl_matmul_run(&c->mm, c->logits, hp->n_vocab, &m->output, c->xb, xb_stride, 1);
     }
+    return true;
 }
 
 /* ====================================================================
@@ -199,11 +209,16 @@ static int cpu_decode(rvl_backend *b, const int32_t *tokens, uint32_t n, const f
             return rvl_seterr(RVL_EINTR, "interrupted");
         uint32_t nb = n - i < UBATCH ? n - i : UBATCH;
         rvl_kvcache_begin(c->kv, nb);
-        forward_chunk(c, tokens + i, nb, c->pos,
-                      c->all_logits ? c->logits + (size_t)i * hp->n_vocab : NULL, i + nb == n);
+        const bool finite = forward_chunk(c, tokens + i, nb, c->pos,
+                                          c->all_logits ? c->logits + (size_t)i * hp->n_vocab
+                                                        : NULL, i + nb == n);
         rvl_kvcache_set_ids(c->kv, c->pos, tokens + i, nb); /* names full pages for reuse */
         rvl_kvcache_commit(c->kv, nb); /* ages pages past a tier boundary */
         c->pos += nb;
+        if (!finite)
+            return rvl_seterr(RVL_ERANGE, "the model's activations are not finite (NaN or "
+                              "infinity) at position %u: its arithmetic overflowed (an adapter "
+                              "scale or a RoPE setting too large?)", c->pos - nb);
     }
     if (logits)
         *logits = c->logits;

@@ -95,6 +95,12 @@ for bad in inf nan 1e999 -5000; do
     run 1 ruvllm run -m "$MODEL" -n 2 --lora "tests/data/lora/smol-r8:$bad" "Hi"
     err_has "the scale $bad is not a finite number"
 done
+# a legal but absurd scale overflows the arithmetic: an error, not empty
+# text and exit 0 (the overflow came out of the quantized matmuls as
+# constant logits, and greedy decoding picked the end-of-text token)
+run 1 ruvllm run -m "$MODEL" -n 8 --temp 0 --lora tests/data/lora/smol-r8:1000 "Hi"
+err_has "the model's activations are not finite"
+out_empty
 
 # ---- one conversation per session file --------------------------------------
 S2=$TMP/busy.rvls
