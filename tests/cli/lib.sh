@@ -5,6 +5,7 @@
 #   err_has "did you mean 'info'"   # assertions on the last run
 #   out_is ""                       # exact stdout
 #   finish
+#   skip_all "no model at $MODEL"   # instead: nothing can run (exit 77)
 #
 # RUVLLM is the binary under test (tests/run.sh sets it).
 set -u
@@ -74,6 +75,13 @@ wait_sigint_handler() {
         i=$((i + 1))
     done
     return 1
+}
+
+# skip_all REASON: nothing here can run (no model, no tool): say so in TAP
+# and exit 77, which tests/run.sh counts as a skip, not a pass
+skip_all() {
+    echo "1..0 # SKIP $*"
+    exit 77
 }
 
 finish() {
