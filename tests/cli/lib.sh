@@ -77,6 +77,17 @@ wait_sigint_handler() {
     return 1
 }
 
+# tensor_hashes FILE: per tensor of a GGUF file, in file order, its name,
+# type and the first 16 hex digits of the SHA-256 of its data (from the
+# "... bytes offset" columns of `ruvllm info`'s tensor table)
+tensor_hashes() {
+    ruvllm info --no-metadata "$1" | awk '$1 ~ /^[0-9]+$/ { print $2, $3, $(NF-1), $NF }' |
+    while read -r name type bytes off; do
+        h=$(tail -c +$((off + 1)) "$1" | head -c "$bytes" | sha256sum | cut -c1-16)
+        printf '%s\t%s\t%s\n' "$name" "$type" "$h"
+    done
+}
+
 # skip_all REASON: nothing here can run (no model, no tool): say so in TAP
 # and exit 77, which tests/run.sh counts as a skip, not a pass
 skip_all() {
