@@ -202,7 +202,18 @@ if [ -n "$bad" ]; then
 fi
 
 out=$W/report.md
+rev=$(git -C "$root" rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
+git -C "$root" diff --quiet HEAD 2>/dev/null || rev="$rev (with uncommitted changes)"
 {
+    echo "# Mutation testing"
+    echo ""
+    echo "Written by \`make mutation\` (tests/mutation.sh): each mutation of"
+    echo "tests/mutations.txt is applied alone to a copy of the tree, which is rebuilt"
+    echo "and made to run the tests the mutation names. A mutation is caught when one"
+    echo "of them fails; every one must be. Where: the line the mutation changed."
+    echo ""
+    echo "Run at $rev on $(date -u +%Y-%m-%d) ($(uname -m), $(nproc) cores)."
+    echo ""
     echo "| mutation | what it breaks | where | result | failing tests (of those run) |"
     echo "| --- | --- | --- | --- | --- |"
 } >"$out"
