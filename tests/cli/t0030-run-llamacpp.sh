@@ -24,8 +24,7 @@ REF=${RVL_LLAMACPP_REF:-tests/ref/llamacpp}
 TOL=${RVL_LLAMACPP_TOL:-0.5}
 
 if [ ! -f "$MODEL" ]; then
-    echo "1..0 # SKIP no model at $MODEL (make model)"
-    exit 0
+    skip_all "no model at $MODEL (make model)"
 fi
 
 # verdict EXPECTED OURS MARGINS: "match N", "close STEP OURS THEIRS MARGIN"

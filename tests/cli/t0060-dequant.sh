@@ -2,14 +2,15 @@
 # ruvllm dequant: every tensor of the default model (Q8_0 embeddings, Q4_1
 # matrices, F32 norms) to f32/f16/bf16; metadata copied with
 # general.file_type updated; the file runs; errors leave nothing at OUT.
-# tests/ref/check_dequant.py checks the values against gguf-py's dequantize
-# and the file in llama.cpp.
+# The values: every tensor's bytes are what gguf-py's dequantize makes of
+# it (rounded to f16/bf16 by gguf-py's quantize), by the SHA-256 digests
+# tests/ref/check_dequant.py --golden wrote to tests/ref/dequant/; that
+# script also checks the values directly and the file in llama.cpp.
 . tests/cli/lib.sh
 
 MODEL=${RVL_DEQUANT_MODEL:-${XDG_CACHE_HOME:-$HOME/.cache}/ruvllm/models/SmolLM2-135M-Instruct.Q4_1.gguf}
 if [ ! -f "$MODEL" ]; then
-    echo "1..0 # SKIP no model at $MODEL (make model)"
-    exit 0
+    skip_all "no model at $MODEL (make model)"
 fi
 
 # the tensor table of `ruvllm info`: "index name type ... bytes offset"
@@ -31,6 +32,15 @@ for t in f32 f16 bf16; do
     assert "$t: general.file_type $ft" "grep -q -E 'general.file_type +u32 +$ft\$' $OUT"
     out_has "tokenizer.chat_template"
     out_has "tokenizer.ggml.merges"
+    # the goldens are of the default model (RVL_DEQUANT_MODEL picks another)
+    if [ -z "${RVL_DEQUANT_MODEL:-}" ]; then
+        tensor_hashes "$TMP/m-$t.gguf" >"$TMP/m-$t.tsv"
+        assert "$t: every tensor's data is gguf-py's (tests/ref/dequant/smollm2-$t.tsv)" \
+            "cmp -s tests/ref/dequant/smollm2-$t.tsv $TMP/m-$t.tsv"
+        if ! cmp -s "tests/ref/dequant/smollm2-$t.tsv" "$TMP/m-$t.tsv"; then
+            diff "tests/ref/dequant/smollm2-$t.tsv" "$TMP/m-$t.tsv" | head -n 5 | sed 's/^/#   /'
+        fi
+    fi
 done
 # metadata identical apart from general.file_type
 meta() { ruvllm info --all --no-tensors "$1" | sed '/^totals:/,$d' | grep -v -e general.file_type -e '^file:' -e '^format:'; }
@@ -104,17 +114,34 @@ run 1 ruvllm dequant "$MODEL" "$TMP/nodir/x.gguf"
 assert "nothing at OUT after failures" "[ ! -e $TMP/x.gguf ]"
 assert "no temporaries left" "! ls $TMP | grep -q '\.tmp\.'"
 
-# Ctrl-C: exit 130, nothing at OUT
-"$RUVLLM" dequant -q --type f32 "$TMP/m-f16.gguf" "$TMP/int.gguf" 2>"$ERR" &
+# Ctrl-C: exit 130, nothing at OUT. Deterministic: stderr is a FIFO whose
+# buffer a filler has already filled, so dequant blocks writing its first
+# progress line, before the first tensor is converted, and stays blocked
+# until the signal has been sent; only then is the FIFO drained.
+mkfifo "$TMP/fifo"
+exec 3<>"$TMP/fifo"                 # a reader: the opens below do not block
+dd if=/dev/zero bs=4096 count=1024 2>/dev/null >&3 &
+filler=$!
+# full once the filler has written and sleeps (its only blocking call)
+i=0
+while [ $i -lt 200 ]; do
+    state=$(cut -d' ' -f3 /proc/$filler/stat 2>/dev/null)
+    wrote=$(sed -n 's/^wchar: //p' /proc/$filler/io 2>/dev/null)
+    [ "$state" = S ] && [ "${wrote:-0}" -ge 4096 ] && break
+    sleep 0.1
+    i=$((i + 1))
+done
+"$RUVLLM" dequant --type f32 "$TMP/m-f16.gguf" "$TMP/int.gguf" 2>"$TMP/fifo" 3>&- &
 pid=$!
 wait_sigint_handler $pid
-sleep 0.2
 kill -INT $pid
+tr -d '\000' <"$TMP/fifo" >"$ERR" 3>&- &
+drain=$!
+exec 3>&-
 wait $pid
 st=$?
-assert "interrupted dequant exits 130 (or had finished: 0)" "[ $st = 130 ] || [ $st = 0 ]"
-if [ $st = 130 ]; then
-    assert "interrupted: nothing at OUT" "[ ! -e $TMP/int.gguf ]"
-fi
+wait $filler $drain
+assert "interrupted dequant exits 130 (got $st)" "[ $st = 130 ]"
+assert "interrupted: nothing at OUT" "[ ! -e $TMP/int.gguf ]"
 assert "interrupted: no temporaries" "! ls $TMP | grep -q '\.tmp\.'"
 finish

@@ -11,21 +11,13 @@
 MODEL=${RVL_QUANTIZE_MODEL:-${XDG_CACHE_HOME:-$HOME/.cache}/ruvllm/models/SmolLM2-135M-Instruct.Q4_1.gguf}
 REF=tests/ref/quantize
 if [ ! -f "$MODEL" ]; then
-    echo "1..0 # SKIP no model at $MODEL (make model)"
-    exit 0
+    skip_all "no model at $MODEL (make model)"
 fi
 F16=$TMP/f16.gguf
 "$RUVLLM" dequant -q --type f16 "$MODEL" "$F16" || { echo "Bail out! dequant failed"; exit 1; }
 
-# name, type and sha256 prefix of every tensor, from `ruvllm info`'s table
-# (... bytes offset at the end of each row)
-hashes() {
-    ruvllm info --no-metadata "$1" | awk '$1 ~ /^[0-9]+$/ { print $2, $3, $(NF-1), $NF }' |
-    while read -r name type bytes off; do
-        h=$(tail -c +$((off + 1)) "$1" | head -c "$bytes" | sha256sum | cut -c1-16)
-        printf '%s\t%s\t%s\n' "$name" "$type" "$h"
-    done
-}
+# name, type and sha256 prefix of every tensor (lib.sh)
+hashes() { tensor_hashes "$@"; }
 
 for q in Q8_0 Q5_0 Q4_0 Q4_K_M; do
     run 0 ruvllm quantize -t 2 "$F16" "$TMP/$q.gguf" $q

@@ -11,8 +11,7 @@
 MODEL=${XDG_CACHE_HOME:-$HOME/.cache}/ruvllm/models/SmolLM2-135M-Instruct.Q4_1.gguf
 TEXT=${RVL_SHARED_DATA:-../shared/data}/text/wikitext-2-test.txt
 if [ ! -f "$MODEL" ] || [ ! -f "$TEXT" ]; then
-    echo "1..0 # SKIP no model at $MODEL or no $TEXT"
-    exit 0
+    skip_all "no model at $MODEL or no $TEXT"
 fi
 "$RUVLLM" dequant -q --type f16 "$MODEL" "$TMP/f16.gguf" || { echo "Bail out! dequant failed"; exit 1; }
 head -c 6000 "$TEXT" >"$TMP/text.txt"

@@ -2,6 +2,7 @@
 """Check `ruvllm dequant` against gguf-py and llama.cpp.
 
     python3 tests/ref/check_dequant.py [--model IN.gguf] [--type f32|f16|bf16]
+    python3 tests/ref/check_dequant.py --no-llama --golden [--model IN.gguf]
 
 Runs `build/ruvllm dequant IN OUT --type T` into a temporary directory and
 checks, with gguf-py 0.19.0 (numpy):
@@ -14,10 +15,14 @@ checks, with gguf-py 0.19.0 (numpy):
 and that llama.cpp (llama-cpp-python 0.3.36) loads OUT and that greedy
 generation of 16 tokens gives the same text from OUT in llama.cpp and in
 `ruvllm run --temp 0`.  Exit status 1 on any difference.
-Not run by `make check` (needs Python); tests/cli/t0060-dequant.sh covers
-the C side.
+Not run by `make check` (needs Python). --golden also writes, for each of
+f32, f16 and bf16, tests/ref/dequant/smollm2-<type>.tsv: per tensor its
+name, its output type and the first 16 hex digits of the SHA-256 of what
+gguf-py makes of it (the values checked above), in file order, which
+tests/cli/t0060-dequant.sh compares with `ruvllm dequant`'s output.
 """
 import argparse
+import hashlib
 import os
 import subprocess
 import sys
@@ -58,8 +63,21 @@ def main():
     ap.add_argument("--type", default="f32", choices=FTYPE)
     ap.add_argument("--ruvllm", default=os.path.join(ROOT, "build/ruvllm"))
     ap.add_argument("--no-llama", action="store_true", help="skip the llama.cpp checks")
+    ap.add_argument("--golden", action="store_true",
+                    help="check f32, f16 and bf16 and write tests/ref/dequant/smollm2-<type>.tsv")
     a = ap.parse_args()
+    if a.golden:
+        bad = 0
+        for t in FTYPE:
+            a.type = t
+            bad += check(a, golden=os.path.join(ROOT, "tests/ref/dequant", f"smollm2-{t}.tsv"))
+        return 1 if bad else 0
+    return check(a)
+
+
+def check(a, golden=None):
     bad = 0
+    lines = []
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "out.gguf")
         subprocess.run([a.ruvllm, "dequant", "-q", "--type", a.type, a.model, out], check=True)
@@ -90,12 +108,18 @@ def main():
             if want_t != T.F32:
                 ref = gguf.quants.quantize(ref, want_t)
             got = np.asarray(to.data)
+            lines.append(f"{ti.name}\t{want_t.name}\t{hashlib.sha256(ref.tobytes()).hexdigest()[:16]}\n")
             if ref.tobytes() != got.tobytes():
                 print(f"{ti.name}: data differs from gguf-py ({ti.tensor_type.name} -> {want_t.name})")
                 bad += 1
             else:
                 n_ok += 1
         print(f"{n_ok}/{len(ri.tensors)} tensors equal gguf-py's dequantize ({a.type})")
+        if golden:
+            os.makedirs(os.path.dirname(golden), exist_ok=True)
+            with open(golden, "w") as g:
+                g.writelines(lines)
+            print(f"wrote {golden}")
         if not a.no_llama:
             bad += check_llama(a, out)
     print("OK" if not bad else f"{bad} differences")

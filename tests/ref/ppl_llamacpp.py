@@ -4,11 +4,17 @@ windowed like llama-perplexity and `ruvllm bench ppl`: consecutive windows
 of n_ctx tokens, BOS in the first position when the model adds one, the
 second half of each window scored (positions n_ctx/2 .. n_ctx-2 predict the
 next token). Prints the running PPL per window and the final PPL with
-llama-perplexity's error estimate. Used for the README's perplexity row.
+llama-perplexity's error estimate. Used for the README's perplexity row,
+and (`#` lines first: versions, the text's sha256, the arguments) for the
+golden tests/ref/llamacpp-f32/ppl-c128.txt that
+tests/cli/t0051-ppl-llamacpp.sh compares `ruvllm bench ppl` with.
 
 usage: tests/ref/ppl_llamacpp.py MODEL TEXT N_CTX N_WINDOWS
 """
+import hashlib
 import math
+import os
+import platform
 import sys
 
 import numpy as np
@@ -31,7 +37,13 @@ def main():
     plain_cpu_backend()
     from llama_cpp import Llama
     path, text, n_ctx, windows = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
-    txt = open(text, "rb").read().decode("utf-8")
+    raw = open(text, "rb").read()
+    txt = raw.decode("utf-8")
+    import llama_cpp
+    print(f"# llama.cpp (llama-cpp-python {llama_cpp.__version__}), python {platform.python_version()}, "
+          f"numpy {np.__version__}")
+    print(f"# model {os.path.basename(path)}, n_ctx {n_ctx}, windows {windows}, second half of each scored")
+    print(f"# text sha256 {hashlib.sha256(raw).hexdigest()}")
     llm = Llama(model_path=path, n_ctx=n_ctx, logits_all=True, verbose=False, n_threads=2,
                 n_batch=n_ctx)
     add_bos = llm._model.add_bos_token() if hasattr(llm._model, "add_bos_token") else True
