@@ -197,7 +197,7 @@ static void check_variant(const variant *v)
     assert_int_equal(hp->n_ff, 128);
     assert_int_equal(hp->rope_type, v->rope_type);
     assert_int_equal(hp->tied_output, v->tied);
-    assert_int_equal(hp->has_qkv_bias, v->bias);
+    assert_int_equal(hp->block.qkv_bias, v->bias);
     const uint32_t nv = hp->n_vocab;
     assert_int_equal(nv, 272);
 

@@ -1,6 +1,9 @@
 /*
- * forward.c - the forward pass of Llama-family models, llama2.c-style: one
- * readable loop over layers, architecture differences as flags.
+ * forward.c - the forward pass, llama2.c-style: one readable loop over
+ * layers that follows the model's block recipe (rvl_block, ruvllm.h; the
+ * families are described in lib/engine/family.c). rvl_forward_block
+ * below lists the recipe features this loop implements; the loader
+ * refuses a model asking for another, naming the key.
  *
  * Per token: embedding row -> for each layer: RMSNorm, Q/K/V projections
  * (+ biases), RoPE, grouped-query attention over the KV cache, output
@@ -32,6 +35,13 @@
 #include "engine/model.h"
 #include "engine/ops.h"
 #include "rowops.h"
+
+/* The recipe this loop follows: the llama block (pre-attention RMSNorm,
+ * attention, residual, pre-FFN RMSNorm, SiLU-gated FFN, residual), with
+ * Q/K/V biases when the recipe has them. */
+const rvl_block rvl_forward_block = {
+    .norm_pre_attn = true, .norm_pre_ffn = true, .qkv_bias = true, .act = RVL_ACT_SILU,
+};
 
 /* Tokens processed together (RVL_UBATCH): each weight row is read once
  * per chunk and multiplied with every token's activations while it is in
@@ -88,6 +98,7 @@ static void forward_chunk(rvl_forward *c, const int32_t *tokens, uint32_t nb, ui
 {
     const rvl_model *m = c->m;
     const rvl_hparams *hp = &m->hp;
+    const rvl_block *B = &hp->block;
     const uint32_t dim = hp->n_embd, hd = hp->head_dim;
     const uint32_t q_dim = hp->n_head * hd, kv_dim = hp->n_head_kv * hd, ff = hp->n_ff;
     const size_t xb_stride = dim > q_dim ? dim : q_dim;
@@ -103,7 +114,7 @@ static void forward_chunk(rvl_forward *c, const int32_t *tokens, uint32_t nb, ui
     for (uint32_t l = 0; l < hp->n_layer; l++) {
         const rvl_layer *L = &m->layers[l];
 
-        /* attention block */
+        /* attention block: pre-attention norm (norm_pre_attn) */
         rvl_ops_norm_rows(c->pool, c->xb, xb_stride, c->x, dim,
                           c->norm_w + (size_t)(2 * l) * dim, dim, nb, hp->rms_eps);
         TRACE("attn_norm", l, c->xb, xb_stride, dim);
@@ -117,7 +128,7 @@ static void forward_chunk(rvl_forward *c, const int32_t *tokens, uint32_t nb, ui
         for (uint32_t t = 0; t < nb; t++) {
             float *q = c->q + (size_t)t * q_dim, *k = c->k + (size_t)t * kv_dim,
                   *v = c->v + (size_t)t * kv_dim;
-            if (c->bias) {
+            if (B->qkv_bias) {
                 const float *b = c->bias + (size_t)l * (q_dim + 2 * kv_dim);
                 for (uint32_t i = 0; i < q_dim; i++)
                     q[i] += b[i];
@@ -145,7 +156,7 @@ static void forward_chunk(rvl_forward *c, const int32_t *tokens, uint32_t nb, ui
             c->x[i] += c->xo[i];
         TRACE("ffn_inp", l, c->x, dim, dim);
 
-        /* SwiGLU feed-forward block */
+        /* gated feed-forward block: pre-FFN norm (norm_pre_ffn), SiLU (act) */
         rvl_ops_norm_rows(c->pool, c->xb, xb_stride, c->x, dim,
                           c->norm_w + (size_t)(2 * l + 1) * dim, dim, nb, hp->rms_eps);
         TRACE("ffn_norm", l, c->xb, xb_stride, dim);
@@ -327,7 +338,7 @@ static int cpu_open(rvl_backend **out, const rvl_model *m, const rvl_ctx_params 
     c->xo = calloc(UBATCH * dim, sizeof(float));
     c->logits = calloc((size_t)c->n_batch * hp->n_vocab, sizeof(float));
     c->norm_w = calloc((2 * (size_t)hp->n_layer + 1) * dim, sizeof(float));
-    if (hp->has_qkv_bias)
+    if (hp->block.qkv_bias)
         c->bias = calloc((size_t)hp->n_layer * (q_dim + 2 * kv_dim), sizeof(float));
     c->mm.pool = c->pool;
     c->mm.act = malloc(UBATCH * c->mm.act_stride);
@@ -337,7 +348,7 @@ static int cpu_open(rvl_backend **out, const rvl_model *m, const rvl_ctx_params 
     }
     if ((m->packed_max_group && !c->mm.unpack) || !c->rope_cos || !c->rope_sin || !c->x ||
         !c->xb || !c->q || !c->k || !c->v || !c->hb || !c->hb2 || !c->xo || !c->logits ||
-        !c->norm_w || (hp->has_qkv_bias && !c->bias) || !c->mm.act) {
+        !c->norm_w || (hp->block.qkv_bias && !c->bias) || !c->mm.act) {
         uint32_t n = c->n_ctx;
         forward_free(c);
         return rvl_seterr(RVL_ENOMEM, "out of memory for a context of %u tokens", n);
