@@ -984,13 +984,23 @@ static void test_model_unimplemented_block_feature_is_refused_naming_the_key(voi
     tm_build(&mb, RVL_TYPE_F32, true, false, 10);
     expect_open_error("swa.gguf", &mb, &sw, RVL_EUNSUPPORTED, "'qwen2.attention.sliding_window'");
     tm_free(&mb);
-    static const char *const tensors[] = {"blk.0.attn_q_norm.weight", "blk.0.post_ffw_norm.weight",
+    static const char *const tensors[] = {"blk.0.post_ffw_norm.weight",
                                           "blk.0.post_attention_norm.weight"};
     for (size_t i = 0; i < sizeof tensors / sizeof tensors[0]; i++) {
         spec s = {.extra_tensor = tensors[i]};
         snprintf(want, sizeof want, "tensor '%s'", tensors[i]);
         expect_open_error("feature-t.gguf", &m, &s, RVL_EUNSUPPORTED, want);
     }
+    /* implemented (qwen3's), but not llama's: the file does not fit its architecture */
+    spec qn = {.extra_tensor = "blk.0.attn_q_norm.weight"};
+    expect_open_error("feature-qn.gguf", &m, &qn, RVL_EFORMAT,
+                      "tensor 'blk.0.attn_q_norm.weight' asks for the block feature 'qk_norm', "
+                      "which architecture 'llama' does not have");
+
+    /* a family's own feature is required: qwen3 without its QK-norm gains */
+    spec q3 = {.arch = "qwen3"};
+    expect_open_error("qwen3-nonorm.gguf", &m, &q3, RVL_EFORMAT,
+                      "missing tensor 'blk.0.attn_q_norm.weight'");
 
     /* neutral: a window as long as the training context, a scale of 1 */
     spec n1 = {.u32_key = "attention.sliding_window", .u32_val = NCTX_TRAIN};

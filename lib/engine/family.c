@@ -11,9 +11,10 @@
  * reads the recipe's flags in its one loop.
  *
  * Adding a family is an entry in families[] (and, where the family is
- * truly different, a small function beside it); a recipe feature that no
- * backend implements yet is refused at load, naming the key or tensor
- * that asked for it, never ignored.
+ * truly different, a small function beside it). A feature the file asks
+ * for is refused at load, naming the key or tensor that asked for it,
+ * never ignored: RVL_EUNSUPPORTED when the forward pass does not
+ * implement it yet, RVL_EFORMAT when the family's description lacks it.
  */
 #include <math.h>
 #include <stddef.h>
@@ -37,6 +38,10 @@ static const rvl_family families[] = {
     /* Qwen2, Qwen2.5: Q/K/V biases, NeoX rotation */
     {.name = "qwen2", .rope_type = RVL_ROPE_NEOX, .bias = RVL_FAMILY_BIAS_REQUIRED,
      .block = {LLAMA_BLOCK, .qkv_bias = true}},
+    /* Qwen3 (dense): per-head RMSNorm of Q and K before RoPE, no biases,
+     * NeoX rotation; head_dim from attention.key_length */
+    {.name = "qwen3", .rope_type = RVL_ROPE_NEOX, .bias = RVL_FAMILY_BIAS_NONE,
+     .block = {LLAMA_BLOCK, .qk_norm = true}},
 };
 
 const rvl_family *rvl_family_find(const char *arch)
@@ -47,7 +52,7 @@ const rvl_family *rvl_family_find(const char *arch)
     return NULL;
 }
 
-const char *rvl_family_names(void) { return "llama, qwen2"; }
+const char *rvl_family_names(void) { return "llama, qwen2, qwen3"; }
 
 /* ====================================================================
  * Recipe features: names, and which backend lacks what
@@ -204,6 +209,13 @@ int rvl_family_recipe(const rvl_family *fam, const rvl_file *f, rvl_hparams *hp,
             return rvl_seterr(RVL_EUNSUPPORTED, "%s: %s '%s' asks for the block feature '%s', "
                               "which is not implemented", path, tensor ? "tensor" : "metadata key",
                               key, miss);
+        /* implemented, but not this family's (llama.cpp would not load it either) */
+        one.norm_pre_attn = fam->block.norm_pre_attn;
+        one.norm_pre_ffn = fam->block.norm_pre_ffn;
+        if ((miss = rvl_family_missing(&one, &fam->block)))
+            return rvl_seterr(RVL_EFORMAT, "%s: %s '%s' asks for the block feature '%s', which "
+                              "architecture '%s' does not have", path,
+                              tensor ? "tensor" : "metadata key", key, miss, fam->name);
     }
     for (size_t i = 0; i < sizeof unsupported_keys / sizeof unsupported_keys[0]; i++) {
         float v;

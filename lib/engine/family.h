@@ -27,14 +27,15 @@ typedef struct {
 
 /* borrowed (static); NULL for an unknown architecture */
 const rvl_family *rvl_family_find(const char *arch);
-/* "llama, qwen2": the architectures rvl_family_find knows */
+/* "llama, qwen2, qwen3": the architectures rvl_family_find knows */
 const char *rvl_family_names(void);
 
 /* Complete hp->block from the family and the file's feature keys and
  * tensors (hp's hyper-parameters already read), and refuse what `have`
  * (the CPU forward pass's recipe, rvl_forward_block) lacks: RVL_EUNSUPPORTED
  * naming the key or tensor that asked for it, or the architecture whose
- * description has it. */
+ * description has it; and a feature the file asks for that the family
+ * does not have: RVL_EFORMAT naming the key or tensor. */
 int rvl_family_recipe(const rvl_family *fam, const rvl_file *f, rvl_hparams *hp,
                       const rvl_block *have);
 

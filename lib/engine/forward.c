@@ -6,7 +6,7 @@
  * refuses a model asking for another, naming the key.
  *
  * Per token: embedding row -> for each layer: RMSNorm, Q/K/V projections
- * (+ biases), RoPE, grouped-query attention over the KV cache, output
+ * (+ biases, + per-head Q/K RMSNorm), RoPE, grouped-query attention over the KV cache, output
  * projection, residual; RMSNorm, SwiGLU FFN, residual -> final RMSNorm ->
  * output projection. Every buffer is allocated when the session opens;
  * decode never allocates. Matmuls run on the session's thread pool, split
@@ -38,9 +38,10 @@
 
 /* The recipe this loop follows: the llama block (pre-attention RMSNorm,
  * attention, residual, pre-FFN RMSNorm, SiLU-gated FFN, residual), with
- * Q/K/V biases when the recipe has them. */
+ * Q/K/V biases and per-head Q/K RMSNorm when the recipe has them. */
 const rvl_block rvl_forward_block = {
-    .norm_pre_attn = true, .norm_pre_ffn = true, .qkv_bias = true, .act = RVL_ACT_SILU,
+    .norm_pre_attn = true, .norm_pre_ffn = true, .qkv_bias = true, .qk_norm = true,
+    .act = RVL_ACT_SILU,
 };
 
 /* Tokens processed together (RVL_UBATCH): each weight row is read once
@@ -71,6 +72,8 @@ struct rvl_forward {
     float *logits;                /* (vocab) or (n_batch, vocab) with all_logits */
     float *norm_w;                /* dequantized norm weights: (2*n_layer+1, dim) */
     float *bias;                  /* dequantized biases: (n_layer, q_dim + 2*kv_dim) or NULL */
+    float *qk_norm;               /* dequantized Q and K norm gains: (n_layer, 2, head_dim)
+                                     or NULL */
     rvl_matmul mm;                /* pool; act: (UBATCH, act_stride) activations for
                                      vec_dot; unpack: per thread one group of packed
                                      rows (m->packed_max_group, aligned) */
@@ -136,6 +139,14 @@ static void forward_chunk(rvl_forward *c, const int32_t *tokens, uint32_t nb, ui
                     k[i] += b[q_dim + i];
                     v[i] += b[q_dim + kv_dim + i];
                 }
+            }
+            if (B->qk_norm) { /* each head of Q and K RMS-normed before RoPE */
+                const float *g = c->qk_norm + (size_t)l * 2 * hd;
+                for (uint32_t h = 0; h < hp->n_head; h++)
+                    rmsnorm_f32_ref(q + (size_t)h * hd, q + (size_t)h * hd, g, hd, hp->rms_eps);
+                for (uint32_t h = 0; h < hp->n_head_kv; h++)
+                    rmsnorm_f32_ref(k + (size_t)h * hd, k + (size_t)h * hd, g + hd, hd,
+                                    hp->rms_eps);
             }
             const float *cs = c->rope_cos + (size_t)(pos0 + t) * half;
             const float *sn = c->rope_sin + (size_t)(pos0 + t) * half;
@@ -251,6 +262,7 @@ static void forward_free(rvl_forward *c)
     free(c->logits);
     free(c->norm_w);
     free(c->bias);
+    free(c->qk_norm);
     free(c->mm.act);
     free(c->mm.unpack);
     free(c);
@@ -340,6 +352,8 @@ static int cpu_open(rvl_backend **out, const rvl_model *m, const rvl_ctx_params 
     c->norm_w = calloc((2 * (size_t)hp->n_layer + 1) * dim, sizeof(float));
     if (hp->block.qkv_bias)
         c->bias = calloc((size_t)hp->n_layer * (q_dim + 2 * kv_dim), sizeof(float));
+    if (hp->block.qk_norm)
+        c->qk_norm = calloc((size_t)hp->n_layer * 2 * hd, sizeof(float));
     c->mm.pool = c->pool;
     c->mm.act = malloc(UBATCH * c->mm.act_stride);
     if (m->packed_max_group) {
@@ -348,7 +362,8 @@ static int cpu_open(rvl_backend **out, const rvl_model *m, const rvl_ctx_params 
     }
     if ((m->packed_max_group && !c->mm.unpack) || !c->rope_cos || !c->rope_sin || !c->x ||
         !c->xb || !c->q || !c->k || !c->v || !c->hb || !c->hb2 || !c->xo || !c->logits ||
-        !c->norm_w || (hp->block.qkv_bias && !c->bias) || !c->mm.act) {
+        !c->norm_w || (hp->block.qkv_bias && !c->bias) ||
+        (hp->block.qk_norm && !c->qk_norm) || !c->mm.act) {
         uint32_t n = c->n_ctx;
         forward_free(c);
         return rvl_seterr(RVL_ENOMEM, "out of memory for a context of %u tokens", n);
@@ -374,6 +389,10 @@ static int cpu_open(rvl_backend **out, const rvl_model *m, const rvl_ctx_params 
             dequant_vec(&L->bq, b);
             dequant_vec(&L->bk, b + q_dim);
             dequant_vec(&L->bv, b + q_dim + kv_dim);
+        }
+        if (c->qk_norm) {
+            dequant_vec(&L->q_norm, c->qk_norm + (size_t)l * 2 * hd);
+            dequant_vec(&L->k_norm, c->qk_norm + (size_t)l * 2 * hd + hd);
         }
     }
     dequant_vec(&m->output_norm, c->norm_w + (size_t)(2 * hp->n_layer) * dim);

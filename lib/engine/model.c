@@ -160,6 +160,10 @@ static int load_weights(rvl_model *m, const rvl_family *fam)
         W(bq, "attn_q.bias", QD, 0, hp->block.qkv_bias);
         W(bk, "attn_k.bias", KVD, 0, hp->block.qkv_bias);
         W(bv, "attn_v.bias", KVD, 0, hp->block.qkv_bias);
+        if (hp->block.qk_norm) {
+            W(q_norm, "attn_q_norm.weight", hp->head_dim, 0, true);
+            W(k_norm, "attn_k_norm.weight", hp->head_dim, 0, true);
+        }
         W(ffn_norm, "ffn_norm.weight", E, 0, true);
         W(w_gate, "ffn_gate.weight", E, F, true);
         W(w_up, "ffn_up.weight", E, F, true);

@@ -286,9 +286,9 @@ static void test_refuses_format(void **state)
 }
 
 /* a block-recipe feature the Metal forward pass lacks: RVL_EUNSUPPORTED
- * naming it. No file asks for one yet (the loader refuses what the CPU
- * lacks too), so the recipe of an open model is edited, as a family the
- * CPU implements first would present it. */
+ * naming it: Qwen3's QK-norm, and, as no file can ask for them yet (the
+ * loader refuses what the CPU lacks too), features set by editing the
+ * recipe of an open model. */
 static void test_refuses_block_feature(void **state)
 {
     (void)state;
@@ -316,6 +316,15 @@ static void test_refuses_block_feature(void **state)
             fail_msg("message does not name '%s' and metal: %s", want[i], msg.c_str());
     }
     hp->block = orig;
+    rvl_model_close(m);
+
+    /* a family the CPU runs: Qwen3's QK-norm */
+    m = open_model(DATA_DIR "/qwen3.gguf");
+    rvl_backend *b = nullptr;
+    assert_int_equal(rvl_metal_backend_ops.open(&b, m, &cp), RVL_EUNSUPPORTED);
+    const std::string msg = rvl_errmsg();
+    if (msg.find("qk_norm") == std::string::npos || msg.find("qwen3") == std::string::npos)
+        fail_msg("message does not name qk_norm and qwen3: %s", msg.c_str());
     rvl_model_close(m);
 }
 
