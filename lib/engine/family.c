@@ -96,26 +96,29 @@ const char *rvl_family_missing(const rvl_block *b, const rvl_block *have)
  * What a file asks for
  * ==================================================================== */
 
-/* Keys (under "<arch>.", llama.cpp's names) and tensors (layer 0's: the
- * others must agree, which the weight loader checks) that switch a recipe
- * feature on. A key at its neutral value asks for nothing. */
+/* Keys (under "<arch>.", llama.cpp's names) and tensors (layer 0's: a
+ * family that has the feature requires the tensor in every layer, which
+ * the weight loader checks) that switch a recipe feature on. A key at 0
+ * or at its neutral value asks for nothing; so does a window as long as
+ * the training context. */
 typedef enum { SRC_F32, SRC_U32, SRC_TENSOR } src_kind;
 static const struct {
     const char *name;
     src_kind kind;
     size_t off;          /* the rvl_block field: float, uint32_t or bool */
+    float neutral;       /* keys: the value that asks for nothing besides 0 */
 } sources[] = {
-    {"embedding_scale", SRC_F32, offsetof(rvl_block, embd_scale)},
-    {"attention.scale", SRC_F32, offsetof(rvl_block, q_scale)},
-    {"attn_logit_softcapping", SRC_F32, offsetof(rvl_block, attn_softcap)},
-    {"final_logit_softcapping", SRC_F32, offsetof(rvl_block, final_softcap)},
-    {"attention.sliding_window", SRC_U32, offsetof(rvl_block, swa_window)},
-    {"rope.freq_base_swa", SRC_F32, offsetof(rvl_block, swa_rope_base)},
-    {"blk.0.attn_q_norm.weight", SRC_TENSOR, offsetof(rvl_block, qk_norm)},
-    {"blk.0.attn_k_norm.weight", SRC_TENSOR, offsetof(rvl_block, qk_norm)},
-    {"blk.0.post_attention_norm.weight", SRC_TENSOR, offsetof(rvl_block, norm_post_attn)},
-    {"blk.0.post_ffw_norm.weight", SRC_TENSOR, offsetof(rvl_block, norm_post_ffn)},
-    {"blk.0.attn_qkv.weight", SRC_TENSOR, offsetof(rvl_block, fused_qkv)},
+    {"embedding_scale", SRC_F32, offsetof(rvl_block, embd_scale), 1},
+    {"attention.scale", SRC_F32, offsetof(rvl_block, q_scale), 0},
+    {"attn_logit_softcapping", SRC_F32, offsetof(rvl_block, attn_softcap), 0},
+    {"final_logit_softcapping", SRC_F32, offsetof(rvl_block, final_softcap), 0},
+    {"attention.sliding_window", SRC_U32, offsetof(rvl_block, swa_window), 0},
+    {"rope.freq_base_swa", SRC_F32, offsetof(rvl_block, swa_rope_base), 0},
+    {"blk.0.attn_q_norm.weight", SRC_TENSOR, offsetof(rvl_block, qk_norm), 0},
+    {"blk.0.attn_k_norm.weight", SRC_TENSOR, offsetof(rvl_block, qk_norm), 0},
+    {"blk.0.post_attention_norm.weight", SRC_TENSOR, offsetof(rvl_block, norm_post_attn), 0},
+    {"blk.0.post_ffw_norm.weight", SRC_TENSOR, offsetof(rvl_block, norm_post_ffn), 0},
+    {"blk.0.attn_qkv.weight", SRC_TENSOR, offsetof(rvl_block, fused_qkv), 0},
 };
 
 /* Keys that change the computation and have no recipe field yet: present
@@ -177,6 +180,8 @@ int rvl_family_recipe(const rvl_family *fam, const rvl_file *f, rvl_hparams *hp,
             snprintf(key, sizeof key, "%s", sources[i].name);
         else
             snprintf(key, sizeof key, "%s.%s", hp->arch, sources[i].name);
+
+        /* what the file asks for, into the recipe and into `one` alone */
         if (tensor) {
             if (!rvl_file_find_tensor(f, key))
                 continue;
@@ -188,8 +193,8 @@ int rvl_family_recipe(const rvl_family *fam, const rvl_file *f, rvl_hparams *hp,
                     return rc;
                 continue;
             }
-            if (v == 0 || (sources[i].off == offsetof(rvl_block, embd_scale) && v == 1))
-                continue; /* neutral */
+            if (v == 0 || v == sources[i].neutral)
+                continue;
             *(float *)field = *(float *)one_field = v;
         } else {
             uint32_t v = 0;
@@ -198,18 +203,19 @@ int rvl_family_recipe(const rvl_family *fam, const rvl_file *f, rvl_hparams *hp,
                     return rc;
                 continue;
             }
-            /* a window as long as the training context is no window */
             if (v == 0 || v >= hp->n_ctx_train)
                 continue;
             *(uint32_t *)field = *(uint32_t *)one_field = v;
         }
+
+        /* `one` against the loop, then against the family (the pre-norms
+         * are the block's shape, not asked for by a key) */
         one.norm_pre_attn = have->norm_pre_attn;
         one.norm_pre_ffn = have->norm_pre_ffn;
         if ((miss = rvl_family_missing(&one, have)))
             return rvl_seterr(RVL_EUNSUPPORTED, "%s: %s '%s' asks for the block feature '%s', "
                               "which is not implemented", path, tensor ? "tensor" : "metadata key",
                               key, miss);
-        /* implemented, but not this family's (llama.cpp would not load it either) */
         one.norm_pre_attn = fam->block.norm_pre_attn;
         one.norm_pre_ffn = fam->block.norm_pre_ffn;
         if ((miss = rvl_family_missing(&one, &fam->block)))
