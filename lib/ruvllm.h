@@ -462,6 +462,36 @@ typedef enum {
     RVL_ROPE_SCALING_NTK,   /* NTK-aware: base * factor^(d/(d-2)), positions unscaled */
 } rvl_rope_scaling;
 
+/* The per-layer block recipe of a model family (lib/engine/family.c): the
+ * family's description, completed by the file's keys. The llama block is
+ * pre-attention RMSNorm, attention, residual, pre-FFN RMSNorm, SiLU-gated
+ * FFN, residual; every other setting is a feature a backend implements or
+ * refuses naming it (rvl_family_missing). */
+typedef enum { RVL_ACT_SILU = 0, RVL_ACT_GELU_TANH } rvl_act;
+typedef enum {
+    RVL_LAYER_GLOBAL = 0,   /* attends to every earlier position */
+    RVL_LAYER_WINDOW,       /* to the last swa_window positions, on swa_rope_base */
+} rvl_layer_kind;
+typedef struct {
+    bool norm_pre_attn;     /* attn_norm before attention */
+    bool norm_post_attn;    /* post_attention_norm on the attention output */
+    bool norm_pre_ffn;      /* ffn_norm before the FFN */
+    bool norm_post_ffn;     /* post_ffw_norm on the FFN output */
+    bool qk_norm;           /* per-head RMSNorm of Q and K before RoPE */
+    bool qkv_bias;          /* Q/K/V biases (qwen2) */
+    bool fused_qkv;         /* one attn_qkv tensor */
+    bool fused_gate_up;     /* ffn_up holds gate and up (2 x n_ff rows) */
+    rvl_act act;            /* the gated FFN's activation */
+    float embd_scale;       /* embedding rows times this (0: none) */
+    float q_scale;          /* attention scale (0: 1/sqrt(head_dim)) */
+    float attn_softcap;     /* c*tanh(s/c) of the attention scores (0: none) */
+    float final_softcap;    /* of the output logits (0: none) */
+    uint32_t swa_window;    /* sliding window in positions (0: none) */
+    uint32_t swa_period;    /* with a window: every swa_period-th layer global
+                               (0: every layer windowed) */
+    float swa_rope_base;    /* RoPE base of windowed layers (0: rope_base) */
+} rvl_block;
+
 typedef struct {
     char arch[32];          /* general.architecture */
     uint32_t n_layer;       /* <arch>.block_count */
@@ -484,9 +514,16 @@ typedef struct {
     float yarn_ext_factor;  /* extrapolation mix (1 with YaRN, else 0) */
     float rope_attn_factor; /* rope.scaling.attn_factor (default 1) */
     bool has_rope_freqs;    /* Llama 3.1: per-frequency divisors in rope_freqs.weight */
-    bool has_qkv_bias;      /* qwen2 */
     bool tied_output;       /* output.weight absent: reuse token_embd */
+    rvl_block block;        /* what each layer does */
 } rvl_hparams;
+
+/* Layer l's kind under the recipe. */
+rvl_layer_kind rvl_family_layer_kind(const rvl_block *b, uint32_t l);
+/* The first feature of b outside `have` (the llama block plus what a
+ * backend adds), as the recipe's name for it ("qk_norm", "attn_softcap",
+ * ...); NULL when `have` covers b. Backends refuse a model with it. */
+const char *rvl_family_missing(const rvl_block *b, const rvl_block *have);
 
 typedef struct rvl_model rvl_model;
 /* owned: close with rvl_model_close. Opens the file, reads hyper-parameters

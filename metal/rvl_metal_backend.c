@@ -350,7 +350,7 @@ static void forward_chunk(rvl_backend *b, const rvl_backend_ops *o, const int32_
         o->matmul(b, o->weight(b, l, RVL_WEIGHT_Q), xb, xbs, q, q_dim, nb);   // (nb, q_dim)
         o->matmul(b, o->weight(b, l, RVL_WEIGHT_K), xb, xbs, k, kv_dim, nb);  // (nb, kv_dim)
         o->matmul(b, o->weight(b, l, RVL_WEIGHT_V), xb, xbs, v, kv_dim, nb);  // (nb, kv_dim)
-        if (hp->has_qkv_bias) {
+        if (hp->block.qkv_bias) {
             o->add_row(b, q, q_dim, o->vec(b, l, RVL_WEIGHT_BQ), q_dim, nb);
             o->add_row(b, k, kv_dim, o->vec(b, l, RVL_WEIGHT_BK), kv_dim, nb);
             o->add_row(b, v, kv_dim, o->vec(b, l, RVL_WEIGHT_BV), kv_dim, nb);
@@ -502,6 +502,12 @@ static int load_vec(const rvl_model *m, uint32_t layer, rvl_weight_role role, fl
     return rc < 0 ? rc : rvl_model_weight_rows(&w, 0, 1, dst);
 }
 
+/* The block recipe features forward_chunk implements (rvl_family_missing):
+ * the llama block, with Q/K/V biases when the recipe has them. */
+static const rvl_block mtl_block = {
+    .norm_pre_attn = true, .norm_pre_ffn = true, .qkv_bias = true, .act = RVL_ACT_SILU,
+};
+
 /* p: the context's parameters, n_ctx and n_batch resolved */
 static int mtl_open(rvl_backend **out, const rvl_model *m, const rvl_ctx_params *p)
 {
@@ -529,6 +535,10 @@ static int mtl_open(rvl_backend **out, const rvl_model *m, const rvl_ctx_params 
     if (hp->n_head % hp->n_head_kv)
         return rvl_seterr(RVL_EFORMAT, "%u query heads are not a multiple of %u KV heads",
                           hp->n_head, hp->n_head_kv);
+    const char *miss = rvl_family_missing(&hp->block, &mtl_block);
+    if (miss)
+        return rvl_seterr(RVL_EUNSUPPORTED, "architecture '%s': the block feature '%s' is not "
+                          "implemented by the metal backend", hp->arch, miss);
 
     rvl_backend *b = calloc(1, sizeof *b);
     if (!b)
@@ -585,7 +595,7 @@ static int mtl_open(rvl_backend **out, const rvl_model *m, const rvl_ctx_params 
     const size_t half = hp->rope_dim / 2, nbias = q_dim + 2 * kv_dim;
     const size_t xbs = dim > q_dim ? dim : q_dim;
     if ((rc = new_buf(b, &b->norm_w, (2 * hp->n_layer + 1) * dim * 4, "norm weights")) < 0 ||
-        (hp->has_qkv_bias &&
+        (hp->block.qkv_bias &&
          (rc = new_buf(b, &b->bias, hp->n_layer * nbias * 4, "qkv biases")) < 0) ||
         (rc = new_buf(b, &b->rope_cos, b->n_ctx * half * 4 + 4, "rope cos")) < 0 ||
         (rc = new_buf(b, &b->rope_sin, b->n_ctx * half * 4 + 4, "rope sin")) < 0 ||

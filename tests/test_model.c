@@ -305,6 +305,11 @@ typedef struct {
     uint32_t extra_tokens;    /* tokens beyond token_embd's rows */
     uint32_t fewer_tokens;    /* tokens missing from the list (rows without one) */
     float rope_factor_raw;    /* written as is, even when not finite (0: unused) */
+    const char *f32_key;      /* one more <arch>.KEY = f32_val (NULL: none) */
+    float f32_val;
+    const char *u32_key;      /* one more <arch>.KEY = u32_val (NULL: none) */
+    uint32_t u32_val;
+    const char *extra_tensor; /* one more F32 tensor of HD values (NULL: none) */
 } spec;
 
 /* GPT-2's bytes_to_unicode: printable Latin-1 bytes map to themselves,
@@ -435,6 +440,10 @@ static int write_model(const char *path, const tmodel *m, const spec *s)
         U32(KEY("rope.scaling.original_context_length"), s->yarn_orig_ctx);
     if (s->vocab_size)
         U32(KEY("vocab_size"), s->vocab_size);
+    if (s->f32_key)
+        F32(KEY(s->f32_key), s->f32_val);
+    if (s->u32_key)
+        U32(KEY(s->u32_key), s->u32_val);
     STR("tokenizer.ggml.model", "gpt2");
     STR("tokenizer.ggml.pre", "gpt-2");
     if (!omitted(s, "tokenizer.ggml.tokens"))
@@ -477,6 +486,10 @@ static int write_model(const char *path, const tmodel *m, const spec *s)
         rc = rvl_gguf_writer_add_tensor(w, t->name, type, t->n_dims, ne, t->data);
         assert_int_equal(rc, 0);
     }
+    static const float ones[HD] = {[0 ... HD - 1] = 1.0f};
+    if (s->extra_tensor)
+        assert_int_equal(rvl_gguf_writer_add_tensor(w, s->extra_tensor, RVL_TYPE_F32, 1,
+                                                    (uint64_t[2]){HD, 1}, ones), 0);
     rc = rvl_gguf_writer_finish(w);
     free(vb);
     return rc;
@@ -731,7 +744,7 @@ static void test_model_reads_llama_hyperparameters(void **state)
     assert_int_equal(hp->rope_type, RVL_ROPE_NORM);
     assert_int_equal(hp->rope_scaling, RVL_ROPE_SCALING_NONE);
     assert_true(hp->rope_factor == 1.0f);
-    assert_false(hp->has_qkv_bias);
+    assert_false(hp->block.qkv_bias);
     assert_false(hp->tied_output);
 
     /* the tokenizer comes with the model */
@@ -762,7 +775,7 @@ static void test_model_detects_tied_output_and_qwen2_flags(void **state)
 
     assert_string_equal(hp->arch, "qwen2");
     assert_true(hp->tied_output);
-    assert_true(hp->has_qkv_bias);
+    assert_true(hp->block.qkv_bias);
     assert_int_equal(hp->rope_type, RVL_ROPE_NEOX);
     assert_int_equal(hp->n_vocab, V);
     rvl_model_close(mod);
@@ -945,6 +958,90 @@ static void test_model_unsupported_architecture_is_named(void **state)
     spec s2 = {.arch = "mamba"};
     expect_open_error("arch2.gguf", &m, &s2, RVL_EUNSUPPORTED, "mamba");
     tm_free(&m);
+}
+
+/* A block feature the forward pass does not implement yet is refused,
+ * naming the key or tensor that asked for it; a key at its neutral value
+ * asks for nothing. */
+static void test_model_unimplemented_block_feature_is_refused_naming_the_key(void **state)
+{
+    (void)state;
+    tmodel m;
+    tm_build(&m, RVL_TYPE_F32, false, false, 10);
+    static const struct { const char *key; float v; } f32s[] = {
+        {"attn_logit_softcapping", 50}, {"final_logit_softcapping", 30},
+        {"embedding_scale", 12}, {"attention.scale", 0.125f}, {"rope.freq_base_swa", 10000},
+        {"logit_scale", 2}, {"residual_scale", 0.5f},
+    };
+    char want[96];
+    for (size_t i = 0; i < sizeof f32s / sizeof f32s[0]; i++) {
+        spec s = {.f32_key = f32s[i].key, .f32_val = f32s[i].v};
+        snprintf(want, sizeof want, "'llama.%s'", f32s[i].key);
+        expect_open_error("feature.gguf", &m, &s, RVL_EUNSUPPORTED, want);
+    }
+    spec sw = {.arch = "qwen2", .u32_key = "attention.sliding_window", .u32_val = 4};
+    tmodel mb;
+    tm_build(&mb, RVL_TYPE_F32, true, false, 10);
+    expect_open_error("swa.gguf", &mb, &sw, RVL_EUNSUPPORTED, "'qwen2.attention.sliding_window'");
+    tm_free(&mb);
+    static const char *const tensors[] = {"blk.0.post_ffw_norm.weight",
+                                          "blk.0.post_attention_norm.weight"};
+    for (size_t i = 0; i < sizeof tensors / sizeof tensors[0]; i++) {
+        spec s = {.extra_tensor = tensors[i]};
+        snprintf(want, sizeof want, "tensor '%s'", tensors[i]);
+        expect_open_error("feature-t.gguf", &m, &s, RVL_EUNSUPPORTED, want);
+    }
+    /* implemented (qwen3's), but not llama's: the file does not fit its architecture */
+    spec qn = {.extra_tensor = "blk.0.attn_q_norm.weight"};
+    expect_open_error("feature-qn.gguf", &m, &qn, RVL_EFORMAT,
+                      "tensor 'blk.0.attn_q_norm.weight' asks for the block feature 'qk_norm', "
+                      "which architecture 'llama' does not have");
+
+    /* a family's own feature is required: qwen3 without its QK-norm gains */
+    spec q3 = {.arch = "qwen3"};
+    expect_open_error("qwen3-nonorm.gguf", &m, &q3, RVL_EFORMAT,
+                      "missing tensor 'blk.0.attn_q_norm.weight'");
+
+    /* neutral: a window as long as the training context, a scale of 1 */
+    spec n1 = {.u32_key = "attention.sliding_window", .u32_val = NCTX_TRAIN};
+    rvl_model *mod = open_model("neutral.gguf", &m, &n1);
+    assert_int_equal(rvl_model_hparams(mod)->block.swa_window, 0);
+    rvl_model_close(mod);
+    spec n2 = {.f32_key = "embedding_scale", .f32_val = 1};
+    mod = open_model("neutral2.gguf", &m, &n2);
+    assert_true(rvl_model_hparams(mod)->block.embd_scale == 0);
+    rvl_model_close(mod);
+    tm_free(&m);
+}
+
+/* The recipe's helpers: a backend's missing feature by name, layer kinds. */
+static void test_family_recipe_features_and_layer_kinds(void **state)
+{
+    (void)state;
+    const rvl_block llama = {.norm_pre_attn = true, .norm_pre_ffn = true};
+    rvl_block b = llama;
+    assert_null(rvl_family_missing(&b, &llama));
+    b.qk_norm = true;
+    assert_string_equal(rvl_family_missing(&b, &llama), "qk_norm");
+    b = llama;
+    b.act = RVL_ACT_GELU_TANH;
+    assert_string_equal(rvl_family_missing(&b, &llama), "act gelu_tanh");
+    b = llama;
+    b.final_softcap = 30;
+    assert_string_equal(rvl_family_missing(&b, &llama), "final_softcap");
+    b = llama;
+    b.norm_pre_ffn = false;
+    assert_string_equal(rvl_family_missing(&b, &llama), "no norm_pre_ffn");
+
+    /* Gemma 3's pattern: five windowed layers, then a global one */
+    b = (rvl_block){.swa_window = 512, .swa_period = 6};
+    for (uint32_t l = 0; l < 12; l++)
+        assert_int_equal(rvl_family_layer_kind(&b, l),
+                         l == 5 || l == 11 ? RVL_LAYER_GLOBAL : RVL_LAYER_WINDOW);
+    b.swa_period = 0;
+    assert_int_equal(rvl_family_layer_kind(&b, 5), RVL_LAYER_WINDOW);
+    b.swa_window = 0;
+    assert_int_equal(rvl_family_layer_kind(&b, 0), RVL_LAYER_GLOBAL);
 }
 
 static void test_model_head_count_kv_must_divide_head_count(void **state)
@@ -1613,6 +1710,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         TEST(test_model_reads_llama_hyperparameters),
         TEST(test_model_detects_tied_output_and_qwen2_flags),
+        TEST(test_model_unimplemented_block_feature_is_refused_naming_the_key),
+        TEST(test_family_recipe_features_and_layer_kinds),
         TEST(test_model_reads_optional_rope_keys),
         TEST(test_model_missing_key_is_named),
         TEST(test_model_missing_tensor_is_named),

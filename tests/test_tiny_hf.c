@@ -2,10 +2,12 @@
  * test_tiny_hf.c - the forward pass gives Hugging Face transformers'
  * logits on tiny random-weight models of the variants no shipped model
  * covers: Llama (untied and tied output), Qwen2 (Q/K/V biases, NeoX
- * RoPE), and Llama with linear, YaRN and Llama-3.1 RoPE scaling.
+ * RoPE), Llama with linear, YaRN and Llama-3.1 RoPE scaling, and Qwen3
+ * (per-head Q/K RMSNorm before RoPE, head_dim 32 from
+ * attention.key_length).
  *
  * tests/ref/gen_tiny_hf.py built each model with transformers (hidden 64,
- * 2 layers, 4 query heads over 2 KV heads of 16, intermediate 128,
+ * 2 layers, 4 query heads over 2 KV heads of 16 (qwen3: 32), intermediate 128,
  * vocabulary 272, f32 weights, seeded), wrote it as GGUF the way
  * llama.cpp's converter would (tests/data/tiny/<name>.gguf) and stored
  * transformers' logits for every position of one 64-token sequence
@@ -174,6 +176,8 @@ typedef struct {
     const char *arch;
     bool tied, bias;
     rvl_rope_type rope_type;
+    bool qk_norm;
+    uint32_t head_dim;       /* 0: 16 */
 } variant;
 
 static void check_variant(const variant *v)
@@ -193,11 +197,13 @@ static void check_variant(const variant *v)
     assert_int_equal(hp->n_embd, 64);
     assert_int_equal(hp->n_head, 4);
     assert_int_equal(hp->n_head_kv, 2);
-    assert_int_equal(hp->head_dim, 16);
+    assert_int_equal(hp->head_dim, v->head_dim ? v->head_dim : 16);
+    assert_int_equal(hp->rope_dim, hp->head_dim);
+    assert_int_equal(hp->block.qk_norm, v->qk_norm);
     assert_int_equal(hp->n_ff, 128);
     assert_int_equal(hp->rope_type, v->rope_type);
     assert_int_equal(hp->tied_output, v->tied);
-    assert_int_equal(hp->has_qkv_bias, v->bias);
+    assert_int_equal(hp->block.qkv_bias, v->bias);
     const uint32_t nv = hp->n_vocab;
     assert_int_equal(nv, 272);
 
@@ -248,37 +254,43 @@ static void check_variant(const variant *v)
 static void test_llama_matches_transformers(void **state)
 {
     (void)state;
-    check_variant(&(variant){"llama", "llama", false, false, RVL_ROPE_NORM});
+    check_variant(&(variant){"llama", "llama", false, false, RVL_ROPE_NORM, false, 0});
 }
 
 static void test_llama_tied_output_matches_transformers(void **state)
 {
     (void)state;
-    check_variant(&(variant){"llama-tied", "llama", true, false, RVL_ROPE_NORM});
+    check_variant(&(variant){"llama-tied", "llama", true, false, RVL_ROPE_NORM, false, 0});
 }
 
 static void test_qwen2_biases_and_neox_rope_match_transformers(void **state)
 {
     (void)state;
-    check_variant(&(variant){"qwen2", "qwen2", false, true, RVL_ROPE_NEOX});
+    check_variant(&(variant){"qwen2", "qwen2", false, true, RVL_ROPE_NEOX, false, 0});
 }
 
 static void test_llama_linear_rope_scaling_matches_transformers(void **state)
 {
     (void)state;
-    check_variant(&(variant){"llama-linear", "llama", false, false, RVL_ROPE_NORM});
+    check_variant(&(variant){"llama-linear", "llama", false, false, RVL_ROPE_NORM, false, 0});
 }
 
 static void test_llama_yarn_rope_scaling_matches_transformers(void **state)
 {
     (void)state;
-    check_variant(&(variant){"llama-yarn", "llama", false, false, RVL_ROPE_NORM});
+    check_variant(&(variant){"llama-yarn", "llama", false, false, RVL_ROPE_NORM, false, 0});
 }
 
 static void test_llama31_rope_freqs_match_transformers(void **state)
 {
     (void)state;
-    check_variant(&(variant){"llama3", "llama", false, false, RVL_ROPE_NORM});
+    check_variant(&(variant){"llama3", "llama", false, false, RVL_ROPE_NORM, false, 0});
+}
+
+static void test_qwen3_qk_norm_matches_transformers(void **state)
+{
+    (void)state;
+    check_variant(&(variant){"qwen3", "qwen3", false, false, RVL_ROPE_NEOX, true, 32});
 }
 
 /* The metadata the loader must have read for the scaled variants. */
@@ -320,6 +332,7 @@ int main(void)
         cmocka_unit_test(test_llama_linear_rope_scaling_matches_transformers),
         cmocka_unit_test(test_llama_yarn_rope_scaling_matches_transformers),
         cmocka_unit_test(test_llama31_rope_freqs_match_transformers),
+        cmocka_unit_test(test_qwen3_qk_norm_matches_transformers),
         cmocka_unit_test(test_scaled_variants_load_their_rope_scaling_metadata),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

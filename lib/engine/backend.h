@@ -14,6 +14,9 @@ struct rvl_kvcache;
 
 /* The "cpu" backend. */
 extern const rvl_backend_ops rvl_forward_ops;
+/* The block recipe features its forward pass implements (rvl_family_missing):
+ * the loader refuses a model asking for another. */
+extern const rvl_block rvl_forward_block;
 
 /* For session files (rvl_ctx_kvc, rvl_ctx_set_pos): a CPU session's paged
  * KV cache (lib/engine/kvcache.h; borrowed, valid while b is open), and

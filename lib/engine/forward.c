@@ -1,9 +1,12 @@
 /*
- * forward.c - the forward pass of Llama-family models, llama2.c-style: one
- * readable loop over layers, architecture differences as flags.
+ * forward.c - the forward pass, llama2.c-style: one readable loop over
+ * layers that follows the model's block recipe (rvl_block, ruvllm.h; the
+ * families are described in lib/engine/family.c). rvl_forward_block
+ * below lists the recipe features this loop implements; the loader
+ * refuses a model asking for another, naming the key.
  *
  * Per token: embedding row -> for each layer: RMSNorm, Q/K/V projections
- * (+ biases), RoPE, grouped-query attention over the KV cache, output
+ * (+ biases, + per-head Q/K RMSNorm), RoPE, grouped-query attention over the KV cache, output
  * projection, residual; RMSNorm, SwiGLU FFN, residual -> final RMSNorm ->
  * output projection. Every buffer is allocated when the session opens;
  * decode never allocates. Matmuls run on the session's thread pool, split
@@ -33,6 +36,14 @@
 #include "engine/ops.h"
 #include "rowops.h"
 
+/* The recipe this loop follows: the llama block (pre-attention RMSNorm,
+ * attention, residual, pre-FFN RMSNorm, SiLU-gated FFN, residual), with
+ * Q/K/V biases and per-head Q/K RMSNorm when the recipe has them. */
+const rvl_block rvl_forward_block = {
+    .norm_pre_attn = true, .norm_pre_ffn = true, .qkv_bias = true, .qk_norm = true,
+    .act = RVL_ACT_SILU,
+};
+
 /* Tokens processed together (RVL_UBATCH): each weight row is read once
  * per chunk and multiplied with every token's activations while it is in
  * cache. */
@@ -61,6 +72,8 @@ struct rvl_forward {
     float *logits;                /* (vocab) or (n_batch, vocab) with all_logits */
     float *norm_w;                /* dequantized norm weights: (2*n_layer+1, dim) */
     float *bias;                  /* dequantized biases: (n_layer, q_dim + 2*kv_dim) or NULL */
+    float *qk_norm;               /* dequantized Q and K norm gains: (n_layer, 2, head_dim)
+                                     or NULL */
     rvl_matmul mm;                /* pool; act: (UBATCH, act_stride) activations for
                                      vec_dot; unpack: per thread one group of packed
                                      rows (m->packed_max_group, aligned) */
@@ -88,6 +101,7 @@ static bool forward_chunk(rvl_forward *c, const int32_t *tokens, uint32_t nb, ui
 {
     const rvl_model *m = c->m;
     const rvl_hparams *hp = &m->hp;
+    const rvl_block *B = &hp->block;
     const uint32_t dim = hp->n_embd, hd = hp->head_dim;
     const uint32_t q_dim = hp->n_head * hd, kv_dim = hp->n_head_kv * hd, ff = hp->n_ff;
     const size_t xb_stride = dim > q_dim ? dim : q_dim;
@@ -103,7 +117,7 @@ static bool forward_chunk(rvl_forward *c, const int32_t *tokens, uint32_t nb, ui
     for (uint32_t l = 0; l < hp->n_layer; l++) {
         const rvl_layer *L = &m->layers[l];
 
-        /* attention block */
+        /* attention block: pre-attention norm (norm_pre_attn) */
         rvl_ops_norm_rows(c->pool, c->xb, xb_stride, c->x, dim,
                           c->norm_w + (size_t)(2 * l) * dim, dim, nb, hp->rms_eps);
         TRACE("attn_norm", l, c->xb, xb_stride, dim);
@@ -117,7 +131,7 @@ static bool forward_chunk(rvl_forward *c, const int32_t *tokens, uint32_t nb, ui
         for (uint32_t t = 0; t < nb; t++) {
             float *q = c->q + (size_t)t * q_dim, *k = c->k + (size_t)t * kv_dim,
                   *v = c->v + (size_t)t * kv_dim;
-            if (c->bias) {
+            if (B->qkv_bias) {
                 const float *b = c->bias + (size_t)l * (q_dim + 2 * kv_dim);
                 for (uint32_t i = 0; i < q_dim; i++)
                     q[i] += b[i];
@@ -125,6 +139,14 @@ static bool forward_chunk(rvl_forward *c, const int32_t *tokens, uint32_t nb, ui
                     k[i] += b[q_dim + i];
                     v[i] += b[q_dim + kv_dim + i];
                 }
+            }
+            if (B->qk_norm) { /* each head of Q and K RMS-normed before RoPE */
+                const float *g = c->qk_norm + (size_t)l * 2 * hd;
+                for (uint32_t h = 0; h < hp->n_head; h++)
+                    rmsnorm_f32_ref(q + (size_t)h * hd, q + (size_t)h * hd, g, hd, hp->rms_eps);
+                for (uint32_t h = 0; h < hp->n_head_kv; h++)
+                    rmsnorm_f32_ref(k + (size_t)h * hd, k + (size_t)h * hd, g + hd, hd,
+                                    hp->rms_eps);
             }
             const float *cs = c->rope_cos + (size_t)(pos0 + t) * half;
             const float *sn = c->rope_sin + (size_t)(pos0 + t) * half;
@@ -145,7 +167,7 @@ static bool forward_chunk(rvl_forward *c, const int32_t *tokens, uint32_t nb, ui
             c->x[i] += c->xo[i];
         TRACE("ffn_inp", l, c->x, dim, dim);
 
-        /* SwiGLU feed-forward block */
+        /* gated feed-forward block: pre-FFN norm (norm_pre_ffn), SiLU (act) */
         rvl_ops_norm_rows(c->pool, c->xb, xb_stride, c->x, dim,
                           c->norm_w + (size_t)(2 * l + 1) * dim, dim, nb, hp->rms_eps);
         TRACE("ffn_norm", l, c->xb, xb_stride, dim);
@@ -255,6 +277,7 @@ static void forward_free(rvl_forward *c)
     free(c->logits);
     free(c->norm_w);
     free(c->bias);
+    free(c->qk_norm);
     free(c->mm.act);
     free(c->mm.unpack);
     free(c);
@@ -342,8 +365,10 @@ static int cpu_open(rvl_backend **out, const rvl_model *m, const rvl_ctx_params 
     c->xo = calloc(UBATCH * dim, sizeof(float));
     c->logits = calloc((size_t)c->n_batch * hp->n_vocab, sizeof(float));
     c->norm_w = calloc((2 * (size_t)hp->n_layer + 1) * dim, sizeof(float));
-    if (hp->has_qkv_bias)
+    if (hp->block.qkv_bias)
         c->bias = calloc((size_t)hp->n_layer * (q_dim + 2 * kv_dim), sizeof(float));
+    if (hp->block.qk_norm)
+        c->qk_norm = calloc((size_t)hp->n_layer * 2 * hd, sizeof(float));
     c->mm.pool = c->pool;
     c->mm.act = malloc(UBATCH * c->mm.act_stride);
     if (m->packed_max_group) {
@@ -352,7 +377,8 @@ static int cpu_open(rvl_backend **out, const rvl_model *m, const rvl_ctx_params 
     }
     if ((m->packed_max_group && !c->mm.unpack) || !c->rope_cos || !c->rope_sin || !c->x ||
         !c->xb || !c->q || !c->k || !c->v || !c->hb || !c->hb2 || !c->xo || !c->logits ||
-        !c->norm_w || (hp->has_qkv_bias && !c->bias) || !c->mm.act) {
+        !c->norm_w || (hp->block.qkv_bias && !c->bias) ||
+        (hp->block.qk_norm && !c->qk_norm) || !c->mm.act) {
         uint32_t n = c->n_ctx;
         forward_free(c);
         return rvl_seterr(RVL_ENOMEM, "out of memory for a context of %u tokens", n);
@@ -378,6 +404,10 @@ static int cpu_open(rvl_backend **out, const rvl_model *m, const rvl_ctx_params 
             dequant_vec(&L->bq, b);
             dequant_vec(&L->bk, b + q_dim);
             dequant_vec(&L->bv, b + q_dim + kv_dim);
+        }
+        if (c->qk_norm) {
+            dequant_vec(&L->q_norm, c->qk_norm + (size_t)l * 2 * hd);
+            dequant_vec(&L->k_norm, c->qk_norm + (size_t)l * 2 * hd + hd);
         }
     }
     dequant_vec(&m->output_norm, c->norm_w + (size_t)(2 * hp->n_layer) * dim);

@@ -1,10 +1,12 @@
 /*
- * model.c - the architecture registry: hyper-parameters from GGUF
- * metadata and weight views into the mapped file.
+ * model.c - the loader: hyper-parameters from GGUF metadata and weight
+ * views into the mapped file.
  *
- * Architecture differences are flags in rvl_hparams, not copies of the
- * forward pass. Every key that is required and missing, and every tensor
- * whose shape or type does not fit, is an error that names it.
+ * Architectures are descriptions (engine/family.c): the family gives the
+ * RoPE rotation and the per-layer block recipe, which says which tensors
+ * a layer has; the keys and tensor names here are llama.cpp's, the same
+ * for every family. Every key that is required and missing, and every
+ * tensor whose shape or type does not fit, is an error that names it.
  */
 #include <stdio.h>
 #include <math.h>
@@ -12,22 +14,9 @@
 #include <string.h>
 #include <sys/mman.h>
 
+#include "engine/backend.h"
+#include "engine/family.h"
 #include "engine/model.h"
-
-/* ====================================================================
- * Registry
- * ==================================================================== */
-
-typedef struct {
-    const char *name;
-    rvl_rope_type rope_type;
-    bool qkv_bias;
-} arch_desc;
-
-static const arch_desc archs[] = {
-    {"llama", RVL_ROPE_NORM, false},  /* Llama 2/3/3.x, SmolLM, TinyLlama, Mistral */
-    {"qwen2", RVL_ROPE_NEOX, true},   /* Q/K/V biases, NeoX rotation */
-};
 
 /* ====================================================================
  * Metadata helpers
@@ -123,7 +112,7 @@ static int get_weight(rvl_model *m, rvl_weight *w, const char *name, uint64_t ne
     return 0;
 }
 
-static int load_weights(rvl_model *m)
+static int load_weights(rvl_model *m, const rvl_family *fam)
 {
     rvl_hparams *hp = &m->hp;
     const uint64_t E = hp->n_embd, F = hp->n_ff, V = hp->n_vocab;
@@ -168,21 +157,29 @@ static int load_weights(rvl_model *m)
         W(wk, "attn_k.weight", E, KVD, true);
         W(wv, "attn_v.weight", E, KVD, true);
         W(wo, "attn_output.weight", QD, E, true);
-        W(bq, "attn_q.bias", QD, 0, hp->has_qkv_bias);
-        W(bk, "attn_k.bias", KVD, 0, hp->has_qkv_bias);
-        W(bv, "attn_v.bias", KVD, 0, hp->has_qkv_bias);
+        W(bq, "attn_q.bias", QD, 0, hp->block.qkv_bias);
+        W(bk, "attn_k.bias", KVD, 0, hp->block.qkv_bias);
+        W(bv, "attn_v.bias", KVD, 0, hp->block.qkv_bias);
+        if (hp->block.qk_norm) {
+            W(q_norm, "attn_q_norm.weight", hp->head_dim, 0, true);
+            W(k_norm, "attn_k_norm.weight", hp->head_dim, 0, true);
+        }
         W(ffn_norm, "ffn_norm.weight", E, 0, true);
         W(w_gate, "ffn_gate.weight", E, F, true);
         W(w_up, "ffn_up.weight", E, F, true);
         W(w_down, "ffn_down.weight", F, E, true);
 #undef W
     }
-    /* Q/K/V biases: required by qwen2, optional for llama (llama.cpp adds
-     * them when present). The forward pass takes all of them or none. */
+    /* Q/K/V biases: required (qwen2), optional (llama: llama.cpp adds
+     * them when present) or none, as the family says. The forward pass
+     * takes all of them or none. */
     bool any_bias = false;
     for (uint32_t i = 0; i < hp->n_layer; i++)
         any_bias |= m->layers[i].bq.present || m->layers[i].bk.present || m->layers[i].bv.present;
-    if (any_bias && !hp->has_qkv_bias) {
+    if (any_bias && fam->bias == RVL_FAMILY_BIAS_NONE)
+        return rvl_seterr(RVL_EUNSUPPORTED, "%s: architecture '%s' has no Q/K/V biases, but the "
+                          "file has tensor 'blk.N.attn_q/k/v.bias'", rvl_file_path(m->file), hp->arch);
+    if (any_bias && !hp->block.qkv_bias) {
         for (uint32_t i = 0; i < hp->n_layer; i++) {
             const rvl_layer *L = &m->layers[i];
             const char *miss = !L->bq.present ? "q" : !L->bk.present ? "k" : !L->bv.present ? "v" : NULL;
@@ -190,7 +187,7 @@ static int load_weights(rvl_model *m)
                 return rvl_seterr(RVL_EFORMAT, "%s: missing tensor 'blk.%u.attn_%s.bias' (the other "
                                   "layers have Q/K/V biases)", rvl_file_path(m->file), i, miss);
         }
-        hp->has_qkv_bias = true;
+        hp->block.qkv_bias = true;
     }
     return 0;
 }
@@ -331,10 +328,6 @@ static int pack_weights(rvl_model *m)
  * Hyper-parameters
  * ==================================================================== */
 
-/* ====================================================================
- * Hyper-parameters
- * ==================================================================== */
-
 /* One validation for every producer of hyper-parameters: the GGUF loader
  * below and the Hugging Face import (convert/convert_hf.c), so that no
  * command writes a file another refuses. Messages name the GGUF keys. */
@@ -372,7 +365,7 @@ int rvl_model_check_hparams(const rvl_hparams *hp, const char *path)
     return 0;
 }
 
-static int load_hparams(rvl_model *m)
+static int load_hparams(rvl_model *m, const rvl_family **famp)
 {
     const rvl_file *f = m->file;
     const char *path = rvl_file_path(f);
@@ -388,15 +381,11 @@ static int load_hparams(rvl_model *m)
     memcpy(hp->arch, a.ptr, a.len);
     hp->arch[a.len] = 0;
 
-    const arch_desc *ad = NULL;
-    for (size_t i = 0; i < sizeof archs / sizeof archs[0]; i++)
-        if (strcmp(archs[i].name, hp->arch) == 0)
-            ad = &archs[i];
-    if (!ad)
-        return rvl_seterr(RVL_EUNSUPPORTED, "%s: unsupported architecture '%s' (supported: llama, qwen2)",
-                          path, hp->arch);
-    hp->rope_type = ad->rope_type;
-    hp->has_qkv_bias = ad->qkv_bias;
+    const rvl_family *fam = rvl_family_find(hp->arch);
+    if (!fam)
+        return rvl_seterr(RVL_EUNSUPPORTED, "%s: unsupported architecture '%s' (supported: %s)",
+                          path, hp->arch, rvl_family_names());
+    *famp = fam;
 
     const char *A = hp->arch;
     if ((rc = get_u32(f, A, "block_count", &hp->n_layer, true, 0)) < 0 ||
@@ -457,6 +446,9 @@ static int load_hparams(rvl_model *m)
 
     if ((rc = rvl_model_check_hparams(hp, path)) < 0)
         return rc;
+    /* the block recipe: the family's, completed by the file's keys */
+    if ((rc = rvl_family_recipe(fam, f, hp, &rvl_forward_block)) < 0)
+        return rc;
 
     /* vocabulary size: from the embedding matrix, cross-checked with the key */
 #define CHECK(cond, ...) do { if (!(cond)) return rvl_seterr(RVL_EFORMAT, __VA_ARGS__); } while (0)
@@ -490,7 +482,8 @@ int rvl_model_open(rvl_model **out, const char *path)
                         "convert with 'ruvllm quantize'", path);
         goto fail;
     }
-    if ((rc = load_hparams(m)) < 0 || (rc = load_weights(m)) < 0)
+    const rvl_family *fam = NULL;
+    if ((rc = load_hparams(m, &fam)) < 0 || (rc = load_weights(m, fam)) < 0)
         goto fail;
     if ((rc = pack_weights(m)) < 0 || (rc = prefault_unpacked(m)) < 0)
         goto fail;

@@ -29,6 +29,7 @@ typedef struct {
     rvl_weight attn_norm;             /* (dim) */
     rvl_weight wq, wk, wv;            /* (n_head*hd, dim), (n_kv*hd, dim) x2 */
     rvl_weight bq, bk, bv;            /* biases (qwen2) or absent */
+    rvl_weight q_norm, k_norm;        /* (hd) per-head RMSNorm gains (qk_norm) or absent */
     rvl_weight wo;                    /* (dim, n_head*hd) */
     rvl_weight ffn_norm;              /* (dim) */
     rvl_weight w_gate, w_up;          /* (ff, dim) */

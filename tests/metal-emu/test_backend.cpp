@@ -285,6 +285,49 @@ static void test_refuses_format(void **state)
         fail_msg("message does not name the tensor and format: %s", msg.c_str());
 }
 
+/* a block-recipe feature the Metal forward pass lacks: RVL_EUNSUPPORTED
+ * naming it: Qwen3's QK-norm, and, as no file can ask for them yet (the
+ * loader refuses what the CPU lacks too), features set by editing the
+ * recipe of an open model. */
+static void test_refuses_block_feature(void **state)
+{
+    (void)state;
+    rvl_model *m = open_model(DATA_DIR "/llama.gguf");
+    rvl_hparams *hp = const_cast<rvl_hparams *>(rvl_model_hparams(m));
+    rvl_ctx_params cp;
+    memset(&cp, 0, sizeof cp);
+    cp.n_ctx = 64;
+    cp.n_batch = 1;
+    cp.kv_type = RVL_KV_F32;
+    const rvl_block orig = hp->block;
+    static const char *const want[] = {"qk_norm", "final_softcap", "act gelu_tanh"};
+    for (int i = 0; i < 3; i++) {
+        hp->block = orig;
+        if (i == 0)
+            hp->block.qk_norm = true;
+        else if (i == 1)
+            hp->block.final_softcap = 30;
+        else
+            hp->block.act = RVL_ACT_GELU_TANH;
+        rvl_backend *b = nullptr;
+        assert_int_equal(rvl_metal_backend_ops.open(&b, m, &cp), RVL_EUNSUPPORTED);
+        const std::string msg = rvl_errmsg();
+        if (msg.find(want[i]) == std::string::npos || msg.find("metal") == std::string::npos)
+            fail_msg("message does not name '%s' and metal: %s", want[i], msg.c_str());
+    }
+    hp->block = orig;
+    rvl_model_close(m);
+
+    /* a family the CPU runs: Qwen3's QK-norm */
+    m = open_model(DATA_DIR "/qwen3.gguf");
+    rvl_backend *b = nullptr;
+    assert_int_equal(rvl_metal_backend_ops.open(&b, m, &cp), RVL_EUNSUPPORTED);
+    const std::string msg = rvl_errmsg();
+    if (msg.find("qk_norm") == std::string::npos || msg.find("qwen3") == std::string::npos)
+        fail_msg("message does not name qk_norm and qwen3: %s", msg.c_str());
+    rvl_model_close(m);
+}
+
 /* quantized KV caches are the CPU's; unknown backends are refused */
 static void test_refuses_kv_and_names(void **state)
 {
@@ -715,6 +758,7 @@ int main(void)
         cmocka_unit_test(test_q4_0),
         cmocka_unit_test(test_refuses_format),
         cmocka_unit_test(test_refuses_kv_and_names),
+        cmocka_unit_test(test_refuses_block_feature),
         cmocka_unit_test(test_ctx_llama_greedy),
         cmocka_unit_test(test_ctx_qwen2_greedy),
         cmocka_unit_test(test_ctx_llama3_greedy),

@@ -14,9 +14,12 @@ Variants (each also named in tests/test_tiny_hf.c):
                 beta_fast 32, beta_slow 1 (max_position_embeddings 128)
   llama3        Llama, Llama-3.1 rope scaling: factor 8, low_freq_factor 1,
                 high_freq_factor 4, original context 64
+  qwen3         Qwen3: per-head RMSNorm of Q and K (q_norm, k_norm) before
+                NeoX RoPE (theta 1e6), no biases, eps 1e-6, head_dim 32
+                (not hidden / heads = 16: attention.key_length decides)
 
 Geometry of all of them: hidden 64, 2 layers, 4 query heads over 2 KV heads
-(GQA) of 16, intermediate 128, vocabulary 272 (256 GPT-2 byte tokens, 13
+(GQA) of 16 (qwen3: of 32), intermediate 128, vocabulary 272 (256 GPT-2 byte tokens, 13
 merges, 3 control tokens), f32 weights.
 
 Weights: the model is built by transformers, then every parameter is
@@ -32,12 +35,17 @@ GGUF: written as llama.cpp's convert_hf_to_gguf.py would write these
 models (f32 throughout, general.file_type 0):
   - tensor names token_embd, output_norm, output (absent when tied),
     blk.N.{attn_norm, attn_q, attn_k, attn_v, attn_output, attn_q.bias,
-    attn_k.bias, attn_v.bias, ffn_norm, ffn_gate, ffn_up, ffn_down}.weight;
+    attn_k.bias, attn_v.bias, attn_q_norm, attn_k_norm, ffn_norm, ffn_gate,
+    ffn_up, ffn_down}.weight;
   - for arch "llama" the rows of attn_q and attn_k are reordered from
     transformers' rotate-half layout (head dimension j pairs with j + d/2)
     to ggml's normal RoPE layout (2i pairs with 2i + 1): within each head,
     output row 2i + s comes from input row i + s*d/2. qwen2 is not
     reordered: ggml applies NeoX RoPE (halves) to it, as transformers does;
+    nor is qwen3, for the same reason;
+  - attention.key_length/value_length where the config has head_dim
+    (llama, qwen3), and no rope.dimension_count for qwen3 (the converter
+    writes none: it defaults to key_length);
   - {arch}.rope.scaling.type/factor for linear; for YaRN also
     rope.scaling.original_context_length (beta_fast/beta_slow are the
     defaults 32/1 and so not written, as the converter omits them);
@@ -151,6 +159,8 @@ VARIANTS = [
     dict(name="llama3", arch="llama", theta=10000.0, tie=False, max_pos=512,
          scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
                   "high_freq_factor": 4.0, "original_max_position_embeddings": 64}),
+    dict(name="qwen3", arch="qwen3", theta=1000000.0, tie=False, scaling=None, max_pos=128,
+         eps=1e-6, head_dim=32),
 ]
 
 
@@ -169,6 +179,9 @@ def make_config(v, scaling="default"):
     if v["arch"] == "llama":
         return transformers.LlamaConfig(head_dim=HEAD_DIM, attention_bias=False, mlp_bias=False,
                                         **common)
+    if v["arch"] == "qwen3":
+        return transformers.Qwen3Config(head_dim=v["head_dim"], attention_bias=False,
+                                        use_sliding_window=False, **common)
     return transformers.Qwen2Config(use_sliding_window=False, **common)
 
 
@@ -250,11 +263,13 @@ def write_gguf(path, v, model, reorder_qk=True):
     w.add_head_count_kv(KV_HEADS)
     w.add_layer_norm_rms_eps(cfg.rms_norm_eps)
     w.add_rope_freq_base(v["theta"])
-    w.add_rope_dimension_count(HEAD_DIM)
-    if arch == "llama":
+    hd = v.get("head_dim", HEAD_DIM)
+    if arch != "qwen3":
+        w.add_rope_dimension_count(HEAD_DIM)
+    if arch in ("llama", "qwen3"):
         # the converter writes these when the HF config has head_dim
-        w.add_key_length(HEAD_DIM)
-        w.add_value_length(HEAD_DIM)
+        w.add_key_length(hd)
+        w.add_value_length(hd)
     sc = v["scaling"]
     if sc and sc["rope_type"] == "linear":
         w.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)
@@ -297,6 +312,9 @@ def write_gguf(path, v, model, reorder_qk=True):
             put(b + "attn_q.bias", sd[p + "self_attn.q_proj.bias"])
             put(b + "attn_k.bias", sd[p + "self_attn.k_proj.bias"])
             put(b + "attn_v.bias", sd[p + "self_attn.v_proj.bias"])
+        if arch == "qwen3":
+            put(b + "attn_q_norm.weight", sd[p + "self_attn.q_norm.weight"])
+            put(b + "attn_k_norm.weight", sd[p + "self_attn.k_norm.weight"])
         put(b + "attn_output.weight", sd[p + "self_attn.o_proj.weight"])
         put(b + "ffn_norm.weight", sd[p + "post_attention_layernorm.weight"])
         put(b + "ffn_gate.weight", sd[p + "mlp.gate_proj.weight"])
@@ -357,6 +375,19 @@ def sensitivity(v, model, ref, ids):
                     layer.self_attn.q_proj.bias.zero_()
                     layer.self_attn.k_proj.bias.zero_()
         out.append(("no Q/K bias", rel_err(variant_logits(v, st, ids, mutate=nobias), ref)))
+    if v["arch"] == "qwen3":
+        def no_qk_norm(m):
+            for layer in m.model.layers:
+                layer.self_attn.q_norm = torch.nn.Identity()
+                layer.self_attn.k_norm = torch.nn.Identity()
+
+        def qk_gain_1(m):
+            with torch.no_grad():
+                for layer in m.model.layers:
+                    layer.self_attn.q_norm.weight.fill_(1)
+                    layer.self_attn.k_norm.weight.fill_(1)
+        out.append(("no QK-norm", rel_err(variant_logits(v, st, ids, mutate=no_qk_norm), ref)))
+        out.append(("QK-norm gains 1", rel_err(variant_logits(v, st, ids, mutate=qk_gain_1), ref)))
     if sc and sc["rope_type"] == "yarn":
         out.append(("attention_factor 1", rel_err(
             variant_logits(v, st, ids, scaling=dict(sc, attention_factor=1.0)), ref)))

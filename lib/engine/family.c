@@ -1,0 +1,236 @@
+/*
+ * family.c - model families as descriptions.
+ *
+ * A family is data (rvl_family, engine/family.h): its architecture name,
+ * its RoPE rotation, which Q/K/V biases its files carry, and the recipe
+ * its layers follow (rvl_block, ruvllm.h: where the norms stand, QK-norm,
+ * the activation, scales, soft-caps, sliding windows, fused tensors). The
+ * file completes the recipe: the feature keys and tensors below switch
+ * features on. The loader (engine/model.c) reads the hyper-parameter keys
+ * and tensors every family shares; the forward pass (engine/forward.c)
+ * reads the recipe's flags in its one loop.
+ *
+ * Adding a family is an entry in families[] (and, where the family is
+ * truly different, a small function beside it). A feature the file asks
+ * for is refused at load, naming the key or tensor that asked for it,
+ * never ignored: RVL_EUNSUPPORTED when the forward pass does not
+ * implement it yet, RVL_EFORMAT when the family's description lacks it.
+ */
+#include <math.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "engine/family.h"
+
+/* ====================================================================
+ * The families
+ * ==================================================================== */
+
+/* The llama block: pre-attention RMSNorm, attention, residual, pre-FFN
+ * RMSNorm, SiLU-gated FFN (SwiGLU), residual. */
+#define LLAMA_BLOCK .norm_pre_attn = true, .norm_pre_ffn = true, .act = RVL_ACT_SILU
+
+static const rvl_family families[] = {
+    /* Llama 2/3/3.x, SmolLM, TinyLlama, Mistral 7B */
+    {.name = "llama", .rope_type = RVL_ROPE_NORM, .bias = RVL_FAMILY_BIAS_OPTIONAL,
+     .block = {LLAMA_BLOCK}},
+    /* Qwen2, Qwen2.5: Q/K/V biases, NeoX rotation */
+    {.name = "qwen2", .rope_type = RVL_ROPE_NEOX, .bias = RVL_FAMILY_BIAS_REQUIRED,
+     .block = {LLAMA_BLOCK, .qkv_bias = true}},
+    /* Qwen3 (dense): per-head RMSNorm of Q and K before RoPE, no biases,
+     * NeoX rotation; head_dim from attention.key_length */
+    {.name = "qwen3", .rope_type = RVL_ROPE_NEOX, .bias = RVL_FAMILY_BIAS_NONE,
+     .block = {LLAMA_BLOCK, .qk_norm = true}},
+};
+
+const rvl_family *rvl_family_find(const char *arch)
+{
+    for (size_t i = 0; i < sizeof families / sizeof families[0]; i++)
+        if (strcmp(families[i].name, arch) == 0)
+            return &families[i];
+    return NULL;
+}
+
+const char *rvl_family_names(void) { return "llama, qwen2, qwen3"; }
+
+/* ====================================================================
+ * Recipe features: names, and which backend lacks what
+ * ==================================================================== */
+
+rvl_layer_kind rvl_family_layer_kind(const rvl_block *b, uint32_t l)
+{
+    if (!b->swa_window || (b->swa_period && (l + 1) % b->swa_period == 0))
+        return RVL_LAYER_GLOBAL;
+    return RVL_LAYER_WINDOW;
+}
+
+const char *rvl_family_missing(const rvl_block *b, const rvl_block *have)
+{
+    /* the pre-norms are the block's shape: equal, not a subset */
+    if (b->norm_pre_attn != have->norm_pre_attn)
+        return b->norm_pre_attn ? "norm_pre_attn" : "no norm_pre_attn";
+    if (b->norm_pre_ffn != have->norm_pre_ffn)
+        return b->norm_pre_ffn ? "norm_pre_ffn" : "no norm_pre_ffn";
+#define FLAG(f) if (b->f && !have->f) return #f
+    FLAG(norm_post_attn);
+    FLAG(norm_post_ffn);
+    FLAG(qk_norm);
+    FLAG(qkv_bias);
+    FLAG(fused_qkv);
+    FLAG(fused_gate_up);
+    FLAG(embd_scale);
+    FLAG(q_scale);
+    FLAG(attn_softcap);
+    FLAG(final_softcap);
+    FLAG(swa_window);
+    FLAG(swa_period);
+    FLAG(swa_rope_base);
+#undef FLAG
+    if (b->act != RVL_ACT_SILU && b->act != have->act)
+        return b->act == RVL_ACT_GELU_TANH ? "act gelu_tanh" : "act";
+    return NULL;
+}
+
+/* ====================================================================
+ * What a file asks for
+ * ==================================================================== */
+
+/* Keys (under "<arch>.", llama.cpp's names) and tensors (layer 0's: a
+ * family that has the feature requires the tensor in every layer, which
+ * the weight loader checks) that switch a recipe feature on. A key at 0
+ * or at its neutral value asks for nothing; so does a window as long as
+ * the training context. */
+typedef enum { SRC_F32, SRC_U32, SRC_TENSOR } src_kind;
+static const struct {
+    const char *name;
+    src_kind kind;
+    size_t off;          /* the rvl_block field: float, uint32_t or bool */
+    float neutral;       /* keys: the value that asks for nothing besides 0 */
+} sources[] = {
+    {"embedding_scale", SRC_F32, offsetof(rvl_block, embd_scale), 1},
+    {"attention.scale", SRC_F32, offsetof(rvl_block, q_scale), 0},
+    {"attn_logit_softcapping", SRC_F32, offsetof(rvl_block, attn_softcap), 0},
+    {"final_logit_softcapping", SRC_F32, offsetof(rvl_block, final_softcap), 0},
+    {"attention.sliding_window", SRC_U32, offsetof(rvl_block, swa_window), 0},
+    {"rope.freq_base_swa", SRC_F32, offsetof(rvl_block, swa_rope_base), 0},
+    {"blk.0.attn_q_norm.weight", SRC_TENSOR, offsetof(rvl_block, qk_norm), 0},
+    {"blk.0.attn_k_norm.weight", SRC_TENSOR, offsetof(rvl_block, qk_norm), 0},
+    {"blk.0.post_attention_norm.weight", SRC_TENSOR, offsetof(rvl_block, norm_post_attn), 0},
+    {"blk.0.post_ffw_norm.weight", SRC_TENSOR, offsetof(rvl_block, norm_post_ffn), 0},
+    {"blk.0.attn_qkv.weight", SRC_TENSOR, offsetof(rvl_block, fused_qkv), 0},
+};
+
+/* Keys that change the computation and have no recipe field yet: present
+ * at a value other than their neutral one, they are refused. */
+static const struct {
+    const char *name;
+    float neutral;
+} unsupported_keys[] = {
+    {"logit_scale", 1.0f},
+    {"residual_scale", 1.0f},
+};
+
+static int read_f32(const rvl_file *f, const char *key, float *v)
+{
+    double d;
+    const rvl_kv *kv = rvl_file_find_kv(f, key);
+    if (!kv)
+        return 0;
+    if (rvl_kv_get_f64(kv, &d) < 0 || !isfinite(d) || !isfinite((float)d))
+        return rvl_seterr(RVL_EFORMAT, "%s: metadata key '%s' is not a finite number",
+                          rvl_file_path(f), key);
+    *v = (float)d;
+    return 1;
+}
+
+static int read_u32(const rvl_file *f, const char *key, uint32_t *v)
+{
+    uint64_t u;
+    const rvl_kv *kv = rvl_file_find_kv(f, key);
+    if (!kv)
+        return 0;
+    if (rvl_kv_get_u64(kv, &u) < 0 || u > UINT32_MAX)
+        return rvl_seterr(RVL_EFORMAT, "%s: metadata key '%s' is not a 32-bit unsigned integer",
+                          rvl_file_path(f), key);
+    *v = (uint32_t)u;
+    return 1;
+}
+
+int rvl_family_recipe(const rvl_family *fam, const rvl_file *f, rvl_hparams *hp,
+                      const rvl_block *have)
+{
+    const char *path = rvl_file_path(f);
+    const char *miss;
+    char key[128];
+    int rc;
+
+    hp->rope_type = fam->rope_type;
+    hp->block = fam->block;
+    if ((miss = rvl_family_missing(&hp->block, have)))
+        return rvl_seterr(RVL_EUNSUPPORTED, "%s: architecture '%s': its block feature '%s' is not "
+                          "implemented", path, fam->name, miss);
+
+    for (size_t i = 0; i < sizeof sources / sizeof sources[0]; i++) {
+        const bool tensor = sources[i].kind == SRC_TENSOR;
+        char *field = (char *)&hp->block + sources[i].off;
+        rvl_block one = {0};
+        char *one_field = (char *)&one + sources[i].off;
+        if (tensor)
+            snprintf(key, sizeof key, "%s", sources[i].name);
+        else
+            snprintf(key, sizeof key, "%s.%s", hp->arch, sources[i].name);
+
+        /* what the file asks for, into the recipe and into `one` alone */
+        if (tensor) {
+            if (!rvl_file_find_tensor(f, key))
+                continue;
+            *(bool *)field = *(bool *)one_field = true;
+        } else if (sources[i].kind == SRC_F32) {
+            float v = 0;
+            if ((rc = read_f32(f, key, &v)) <= 0) {
+                if (rc < 0)
+                    return rc;
+                continue;
+            }
+            if (v == 0 || v == sources[i].neutral)
+                continue;
+            *(float *)field = *(float *)one_field = v;
+        } else {
+            uint32_t v = 0;
+            if ((rc = read_u32(f, key, &v)) <= 0) {
+                if (rc < 0)
+                    return rc;
+                continue;
+            }
+            if (v == 0 || v >= hp->n_ctx_train)
+                continue;
+            *(uint32_t *)field = *(uint32_t *)one_field = v;
+        }
+
+        /* `one` against the loop, then against the family (the pre-norms
+         * are the block's shape, not asked for by a key) */
+        one.norm_pre_attn = have->norm_pre_attn;
+        one.norm_pre_ffn = have->norm_pre_ffn;
+        if ((miss = rvl_family_missing(&one, have)))
+            return rvl_seterr(RVL_EUNSUPPORTED, "%s: %s '%s' asks for the block feature '%s', "
+                              "which is not implemented", path, tensor ? "tensor" : "metadata key",
+                              key, miss);
+        one.norm_pre_attn = fam->block.norm_pre_attn;
+        one.norm_pre_ffn = fam->block.norm_pre_ffn;
+        if ((miss = rvl_family_missing(&one, &fam->block)))
+            return rvl_seterr(RVL_EFORMAT, "%s: %s '%s' asks for the block feature '%s', which "
+                              "architecture '%s' does not have", path,
+                              tensor ? "tensor" : "metadata key", key, miss, fam->name);
+    }
+    for (size_t i = 0; i < sizeof unsupported_keys / sizeof unsupported_keys[0]; i++) {
+        float v;
+        snprintf(key, sizeof key, "%s.%s", hp->arch, unsupported_keys[i].name);
+        if ((rc = read_f32(f, key, &v)) < 0)
+            return rc;
+        if (rc > 0 && v != unsupported_keys[i].neutral)
+            return rvl_seterr(RVL_EUNSUPPORTED, "%s: metadata key '%s' (%g) is not implemented",
+                              path, key, (double)v);
+    }
+    return 0;
+}
