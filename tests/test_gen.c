@@ -37,7 +37,7 @@ typedef struct {
 /* What emit received: every byte, and how much had arrived after each call
  * (emit is called with text only, at most once per token). */
 typedef struct {
-    gen_buf all;
+    rvl_buf all;
     size_t calls;
     size_t end[N_GEN + 1];
 } sink;
@@ -45,7 +45,7 @@ typedef struct {
 static int record(void *ud, const char *s, size_t n)
 {
     sink *k = ud;
-    if (gen_buf_add(&k->all, s, n) < 0)
+    if (rvl_buf_add(&k->all, s, n) < 0)
         return RVL_ENOMEM;
     if (k->calls <= N_GEN)
         k->end[k->calls] = k->all.n;
@@ -154,9 +154,9 @@ static void test_gen_stop_string_split_across_two_tokens_is_never_printed(void *
     assert_int_equal(k.all.n, before);
     assert_memory_equal(k.all.p, f.text.p, before);
     assert_int_equal(r.text.n, before);
-    gen_buf_free(&k.all);
+    rvl_buf_free(&k.all);
     gen_result_free(&r);
-    gen_buf_free(&fk.all);
+    rvl_buf_free(&fk.all);
     gen_result_free(&f);
 }
 
@@ -184,9 +184,9 @@ static void test_gen_text_that_only_begins_a_stop_string_is_printed_whole(void *
     assert_int_equal(r.n_ids, N_GEN);
     assert_int_equal(k.all.n, f.text.n);
     assert_memory_equal(k.all.p, f.text.p, f.text.n);
-    gen_buf_free(&k.all);
+    rvl_buf_free(&k.all);
     gen_result_free(&r);
-    gen_buf_free(&fk.all);
+    rvl_buf_free(&fk.all);
     gen_result_free(&f);
 }
 
