@@ -12,8 +12,7 @@
 
 MODEL=${RVL_FAULT_MODEL:-${XDG_CACHE_HOME:-$HOME/.cache}/ruvllm/models/SmolLM2-135M-Instruct.Q4_1.gguf}
 if [ ! -f "$MODEL" ]; then
-    echo "1..0 # SKIP no model at $MODEL (make model)"
-    exit 77
+    skip_all "no model at $MODEL (make model)"
 fi
 D=$TMP/out
 mkdir -p "$D"
@@ -167,6 +166,5 @@ if [ "$(id -u)" = 0 ] && command -v unshare >/dev/null; then
     assert "full disk: dequant leaves no temporary directory" "[ \"$(cat "$TMP/ls2")\" = q.gguf ]"
 else
     echo "# SKIP the full-disk cases need root (a tmpfs in a private mount namespace)"
-    skipped=1
 fi
 finish

@@ -9,8 +9,7 @@
 
 MODEL=${XDG_CACHE_HOME:-$HOME/.cache}/ruvllm/models/SmolLM2-135M-Instruct.Q4_1.gguf
 if [ ! -f "$MODEL" ]; then
-    echo "1..0 # SKIP no model at $MODEL (make model)"
-    exit 77
+    skip_all "no model at $MODEL (make model)"
 fi
 nl='
 '
