@@ -159,6 +159,9 @@ size_t rvl_input_limit(void);
 int rvl_input_read(const char *path, size_t limit, char **buf, size_t *len);
 /* The same from an open descriptor; `name` names it in errors. */
 int rvl_input_read_fd(int fd, const char *name, size_t limit, char **buf, size_t *len);
+/* What a file of st_mode `mode` is, for messages: "a FIFO", "a character
+ * device", "a directory" ... (static). */
+const char *rvl_input_kind(unsigned mode);
 
 /* ======================================================================
  * Tensor element types. Values 0..39 are ggml's type ids (GGUF tensor

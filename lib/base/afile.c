@@ -172,13 +172,6 @@ static void remove_stale(const char *dir)
     closedir(d);
 }
 
-static const char *kind_name(mode_t m)
-{
-    return S_ISDIR(m) ? "a directory" : S_ISCHR(m) ? "a character device"
-         : S_ISBLK(m) ? "a block device" : S_ISFIFO(m) ? "a FIFO"
-         : S_ISSOCK(m) ? "a socket" : "not a regular file";
-}
-
 int rvl_afile_check_dest(const char *dest, char *resolved, size_t cap)
 {
     struct stat st;
@@ -213,7 +206,7 @@ int rvl_afile_check_dest(const char *dest, char *resolved, size_t cap)
     }
     if (!S_ISREG(st.st_mode))
         return rvl_seterr(RVL_EINVAL, "%s: exists and is %s; refusing to replace it (name a "
-                          "regular file)", dest, kind_name(st.st_mode));
+                          "regular file)", dest, rvl_input_kind(st.st_mode));
     return 0;
 }
 
@@ -376,7 +369,7 @@ static int set_mode(rvl_afile *f)
     if (stat(f->dest, &st) == 0) {
         if (!S_ISREG(st.st_mode))
             return rvl_seterr(RVL_EINVAL, "%s: exists and is %s; refusing to replace it",
-                              f->shown, kind_name(st.st_mode));
+                              f->shown, rvl_input_kind(st.st_mode));
         if (fchown(f->fd, st.st_uid, st.st_gid) < 0 && fchown(f->fd, (uid_t)-1, st.st_gid) < 0) {
             /* not ours to give away: keep our owner */
         }

@@ -24,8 +24,9 @@
 
 #define DEFAULT_LIMIT ((size_t)256 << 20)
 
-static const char *kind_name(mode_t m)
+const char *rvl_input_kind(unsigned mode)
 {
+    const mode_t m = (mode_t)mode;
     return S_ISDIR(m) ? "a directory" : S_ISCHR(m) ? "a character device"
          : S_ISBLK(m) ? "a block device" : S_ISFIFO(m) ? "a FIFO"
          : S_ISSOCK(m) ? "a socket" : "not a regular file";
@@ -47,7 +48,7 @@ int rvl_input_open(const char *path, int *fd_out, uint64_t *size)
     if (!S_ISREG(st.st_mode)) {
         close(fd);
         return rvl_seterr(RVL_EINVAL, "%s: is %s, not a regular file", path,
-                          kind_name(st.st_mode));
+                          rvl_input_kind(st.st_mode));
     }
     /* back to blocking reads (a regular file never blocks, but NFS may
      * return EAGAIN otherwise) */
@@ -95,52 +96,40 @@ static void fmt_bytes(size_t n, char *out, size_t cap)
 
 int rvl_input_read_fd(int fd, const char *name, size_t limit, char **buf, size_t *len)
 {
-    char *b = NULL;
-    size_t n = 0, cap = 0;
+    rvl_buf b = {0};
     *buf = NULL;
     *len = 0;
     for (;;) {
-        if (n + 1 >= cap) {   /* full (one byte kept for the NUL) */
-            size_t nc = cap ? cap * 2 : 65536;
-            if (nc > limit + 2)
-                nc = limit + 2;   /* room to see one byte past the limit */
-            char *nb = realloc(b, nc);
-            if (!nb) {
-                free(b);
-                return rvl_seterr(RVL_ENOMEM, "%s: out of memory after %zu bytes", name, n);
-            }
-            b = nb;
-            cap = nc;
+        /* read at most one byte past the limit: enough to know it was passed */
+        size_t want = limit + 1 - b.n < 65536 ? limit + 1 - b.n : 65536;
+        if (rvl_buf_reserve(&b, want) < 0) {
+            rvl_buf_free(&b);
+            return rvl_seterr(RVL_ENOMEM, "%s: out of memory after %zu bytes", name, b.n);
         }
-        ssize_t k = read(fd, b + n, cap - n - 1);
+        ssize_t k = read(fd, b.p + b.n, want);
         if (k < 0) {
-            if (errno == EINTR) {
-                if (rvl_interrupted()) {
-                    free(b);
-                    return rvl_seterr(RVL_EINTR, "interrupted");
-                }
-                continue;
-            }
             int e = errno;
-            free(b);
-            return rvl_seterr(RVL_EIO, "%s: read: %s", name, strerror(e));
+            if (e == EINTR && !rvl_interrupted())
+                continue;
+            rvl_buf_free(&b);
+            return e == EINTR ? rvl_seterr(RVL_EINTR, "interrupted")
+                              : rvl_seterr(RVL_EIO, "%s: read: %s", name, strerror(e));
         }
         if (k == 0)
             break;
-        n += (size_t)k;
-        if (n > limit) {
+        b.n += (size_t)k;
+        b.p[b.n] = 0;
+        if (b.n > limit) {
             char lim[32];
             fmt_bytes(limit, lim, sizeof lim);
-            free(b);
+            rvl_buf_free(&b);
             return rvl_seterr(RVL_ERANGE, "%s: input larger than the limit of %s (set "
                               "RUVLLM_MAX_INPUT=BYTES to raise it)", name, lim);
         }
     }
-    if (!b && !(b = malloc(1)))
+    *len = b.n;
+    if (!(*buf = rvl_buf_take(&b)))
         return rvl_seterr(RVL_ENOMEM, "%s: out of memory", name);
-    b[n] = 0;
-    *buf = b;
-    *len = n;
     return 0;
 }
 
