@@ -33,6 +33,14 @@ void rope_f32_ref(float *x, int64_t n_heads, int64_t head_dim, int64_t rope_dim,
 /* SwiGLU in place over n elements: g = silu(g) * u = g / (1 + e^-g) * u. */
 void swiglu_f32_ref(float *g, const float *u, int64_t n);
 
+/* GeGLU with GELU's tanh approximation (Gemma), in place over n elements:
+ * g = 0.5 g (1 + tanh(sqrt(2/pi) (g + 0.044715 g^3))) * u. */
+void geglu_tanh_f32_ref(float *g, const float *u, int64_t n);
+
+/* Soft-capping in place (Gemma's attention and final logits): x = cap *
+ * tanh(x / cap), cap > 0. */
+void softcap_f32_ref(float *x, int64_t n, float cap);
+
 /* y = softmax(x) over n elements: exp(x - max) / sum, the sum in double.
  * y may be x. */
 void softmax_f32_ref(float *y, const float *x, int64_t n);

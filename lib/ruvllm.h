@@ -517,6 +517,8 @@ typedef struct {
     float yarn_ext_factor;  /* extrapolation mix (1 with YaRN, else 0) */
     float rope_attn_factor; /* rope.scaling.attn_factor (default 1) */
     bool has_rope_freqs;    /* Llama 3.1: per-frequency divisors in rope_freqs.weight */
+    bool has_longrope;      /* Phi-3 LongRoPE: rope_factors_long/short.weight divisors,
+                               the long ones for contexts past rope_orig_ctx */
     bool tied_output;       /* output.weight absent: reuse token_embd */
     rvl_block block;        /* what each layer does */
 } rvl_hparams;

@@ -535,6 +535,9 @@ static int mtl_open(rvl_backend **out, const rvl_model *m, const rvl_ctx_params 
     if (hp->n_head % hp->n_head_kv)
         return rvl_seterr(RVL_EFORMAT, "%u query heads are not a multiple of %u KV heads",
                           hp->n_head, hp->n_head_kv);
+    if (hp->has_longrope)
+        return rvl_seterr(RVL_EUNSUPPORTED, "architecture '%s': LongRoPE (rope_factors_long/short) "
+                          "is not implemented by the metal backend", hp->arch);
     const char *miss = rvl_family_missing(&hp->block, &mtl_block);
     if (miss)
         return rvl_seterr(RVL_EUNSUPPORTED, "architecture '%s': the block feature '%s' is not "

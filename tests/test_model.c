@@ -960,37 +960,43 @@ static void test_model_unsupported_architecture_is_named(void **state)
     tm_free(&m);
 }
 
-/* A block feature the forward pass does not implement yet is refused,
- * naming the key or tensor that asked for it; a key at its neutral value
- * asks for nothing. */
+/* A feature a file asks for is refused, naming the key or tensor that
+ * asked for it: RVL_EUNSUPPORTED when nothing implements it, RVL_EFORMAT
+ * when its architecture does not have it (llama.cpp would ignore it); a
+ * key at its neutral value asks for nothing. */
 static void test_model_unimplemented_block_feature_is_refused_naming_the_key(void **state)
 {
     (void)state;
     tmodel m;
     tm_build(&m, RVL_TYPE_F32, false, false, 10);
-    static const struct { const char *key; float v; } f32s[] = {
-        {"attn_logit_softcapping", 50}, {"final_logit_softcapping", 30},
-        {"embedding_scale", 12}, {"attention.scale", 0.125f}, {"rope.freq_base_swa", 10000},
-        {"logit_scale", 2}, {"residual_scale", 0.5f},
+    static const struct { const char *key; float v; int err; } f32s[] = {
+        {"attn_logit_softcapping", 50, RVL_EFORMAT}, {"final_logit_softcapping", 30, RVL_EFORMAT},
+        {"embedding_scale", 12, RVL_EFORMAT}, {"attention.scale", 0.125f, RVL_EFORMAT},
+        {"rope.freq_base_swa", 10000, RVL_EFORMAT},
+        {"logit_scale", 2, RVL_EUNSUPPORTED}, {"residual_scale", 0.5f, RVL_EUNSUPPORTED},
     };
     char want[96];
     for (size_t i = 0; i < sizeof f32s / sizeof f32s[0]; i++) {
         spec s = {.f32_key = f32s[i].key, .f32_val = f32s[i].v};
         snprintf(want, sizeof want, "'llama.%s'", f32s[i].key);
-        expect_open_error("feature.gguf", &m, &s, RVL_EUNSUPPORTED, want);
+        expect_open_error("feature.gguf", &m, &s, f32s[i].err, want);
     }
     spec sw = {.arch = "qwen2", .u32_key = "attention.sliding_window", .u32_val = 4};
     tmodel mb;
     tm_build(&mb, RVL_TYPE_F32, true, false, 10);
-    expect_open_error("swa.gguf", &mb, &sw, RVL_EUNSUPPORTED, "'qwen2.attention.sliding_window'");
+    expect_open_error("swa.gguf", &mb, &sw, RVL_EFORMAT, "'qwen2.attention.sliding_window'");
     tm_free(&mb);
     static const char *const tensors[] = {"blk.0.post_ffw_norm.weight",
                                           "blk.0.post_attention_norm.weight"};
     for (size_t i = 0; i < sizeof tensors / sizeof tensors[0]; i++) {
         spec s = {.extra_tensor = tensors[i]};
         snprintf(want, sizeof want, "tensor '%s'", tensors[i]);
-        expect_open_error("feature-t.gguf", &m, &s, RVL_EUNSUPPORTED, want);
+        expect_open_error("feature-t.gguf", &m, &s, RVL_EFORMAT, want);
     }
+    /* Gemma's post-norms are its own: required */
+    spec g2 = {.arch = "gemma2"};
+    expect_open_error("gemma2-nopost.gguf", &m, &g2, RVL_EFORMAT,
+                      "missing tensor 'blk.0.post_attention_norm.weight'");
     /* implemented (qwen3's), but not llama's: the file does not fit its architecture */
     spec qn = {.extra_tensor = "blk.0.attn_q_norm.weight"};
     expect_open_error("feature-qn.gguf", &m, &qn, RVL_EFORMAT,

@@ -170,6 +170,39 @@ static void test_swiglu_matches_double(void **state)
     }
 }
 
+static void test_geglu_tanh_and_softcap_match_double(void **state)
+{
+    (void)state;
+    const int n = 1000;
+    float g[1000], u[1000], g0[1000];
+    fill(g, n, 12.0f);
+    fill(u, n, 3.0f);
+    g[0] = 0;
+    g[1] = -30.0f; /* tanh saturates: gelu -> -0 */
+    g[2] = 30.0f;  /* gelu -> x */
+    memcpy(g0, g, sizeof g);
+    geglu_tanh_f32_ref(g, u, n);
+    for (int i = 0; i < n; i++) {
+        const double x = g0[i];
+        const double want =
+            0.5 * x * (1 + tanh(sqrt(2 / M_PI) * (x + 0.044715 * x * x * x))) * u[i];
+        /* relative to |x u|: for large negative x, tanh's float rounding
+         * to -1 leaves 0 where the exact value is a tiny negative */
+        assert_close(g[i], want, fabs(x * u[i]), 8);
+    }
+    /* the exact GELU (erf) differs by up to ~1e-3: the test tells them apart */
+    assert_true(fabs(0.5 * 1.5 * (1 + erf(1.5 / sqrt(2))) - 0.5 * 1.5 *
+                     (1 + tanh(sqrt(2 / M_PI) * (1.5 + 0.044715 * 3.375)))) > 1e-4);
+
+    memcpy(g, g0, sizeof g);
+    softcap_f32_ref(g, n, 5.0f);
+    for (int i = 0; i < n; i++) {
+        const double want = 5.0 * tanh(g0[i] / 5.0);
+        assert_close(g[i], want, fabs(want), 8);
+        assert_true(fabsf(g[i]) <= 5.0f);
+    }
+}
+
 static void test_softmax_matches_double(void **state)
 {
     (void)state;
@@ -219,6 +252,9 @@ static void test_ops_rows_are_the_kernels_on_any_pool(void **state)
         rmsnorm_f32_ref(want + t * YS, x + t * XS, w, N, 1e-6f);
     memcpy(gw, g, sizeof g);
     swiglu_f32_ref(gw, u, NB * N);
+    float ge[NB * N];
+    memcpy(ge, g, sizeof g);
+    geglu_tanh_f32_ref(ge, u, NB * N);
     for (int nth = 1; nth <= 3; nth++) {
         rvl_pool *p = pool_of(nth);
         for (int nb = 1; nb <= NB; nb += NB - 1) {
@@ -227,9 +263,12 @@ static void test_ops_rows_are_the_kernels_on_any_pool(void **state)
             assert_memory_equal(got, want, (size_t)nb * YS * sizeof *got);
             float gg[NB * N];
             memcpy(gg, g, sizeof g);
-            rvl_ops_swiglu_rows(p, gg, u, N, nb);
+            rvl_ops_glu_rows(p, RVL_ACT_SILU, gg, u, N, nb);
             assert_memory_equal(gg, gw, (size_t)nb * N * sizeof *gg);
             assert_memory_equal(gg + nb * N, g + nb * N, (size_t)(NB - nb) * N * sizeof *gg);
+            memcpy(gg, g, sizeof g);
+            rvl_ops_glu_rows(p, RVL_ACT_GELU_TANH, gg, u, N, nb);
+            assert_memory_equal(gg, ge, (size_t)nb * N * sizeof *gg);
         }
         rvl_pool_close(p);
     }
@@ -375,6 +414,7 @@ int main(void)
         cmocka_unit_test(test_rope_rotates_the_pairs_of_each_pairing),
         cmocka_unit_test(test_rope_pairings_differ),
         cmocka_unit_test(test_swiglu_matches_double),
+        cmocka_unit_test(test_geglu_tanh_and_softcap_match_double),
         cmocka_unit_test(test_softmax_matches_double),
         cmocka_unit_test(test_ops_rows_are_the_kernels_on_any_pool),
         cmocka_unit_test(test_matmul_bits_do_not_depend_on_threads_batch_or_layout),

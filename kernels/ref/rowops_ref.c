@@ -44,6 +44,20 @@ void swiglu_f32_ref(float *g, const float *u, int64_t n)
     }
 }
 
+void geglu_tanh_f32_ref(float *g, const float *u, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++) {
+        const float v = g[i];
+        g[i] = 0.5f * v * (1.0f + tanhf(0.7978845608028654f * v * (1.0f + 0.044715f * v * v))) * u[i];
+    }
+}
+
+void softcap_f32_ref(float *x, int64_t n, float cap)
+{
+    for (int64_t i = 0; i < n; i++)
+        x[i] = cap * tanhf(x[i] / cap);
+}
+
 void softmax_f32_ref(float *y, const float *x, int64_t n)
 {
     float mx = -INFINITY;

@@ -30,6 +30,16 @@
 /* The llama block: pre-attention RMSNorm, attention, residual, pre-FFN
  * RMSNorm, SiLU-gated FFN (SwiGLU), residual. */
 #define LLAMA_BLOCK .norm_pre_attn = true, .norm_pre_ffn = true, .act = RVL_ACT_SILU
+/* Gemma's: the attention and FFN outputs RMS-normed again before their
+ * residuals (post_attention_norm, post_ffw_norm), a GELU-gated FFN, and
+ * sliding-window layers between global ones. */
+#define GEMMA_BLOCK .norm_pre_attn = true, .norm_post_attn = true, .norm_pre_ffn = true, \
+                    .norm_post_ffn = true, .act = RVL_ACT_GELU_TANH
+/* What a file may switch on in a family with windows and soft-caps. */
+#define SOFTCAPS .attn_softcap = 1, .final_softcap = 1
+#define WINDOW .swa_window = 1
+
+static void gemma_finish(rvl_hparams *hp);
 
 static const rvl_family families[] = {
     /* Llama 2/3/3.x, SmolLM, TinyLlama, Mistral 7B */
@@ -42,7 +52,38 @@ static const rvl_family families[] = {
      * NeoX rotation; head_dim from attention.key_length */
     {.name = "qwen3", .rope_type = RVL_ROPE_NEOX, .bias = RVL_FAMILY_BIAS_NONE,
      .block = {LLAMA_BLOCK, .qk_norm = true}},
+    /* Gemma 2: every other layer windowed (attention.sliding_window),
+     * attention and final logits soft-capped (attn_logit_softcapping,
+     * final_logit_softcapping), embeddings times sqrt(n_embd) */
+    {.name = "gemma2", .rope_type = RVL_ROPE_NEOX, .bias = RVL_FAMILY_BIAS_NONE,
+     .block = {GEMMA_BLOCK, .swa_period = 2}, .may = {WINDOW, SOFTCAPS},
+     .finish = gemma_finish},
+    /* Gemma 3 (text): five windowed layers, then a global one; QK-norm;
+     * windowed layers on RoPE base 10000 without the file's RoPE scaling
+     * (which is the global layers'), unless rope.freq_base_swa says */
+    {.name = "gemma3", .rope_type = RVL_ROPE_NEOX, .bias = RVL_FAMILY_BIAS_NONE,
+     .block = {GEMMA_BLOCK, .qk_norm = true, .swa_period = 6, .swa_rope_base = 10000},
+     .may = {WINDOW, SOFTCAPS}, .finish = gemma_finish},
+    /* Phi-3, Phi-3.5, Phi-4: gate and up in one ffn_up tensor (gate rows
+     * first), Q/K/V in one attn_qkv where the file has it, LongRoPE
+     * factors (rope_factors_long/short, read with the weights); every
+     * layer windowed where the file sets a window shorter than its context */
+    {.name = "phi3", .rope_type = RVL_ROPE_NEOX, .bias = RVL_FAMILY_BIAS_NONE,
+     .block = {LLAMA_BLOCK, .fused_gate_up = true}, .may = {WINDOW, .fused_qkv = true}},
 };
+
+/* What llama.cpp derives for Gemma rather than reads from the file: the
+ * embedding scale sqrt(n_embd), and for the 27B models (by layer count, as
+ * llama.cpp decides) queries scaled by 1/sqrt(n_embd / n_head), their
+ * query_pre_attn_scalar, instead of 1/sqrt(key_length). */
+static void gemma_finish(rvl_hparams *hp)
+{
+    const bool is27b = (strcmp(hp->arch, "gemma2") == 0 && hp->n_layer == 46) ||
+                       (strcmp(hp->arch, "gemma3") == 0 && hp->n_layer == 62);
+    hp->block.embd_scale = sqrtf((float)hp->n_embd);
+    if (is27b && !hp->block.q_scale)
+        hp->block.q_scale = 1.0f / sqrtf((float)(hp->n_embd / hp->n_head));
+}
 
 const rvl_family *rvl_family_find(const char *arch)
 {
@@ -52,7 +93,7 @@ const rvl_family *rvl_family_find(const char *arch)
     return NULL;
 }
 
-const char *rvl_family_names(void) { return "llama, qwen2, qwen3"; }
+const char *rvl_family_names(void) { return "llama, qwen2, qwen3, gemma2, gemma3, phi3"; }
 
 /* ====================================================================
  * Recipe features: names, and which backend lacks what
@@ -130,6 +171,20 @@ static const struct {
     {"logit_scale", 1.0f},
     {"residual_scale", 1.0f},
 };
+
+/* The feature `one` asks for, if the family has it neither in its recipe
+ * nor among what its files may switch on: its name, or NULL. */
+static const char *family_lacks(const rvl_family *fam, rvl_block one)
+{
+    one.norm_pre_attn = fam->block.norm_pre_attn;
+    one.norm_pre_ffn = fam->block.norm_pre_ffn;
+    const char *miss = rvl_family_missing(&one, &fam->block);
+    rvl_block may = fam->may;
+    may.norm_pre_attn = one.norm_pre_attn;
+    may.norm_pre_ffn = one.norm_pre_ffn;
+    may.act = fam->block.act;
+    return miss && rvl_family_missing(&one, &may) ? miss : NULL;
+}
 
 static int read_f32(const rvl_file *f, const char *key, float *v)
 {
@@ -216,9 +271,7 @@ int rvl_family_recipe(const rvl_family *fam, const rvl_file *f, rvl_hparams *hp,
             return rvl_seterr(RVL_EUNSUPPORTED, "%s: %s '%s' asks for the block feature '%s', "
                               "which is not implemented", path, tensor ? "tensor" : "metadata key",
                               key, miss);
-        one.norm_pre_attn = fam->block.norm_pre_attn;
-        one.norm_pre_ffn = fam->block.norm_pre_ffn;
-        if ((miss = rvl_family_missing(&one, &fam->block)))
+        if ((miss = family_lacks(fam, one)))
             return rvl_seterr(RVL_EFORMAT, "%s: %s '%s' asks for the block feature '%s', which "
                               "architecture '%s' does not have", path,
                               tensor ? "tensor" : "metadata key", key, miss, fam->name);
@@ -231,6 +284,12 @@ int rvl_family_recipe(const rvl_family *fam, const rvl_file *f, rvl_hparams *hp,
         if (rc > 0 && v != unsupported_keys[i].neutral)
             return rvl_seterr(RVL_EUNSUPPORTED, "%s: metadata key '%s' (%g) is not implemented",
                               path, key, (double)v);
+    }
+    if (fam->finish) {
+        fam->finish(hp);
+        if ((miss = rvl_family_missing(&hp->block, have)))
+            return rvl_seterr(RVL_EUNSUPPORTED, "%s: architecture '%s': its block feature '%s' is "
+                              "not implemented", path, fam->name, miss);
     }
     return 0;
 }

@@ -23,11 +23,17 @@ typedef struct {
     rvl_rope_type rope_type;   /* which dimensions RoPE pairs */
     rvl_family_bias bias;
     rvl_block block;           /* the recipe before the file's keys */
+    rvl_block may;             /* what its files may switch on besides (a
+                                  nonzero field: the feature) */
+    /* where the family is truly different: fills in what llama.cpp derives
+     * rather than reads (Gemma's embedding scale), after the file's keys;
+     * or NULL */
+    void (*finish)(rvl_hparams *hp);
 } rvl_family;
 
 /* borrowed (static); NULL for an unknown architecture */
 const rvl_family *rvl_family_find(const char *arch);
-/* "llama, qwen2, qwen3": the architectures rvl_family_find knows */
+/* "llama, qwen2, ...": the architectures rvl_family_find knows */
 const char *rvl_family_names(void);
 
 /* Complete hp->block from the family and the file's feature keys and

@@ -37,11 +37,16 @@
 #include "rowops.h"
 
 /* The recipe this loop follows: the llama block (pre-attention RMSNorm,
- * attention, residual, pre-FFN RMSNorm, SiLU-gated FFN, residual), with
- * Q/K/V biases and per-head Q/K RMSNorm when the recipe has them. */
+ * attention, residual, pre-FFN RMSNorm, SiLU-gated FFN, residual) and
+ * every feature of rvl_block: post-norms, Q/K/V biases, per-head Q/K
+ * RMSNorm, fused tensors (row views, engine/model.c), GELU, scales,
+ * soft-caps, sliding windows with their own RoPE base. (A nonzero field:
+ * the feature is implemented; act: the activation besides SiLU.) */
 const rvl_block rvl_forward_block = {
-    .norm_pre_attn = true, .norm_pre_ffn = true, .qkv_bias = true, .qk_norm = true,
-    .act = RVL_ACT_SILU,
+    .norm_pre_attn = true, .norm_post_attn = true, .norm_pre_ffn = true, .norm_post_ffn = true,
+    .qk_norm = true, .qkv_bias = true, .fused_qkv = true, .fused_gate_up = true,
+    .act = RVL_ACT_GELU_TANH, .embd_scale = 1, .q_scale = 1, .attn_softcap = 1,
+    .final_softcap = 1, .swa_window = 1, .swa_period = 1, .swa_rope_base = 1,
 };
 
 /* Tokens processed together (RVL_UBATCH): each weight row is read once
@@ -62,7 +67,8 @@ struct rvl_forward {
     rvl_kv_type kv_type_k, kv_type_v;
     rvl_kvcache *kv;                  /* the paged KV cache (lib/engine/kvcache.h) */
     float *rope_cos, *rope_sin;   /* (n_ctx, rope_dim/2) */
-    float kq_scale;               /* 1/sqrt(head_dim), times YaRN's mscale^2 */
+    float *swa_cos, *swa_sin;     /* the windowed layers' (swa_rope_base), or NULL: the same */
+    float kq_scale;               /* 1/sqrt(head_dim) or q_scale, times the RoPE mscale^2 */
     float *x;                     /* (UBATCH, dim) residual stream */
     float *xb;                    /* (UBATCH, max(dim, q_dim)) normed input / attention out */
     float *q;                     /* (UBATCH, q_dim) */
@@ -71,6 +77,7 @@ struct rvl_forward {
     float *xo;                    /* (UBATCH, dim) matmul output */
     float *logits;                /* (vocab) or (n_batch, vocab) with all_logits */
     float *norm_w;                /* dequantized norm weights: (2*n_layer+1, dim) */
+    float *post_w;                /* post-norm weights (n_layer, 2, dim), or NULL */
     float *bias;                  /* dequantized biases: (n_layer, q_dim + 2*kv_dim) or NULL */
     float *qk_norm;               /* dequantized Q and K norm gains: (n_layer, 2, head_dim)
                                      or NULL */
@@ -108,14 +115,21 @@ static bool forward_chunk(rvl_forward *c, const int32_t *tokens, uint32_t nb, ui
     const uint32_t half = hp->rope_dim / 2;
     const bool neox = hp->rope_type == RVL_ROPE_NEOX;
 
-    /* embedding rows, whatever their format */
+    /* embedding rows, whatever their format (times embd_scale) */
     for (uint32_t t = 0; t < nb; t++)
         m->tok_embd.kf->dequantize((const char *)m->tok_embd.data +
                                        (uint64_t)tokens[t] * m->tok_embd.row_bytes,
                                    c->x + (size_t)t * dim, dim);
+    if (B->embd_scale)
+        for (size_t i = 0; i < (size_t)nb * dim; i++)
+            c->x[i] *= B->embd_scale;
 
     for (uint32_t l = 0; l < hp->n_layer; l++) {
         const rvl_layer *L = &m->layers[l];
+        /* a windowed layer's RoPE (swa_rope_base), where it has its own */
+        const bool own_rope = c->swa_cos && rvl_family_layer_kind(B, l) == RVL_LAYER_WINDOW;
+        const float *rcos = own_rope ? c->swa_cos : c->rope_cos;
+        const float *rsin = own_rope ? c->swa_sin : c->rope_sin;
 
         /* attention block: pre-attention norm (norm_pre_attn) */
         rvl_ops_norm_rows(c->pool, c->xb, xb_stride, c->x, dim,
@@ -148,8 +162,8 @@ static bool forward_chunk(rvl_forward *c, const int32_t *tokens, uint32_t nb, ui
                     rmsnorm_f32_ref(k + (size_t)h * hd, k + (size_t)h * hd, g + hd, hd,
                                     hp->rms_eps);
             }
-            const float *cs = c->rope_cos + (size_t)(pos0 + t) * half;
-            const float *sn = c->rope_sin + (size_t)(pos0 + t) * half;
+            const float *cs = rcos + (size_t)(pos0 + t) * half;
+            const float *sn = rsin + (size_t)(pos0 + t) * half;
             rope_f32_ref(q, hp->n_head, hd, hp->rope_dim, cs, sn, neox);
             rope_f32_ref(k, hp->n_head_kv, hd, hp->rope_dim, cs, sn, neox);
         }
@@ -163,11 +177,16 @@ static bool forward_chunk(rvl_forward *c, const int32_t *tokens, uint32_t nb, ui
         rvl_matmul_run(&c->mm, c->xo, dim, &L->wo, c->xb, xb_stride, nb);
         rvl_lora_apply(c->lora, c->pool, l, RVL_LORA_O, c->xb, xb_stride, nb, c->xo, dim);
         TRACE("attn_out", l, c->xo, dim, dim);
+        if (B->norm_post_attn) {
+            rvl_ops_norm_rows(c->pool, c->xo, dim, c->xo, dim, c->post_w + (size_t)(2 * l) * dim,
+                              dim, nb, hp->rms_eps);
+            TRACE("attn_post_norm", l, c->xo, dim, dim);
+        }
         for (size_t i = 0; i < (size_t)nb * dim; i++)
             c->x[i] += c->xo[i];
         TRACE("ffn_inp", l, c->x, dim, dim);
 
-        /* gated feed-forward block: pre-FFN norm (norm_pre_ffn), SiLU (act) */
+        /* gated feed-forward block: pre-FFN norm (norm_pre_ffn), SiLU or GELU (act) */
         rvl_ops_norm_rows(c->pool, c->xb, xb_stride, c->x, dim,
                           c->norm_w + (size_t)(2 * l + 1) * dim, dim, nb, hp->rms_eps);
         TRACE("ffn_norm", l, c->xb, xb_stride, dim);
@@ -179,11 +198,16 @@ static bool forward_chunk(rvl_forward *c, const int32_t *tokens, uint32_t nb, ui
         rvl_lora_apply(c->lora, c->pool, l, RVL_LORA_UP, c->xb, xb_stride, nb, c->hb2, ff);
         TRACE("ffn_gate", l, c->hb, ff, ff);
         TRACE("ffn_up", l, c->hb2, ff, ff);
-        rvl_ops_swiglu_rows(c->pool, c->hb, c->hb2, ff, nb);
-        TRACE("ffn_swiglu", l, c->hb, ff, ff);
+        rvl_ops_glu_rows(c->pool, B->act, c->hb, c->hb2, ff, nb);
+        TRACE(B->act == RVL_ACT_SILU ? "ffn_swiglu" : "ffn_geglu", l, c->hb, ff, ff);
         rvl_matmul_run(&c->mm, c->xo, dim, &L->w_down, c->hb, ff, nb);
         rvl_lora_apply(c->lora, c->pool, l, RVL_LORA_DOWN, c->hb, ff, nb, c->xo, dim);
         TRACE("ffn_out", l, c->xo, dim, dim);
+        if (B->norm_post_ffn) {
+            rvl_ops_norm_rows(c->pool, c->xo, dim, c->xo, dim,
+                              c->post_w + (size_t)(2 * l + 1) * dim, dim, nb, hp->rms_eps);
+            TRACE("ffn_post_norm", l, c->xo, dim, dim);
+        }
         for (size_t i = 0; i < (size_t)nb * dim; i++)
             c->x[i] += c->xo[i];
         TRACE("l_out", l, c->x, dim, dim);
@@ -203,11 +227,15 @@ static bool forward_chunk(rvl_forward *c, const int32_t *tokens, uint32_t nb, ui
         rvl_ops_norm_rows(c->pool, c->xb, xb_stride, c->x, dim, onorm, dim, nb, hp->rms_eps);
         TRACE("result_norm", -1, c->xb, xb_stride, dim);
         rvl_matmul_run(&c->mm, logits, hp->n_vocab, &m->output, c->xb, xb_stride, nb);
+        if (B->final_softcap)
+            softcap_f32_ref(logits, (int64_t)nb * hp->n_vocab, B->final_softcap);
     } else if (want_last) {
         rmsnorm_f32_ref(c->xb, c->x + (size_t)(nb - 1) * dim, onorm, dim, hp->rms_eps);
         if (c->trace)
             c->trace(c->trace_ud, "result_norm", -1, pos0 + nb - 1, 1, c->xb, dim, dim);
         rvl_matmul_run(&c->mm, c->logits, hp->n_vocab, &m->output, c->xb, xb_stride, 1);
+        if (B->final_softcap)
+            softcap_f32_ref(c->logits, hp->n_vocab, B->final_softcap);
     }
     return true;
 }
@@ -266,6 +294,8 @@ static void forward_free(rvl_forward *c)
     rvl_kvcache_close(c->kv);
     free(c->rope_cos);
     free(c->rope_sin);
+    free(c->swa_cos);
+    free(c->swa_sin);
     free(c->x);
     free(c->xb);
     free(c->q);
@@ -276,6 +306,7 @@ static void forward_free(rvl_forward *c)
     free(c->xo);
     free(c->logits);
     free(c->norm_w);
+    free(c->post_w);
     free(c->bias);
     free(c->qk_norm);
     free(c->mm.act);
@@ -365,6 +396,15 @@ static int cpu_open(rvl_backend **out, const rvl_model *m, const rvl_ctx_params 
     c->xo = calloc(UBATCH * dim, sizeof(float));
     c->logits = calloc((size_t)c->n_batch * hp->n_vocab, sizeof(float));
     c->norm_w = calloc((2 * (size_t)hp->n_layer + 1) * dim, sizeof(float));
+    const bool post = hp->block.norm_post_attn || hp->block.norm_post_ffn;
+    if (post)
+        c->post_w = calloc(2 * (size_t)hp->n_layer * dim, sizeof(float));
+    /* windowed layers on their own RoPE base, without the file's scaling */
+    const bool swa_rope = hp->block.swa_window && hp->block.swa_rope_base;
+    if (swa_rope) {
+        c->swa_cos = malloc((size_t)c->n_ctx * half * sizeof(float));
+        c->swa_sin = malloc((size_t)c->n_ctx * half * sizeof(float));
+    }
     if (hp->block.qkv_bias)
         c->bias = calloc((size_t)hp->n_layer * (q_dim + 2 * kv_dim), sizeof(float));
     if (hp->block.qk_norm)
@@ -377,20 +417,49 @@ static int cpu_open(rvl_backend **out, const rvl_model *m, const rvl_ctx_params 
     }
     if ((m->packed_max_group && !c->mm.unpack) || !c->rope_cos || !c->rope_sin || !c->x ||
         !c->xb || !c->q || !c->k || !c->v || !c->hb || !c->hb2 || !c->xo || !c->logits ||
-        !c->norm_w || (hp->block.qkv_bias && !c->bias) ||
+        !c->norm_w || (post && !c->post_w) || (swa_rope && (!c->swa_cos || !c->swa_sin)) ||
+        (hp->block.qkv_bias && !c->bias) ||
         (hp->block.qk_norm && !c->qk_norm) || !c->mm.act) {
         uint32_t n = c->n_ctx;
         forward_free(c);
         return rvl_seterr(RVL_ENOMEM, "out of memory for a context of %u tokens", n);
     }
 
-    /* RoPE tables once per context; YaRN's mscale goes into the scale */
+    /* RoPE tables once per context; the RoPE mscale goes into the scale.
+     * LongRoPE's divisors: the long ones for a context past the original. */
     float attn_mul;
-    rvl_rope_tables(&rh, m->rope_freqs.present ? m->rope_freqs.data : NULL, c->n_ctx, c->rope_cos,
-                    c->rope_sin, &attn_mul);
-    c->kq_scale = attn_mul / sqrtf((float)hp->head_dim);
+    const rvl_weight *div = m->rope_freqs.present ? &m->rope_freqs
+                            : !m->rope_long.present ? NULL
+                            : c->n_ctx > hp->rope_orig_ctx ? &m->rope_long : &m->rope_short;
+    rvl_rope_tables(&rh, div ? div->data : NULL, c->n_ctx, c->rope_cos, c->rope_sin, &attn_mul);
+    if (swa_rope) {
+        rvl_hparams sh = rh;
+        float unused;
+        sh.rope_base = hp->block.swa_rope_base;
+        sh.rope_scaling = RVL_ROPE_SCALING_NONE;
+        sh.yarn_ext_factor = 0;
+        rvl_rope_tables(&sh, NULL, c->n_ctx, c->swa_cos, c->swa_sin, &unused);
+    }
+    const float q_scale = hp->block.q_scale ? hp->block.q_scale : 1.0f / sqrtf((float)hp->head_dim);
+    c->kq_scale = attn_mul * q_scale;
     kp.scale = c->kq_scale;
-    if ((rc = rvl_kvcache_open(&c->kv, &kp, nth)) < 0) {
+    kp.softcap = hp->block.attn_softcap;
+    /* the windowed layers' windows (rvl_family_layer_kind) */
+    uint32_t *win = NULL;
+    if (hp->block.swa_window) {
+        win = calloc(hp->n_layer, sizeof *win);
+        if (!win) {
+            forward_free(c);
+            return rvl_seterr(RVL_ENOMEM, "out of memory");
+        }
+        for (uint32_t l = 0; l < hp->n_layer; l++)
+            if (rvl_family_layer_kind(&hp->block, l) == RVL_LAYER_WINDOW)
+                win[l] = hp->block.swa_window;
+        kp.window = win;
+    }
+    rc = rvl_kvcache_open(&c->kv, &kp, nth);
+    free(win); /* copied */
+    if (rc < 0) {
         forward_free(c);
         return rc;
     }
@@ -409,6 +478,10 @@ static int cpu_open(rvl_backend **out, const rvl_model *m, const rvl_ctx_params 
             dequant_vec(&L->q_norm, c->qk_norm + (size_t)l * 2 * hd);
             dequant_vec(&L->k_norm, c->qk_norm + (size_t)l * 2 * hd + hd);
         }
+        if (hp->block.norm_post_attn)
+            dequant_vec(&L->post_attn_norm, c->post_w + (size_t)(2 * l) * dim);
+        if (hp->block.norm_post_ffn)
+            dequant_vec(&L->post_ffn_norm, c->post_w + (size_t)(2 * l + 1) * dim);
     }
     dequant_vec(&m->output_norm, c->norm_w + (size_t)(2 * hp->n_layer) * dim);
     *out = (rvl_backend *)c;
@@ -451,6 +524,9 @@ static int cpu_shift(rvl_backend *b, uint32_t keep, uint32_t n_discard)
 {
     rvl_forward *c = fw(b);
     const rvl_hparams *hp = &c->m->hp;
+    if (c->swa_cos)
+        return rvl_seterr(RVL_EUNSUPPORTED, "context shift of a model whose windowed layers have "
+                          "their own RoPE base (%s) is not implemented", hp->arch);
     /* the angles of a distance of n_discard positions (row 0 when no key
      * moves: everything after keep is dropped) */
     const size_t half = hp->rope_dim / 2;

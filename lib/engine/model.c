@@ -112,6 +112,20 @@ static int get_weight(rvl_model *m, rvl_weight *w, const char *name, uint64_t ne
     return 0;
 }
 
+/* Split a fused weight (attn_qkv, ffn_up with gate and up) into row
+ * views: out[i] gets rows[i] rows, in order. w may be out[0]. */
+static void row_views(const rvl_weight *w, const uint64_t *rows, rvl_weight **out, int n)
+{
+    const rvl_weight whole = *w;
+    uint64_t r0 = 0;
+    for (int i = 0; i < n; i++) {
+        *out[i] = whole;
+        out[i]->ne1 = rows[i];
+        out[i]->data = (const char *)whole.data + r0 * whole.row_bytes;
+        r0 += rows[i];
+    }
+}
+
 static int load_weights(rvl_model *m, const rvl_family *fam)
 {
     rvl_hparams *hp = &m->hp;
@@ -126,17 +140,24 @@ static int load_weights(rvl_model *m, const rvl_family *fam)
         (rc = get_weight(m, &m->output, "output.weight", E, V, false)) < 0)
         return rc;
     hp->tied_output = !m->output.present;
-    if (hp->has_rope_freqs) {
-        if ((rc = get_weight(m, &m->rope_freqs, "rope_freqs.weight", hp->rope_dim / 2, 0, true)) < 0)
+    /* per-frequency RoPE divisors: Llama 3.1's one set, LongRoPE's two */
+    static const char *const divs[] = {"rope_freqs.weight", "rope_factors_long.weight",
+                                       "rope_factors_short.weight"};
+    rvl_weight *dw[] = {&m->rope_freqs, &m->rope_long, &m->rope_short};
+    for (int d = 0; d < 3; d++) {
+        const bool want = d == 0 ? hp->has_rope_freqs : hp->has_longrope;
+        if (!want)
+            continue;
+        if ((rc = get_weight(m, dw[d], divs[d], hp->rope_dim / 2, 0, true)) < 0)
             return rc;
-        if (m->rope_freqs.type != RVL_TYPE_F32)
-            return rvl_seterr(RVL_EFORMAT, "%s: tensor 'rope_freqs.weight' must be F32",
-                              rvl_file_path(m->file));
-        const float *fd = m->rope_freqs.data;
+        if (dw[d]->type != RVL_TYPE_F32)
+            return rvl_seterr(RVL_EFORMAT, "%s: tensor '%s' must be F32", rvl_file_path(m->file),
+                              divs[d]);
+        const float *fd = dw[d]->data;
         for (uint32_t i = 0; i < hp->rope_dim / 2; i++)
             if (!(fd[i] > 0 && fd[i] < 1e9f))
-                return rvl_seterr(RVL_EFORMAT, "%s: tensor 'rope_freqs.weight' value %u (%g) is not "
-                                  "a positive divisor", rvl_file_path(m->file), i, (double)fd[i]);
+                return rvl_seterr(RVL_EFORMAT, "%s: tensor '%s' value %u (%g) is not a positive "
+                                  "divisor", rvl_file_path(m->file), divs[d], i, (double)fd[i]);
     }
     if (hp->tied_output)
         m->output = m->tok_embd;
@@ -153,10 +174,17 @@ static int load_weights(rvl_model *m, const rvl_family *fam)
             return rc;                                                         \
     } while (0)
         W(attn_norm, "attn_norm.weight", E, 0, true);
-        W(wq, "attn_q.weight", E, QD, true);
-        W(wk, "attn_k.weight", E, KVD, true);
-        W(wv, "attn_v.weight", E, KVD, true);
+        if (hp->block.fused_qkv) { /* Q, K and V rows of one tensor */
+            W(wq, "attn_qkv.weight", E, QD + 2 * KVD, true);
+            row_views(&L->wq, (uint64_t[]){QD, KVD, KVD}, (rvl_weight *[]){&L->wq, &L->wk, &L->wv},
+                      3);
+        } else {
+            W(wq, "attn_q.weight", E, QD, true);
+            W(wk, "attn_k.weight", E, KVD, true);
+            W(wv, "attn_v.weight", E, KVD, true);
+        }
         W(wo, "attn_output.weight", QD, E, true);
+        W(post_attn_norm, "post_attention_norm.weight", E, 0, hp->block.norm_post_attn);
         W(bq, "attn_q.bias", QD, 0, hp->block.qkv_bias);
         W(bk, "attn_k.bias", KVD, 0, hp->block.qkv_bias);
         W(bv, "attn_v.bias", KVD, 0, hp->block.qkv_bias);
@@ -165,9 +193,15 @@ static int load_weights(rvl_model *m, const rvl_family *fam)
             W(k_norm, "attn_k_norm.weight", hp->head_dim, 0, true);
         }
         W(ffn_norm, "ffn_norm.weight", E, 0, true);
-        W(w_gate, "ffn_gate.weight", E, F, true);
-        W(w_up, "ffn_up.weight", E, F, true);
+        if (hp->block.fused_gate_up) { /* gate rows, then up rows */
+            W(w_gate, "ffn_up.weight", E, 2 * F, true);
+            row_views(&L->w_gate, (uint64_t[]){F, F}, (rvl_weight *[]){&L->w_gate, &L->w_up}, 2);
+        } else {
+            W(w_gate, "ffn_gate.weight", E, F, true);
+            W(w_up, "ffn_up.weight", E, F, true);
+        }
         W(w_down, "ffn_down.weight", F, E, true);
+        W(post_ffn_norm, "post_ffw_norm.weight", E, 0, hp->block.norm_post_ffn);
 #undef W
     }
     /* Q/K/V biases: required (qwen2), optional (llama: llama.cpp adds
@@ -443,6 +477,12 @@ static int load_hparams(rvl_model *m, const rvl_family **famp)
         }
     }
     hp->has_rope_freqs = rvl_file_find_tensor(f, "rope_freqs.weight") != NULL;
+    /* LongRoPE (Phi-3): both sets of divisors, chosen by the context size */
+    hp->has_longrope = rvl_file_find_tensor(f, "rope_factors_long.weight") != NULL ||
+                       rvl_file_find_tensor(f, "rope_factors_short.weight") != NULL;
+    if (hp->has_longrope && hp->has_rope_freqs)
+        return rvl_seterr(RVL_EFORMAT, "%s: tensors 'rope_freqs.weight' and "
+                          "'rope_factors_long/short.weight' both set RoPE divisors", path);
 
     if ((rc = rvl_model_check_hparams(hp, path)) < 0)
         return rc;

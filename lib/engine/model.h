@@ -27,12 +27,15 @@ typedef struct {
 
 typedef struct {
     rvl_weight attn_norm;             /* (dim) */
-    rvl_weight wq, wk, wv;            /* (n_head*hd, dim), (n_kv*hd, dim) x2 */
+    rvl_weight wq, wk, wv;            /* (n_head*hd, dim), (n_kv*hd, dim) x2; fused_qkv:
+                                         row views of attn_qkv */
     rvl_weight bq, bk, bv;            /* biases (qwen2) or absent */
     rvl_weight q_norm, k_norm;        /* (hd) per-head RMSNorm gains (qk_norm) or absent */
     rvl_weight wo;                    /* (dim, n_head*hd) */
+    rvl_weight post_attn_norm;        /* (dim) norm_post_attn, or absent */
     rvl_weight ffn_norm;              /* (dim) */
-    rvl_weight w_gate, w_up;          /* (ff, dim) */
+    rvl_weight w_gate, w_up;          /* (ff, dim); fused_gate_up: row views of ffn_up */
+    rvl_weight post_ffn_norm;         /* (dim) norm_post_ffn, or absent */
     rvl_weight w_down;                /* (dim, ff) */
 } rvl_layer;
 
@@ -43,6 +46,8 @@ struct rvl_model {
     rvl_weight output_norm;           /* (dim) */
     rvl_weight output;                /* (vocab, dim); == tok_embd when tied */
     rvl_weight rope_freqs;            /* (rope_dim/2) f32, Llama 3.1; or absent */
+    rvl_weight rope_long, rope_short; /* (rope_dim/2) f32 LongRoPE divisors (Phi-3) past
+                                         and within rope_orig_ctx; or absent */
     rvl_layer *layers;                /* owned: n_layer */
     struct rvl_tokenizer *tok;        /* owned */
     void *packed;                     /* owned: every weight's packed rows */

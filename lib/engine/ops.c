@@ -1,5 +1,5 @@
 /*
- * ops.c - RMSNorm and SwiGLU over a batch of rows on the pool (ops.h);
+ * ops.c - RMSNorm and the gated activations (SwiGLU, GeGLU) over a batch of rows on the pool (ops.h);
  * the arithmetic is kernels/rowops.h's.
  */
 #include "engine/ops.h"
@@ -38,6 +38,7 @@ typedef struct {
     float *g;
     const float *u;
     size_t n;
+    rvl_act act;
 } swiglu_job;
 
 static void swiglu_part(void *arg, int ith, int nth)
@@ -45,13 +46,18 @@ static void swiglu_part(void *arg, int ith, int nth)
     const swiglu_job *j = arg;
     const size_t per = (j->n + (size_t)nth - 1) / (size_t)nth;
     const size_t i0 = (size_t)ith * per, i1 = i0 + per < j->n ? i0 + per : j->n;
-    if (i0 < i1)
+    if (i0 >= i1)
+        return;
+    if (j->act == RVL_ACT_GELU_TANH)
+        geglu_tanh_f32_ref(j->g + i0, j->u + i0, (int64_t)(i1 - i0));
+    else
         swiglu_f32_ref(j->g + i0, j->u + i0, (int64_t)(i1 - i0));
 }
 
-void rvl_ops_swiglu_rows(rvl_pool *pool, float *g, const float *u, uint32_t n, uint32_t nb)
+void rvl_ops_glu_rows(rvl_pool *pool, rvl_act act, float *g, const float *u, uint32_t n,
+                      uint32_t nb)
 {
-    swiglu_job j = {g, u, (size_t)nb * n};
+    swiglu_job j = {g, u, (size_t)nb * n, act};
     if (nb > 1)
         rvl_pool_run(pool, swiglu_part, &j);
     else

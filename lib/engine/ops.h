@@ -18,8 +18,10 @@
 void rvl_ops_norm_rows(rvl_pool *pool, float *y, size_t y_stride, const float *x, size_t x_stride,
                        const float *w, uint32_t n, uint32_t nb, float eps);
 
-/* SwiGLU (swiglu_f32_ref) over nb contiguous rows of n floats, g <-
- * silu(g) * u, in contiguous slices per thread when nb > 1. */
-void rvl_ops_swiglu_rows(rvl_pool *pool, float *g, const float *u, uint32_t n, uint32_t nb);
+/* The gated activation `act` over nb contiguous rows of n floats: g <-
+ * silu(g) * u (SwiGLU, swiglu_f32_ref) or gelu_tanh(g) * u (GeGLU,
+ * geglu_tanh_f32_ref), in contiguous slices per thread when nb > 1. */
+void rvl_ops_glu_rows(rvl_pool *pool, rvl_act act, float *g, const float *u, uint32_t n,
+                      uint32_t nb);
 
 #endif

@@ -8,12 +8,17 @@
  *   NTK      the base raised to base * factor^(d/(d-2)) ("NTK-aware"
  *            scaling: low frequencies stretched, the highest kept)
  *   llama3   f_i / rope_freqs[i]  (Llama 3.1: the divisors are a tensor)
+ *   LongRoPE f_i / factors[i]  (Phi-3: two tensors, the long one for
+ *            contexts past the original; the caller picks)
  *   YaRN     a per-pair mix of interpolation (f_i / factor) and
  *            extrapolation (f_i): pairs that turn fewer than beta_slow
  *            times over the original context are interpolated, those that
  *            turn more than beta_fast times are kept, a linear ramp in
  *            between; attention logits are multiplied by mscale^2 with
  *            mscale = attn_factor * (1 + 0.1 ln factor).
+ *
+ * Whatever the scaling, rope.scaling.attn_factor multiplies the attention
+ * logits by its square (LongRoPE's sqrt(1 + ln(factor) / ln(original))).
  *
  * Angles are built by repeated multiplication (theta *= base^(-2/d)), as
  * ggml does, so they agree with llama.cpp's to the last bit; the sums and
@@ -42,7 +47,10 @@ void rvl_rope_tables(const rvl_hparams *hp, const float *freq_div, uint32_t n_ct
                                           (double)hp->rope_dim / (double)(hp->rope_dim - 2)));
     const float theta_scale = powf(base, -2.0f / (float)hp->rope_dim);
     float freq_scale = 1.0f;
-    float ramp_lo = 0, ramp_hi = 0, ext = 0, mscale = 1.0f;
+    float ramp_lo = 0, ramp_hi = 0, ext = 0;
+    /* the file's attention factor whatever the scaling (LongRoPE's, too),
+     * as llama.cpp multiplies it into its context's */
+    float mscale = hp->rope_attn_factor;
 
     if (hp->rope_scaling == RVL_ROPE_SCALING_LINEAR) {
         freq_scale = 1.0f / hp->rope_factor;
@@ -53,7 +61,6 @@ void rvl_rope_tables(const rvl_hparams *hp, const float *freq_div, uint32_t n_ct
         float hi = ceilf(yarn_corr_dim(hp->rope_dim, hp->rope_orig_ctx, hp->yarn_beta_slow, base));
         ramp_lo = lo > 0 ? lo : 0;
         ramp_hi = hi < (float)(hp->rope_dim - 1) ? hi : (float)(hp->rope_dim - 1);
-        mscale = hp->rope_attn_factor;
         if (ext != 0 && hp->rope_factor > 1)
             mscale *= 1.0f + 0.1f * logf(hp->rope_factor);
     }
