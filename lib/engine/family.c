@@ -52,11 +52,12 @@ static const rvl_family families[] = {
      * NeoX rotation; head_dim from attention.key_length */
     {.name = "qwen3", .rope_type = RVL_ROPE_NEOX, .bias = RVL_FAMILY_BIAS_NONE,
      .block = {LLAMA_BLOCK, .qk_norm = true}},
-    /* Gemma 2: every other layer windowed (attention.sliding_window),
+    /* Gemma 2: every other layer windowed (attention.sliding_window,
+     * 4096 when the file does not say, as llama.cpp assumes),
      * attention and final logits soft-capped (attn_logit_softcapping,
      * final_logit_softcapping), embeddings times sqrt(n_embd) */
     {.name = "gemma2", .rope_type = RVL_ROPE_NEOX, .bias = RVL_FAMILY_BIAS_NONE,
-     .block = {GEMMA_BLOCK, .swa_period = 2}, .may = {WINDOW, SOFTCAPS},
+     .block = {GEMMA_BLOCK, .swa_window = 4096, .swa_period = 2}, .may = {WINDOW, SOFTCAPS},
      .finish = gemma_finish},
     /* Gemma 3 (text): five windowed layers, then a global one; QK-norm;
      * windowed layers on RoPE base 10000 without the file's RoPE scaling
@@ -212,6 +213,44 @@ static int read_u32(const rvl_file *f, const char *key, uint32_t *v)
     return 1;
 }
 
+/* <arch>.attention.sliding_window_pattern: every n-th layer global (an
+ * integer; 0: every layer windowed), or one bool per layer (true:
+ * windowed) -- accepted where it is such a period, refused otherwise. */
+static int window_pattern(const rvl_family *fam, const rvl_file *f, rvl_hparams *hp)
+{
+    char key[128];
+    snprintf(key, sizeof key, "%s.attention.sliding_window_pattern", hp->arch);
+    const rvl_kv *kv = rvl_file_find_kv(f, key);
+    if (!kv)
+        return 0;
+    if (!fam->block.swa_period && !fam->may.swa_window && !fam->block.swa_window)
+        return rvl_seterr(RVL_EFORMAT, "%s: metadata key '%s' asks for the block feature "
+                          "'swa_period', which architecture '%s' does not have",
+                          rvl_file_path(f), key, fam->name);
+    uint64_t period = 0;
+    if (kv->type != RVL_GGUF_ARRAY) {
+        if (rvl_kv_get_u64(kv, &period) < 0 || period > hp->n_layer)
+            return rvl_seterr(RVL_EFORMAT, "%s: metadata key '%s' is not a layer period",
+                              rvl_file_path(f), key);
+    } else {
+        if (kv->arr_type != RVL_GGUF_BOOL || kv->n != hp->n_layer)
+            return rvl_seterr(RVL_EFORMAT, "%s: metadata key '%s' is not one bool per layer (%u)",
+                              rvl_file_path(f), key, hp->n_layer);
+        const unsigned char *w = kv->data;
+        /* the first global layer's index + 1, and every layer against it */
+        for (uint64_t l = 0; l < kv->n && !period; l++)
+            period = w[l] ? 0 : l + 1;
+        rvl_block b = {.swa_window = 1, .swa_period = (uint32_t)period};
+        for (uint32_t l = 0; l < hp->n_layer; l++)
+            if ((w[l] != 0) != (rvl_family_layer_kind(&b, l) == RVL_LAYER_WINDOW))
+                return rvl_seterr(RVL_EUNSUPPORTED, "%s: metadata key '%s': windowed and global "
+                                  "layers in other than a fixed period are not implemented "
+                                  "(layer %u)", rvl_file_path(f), key, l);
+    }
+    hp->block.swa_period = (uint32_t)period;
+    return 0;
+}
+
 int rvl_family_recipe(const rvl_family *fam, const rvl_file *f, rvl_hparams *hp,
                       const rvl_block *have)
 {
@@ -285,6 +324,8 @@ int rvl_family_recipe(const rvl_family *fam, const rvl_file *f, rvl_hparams *hp,
             return rvl_seterr(RVL_EUNSUPPORTED, "%s: metadata key '%s' (%g) is not implemented",
                               path, key, (double)v);
     }
+    if ((rc = window_pattern(fam, f, hp)) < 0)
+        return rc;
     if (fam->finish) {
         fam->finish(hp);
         if ((miss = rvl_family_missing(&hp->block, have)))
