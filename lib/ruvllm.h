@@ -1111,7 +1111,7 @@ void rvl_chat_close(rvl_chat *c);                  /* accepts NULL */
 void rvl_chat_set_thinking(rvl_chat *c, int enable);
 /* Does the format's reply start with a <think>...</think> reasoning
  * section (the qwen3 and deepseek-r1 families, or a template that writes
- * </think>)? */
+ * <think> or </think>)? */
 bool rvl_chat_has_reasoning(const rvl_chat *c);
 
 /* ======================================================================

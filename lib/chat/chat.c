@@ -586,7 +586,7 @@ struct rvl_chat {
     rvl_chat_tmpl *tmpl;       /* NULL: built-in formatter */
     rvl_chat_family family;
     int think;                 /* enable_thinking: -1 undefined, 0 false, 1 true */
-    bool writes_think;         /* the template's text has </think> */
+    bool writes_think;         /* the template's text has <think> or </think> */
     char *bos, *eos;
     char desc[300];
 };
@@ -647,7 +647,7 @@ int rvl_chat_open(rvl_chat **out, const char *model_tmpl, size_t len, const char
         }
         rc = rvl_chat_tmpl_open(&c->tmpl, data, n, override);
         c->family = rvl_chat_detect(data);
-        c->writes_think = memmem(data, n, "</think>", 8) != NULL;
+        c->writes_think = memmem(data, n, "<think>", 7) || memmem(data, n, "</think>", 8);
         free(data);
         if (rc) {
             rvl_chat_close(c);
@@ -673,7 +673,7 @@ int rvl_chat_open(rvl_chat **out, const char *model_tmpl, size_t len, const char
     memcpy(z, model_tmpl, len);
     z[len] = 0;
     c->family = rvl_chat_detect(z);
-    c->writes_think = strstr(z, "</think>") != NULL;
+    c->writes_think = strstr(z, "<think>") || strstr(z, "</think>");
     free(z);
     int rc = rvl_chat_tmpl_open(&c->tmpl, model_tmpl, len, "chat template");
     if (rc) {
