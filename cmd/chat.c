@@ -36,7 +36,7 @@
  * ==================================================================== */
 
 static const char *opt_model, *opt_system, *opt_session, *opt_chat_template, *opt_render,
-                  *opt_seed, *opt_backend;
+                  *opt_seed, *opt_backend, *opt_reasoning;
 static cli_kv_opts opt_kv;
 static bool opt_shift;
 static long long opt_keep = 0;
@@ -54,7 +54,8 @@ static rvl_opt opts[] = {
     OPT_MODEL(opt_model),
     {OPT_STRING, 0, "system", "TEXT", "a system message at the start of the conversation", NULL, &opt_system, 0, 0, NULL, COMPL_NONE},
     {OPT_STRING, 0, "session", "FILE", "continue the conversation saved in FILE (when it exists) and save it there after each turn", NULL, &opt_session, 0, 0, NULL, COMPL_FILE},
-    {OPT_STRING, 0, "chat-template", "NAME|FILE", "a built-in template (chatml, llama2, llama3, mistral-v1, gemma, phi3, zephyr, ...) or a Jinja template file instead of the model's", NULL, &opt_chat_template, 0, 0, NULL, COMPL_FILE},
+    {OPT_STRING, 0, "chat-template", "NAME|FILE", "a built-in template (chatml, qwen3, llama2, llama3, mistral-v1, gemma, phi3, zephyr, ...) or a Jinja template file instead of the model's", NULL, &opt_chat_template, 0, 0, NULL, COMPL_FILE},
+    OPT_REASONING(opt_reasoning),
     {OPT_STRING, 0, "render", "CONV", "print the prompt the template makes of the conversation in CONV (a JSON array of {role, content}) and exit", NULL, &opt_render, 0, 0, NULL, COMPL_FILE},
     {OPT_INT, 'n', "max-tokens", "N", "generate at most N tokens per reply (-1: until the end of the turn)", "-1", &opt_n, -1, 1e9, NULL, COMPL_NONE},
     {OPT_INT, 'c', "ctx-size", "N", "context size in tokens (0: min(4096, the model's))", "0", &opt_ctx, 0, 1048576, NULL, COMPL_NONE},
@@ -127,6 +128,8 @@ typedef struct {
     bool had_error;             /* a script's message or command failed: exit 1 */
     bool out_failed;            /* writing standard output failed: stop */
     bool template_warned;       /* the template's warning was given (it would repeat each turn) */
+    rvl_think think;            /* a thinking model's reply: reasoning shown dimmed */
+    bool think_inside;          /* the last rendered prompt opened <think> itself */
 
     /* the settings */
     chat_settings set;
@@ -350,8 +353,23 @@ static int out_write(chat_state *st, const char *s, size_t n)
     return 0;
 }
 
+/* A thinking model's reasoning and its tags: dimmed (SGR 2) on a
+ * terminal, as they are otherwise. */
+static int think_out(void *ud, rvl_think_part part, const char *s, size_t n)
+{
+    chat_state *st = ud;
+    bool dim = part != RVL_THINK_ANSWER && st->color_out;
+    if ((dim && out_write(st, C_NOTE, strlen(C_NOTE)) < 0) || out_write(st, s, n) < 0 ||
+        (dim && out_write(st, C_OFF, strlen(C_OFF)) < 0))
+        return rvl_seterr(RVL_EIO, "standard output");
+    return 0;
+}
+
 static int emit_stream(void *ud, const char *s, size_t n)
 {
+    chat_state *st = ud;
+    if (rvl_chat_has_reasoning(st->tmpl))
+        return rvl_think_push(&st->think, s, n, think_out, st);
     return out_write(ud, s, n) < 0 ? rvl_seterr(RVL_EIO, "standard output") : 0;
 }
 
@@ -460,6 +478,7 @@ static int render_msgs(chat_state *st, const rvl_chat_msg *m, size_t n_m, bool g
     if (rc < 0)
         return rc;
     size_t len = strlen(text);
+    st->think_inside = rvl_think_prompt_inside(text, len);
     bool bos = st->add_bos;
     if (bos) {
         size_t bl = 0;
@@ -724,7 +743,10 @@ static int generate_reply(chat_state *st, const int32_t *ids, const float *logit
         .context_shift = opt_shift,
         .shift_keep = opt_keep < 0 ? (uint32_t)n : (uint32_t)opt_keep,
     };
+    rvl_think_init(&st->think, st->think_inside);
     rc = gen_reply(&gp, logits, r);
+    if (rc == 0 && !opt_json && rvl_chat_has_reasoning(st->tmpl))
+        rc = rvl_think_flush(&st->think, think_out, st);
     rvl_sampler_close(smp);
     uint32_t pos = rvl_ctx_pos(st->ctx);
     if (r->n_shifted)
@@ -1274,6 +1296,7 @@ static int do_render(chat_state *st)
     }
     if (rc < 0)
         goto out;
+    rvl_chat_set_thinking(c, cli_reasoning(opt_reasoning));
     /* --system comes first unless the conversation has its own */
     bool sys = opt_system && !(n && strcmp(msgs[0].role, "system") == 0);
     all = malloc((n + 1) * sizeof *all);
@@ -1344,6 +1367,7 @@ static int chat_open(chat_state *st)
         warn(st, "%s", w);
         free(w);
     }
+    rvl_chat_set_thinking(st->tmpl, cli_reasoning(opt_reasoning));
     st->n_ctx = rvl_ctx_n_ctx(st->ctx);
     st->add_bos = rvl_tok_add_bos(st->tok) && rvl_tok_bos(st->tok) >= 0;
     st->cached = malloc(((size_t)st->n_ctx + 1) * sizeof *st->cached);

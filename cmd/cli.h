@@ -154,6 +154,16 @@ int cli_backend_refuse(const rvl_ctx *c, const char *option);
     {OPT_FLAG, 0, "context-shift", NULL, "when the context fills, drop the oldest half of the tokens after the first --keep and continue (instead of stopping)", NULL, &(shift), 0, 0, NULL, COMPL_NONE}, \
     {OPT_INT, 0, "keep", "N", "with --context-shift: the first N tokens are never dropped (-1: the whole prompt)", "0", &(keep), -1, 1 << 20, NULL, COMPL_NONE}
 
+/* --reasoning on|off (run and chat): whether a thinking model (Qwen3)
+ * reasons before it answers, passed to the chat template as
+ * enable_thinking (llama.cpp: --reasoning-budget -1|0). Not given: the
+ * template's own default. cli_reasoning gives rvl_chat_set_thinking's
+ * argument: -1 (not given), 0 (off) or 1 (on). */
+#define OPT_REASONING(var) {OPT_CHOICE, 0, "reasoning", "on|off", \
+    "thinking models (Qwen3): reason before answering (the chat template's enable_thinking; default: the template's, on for Qwen3)", \
+    NULL, &(var), 0, 0, "on|off", COMPL_NONE}
+int cli_reasoning(const char *choice);
+
 /* --lora FILE[:SCALE], repeatable (cmd/cli_lora.c). */
 #define OPT_LORA(var) {OPT_LIST, 0, "lora", "FILE[:SCALE]", \
     "apply a LoRA adapter (PEFT directory or GGUF LoRA file) at run time, times SCALE (default 1; repeatable)", \

@@ -537,3 +537,8 @@ const char *cli_kv_describe(const cli_kv_opts *kv)
         snprintf(buf, sizeof buf, "keys %s, values %s", part[0], part[1]);
     return buf;
 }
+
+int cli_reasoning(const char *choice)
+{
+    return !choice ? -1 : strcmp(choice, "on") == 0;
+}

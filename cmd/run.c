@@ -16,9 +16,9 @@
 #include "gen.h"
 
 static const char *opt_model, *opt_file, *opt_sampling_seed, *opt_system, *opt_chat_template,
-                  *opt_prompt_cache, *opt_rope_scaling, *opt_backend;
+                  *opt_prompt_cache, *opt_rope_scaling, *opt_backend, *opt_reasoning;
 static cli_kv_opts opt_kv;
-static bool opt_shift, opt_ignore_eos;
+static bool opt_shift, opt_ignore_eos, opt_show_reasoning;
 static long long opt_keep = 0;
 static double opt_rope_scale = 0, opt_rope_base = 0;
 static long long opt_yarn_orig = 0;
@@ -40,7 +40,9 @@ static rvl_opt opts[] = {
     {OPT_FLAG, 0, "ignore-eos", NULL, "never end at an end-of-generation token (its probability becomes 0; as llama.cpp's --ignore-eos)", NULL, &opt_ignore_eos, 0, 0, NULL, COMPL_NONE},
     {OPT_FLAG, 0, "chat", NULL, "wrap the prompt as one user turn in the model's chat template, with the generation prompt", NULL, &opt_chat, 0, 0, NULL, COMPL_NONE},
     {OPT_STRING, 0, "system", "TEXT", "with --chat: a system message before the user turn", NULL, &opt_system, 0, 0, NULL, COMPL_NONE},
-    {OPT_STRING, 0, "chat-template", "NAME|FILE", "with --chat: a built-in template (chatml, llama2, llama3, mistral-v1, gemma, phi3, zephyr, ...) or a Jinja template file instead of the model's", NULL, &opt_chat_template, 0, 0, NULL, COMPL_FILE},
+    {OPT_STRING, 0, "chat-template", "NAME|FILE", "with --chat: a built-in template (chatml, qwen3, llama2, llama3, mistral-v1, gemma, phi3, zephyr, ...) or a Jinja template file instead of the model's", NULL, &opt_chat_template, 0, 0, NULL, COMPL_FILE},
+    OPT_REASONING(opt_reasoning),
+    {OPT_FLAG, 0, "show-reasoning", NULL, "with --chat: print a thinking model's reasoning (<think>...</think>) as it comes instead of leaving it out", NULL, &opt_show_reasoning, 0, 0, NULL, COMPL_NONE},
     OPT_KV(opt_kv),
     OPT_CONTEXT_SHIFT(opt_shift, opt_keep),
     OPT_LORA(opt_lora),
@@ -113,14 +115,45 @@ static int out_write(const char *s, size_t n)
 }
 
 /* gen_reply's sink: stdout, flushed; a failed write (SIGPIPE ignored:
- * EPIPE) stops generation and is reported by the caller. */
+ * EPIPE) stops generation and is reported by the caller. A thinking
+ * model's reasoning is left out unless --show-reasoning (filter). */
+typedef struct {
+    bool pipe_failed;
+    bool filter;
+    rvl_think think;
+} run_sink;
+
+static int answer_out(void *ud, rvl_think_part part, const char *s, size_t n)
+{
+    (void)ud;
+    if (part != RVL_THINK_ANSWER)
+        return 0;
+    return out_write(s, n) < 0 ? RVL_EIO : 0;
+}
+
 static int emit_stdout(void *ud, const char *s, size_t n)
 {
-    if (out_write(s, n) < 0) {
-        *(bool *)ud = true;
-        return RVL_EIO;
-    }
-    return 0;
+    run_sink *k = ud;
+    int rc = k->filter ? rvl_think_push(&k->think, s, n, answer_out, k)
+                       : out_write(s, n) < 0 ? RVL_EIO : 0;
+    if (rc == RVL_EIO)
+        k->pipe_failed = true;
+    return rc;
+}
+
+/* --json with a thinking model: the reply's answer and its reasoning
+ * (without the tags), apart. */
+typedef struct {
+    rvl_buf answer, reasoning;
+} reply_parts;
+
+static int parts_out(void *ud, rvl_think_part part, const char *s, size_t n)
+{
+    reply_parts *p = ud;
+    if (part == RVL_THINK_TAG)
+        return 0;
+    return rvl_buf_add(part == RVL_THINK_ANSWER ? &p->answer : &p->reasoning, s, n) < 0
+               ? RVL_ENOMEM : 0;
 }
 
 /* ====================================================================
@@ -146,6 +179,7 @@ static int chat_wrap(const char *cmd, const rvl_file *f, const rvl_tokenizer *t,
     }
     if (rc < 0)
         return rc;
+    rvl_chat_set_thinking(*chat, cli_reasoning(opt_reasoning));
     rvl_chat_msg msgs[2];
     size_t n = 0;
     if (opt_system)
@@ -243,8 +277,9 @@ static void check_options(const char *cmd)
     for (int i = 0; i < opt_stop.n; i++)
         if (!opt_stop.items[i][0])
             cli_usage(cmd, "--stop: the stop string is empty");
-    if (!opt_chat && (opt_system || opt_chat_template))
-        cli_usage(cmd, "%s needs --chat", opt_system ? "--system" : "--chat-template");
+    if (!opt_chat && (opt_system || opt_chat_template || opt_reasoning || opt_show_reasoning))
+        cli_usage(cmd, "%s needs --chat", opt_system ? "--system" : opt_chat_template ? "--chat-template"
+                  : opt_reasoning ? "--reasoning" : "--show-reasoning");
     if (opt_lora.n && opt_prompt_cache)
         cli_usage(cmd, "--prompt-cache cannot be combined with --lora (a session file does not "
                   "record the adapters its cache was computed with)");
@@ -312,15 +347,23 @@ typedef struct {
     const char *finish;        /* stop, length, context or interrupted */
 } run_report;
 
-/* --json: one object on stdout. 0, or -1 when writing failed. */
-static int print_json(const rvl_ctx *c, const run_report *rp, const gen_result *res)
+/* --json: one object on stdout; parts (NULL: none) is a thinking model's
+ * reply apart. 0, or -1 when writing failed. */
+static int print_json(const rvl_ctx *c, const run_report *rp, const gen_result *res,
+                      const reply_parts *parts)
 {
     const double t_first = rp->prompt_ms + res->first_ms, t_gen = res->gen_ms;
     rvl_jw w;
     rvl_jw_init(&w, stdout, false);
     rvl_jw_obj(&w);
     rvl_jw_key(&w, "text");
-    rvl_jw_strn(&w, res->text.p ? res->text.p : "", res->text.n);
+    if (parts) {
+        rvl_jw_strn(&w, parts->answer.p ? parts->answer.p : "", parts->answer.n);
+        rvl_jw_key(&w, "reasoning");
+        rvl_jw_strn(&w, parts->reasoning.p ? parts->reasoning.p : "", parts->reasoning.n);
+    } else {
+        rvl_jw_strn(&w, res->text.p ? res->text.p : "", res->text.n);
+    }
     rvl_jw_key(&w, "prompt_tokens");
     rvl_jw_arr(&w);
     for (size_t i = 0; i < rp->n_prompt; i++)
@@ -388,6 +431,10 @@ static int run_main(rvl_cmd *cmd, int argc, char **argv)
     rvl_chat *chat = NULL;
     int32_t *ids = NULL;
     run_report rp = {.finish = "length"};
+    run_sink sink = {0};
+    reply_parts parts = {0};
+    bool reasons = false;       /* the reply may begin with <think>...</think> */
+    bool think_inside = false;  /* the prompt opened it already */
     int status = 0, rc;
 
     if (opt_verbose)
@@ -427,6 +474,12 @@ static int run_main(rvl_cmd *cmd, int argc, char **argv)
     if (opt_chat && (rc = chat_wrap(name, rvl_model_file(m), tok, &prompt, &chat)) < 0) {
         status = cli_fail(name, rc);
         goto out;
+    }
+    if (chat && rvl_chat_has_reasoning(chat)) {
+        reasons = true;
+        think_inside = rvl_think_prompt_inside(prompt.p, prompt.n);
+        sink.filter = !opt_show_reasoning;
+        rvl_think_init(&sink.think, think_inside);
     }
     if ((rc = tokenize_all(tok, &prompt, &ids, &rp.n_prompt)) < 0) {
         status = cli_fail(name, rc);
@@ -479,17 +532,20 @@ static int run_main(rvl_cmd *cmd, int argc, char **argv)
     double t1 = gen_now_ms();
     rc = decode_prompt(name, c, ids, rp.n_prompt, &logits, &rp.n_reused);
     rp.prompt_ms = gen_now_ms() - t1;
-    bool pipe_failed = false;
     if (rc == 0) {
         gen_params gp = {
             .ctx = c, .smp = s, .tok = tok, .stop_tokens = chat ? rvl_chat_stops(chat) : NULL,
             .stop_strs = stops, .max_tokens = opt_n < 0 ? SIZE_MAX : (size_t)opt_n,
             .special = opt_special, .ignore_eos = opt_ignore_eos, .emit = emit_stdout,
-            .ud = &pipe_failed,
+            .ud = &sink,
             .context_shift = opt_shift,
             .shift_keep = opt_keep < 0 ? (uint32_t)rp.n_prompt : (uint32_t)opt_keep,
         };
         rc = gen_reply(&gp, logits, &res);
+        if (rc == 0 && sink.filter)   /* a reply cut inside its reasoning */
+            rc = rvl_think_flush(&sink.think, answer_out, &sink);
+        if (rc == RVL_EIO)
+            sink.pipe_failed = true;
         rp.finish = gen_finish_name(res.finish);
         if (res.finish == GEN_CONTEXT)
             cli_err(name, "context full (%u tokens): stopping; use -c for a larger context or "
@@ -497,7 +553,7 @@ static int run_main(rvl_cmd *cmd, int argc, char **argv)
         if (res.n_shifted && opt_verbose)
             fprintf(stderr, "ruvllm run: context shifts dropped %zu tokens\n", res.n_shifted);
     }
-    if (pipe_failed)
+    if (sink.pipe_failed)
         goto pipe_err;
     if (rc == RVL_EINTR || rvl_interrupted()) {
         rp.finish = "interrupted";
@@ -510,7 +566,17 @@ static int run_main(rvl_cmd *cmd, int argc, char **argv)
     }
 
     if (opt_json) {
-        if (print_json(c, &rp, &res) < 0)
+        if (reasons) {
+            rvl_think th;
+            rvl_think_init(&th, think_inside);
+            if (rvl_think_push(&th, res.text.p ? res.text.p : "", res.text.n, parts_out, &parts) < 0 ||
+                rvl_think_flush(&th, parts_out, &parts) < 0) {
+                cli_err(name, "out of memory");
+                status = EXIT_RUNTIME;
+                goto out;
+            }
+        }
+        if (print_json(c, &rp, &res, reasons ? &parts : NULL) < 0)
             goto pipe_err;
     } else if (!res.text.n || res.text.p[res.text.n - 1] != '\n') {
         /* end the line on a terminal so the shell prompt starts cleanly */
@@ -527,6 +593,8 @@ pipe_err:
     status = EXIT_RUNTIME;
 out:
     free(prompt.p);
+    rvl_buf_free(&parts.answer);
+    rvl_buf_free(&parts.reasoning);
     gen_result_free(&res);
     free(stops);
     free(ids);
@@ -558,7 +626,16 @@ rvl_cmd cmd_run_desc = {
         "\n"
         "With --json nothing is streamed; one JSON object is printed at the end with the keys "
         "text, prompt_tokens, tokens, finish_reason (stop, length, context, interrupted), "
-        "backend and device (cpu, or metal and the GPU's name) and timings.\n"
+        "backend and device (cpu, or metal and the GPU's name) and timings; with a thinking "
+        "model's template, text is the answer and reasoning what the model wrote between "
+        "<think> and </think>.\n"
+        "\n"
+        "Thinking models (Qwen3; templates that write <think>...</think>): with --chat the reply's "
+        "reasoning is left out of standard output, and only the answer is printed; "
+        "--show-reasoning prints the reply as it comes, tags included. --reasoning off asks the "
+        "template not to think (Qwen3's enable_thinking=false: an empty think block closes the "
+        "prompt); --reasoning on asks it to; without the option the template's default holds. "
+        "A reply cut by --max-tokens before </think> has an empty answer.\n"
         "\n"
         "--backend metal runs the model on an Apple GPU (builds made with make METAL=1 on "
         "macOS; other builds refuse it). Its KV cache is f16 or f32; --lora, --prompt-cache, "

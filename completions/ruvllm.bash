@@ -34,6 +34,7 @@ _ruvllm() {
             --stop) return ;;
             --system) return ;;
             --chat-template) COMPREPLY=($(compgen -f -- "$cur")); return ;;
+            --reasoning) COMPREPLY=($(compgen -W "on off" -- "$cur")); return ;;
             --kv-type) COMPREPLY=($(compgen -W "f16 f32 q8 q4 tq4 tq3 tiered" -- "$cur")); return ;;
             --kv-type-k) COMPREPLY=($(compgen -W "f16 f32 q8 q4 tq4 tq3 tiered" -- "$cur")); return ;;
             --kv-type-v) COMPREPLY=($(compgen -W "f16 f32 q8 q4 tq4 tq3 tiered" -- "$cur")); return ;;
@@ -49,7 +50,7 @@ _ruvllm() {
             --prompt-cache) COMPREPLY=($(compgen -f -- "$cur")); return ;;
         esac
         if [[ $cur == -* ]]; then
-            COMPREPLY=($(compgen -W "-m --model -f --file -n --max-tokens -c --ctx-size -t --threads --backend --temp --top-k --top-p --min-p --repeat-penalty --repeat-last-n --frequency-penalty --presence-penalty -s --seed --stop --ignore-eos --chat --system --chat-template --kv-type --kv-type-k --kv-type-v --kv-hot --kv-warm --kv-cold --context-shift --keep --lora --rope-scaling --rope-scale --rope-freq-base --yarn-orig-ctx --prompt-cache -e --echo --special --no-bos --tokenize -j --json --stats -v --verbose -h --help " -- "$cur"))
+            COMPREPLY=($(compgen -W "-m --model -f --file -n --max-tokens -c --ctx-size -t --threads --backend --temp --top-k --top-p --min-p --repeat-penalty --repeat-last-n --frequency-penalty --presence-penalty -s --seed --stop --ignore-eos --chat --system --chat-template --reasoning --show-reasoning --kv-type --kv-type-k --kv-type-v --kv-hot --kv-warm --kv-cold --context-shift --keep --lora --rope-scaling --rope-scale --rope-freq-base --yarn-orig-ctx --prompt-cache -e --echo --special --no-bos --tokenize -j --json --stats -v --verbose -h --help " -- "$cur"))
             return
         fi
         ;;
@@ -59,6 +60,7 @@ _ruvllm() {
             --system) return ;;
             --session) COMPREPLY=($(compgen -f -- "$cur")); return ;;
             --chat-template) COMPREPLY=($(compgen -f -- "$cur")); return ;;
+            --reasoning) COMPREPLY=($(compgen -W "on off" -- "$cur")); return ;;
             --render) COMPREPLY=($(compgen -f -- "$cur")); return ;;
             -n|--max-tokens) return ;;
             -c|--ctx-size) return ;;
@@ -83,7 +85,7 @@ _ruvllm() {
             --lora) COMPREPLY=($(compgen -f -- "$cur")); return ;;
         esac
         if [[ $cur == -* ]]; then
-            COMPREPLY=($(compgen -W "-m --model --system --session --chat-template --render -n --max-tokens -c --ctx-size -t --threads --backend --temp --top-k --top-p --min-p --repeat-penalty --repeat-last-n --frequency-penalty --presence-penalty -s --seed --kv-type --kv-type-k --kv-type-v --kv-hot --kv-warm --kv-cold --context-shift --keep --lora -0 --null -j --json -h --help " -- "$cur"))
+            COMPREPLY=($(compgen -W "-m --model --system --session --chat-template --reasoning --render -n --max-tokens -c --ctx-size -t --threads --backend --temp --top-k --top-p --min-p --repeat-penalty --repeat-last-n --frequency-penalty --presence-penalty -s --seed --kv-type --kv-type-k --kv-type-v --kv-hot --kv-warm --kv-cold --context-shift --keep --lora -0 --null -j --json -h --help " -- "$cur"))
             return
         fi
         ;;

@@ -1070,7 +1070,7 @@ typedef enum {
     RVL_CHAT_MISTRAL_V7, RVL_CHAT_MISTRAL_V7_TEKKEN, RVL_CHAT_GEMMA, RVL_CHAT_PHI3,
     RVL_CHAT_PHI4, RVL_CHAT_ZEPHYR, RVL_CHAT_DEEPSEEK2, RVL_CHAT_DEEPSEEK3,
     RVL_CHAT_DEEPSEEK_R1, RVL_CHAT_COMMAND_R, RVL_CHAT_GRANITE, RVL_CHAT_VICUNA,
-    RVL_CHAT_VICUNA_ORCA,
+    RVL_CHAT_VICUNA_ORCA, RVL_CHAT_QWEN3,
     RVL_CHAT_FAMILY_COUNT
 } rvl_chat_family;
 const char *rvl_chat_family_name(rvl_chat_family f);         /* "chatml", "llama3", ... */
@@ -1105,6 +1105,48 @@ rvl_chat_family rvl_chat_family_of(const rvl_chat *c);
 const char *const *rvl_chat_stops(const rvl_chat *c);   /* borrowed: static */
 const char *rvl_chat_describe(const rvl_chat *c);  /* "model template (chatml)"...; borrowed */
 void rvl_chat_close(rvl_chat *c);                  /* accepts NULL */
+/* Thinking models (Qwen3): `enable_thinking` for the template. -1 (the
+ * default) leaves it undefined, so the template's own default holds (on,
+ * for Qwen3); 0 passes false, 1 true. The built-in qwen3 format does what
+ * Qwen3's template does (false: an empty <think></think> block after the
+ * generation prompt). */
+void rvl_chat_set_thinking(rvl_chat *c, int enable);
+/* Does the format's reply start with a <think>...</think> reasoning
+ * section (the qwen3 and deepseek-r1 families, or a template that writes
+ * <think> or </think>)? */
+bool rvl_chat_has_reasoning(const rvl_chat *c);
+
+/* ======================================================================
+ * Reasoning text (lib/chat/think.c): a thinking model's reply begins with
+ * <think>...</think>; rvl_think tells reasoning from answer as the reply
+ * streams, whatever the tokens' boundaries. The opening tag counts only
+ * at the start of the reply (after whitespace), as llama.cpp's reasoning
+ * parser reads it; the whitespace after </think> goes with the tag. A
+ * reply cut before </think> is all reasoning. Plain struct: no close.
+ * ====================================================================== */
+typedef enum {
+    RVL_THINK_ANSWER,      /* the reply proper */
+    RVL_THINK_REASONING,   /* between <think> and </think> */
+    RVL_THINK_TAG,         /* the tags, and the whitespace before <think>
+                              and after </think> */
+} rvl_think_part;
+/* Receives the text in order, each byte once; a negative return stops
+ * the push with that code. */
+typedef int (*rvl_think_sink)(void *ud, rvl_think_part part, const char *s, size_t n);
+typedef struct {
+    int state;
+    size_t n_pend;
+    char pend[64];         /* bytes not yet decided: a possible tag */
+} rvl_think;
+/* inside: the prompt already opened the reasoning section
+ * (rvl_think_prompt_inside). */
+void rvl_think_init(rvl_think *t, bool inside);
+int rvl_think_push(rvl_think *t, const char *s, size_t n, rvl_think_sink sink, void *ud);
+/* The end of the reply: what is held back goes out. */
+int rvl_think_flush(rvl_think *t, rvl_think_sink sink, void *ud);
+/* Does the prompt end inside a reasoning section (its last <think> after
+ * its last </think>: DeepSeek-R1's generation prompt ends with <think>)? */
+bool rvl_think_prompt_inside(const char *prompt, size_t n);
 
 /* A conversation from JSON: an array of {"role": str, "content": str}
  * (other keys ignored). Errors name the file, the message index and the

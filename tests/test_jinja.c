@@ -115,9 +115,20 @@ static char *conv_context(const cJSON *meta, const char *conv_path)
     const cJSON *bos = cJSON_GetObjectItem(meta, "bos"), *eos = cJSON_GetObjectItem(meta, "eos");
     if (cJSON_IsString(bos)) cJSON_AddStringToObject(conv, "bos_token", bos->valuestring);
     if (cJSON_IsString(eos)) cJSON_AddStringToObject(conv, "eos_token", eos->valuestring);
+    /* the manifest's extra variables (Qwen3's enable_thinking) */
+    const cJSON *extra = cJSON_GetObjectItem(meta, "context");
+    for (const cJSON *e = extra ? extra->child : NULL; e; e = e->next)
+        cJSON_AddItemToObject(conv, e->string, cJSON_Duplicate(e, true));
     char *s = cJSON_PrintUnformatted(conv);
     cJSON_Delete(conv);
     return s;
+}
+
+/* the template file of a manifest entry: "file", else its name */
+static const char *tmpl_file(const cJSON *meta)
+{
+    const cJSON *f = cJSON_GetObjectItem(meta, "file");
+    return cJSON_IsString(f) ? f->valuestring : meta->string;
 }
 
 static const char *const CONVS[] = {
@@ -136,7 +147,7 @@ static void test_jinja_real_templates_match_jinja2_goldens(void **state)
     int n_txt = 0, n_err = 0, n_templates = 0;
     for (const cJSON *m = man->child; m; m = m->next, n_templates++) {
         char path[512];
-        snprintf(path, sizeof path, DATA "%s.jinja", m->string);
+        snprintf(path, sizeof path, DATA "%s.jinja", tmpl_file(m));
         size_t slen;
         char *src = slurp(path, &slen);
         assert_non_null(src);
@@ -469,7 +480,7 @@ static void test_chat_detect_finds_each_template_family(void **state)
     cJSON *man = load_json(DATA "templates.json");
     for (const cJSON *m = man->child; m; m = m->next) {
         char path[512];
-        snprintf(path, sizeof path, DATA "%s.jinja", m->string);
+        snprintf(path, sizeof path, DATA "%s.jinja", tmpl_file(m));
         char *src = slurp(path, NULL);
         const char *want = cJSON_GetObjectItem(m, "family")->valuestring;
         rvl_chat_family f = rvl_chat_detect(src);
@@ -512,10 +523,23 @@ static void test_chat_builtin_matches_real_templates(void **state)
             char *arr = cJSON_PrintUnformatted(cJSON_GetObjectItem(conv, "messages"));
             assert_int_equal(rvl_chat_conv_parse(arr, strlen(arr), path, &msgs, &nm), 0);
             const cJSON *bos = cJSON_GetObjectItem(m, "bos"), *eos = cJSON_GetObjectItem(m, "eos");
+            const cJSON *think = cJSON_GetObjectItem(cJSON_GetObjectItem(m, "context"), "enable_thinking");
+            bool agp = cJSON_IsTrue(cJSON_GetObjectItem(conv, "add_generation_prompt"));
             char *out;
-            assert_int_equal(rvl_chat_builtin_render(f, msgs, nm, cJSON_IsTrue(cJSON_GetObjectItem(conv, "add_generation_prompt")),
-                                                     cJSON_IsString(bos) ? bos->valuestring : NULL,
-                                                     cJSON_IsString(eos) ? eos->valuestring : NULL, &out), 0);
+            if (think) {
+                /* through rvl_chat, which passes enable_thinking on */
+                rvl_chat *rc;
+                assert_int_equal(rvl_chat_open(&rc, NULL, 0, rvl_chat_family_name(f),
+                                               cJSON_IsString(bos) ? bos->valuestring : NULL,
+                                               cJSON_IsString(eos) ? eos->valuestring : NULL, NULL), 0);
+                rvl_chat_set_thinking(rc, cJSON_IsTrue(think));
+                assert_int_equal(rvl_chat_format(rc, msgs, nm, agp, &out, NULL), 0);
+                rvl_chat_close(rc);
+            } else {
+                assert_int_equal(rvl_chat_builtin_render(f, msgs, nm, agp,
+                                                         cJSON_IsString(bos) ? bos->valuestring : NULL,
+                                                         cJSON_IsString(eos) ? eos->valuestring : NULL, &out), 0);
+            }
             if (strcmp(out, gold)) {
                 print_error("built-in %s vs %s x %s:\n--- template\n%s\n--- built-in\n%s\n", rvl_chat_family_name(f),
                             m->string, CONVS[c], gold, out);

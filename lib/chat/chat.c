@@ -165,6 +165,7 @@ static const struct {
     [RVL_CHAT_GRANITE] = {"granite", {"<|end_of_text|>", NULL}},
     [RVL_CHAT_VICUNA] = {"vicuna", {"</s>", NULL}},
     [RVL_CHAT_VICUNA_ORCA] = {"vicuna-orca", {"</s>", NULL}},
+    [RVL_CHAT_QWEN3] = {"qwen3", {"<|im_end|>", NULL}},
 };
 
 const char *rvl_chat_family_name(rvl_chat_family f)
@@ -195,7 +196,7 @@ rvl_chat_family rvl_chat_detect(const char *src)
     if (!src) return RVL_CHAT_UNKNOWN;
 #define HAS(s) (strstr(src, s) != NULL)
     if (HAS("<|im_sep|>")) return RVL_CHAT_PHI4;
-    if (HAS("<|im_start|>")) return RVL_CHAT_CHATML;
+    if (HAS("<|im_start|>")) return HAS("enable_thinking") ? RVL_CHAT_QWEN3 : RVL_CHAT_CHATML;
     if (HAS("<|start_header_id|>") && HAS("<|end_header_id|>")) return RVL_CHAT_LLAMA3;
     if (HAS("<start_of_turn>")) return RVL_CHAT_GEMMA;
     if (HAS(DS_USER) && HAS(DS_ASSISTANT)) return HAS("</think>") ? RVL_CHAT_DEEPSEEK_R1 : RVL_CHAT_DEEPSEEK3;
@@ -226,6 +227,7 @@ typedef struct {
     const char *bos, *eos;     /* never NULL */
     const char *sys;           /* the first message's content when it is a system message */
     size_t first;              /* the first message after that system message */
+    int think;                 /* enable_thinking: -1 undefined, 0 false, 1 true */
 } conv;
 
 static bool is_sp(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; }
@@ -252,6 +254,65 @@ static void fmt_chatml(rvl_buf *b, const conv *c)
         rvl_buf_adds(b, c->msgs[i].content); rvl_buf_adds(b, "<|im_end|>\n");
     }
     if (c->add_gen) rvl_buf_adds(b, "<|im_start|>assistant\n");
+}
+
+/* s[0..n) without the characters of `set` at the start (lead) and/or end */
+static void strip_set(const char **s, size_t *n, const char *set, bool lead, bool trail)
+{
+    while (lead && *n && strchr(set, (*s)[0])) { (*s)++; (*n)--; }
+    while (trail && *n && strchr(set, (*s)[*n - 1])) (*n)--;
+}
+
+/* Qwen3: ChatML; an assistant turn after the last user turn keeps its
+ * reasoning as <think>\n...\n</think>\n\n (an earlier one loses it), the
+ * reasoning being what its content has before </think>; enable_thinking
+ * false closes an empty think block after the generation prompt. */
+static void fmt_qwen3(rvl_buf *b, const conv *c)
+{
+    size_t last_query = c->n ? c->n - 1 : 0;
+    for (size_t i = c->n; i-- > 0;)
+        if (role_is(&c->msgs[i], "user")) { last_query = i; break; }
+    for (size_t i = 0; i < c->n; i++) {
+        const rvl_chat_msg *m = &c->msgs[i];
+        const char *txt = m->content ? m->content : "";
+        if (!role_is(m, "assistant")) {
+            rvl_buf_adds(b, "<|im_start|>"); rvl_buf_adds(b, m->role); rvl_buf_adds(b, "\n");
+            rvl_buf_adds(b, txt); rvl_buf_adds(b, "<|im_end|>\n");
+            continue;
+        }
+        const char *content = txt, *reason = "";
+        size_t cn = strlen(txt), rn = 0;
+        const char *end = strstr(txt, "</think>");
+        if (end) {
+            const char *last = end;
+            while ((end = strstr(last + 8, "</think>"))) last = end;
+            content = last + 8;
+            cn = strlen(content);
+            strip_set(&content, &cn, "\n", true, false);
+            /* split('</think>')[0].rstrip('\n').split('<think>')[-1].lstrip('\n') */
+            size_t head = (size_t)(strstr(txt, "</think>") - txt);
+            reason = txt;
+            rn = head;
+            strip_set(&reason, &rn, "\n", false, true);
+            for (const char *o; (o = memmem(reason, rn, "<think>", 7));) {
+                rn -= (size_t)(o + 7 - reason);
+                reason = o + 7;
+            }
+            strip_set(&reason, &rn, "\n", true, false);
+        }
+        rvl_buf_adds(b, "<|im_start|>assistant\n");
+        if (i > last_query && (i + 1 == c->n || rn)) {
+            strip_set(&reason, &rn, "\n", true, true);
+            rvl_buf_adds(b, "<think>\n"); rvl_buf_add(b, reason, rn); rvl_buf_adds(b, "\n</think>\n\n");
+            strip_set(&content, &cn, "\n", true, false);
+        }
+        rvl_buf_add(b, content, cn);
+        rvl_buf_adds(b, "<|im_end|>\n");
+    }
+    if (c->add_gen) {
+        rvl_buf_adds(b, "<|im_start|>assistant\n");
+        if (c->think == 0) rvl_buf_adds(b, "<think>\n\n</think>\n\n");
+    }
 }
 
 static void fmt_phi4(rvl_buf *b, const conv *c)
@@ -490,10 +551,11 @@ static void (*const FORMATTERS[RVL_CHAT_FAMILY_COUNT])(rvl_buf *b, const conv *c
     [RVL_CHAT_GRANITE] = fmt_granite,
     [RVL_CHAT_VICUNA] = fmt_vicuna,
     [RVL_CHAT_VICUNA_ORCA] = fmt_vicuna,
+    [RVL_CHAT_QWEN3] = fmt_qwen3,
 };
 
-int rvl_chat_builtin_render(rvl_chat_family f, const rvl_chat_msg *msgs, size_t n,
-                            bool add_gen, const char *bos, const char *eos, char **out)
+static int builtin_render(rvl_chat_family f, const rvl_chat_msg *msgs, size_t n, bool add_gen,
+                          const char *bos, const char *eos, int think, char **out)
 {
     *out = NULL;
     if ((unsigned)f >= RVL_CHAT_FAMILY_COUNT || !FORMATTERS[f])
@@ -502,12 +564,18 @@ int rvl_chat_builtin_render(rvl_chat_family f, const rvl_chat_msg *msgs, size_t 
     const conv c = {
         .f = f, .msgs = msgs, .n = n, .add_gen = add_gen,
         .bos = bos ? bos : "", .eos = eos ? eos : "",
-        .sys = sys, .first = sys ? 1 : 0,
+        .sys = sys, .first = sys ? 1 : 0, .think = think,
     };
     rvl_buf b = {0};
     FORMATTERS[f](&b, &c);
     *out = rvl_buf_take(&b);   /* "" for nothing */
     return *out ? 0 : rvl_seterr(RVL_ENOMEM, "out of memory");
+}
+
+int rvl_chat_builtin_render(rvl_chat_family f, const rvl_chat_msg *msgs, size_t n,
+                            bool add_gen, const char *bos, const char *eos, char **out)
+{
+    return builtin_render(f, msgs, n, add_gen, bos, eos, -1, out);
 }
 
 /* ======================================================================
@@ -517,6 +585,8 @@ int rvl_chat_builtin_render(rvl_chat_family f, const rvl_chat_msg *msgs, size_t 
 struct rvl_chat {
     rvl_chat_tmpl *tmpl;       /* NULL: built-in formatter */
     rvl_chat_family family;
+    int think;                 /* enable_thinking: -1 undefined, 0 false, 1 true */
+    bool writes_think;         /* the template's text has <think> or </think> */
     char *bos, *eos;
     char desc[300];
 };
@@ -551,6 +621,7 @@ int rvl_chat_open(rvl_chat **out, const char *model_tmpl, size_t len, const char
     if (warning) *warning = NULL;
     rvl_chat *c = calloc(1, sizeof *c);
     if (!c) return rvl_seterr(RVL_ENOMEM, "out of memory");
+    c->think = -1;
     c->bos = dupz(bos_token);
     c->eos = dupz(eos_token);
     if ((bos_token && !c->bos) || (eos_token && !c->eos)) {
@@ -576,6 +647,7 @@ int rvl_chat_open(rvl_chat **out, const char *model_tmpl, size_t len, const char
         }
         rc = rvl_chat_tmpl_open(&c->tmpl, data, n, override);
         c->family = rvl_chat_detect(data);
+        c->writes_think = memmem(data, n, "<think>", 7) || memmem(data, n, "</think>", 8);
         free(data);
         if (rc) {
             rvl_chat_close(c);
@@ -601,6 +673,7 @@ int rvl_chat_open(rvl_chat **out, const char *model_tmpl, size_t len, const char
     memcpy(z, model_tmpl, len);
     z[len] = 0;
     c->family = rvl_chat_detect(z);
+    c->writes_think = strstr(z, "<think>") || strstr(z, "</think>");
     free(z);
     int rc = rvl_chat_tmpl_open(&c->tmpl, model_tmpl, len, "chat template");
     if (rc) {
@@ -650,12 +723,14 @@ int rvl_chat_open_model(rvl_chat **out, const rvl_file *f, const rvl_tokenizer *
     };
     for (size_t i = 0; i < sizeof VOCAB / sizeof VOCAB[0]; i++)
         if (rvl_tok_find(tok, VOCAB[i].tok, strlen(VOCAB[i].tok)) != RVL_TOK_NULL) {
-            (*out)->family = VOCAB[i].f;
-            snprintf((*out)->desc, sizeof (*out)->desc, "built-in %s", rvl_chat_family_name(VOCAB[i].f));
+            /* Qwen3's vocabulary is Qwen2.5's plus <think> and </think> */
+            (*out)->family = VOCAB[i].f == RVL_CHAT_CHATML && rvl_tok_find(tok, "</think>", 8) != RVL_TOK_NULL
+                           ? RVL_CHAT_QWEN3 : VOCAB[i].f;
+            snprintf((*out)->desc, sizeof (*out)->desc, "built-in %s", rvl_chat_family_name((*out)->family));
             if (warning) {
                 free(*warning);
                 *warning = warnf("the model has no chat template: using %s (from its vocabulary)",
-                                 rvl_chat_family_name(VOCAB[i].f));
+                                 rvl_chat_family_name((*out)->family));
             }
             break;
         }
@@ -668,14 +743,27 @@ int rvl_chat_format(const rvl_chat *c, const rvl_chat_msg *msgs, size_t n, bool 
     *out = NULL;
     if (warning) *warning = NULL;
     if (c->tmpl) {
-        int rc = rvl_chat_tmpl_render(c->tmpl, msgs, n, add_generation_prompt, c->bos, c->eos, out);
+        rvl_chat_render_opts o = {
+            .msgs = msgs, .n_msgs = n, .add_generation_prompt = add_generation_prompt,
+            .bos_token = c->bos, .eos_token = c->eos,
+            .context_json = c->think < 0 ? NULL : c->think ? "{\"enable_thinking\": true}"
+                                                           : "{\"enable_thinking\": false}",
+        };
+        int rc = rvl_chat_tmpl_render_ex(c->tmpl, &o, out, NULL);
         if (rc == 0) return 0;
         if (rc == RVL_ENOMEM) return rc;
         rvl_chat_family f = c->family ? c->family : RVL_CHAT_CHATML;
         if (warning) *warning = warnf("%s; using the built-in %s format", rvl_errmsg(), rvl_chat_family_name(f));
-        return rvl_chat_builtin_render(f, msgs, n, add_generation_prompt, c->bos, c->eos, out);
+        return builtin_render(f, msgs, n, add_generation_prompt, c->bos, c->eos, c->think, out);
     }
-    return rvl_chat_builtin_render(c->family, msgs, n, add_generation_prompt, c->bos, c->eos, out);
+    return builtin_render(c->family, msgs, n, add_generation_prompt, c->bos, c->eos, c->think, out);
+}
+
+void rvl_chat_set_thinking(rvl_chat *c, int enable) { c->think = enable < 0 ? -1 : enable > 0; }
+
+bool rvl_chat_has_reasoning(const rvl_chat *c)
+{
+    return c->family == RVL_CHAT_QWEN3 || c->family == RVL_CHAT_DEEPSEEK_R1 || c->writes_think;
 }
 
 rvl_chat_family rvl_chat_family_of(const rvl_chat *c) { return c->family; }

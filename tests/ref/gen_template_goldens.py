@@ -8,7 +8,11 @@ tests/test_jinja.c compares with byte for byte.
     python3 tests/ref/gen_template_goldens.py --check   # compares only
 
 Inputs (tests/data/templates/):
-  templates.json         name -> bos/eos tokens, family, source
+  templates.json         name -> bos/eos tokens, family, source; optional
+                         "file" (the template is FILE.jinja, not NAME.jinja)
+                         and "context" (more variables, e.g. Qwen3's
+                         enable_thinking, passed as transformers passes
+                         apply_chat_template's extra keyword arguments)
   NAME.jinja             the template text, as in the model's tokenizer_config
   conv/CONV.json         {"messages": [...], "add_generation_prompt": bool}
   features.json          {"context": {...}, "cases": [template, ...]}: one
@@ -72,6 +76,7 @@ def render(env, src, conv, meta):
     for k in ("bos", "eos"):
         if meta.get(k) is not None:
             ctx[k + "_token"] = meta[k]
+    ctx.update(meta.get("context", {}))
     try:
         return "txt", env.from_string(src).render(**ctx)
     except Exception as e:   # the C engine must fail too
@@ -90,7 +95,8 @@ def main():
     bad = 0
     n = 0
     for name in sorted(meta):
-        src = open(os.path.join(DATA, name + ".jinja"), encoding="utf-8", newline="").read()
+        src = open(os.path.join(DATA, meta[name].get("file", name) + ".jinja"), encoding="utf-8",
+                   newline="").read()
         for c in convs:
             conv = json.load(open(os.path.join(DATA, "conv", c + ".json"), encoding="utf-8"))
             kind, text = render(env, src, conv, meta[name])

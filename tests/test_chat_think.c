@@ -1,0 +1,210 @@
+/*
+ * test_chat_think.c - Qwen3's thinking switch and the reasoning splitter
+ * (lib/chat/think.c): enable_thinking reaches the template and the
+ * built-in qwen3 format; a streamed reply is cut into reasoning, tags and
+ * answer whatever the token boundaries, and a reply cut before </think>
+ * is all reasoning.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ruvllm.h"
+
+/* What a sink collected: each part's bytes, and the whole in order. */
+typedef struct {
+    rvl_buf part[3];
+    rvl_buf all;
+    int calls;
+    int fail_at;    /* > 0: that call returns RVL_EIO */
+} sink_t;
+
+static int sink(void *ud, rvl_think_part part, const char *s, size_t n)
+{
+    sink_t *k = ud;
+    assert_true(n > 0);
+    assert_true(part >= RVL_THINK_ANSWER && part <= RVL_THINK_TAG);
+    if (++k->calls == k->fail_at)
+        return RVL_EIO;
+    assert_int_equal(rvl_buf_add(&k->part[part], s, n), 0);
+    assert_int_equal(rvl_buf_add(&k->all, s, n), 0);
+    return 0;
+}
+
+static void sink_free(sink_t *k)
+{
+    for (int i = 0; i < 3; i++)
+        rvl_buf_free(&k->part[i]);
+    rvl_buf_free(&k->all);
+}
+
+static void assert_buf(const rvl_buf *b, const char *want)
+{
+    size_t n = strlen(want);
+    if (b->n != n || (n && memcmp(b->p, want, n)))
+        fail_msg("got '%.*s', want '%s'", (int)b->n, b->p ? b->p : "", want);
+}
+
+/* Feed text in pieces of `step` bytes (0: one piece). */
+static void feed(sink_t *k, const char *text, size_t step, bool inside)
+{
+    rvl_think t;
+    rvl_think_init(&t, inside);
+    size_t n = strlen(text);
+    if (!step)
+        step = n ? n : 1;
+    for (size_t i = 0; i < n; i += step)
+        assert_int_equal(rvl_think_push(&t, text + i, i + step > n ? n - i : step, sink, k), 0);
+    assert_int_equal(rvl_think_flush(&t, sink, k), 0);
+}
+
+/* Every way of cutting the text into tokens of 1..len bytes gives the same
+ * parts: the tags are found across any boundary. */
+static void check_split(const char *text, bool inside, const char *answer, const char *reasoning,
+                        const char *tags)
+{
+    for (size_t step = 0; step <= strlen(text); step++) {
+        sink_t k = {0};
+        feed(&k, text, step, inside);
+        assert_buf(&k.part[RVL_THINK_ANSWER], answer);
+        assert_buf(&k.part[RVL_THINK_REASONING], reasoning);
+        assert_buf(&k.part[RVL_THINK_TAG], tags);
+        assert_buf(&k.all, text);   /* nothing lost, nothing reordered */
+        sink_free(&k);
+    }
+}
+
+static void test_think_splits_reasoning_from_answer(void **s)
+{
+    (void)s;
+    check_split("<think>\nLet me add.\n</think>\n\nThe answer is 4.", false,
+                "The answer is 4.", "\nLet me add.\n", "<think></think>\n\n");
+    /* whitespace before the opening tag goes with it */
+    check_split("\n <think>x</think>y", false, "y", "x", "\n <think></think>");
+    /* a reply without reasoning is all answer, also one that only looks like a tag */
+    check_split("Hello <think>not a tag</think>", false, "Hello <think>not a tag</think>", "", "");
+    check_split("<thin>k", false, "<thin>k", "", "");
+    check_split("  \n", false, "  \n", "", "");
+    check_split("", false, "", "", "");
+    /* '<' inside the reasoning, and a partial close tag, stay reasoning */
+    check_split("<think>a<b </thi </think x<</think>ok", false, "ok", "a<b </thi </think x<",
+                "<think></think>");
+    /* Qwen3 with thinking off writes an empty block itself (in the prompt) */
+    check_split("<think>\n\n</think>\n\nHi", false, "Hi", "\n\n", "<think></think>\n\n");
+}
+
+static void test_think_reply_cut_before_the_close_tag_is_reasoning(void **s)
+{
+    (void)s;
+    /* -n stopped the reply inside the reasoning: all of it, the partial
+     * close tag too, is reasoning, and the answer is empty */
+    check_split("<think>\nStill thinking</thi", false, "", "\nStill thinking</thi", "<think>");
+    check_split("<think>", false, "", "", "<think>");
+    /* cut inside the opening tag: not decided, so it is answer text */
+    check_split("<thi", false, "<thi", "", "");
+}
+
+static void test_think_prompt_that_opens_the_section(void **s)
+{
+    (void)s;
+    /* DeepSeek-R1's generation prompt ends with <think>\n: the reply starts inside */
+    static const char r1[] = "<\xef\xbd\x9cUser\xef\xbd\x9c>Hi<\xef\xbd\x9c" "Assistant\xef\xbd\x9c><think>\n";
+    assert_true(rvl_think_prompt_inside(r1, sizeof r1 - 1));
+    static const char off[] = "<|im_start|>assistant\n<think>\n\n</think>\n\n";
+    assert_false(rvl_think_prompt_inside(off, sizeof off - 1));
+    static const char on[] = "<|im_start|>assistant\n";
+    assert_false(rvl_think_prompt_inside(on, sizeof on - 1));
+    assert_false(rvl_think_prompt_inside("", 0));
+    check_split("Reasoning.\n</think>\n\nAnswer.", true, "Answer.", "Reasoning.\n", "</think>\n\n");
+}
+
+static void test_think_sink_error_stops_the_push(void **s)
+{
+    (void)s;
+    sink_t k = {.fail_at = 2};
+    rvl_think t;
+    rvl_think_init(&t, false);
+    static const char txt[] = "<think>abc</think>def";
+    assert_int_equal(rvl_think_push(&t, txt, sizeof txt - 1, sink, &k), RVL_EIO);
+    sink_free(&k);
+}
+
+/* ---------------------------------------------------------------- the switch */
+
+static char *slurp(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        fail_msg("cannot read %s (run from the repository root)", path);
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *p = malloc((size_t)n + 1);
+    assert_non_null(p);
+    assert_int_equal(fread(p, 1, (size_t)n, f), (size_t)n);
+    fclose(f);
+    p[n] = 0;
+    *len = (size_t)n;
+    return p;
+}
+
+static char *format(rvl_chat *c, int think)
+{
+    static const rvl_chat_msg msgs[] = {{"user", "Hi"}};
+    char *out = NULL;
+    rvl_chat_set_thinking(c, think);
+    assert_int_equal(rvl_chat_format(c, msgs, 1, true, &out, NULL), 0);
+    return out;
+}
+
+static void test_thinking_switch_reaches_qwen3_template_and_builtin(void **s)
+{
+    (void)s;
+    size_t len;
+    char *src = slurp("tests/data/templates/qwen3.jinja", &len);
+    rvl_chat *tm, *bi, *ml;
+    assert_int_equal(rvl_chat_open(&tm, src, len, NULL, NULL, "<|im_end|>", NULL), 0);
+    assert_int_equal(rvl_chat_family_of(tm), RVL_CHAT_QWEN3);
+    assert_int_equal(rvl_chat_open(&bi, NULL, 0, "qwen3", NULL, "<|im_end|>", NULL), 0);
+    for (int k = 0; k < 2; k++) {
+        rvl_chat *c = k ? bi : tm;
+        assert_true(rvl_chat_has_reasoning(c));
+        char *dflt = format(c, -1), *on = format(c, 1), *off = format(c, 0);
+        assert_string_equal(dflt, "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
+        assert_string_equal(on, dflt);   /* the template's default is on */
+        assert_string_equal(off, "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
+                                 "<think>\n\n</think>\n\n");
+        free(dflt);
+        free(on);
+        free(off);
+    }
+    /* a template that knows nothing of thinking renders the same either way */
+    assert_int_equal(rvl_chat_open(&ml, NULL, 0, "chatml", NULL, NULL, NULL), 0);
+    assert_false(rvl_chat_has_reasoning(ml));
+    char *a = format(ml, 0), *b = format(ml, -1);
+    assert_string_equal(a, b);
+    free(a);
+    free(b);
+    rvl_chat_close(ml);
+    rvl_chat_close(tm);
+    rvl_chat_close(bi);
+    free(src);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_think_splits_reasoning_from_answer),
+        cmocka_unit_test(test_think_reply_cut_before_the_close_tag_is_reasoning),
+        cmocka_unit_test(test_think_prompt_that_opens_the_section),
+        cmocka_unit_test(test_think_sink_error_stops_the_push),
+        cmocka_unit_test(test_thinking_switch_reaches_qwen3_template_and_builtin),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
