@@ -406,6 +406,290 @@ def sensitivity(v, model, ref, ids):
     return out
 
 # ---------------------------------------------------------------------------
+# Families converted by llama.cpp's own converter (issue 18): the model is
+# saved as a Hugging Face directory under tests/data/tiny/hf/<name>/ and
+# convert_hf_to_gguf.py of the llama.cpp that llama-cpp-python 0.3.36
+# vendors writes <name>.gguf from it (--outtype f32).
+# ---------------------------------------------------------------------------
+
+CONVERTER_DEFAULT = "/tmp/llamacpp-sdist/llama_cpp_python-0.3.36/vendor/llama.cpp"
+CONVERTER_VERSION = "llama-cpp-python 0.3.36 sdist, vendor/llama.cpp/convert_hf_to_gguf.py " \
+    "(vendored commit not recorded in the sdist: cmake BUILD_COMMIT 'unknown')"
+HF_SEED = SEED + 100
+SP_PAD, SP_EOS, SP_BOS, SP_UNK = 0, 1, 2, 3
+SW = 8                      # sliding window of every windowed variant (< N_TOKENS)
+PHI3_ORIG = 32              # phi3 original context: the 64-token test runs past it
+# LongRoPE factors (head_dim/2 = 8 distinct values each; the partial variant
+# takes the first 6: rotary dimension 12 of 16)
+LONG_FACTOR = [1.0, 1.5, 2.25, 3.5, 5.0, 7.5, 11.0, 16.0]
+SHORT_FACTOR = [1.0, 1.05, 1.1, 1.2, 1.35, 1.5, 1.75, 2.0]
+
+HF_VARIANTS = [
+    dict(name="gemma2", family="gemma2", gguf_arch="gemma2", layers=2),
+    dict(name="gemma3", family="gemma3", gguf_arch="gemma3", layers=6),
+    dict(name="mistral", family="mistral", gguf_arch="llama", layers=2),
+    dict(name="phi3", family="phi3", gguf_arch="phi3", layers=2, partial=1.0),
+    dict(name="phi3-partial", family="phi3", gguf_arch="phi3", layers=2, partial=0.75),
+    dict(name="ministral3", family="ministral3", gguf_arch="mistral3", layers=2),
+]
+
+
+def sp_model_bytes():
+    """A tiny SentencePiece BPE model (Gemma's id layout: pad 0, eos 1,
+    bos 2, unk 3; control <|endoftext|> 4, which llama.cpp's vocabulary
+    loader looks up in any model named Phi3; 256 byte-fallback pieces
+    5..260; 11 pieces learned), trained deterministically on a seeded word
+    list: the tokenizer.model that the converter demands for gemma2 (and
+    uses for the others)."""
+    import io
+    import sentencepiece as spm
+    rng = np.random.default_rng(7)
+    words = ["the", "then", "there", "in", "on", "an", "at", "or", "sat", "rat", "tin", "net"]
+    lines = [" ".join(rng.choice(words, 12)) for _ in range(200)]
+    m = io.BytesIO()
+    # from an iterator, not a file: the trainer records an input file's
+    # path in the model
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(lines), model_writer=m, model_type="bpe", vocab_size=VOCAB,
+        byte_fallback=True, character_coverage=1.0, pad_id=SP_PAD, eos_id=SP_EOS, bos_id=SP_BOS,
+        unk_id=SP_UNK, num_threads=1, add_dummy_prefix=False, minloglevel=2,
+        hard_vocab_limit=True, normalization_rule_name="identity",
+        control_symbols=["<|endoftext|>"])
+    return m.getvalue()
+
+
+def hf_rope(v, **o):
+    fam = v["family"]
+    if fam == "phi3":
+        n = int(HEAD_DIM * o.get("partial", v["partial"])) // 2
+        return {"rope_type": "longrope", "rope_theta": 10000.0,
+                "short_factor": o.get("short", SHORT_FACTOR)[:n],
+                "long_factor": o.get("long", LONG_FACTOR)[:n],
+                "original_max_position_embeddings": PHI3_ORIG,
+                "partial_rotary_factor": o.get("partial", v["partial"])}
+    if fam == "ministral3":
+        if o.get("no_yarn"):
+            return {"rope_type": "default", "rope_theta": 10000.0,
+                    "llama_4_scaling_beta": o.get("beta", 0.1),
+                    "original_max_position_embeddings": 32}
+        return {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0,
+                "original_max_position_embeddings": 32, "max_position_embeddings": 128,
+                "beta_fast": 32.0, "beta_slow": 1.0, "mscale": 1.0,
+                "mscale_all_dim": o.get("mscale_all_dim", 1.0),
+                "llama_4_scaling_beta": o.get("beta", 0.1)}
+    if fam == "gemma3":
+        full = {"rope_type": "linear", "factor": 8.0, "rope_theta": 1000000.0}
+        if o.get("no_global_scaling"):
+            full = {"rope_type": "default", "rope_theta": 1000000.0}
+        local = {"rope_type": "default", "rope_theta": o.get("local_theta", 10000.0)}
+        return {"full_attention": full, "sliding_attention": local}
+    return {"rope_type": "default", "rope_theta": 10000.0}
+
+
+def make_hf_config(v, **o):
+    """The transformers config of HF variant v; keyword overrides turn one
+    feature off for the sensitivity rows."""
+    fam, n = v["family"], v["layers"]
+    common = dict(vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=FF,
+                  num_hidden_layers=n, num_attention_heads=HEADS, num_key_value_heads=KV_HEADS,
+                  max_position_embeddings=128, rope_parameters=hf_rope(v, **o),
+                  bos_token_id=SP_BOS, eos_token_id=SP_EOS, pad_token_id=SP_PAD)
+    window = o.get("window", SW)
+    if fam in ("gemma2", "gemma3"):
+        act = o.get("act", "gelu_pytorch_tanh")
+        if fam == "gemma2":
+            types = ["sliding_attention" if i % 2 == 0 else "full_attention" for i in range(n)]
+            if o.get("swap_pattern"):
+                types = ["full_attention" if i % 2 == 0 else "sliding_attention" for i in range(n)]
+            return transformers.Gemma2Config(
+                head_dim=HEAD_DIM, hidden_activation=act, rms_norm_eps=1e-6,
+                query_pre_attn_scalar=o.get("qpas", HEAD_DIM), sliding_window=window,
+                layer_types=types, attn_logit_softcapping=o.get("attn_cap", 8.0),
+                final_logit_softcapping=o.get("final_cap", 20.0), tie_word_embeddings=True,
+                **common)
+        types = ["full_attention" if (i + 1) % 6 == 0 else "sliding_attention" for i in range(n)]
+        return transformers.Gemma3TextConfig(
+            head_dim=HEAD_DIM, hidden_activation=act, rms_norm_eps=1e-6,
+            query_pre_attn_scalar=o.get("qpas", HEAD_DIM), sliding_window=window,
+            layer_types=types, tie_word_embeddings=True, **common)
+    if fam == "mistral":
+        return transformers.MistralConfig(head_dim=HEAD_DIM, sliding_window=window,
+                                          rms_norm_eps=1e-5, tie_word_embeddings=False, **common)
+    if fam == "ministral3":
+        return transformers.Ministral3Config(head_dim=HEAD_DIM, sliding_window=None,
+                                             rms_norm_eps=1e-5, tie_word_embeddings=False,
+                                             **common)
+    if fam == "phi3":
+        return transformers.Phi3Config(rms_norm_eps=1e-5, tie_word_embeddings=False,
+                                       original_max_position_embeddings=PHI3_ORIG,
+                                       sliding_window=None, resid_pdrop=0.0, embd_pdrop=0.0,
+                                       attention_dropout=0.0, **common)
+    raise SystemExit("unknown family " + fam)
+
+
+def randomize_hf(model, seed, family):
+    """randomize() for the HF variants: the same scales; Gemma's RMSNorm
+    multiplies by 1 + w, so its gains are stored as w = U(-0.25, 0.25)
+    (the converter writes 1 + w); phi3's fused qkv_proj gets the Q/K scale
+    on its Q and K rows."""
+    g = torch.Generator().manual_seed(seed)
+    params = dict(model.named_parameters())
+    gemma = family in ("gemma2", "gemma3")
+    with torch.no_grad():
+        for name in sorted(params):
+            p = params[name]
+            if name.endswith("norm.weight"):
+                u = (torch.rand(p.shape, generator=g) - 0.5) * 0.5
+                p.copy_(u if gemma else 1 + u)
+            elif name.endswith("embed_tokens.weight"):
+                p.copy_(torch.randn(p.shape, generator=g))
+            elif name.endswith(("q_proj.weight", "k_proj.weight")):
+                p.copy_(torch.randn(p.shape, generator=g) * (2 / math.sqrt(p.shape[1])))
+            elif name.endswith("qkv_proj.weight"):
+                w = torch.randn(p.shape, generator=g) / math.sqrt(p.shape[1])
+                w[:(HEADS + KV_HEADS) * HEAD_DIM] *= 2
+                p.copy_(w)
+            elif name.endswith(".weight"):
+                p.copy_(torch.randn(p.shape, generator=g) / math.sqrt(p.shape[1]))
+            else:
+                raise SystemExit("unexpected parameter " + name)
+
+
+def hf_logits(v, state, ids, mutate=None, **o):
+    m = build_model(make_hf_config(v, **o))
+    m.load_state_dict(state)
+    if mutate:
+        mutate(m)
+    return logits_of(m, ids)
+
+
+def _layers(m):
+    return m.model.layers
+
+
+def hf_sensitivity(v, model, ref, ids):
+    """(label, metric) rows: each feature the family adds, turned off."""
+    st = copy.deepcopy(model.state_dict())
+    fam = v["family"]
+    out = []
+
+    def row(label, mutate=None, **o):
+        out.append((label, rel_err(hf_logits(v, st, ids, mutate=mutate, **o), ref[:len(ids)])))
+
+    def post_norms_off(m):
+        for layer in _layers(m):
+            layer.post_attention_layernorm = torch.nn.Identity()
+            layer.post_feedforward_layernorm = torch.nn.Identity()
+
+    def no_embed_scale(m):
+        m.model.embed_tokens.embed_scale.fill_(1.0)
+
+    def norm_no_plus_one(m):
+        # a reader that forgot Gemma's 1 + w: the gain is the stored w
+        with torch.no_grad():
+            for name, p in m.named_parameters():
+                if name.endswith("norm.weight"):
+                    p.sub_(1.0)
+
+    def qk_layout(m):
+        with torch.no_grad():
+            for layer in _layers(m):
+                for proj, nh in ((layer.self_attn.q_proj, HEADS), (layer.self_attn.k_proj, KV_HEADS)):
+                    w = proj.weight.numpy()
+                    inv = w.reshape(nh, HEAD_DIM // 2, 2, -1).swapaxes(1, 2).reshape(w.shape)
+                    proj.weight.copy_(torch.from_numpy(inv.copy()))
+
+    if fam == "gemma2":
+        row("window off", window=4 * N_TOKENS)
+        row("window on odd layers instead", swap_pattern=True)
+        row("attn softcap off", attn_cap=None)
+        row("final softcap off", final_cap=None)
+        row("post-norms off", post_norms_off)
+        row("embedding scale off", no_embed_scale)
+        row("norm gain w not 1+w", norm_no_plus_one)
+        row("gelu -> silu", act="silu")
+        row("query_pre_attn_scalar 256", qpas=256)
+    elif fam == "gemma3":
+        row("window off", window=4 * N_TOKENS)
+        row("local base = global base", local_theta=1000000.0)
+        row("no linear 8 on global", no_global_scaling=True)
+
+        def no_qk_norm(m):
+            for layer in _layers(m):
+                layer.self_attn.q_norm = torch.nn.Identity()
+                layer.self_attn.k_norm = torch.nn.Identity()
+        row("no QK-norm", no_qk_norm)
+        row("post-norms off", post_norms_off)
+        row("embedding scale off", no_embed_scale)
+        row("norm gain w not 1+w", norm_no_plus_one)
+        row("gelu -> silu", act="silu")
+    elif fam == "mistral":
+        row("window off", window=None)
+        row("Q/K not reordered", qk_layout)
+    elif fam == "ministral3":
+        row("no YaRN", no_yarn=True)
+        row("temperature scaling off", beta=0.0)
+        row("Q/K not reordered", qk_layout)
+    elif fam == "phi3":
+        row("long <-> short factors", long=SHORT_FACTOR, short=LONG_FACTOR)
+        row("factors all 1", long=[1.0] * 8, short=[1.0] * 8)
+        if v["partial"] < 1.0:
+            row("rotary over all 16 dims", partial=1.0,
+                long=LONG_FACTOR[:6] + LONG_FACTOR[4:6], short=SHORT_FACTOR[:6] + SHORT_FACTOR[4:6])
+
+        def split_wrong(m):
+            # gate and up halves of gate_up_proj swapped
+            with torch.no_grad():
+                for layer in _layers(m):
+                    w = layer.mlp.gate_up_proj.weight
+                    w.copy_(torch.cat([w[FF:], w[:FF]]))
+        row("gate/up halves swapped", split_wrong)
+    return out
+
+
+def hf_short_sensitivity(v, model, ref_short, ids):
+    st = copy.deepcopy(model.state_dict())
+    return [("short <-> long factors", rel_err(
+        hf_logits(v, st, ids, long=SHORT_FACTOR, short=LONG_FACTOR), ref_short))]
+
+
+def save_hf_dir(d, v, model, sp_bytes):
+    """config.json + model.safetensors (f32) from transformers, and the
+    tokenizer files: tokenizer.model and a tokenizer_config.json."""
+    import json
+    os.makedirs(d, exist_ok=True)
+    for f in os.listdir(d):
+        os.remove(os.path.join(d, f))
+    model.save_pretrained(d, safe_serialization=True)
+    for f in ("generation_config.json",):
+        p = os.path.join(d, f)
+        if os.path.exists(p):
+            os.remove(p)
+    with open(os.path.join(d, "tokenizer.model"), "wb") as f:
+        f.write(sp_bytes)
+    cls = {"gemma2": "GemmaTokenizer", "gemma3": "GemmaTokenizer"}.get(v["family"], "LlamaTokenizer")
+    tc = {"tokenizer_class": cls, "bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>",
+          "pad_token": "<pad>", "add_bos_token": True, "add_eos_token": False,
+          "model_max_length": 128}
+    with open(os.path.join(d, "tokenizer_config.json"), "w") as f:
+        json.dump(tc, f, indent=2, sort_keys=True)
+        f.write("\n")
+
+
+def convert(hf_dir, gguf_path):
+    """llama.cpp's convert_hf_to_gguf.py, with its own gguf-py."""
+    import subprocess
+    root = os.environ.get("LLAMACPP_DIR", CONVERTER_DEFAULT)
+    env = dict(os.environ, PYTHONPATH=os.path.join(root, "gguf-py"))
+    r = subprocess.run([sys.executable, os.path.join(root, "convert_hf_to_gguf.py"), hf_dir,
+                        "--outfile", gguf_path, "--outtype", "f32"],
+                       env=env, capture_output=True, text=True)
+    if r.returncode != 0:
+        sys.stderr.write(r.stdout[-3000:] + r.stderr[-3000:])
+        raise SystemExit(f"convert_hf_to_gguf.py failed on {hf_dir}")
+
+
+# ---------------------------------------------------------------------------
 
 
 def token_ids():
@@ -439,7 +723,18 @@ def main():
     lines = ["# tests/data/tiny: made by tests/ref/gen_tiny_hf.py",
              "# " + " ".join(f"{k} {got[k]}" for k in VERSIONS) +
              f" python {sys.version.split()[0]}",
+             "# GGUF of the hf/ variants: " + CONVERTER_VERSION + " --outtype f32, its own gguf-py",
              "# name\tarch\tn_vocab\tn_tokens\tsensitivity (the test's metric when a feature changes)"]
+
+    def report(name, arch, n_tok, ref, sens, extra=""):
+        s = "; ".join(f"{lab} {val:.3g}" for lab, val in sens)
+        print(f"{name:13s} logits |max| {np.abs(ref).max():.3f}  {s}{extra}", flush=True)
+        lines.append(f"{name}\t{arch}\t{VOCAB}\t{n_tok}\t{s}{extra}")
+        for lab, val in sens:
+            if val < 1e-2:
+                print(f"  warning: {name}: '{lab}' moves the logits by only {val:.3g}",
+                      file=sys.stderr)
+
     for i, v in enumerate(VARIANTS):
         model = build_model(make_config(v))
         randomize(model, SEED + i)
@@ -448,17 +743,30 @@ def main():
         gpath = os.path.join(work, v["name"] + ".gguf")
         write_gguf(gpath, v, model)
         ref.astype("<f4").tofile(os.path.join(work, v["name"] + ".logits"))
-        sens = sensitivity(v, model, ref, ids)
         extra = ""
         if v["scaling"] and v["scaling"]["rope_type"] == "llama3":
             extra = " rope_freqs " + " ".join(f"{x:.6g}" for x in llama3_rope_factors(model))
-        s = "; ".join(f"{lab} {val:.3g}" for lab, val in sens)
-        print(f"{v['name']:13s} logits |max| {np.abs(ref).max():.3f}  {s}{extra}")
-        lines.append(f"{v['name']}\t{v['arch']}\t{VOCAB}\t{N_TOKENS}\t{s}{extra}")
-        for lab, val in sens:
-            if val < 1e-2:
-                print(f"  warning: {v['name']}: '{lab}' moves the logits by only {val:.3g}",
-                      file=sys.stderr)
+        report(v["name"], v["arch"], N_TOKENS, ref, sensitivity(v, model, ref, ids), extra)
+
+    sp_bytes = sp_model_bytes()
+    for i, v in enumerate(HF_VARIANTS):
+        model = build_model(make_hf_config(v))
+        randomize_hf(model, HF_SEED + i, v["family"])
+        ref = logits_of(model, ids)
+        assert ref.shape == (N_TOKENS, VOCAB) and np.all(np.isfinite(ref))
+        hf_dir = os.path.join(work, "hf", v["name"])
+        save_hf_dir(hf_dir, v, model, sp_bytes)
+        convert(hf_dir, os.path.join(work, v["name"] + ".gguf"))
+        ref.astype("<f4").tofile(os.path.join(work, v["name"] + ".logits"))
+        report(v["name"], v["gguf_arch"], N_TOKENS, ref, hf_sensitivity(v, model, ref, ids))
+        if v["family"] == "phi3":
+            # the first PHI3_ORIG tokens alone: within the original
+            # context, so the short factors
+            short = logits_of(model, ids[:PHI3_ORIG])
+            short.astype("<f4").tofile(os.path.join(work, v["name"] + "-short.logits"))
+            report(v["name"] + "-short", v["gguf_arch"], PHI3_ORIG, short,
+                   hf_short_sensitivity(v, model, short, ids[:PHI3_ORIG]))
+
     with open(os.path.join(work, "tokens.txt"), "w") as f:
         f.write(" ".join(map(str, ids)) + "\n")
     with open(os.path.join(work, "manifest.tsv"), "w") as f:
@@ -468,15 +776,18 @@ def main():
         llamacpp_check(work, ids)
 
     if args.check:
-        for name in sorted(os.listdir(work)):
+        names = []
+        for root, _, files in os.walk(work):
+            names += [os.path.relpath(os.path.join(root, f), work) for f in files]
+        for name in sorted(names):
             a = open(os.path.join(work, name), "rb").read()
             try:
                 b = open(os.path.join(out, name), "rb").read()
             except OSError:
                 b = None
             if name.endswith(".logits") and b is not None and len(a) == len(b):
-                ra = np.frombuffer(a, "<f4").reshape(N_TOKENS, VOCAB)
-                rb = np.frombuffer(b, "<f4").reshape(N_TOKENS, VOCAB)
+                ra = np.frombuffer(a, "<f4").reshape(-1, VOCAB)
+                rb = np.frombuffer(b, "<f4").reshape(-1, VOCAB)
                 e = rel_err(ra, rb)
                 status = "same" if a == b else f"differs by {e:.3g} (metric)"
                 if e > 1e-5:
@@ -505,18 +816,22 @@ def llamacpp_check(out, ids):
         p.use_extra_bufts = False
         return p
     lc.llama_model_default_params = params
-    for v in VARIANTS:
-        ref = np.fromfile(os.path.join(out, v["name"] + ".logits"), "<f4").reshape(N_TOKENS, VOCAB)
+    runs = [(v["name"], v["name"], N_TOKENS) for v in VARIANTS + HF_VARIANTS]
+    runs += [(v["name"] + "-short", v["name"], PHI3_ORIG) for v in HF_VARIANTS
+             if v["family"] == "phi3"]
+    for golden, model, n in runs:
+        ref = np.fromfile(os.path.join(out, golden + ".logits"), "<f4").reshape(n, VOCAB)
         res = []
         for label, kv in (("f32 KV", {"type_k": 0, "type_v": 0}), ("f16 KV", {})):
-            llm = lc.Llama(model_path=os.path.join(out, v["name"] + ".gguf"), n_ctx=N_TOKENS,
-                           n_batch=N_TOKENS, logits_all=True, n_threads=1, n_threads_batch=1,
+            llm = lc.Llama(model_path=os.path.join(out, model + ".gguf"), n_ctx=n,
+                           n_batch=n, logits_all=True, n_threads=1, n_threads_batch=1,
                            verbose=False, **kv)
-            llm.eval(ids)
-            got = np.asarray(llm.scores[:N_TOKENS], dtype=np.float32)
+            llm.eval(ids[:n])
+            got = np.asarray(llm.scores[:n], dtype=np.float32)
             res.append(f"{label} {rel_err(got, ref):.3g}")
             del llm
-        print(f"llama.cpp {lc.__version__} vs transformers, {v['name']}: " + ", ".join(res))
+        print(f"llama.cpp {lc.__version__} vs transformers, {golden} (n_ctx {n}): " +
+              ", ".join(res), flush=True)
 
 
 def _gguf_version():
