@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
 """gen_tiny_hf.py - tiny random-weight models built with Hugging Face
-transformers, written as GGUF with gguf-py, and transformers' logits for
+transformers, written as GGUF (with gguf-py, or by llama.cpp's own
+converter for the issue-18 families), and transformers' logits for
 every position of a fixed token sequence: the goldens that
 tests/test_tiny_hf.c checks ruvllm's forward pass against.
 
-Variants (each also named in tests/test_tiny_hf.c):
+Variants (the first seven also named in tests/test_tiny_hf.c):
 
   llama         Llama, plain RoPE (theta 10000), separate output matrix
   llama-tied    Llama, tie_word_embeddings (no output.weight in the GGUF)
@@ -18,7 +19,29 @@ Variants (each also named in tests/test_tiny_hf.c):
                 NeoX RoPE (theta 1e6), no biases, eps 1e-6, head_dim 32
                 (not hidden / heads = 16: attention.key_length decides)
 
-Geometry of all of them: hidden 64, 2 layers, 4 query heads over 2 KV heads
+  issue 18's families, saved as Hugging Face directories (hf/<name>/) and
+  converted by llama.cpp's own convert_hf_to_gguf.py (see GGUF below):
+  gemma2        Gemma2ForCausalLM: attn/final logit softcaps 8 / 20 (the
+                pre-cap scores reach 20, the pre-cap logits 81, p99 22),
+                sliding window 8 on even layers (layer_types; llama.cpp's
+                default pattern 2), query_pre_attn_scalar 16 = head_dim,
+                GELU-tanh gated FFN, post-attention and post-FFN norms,
+                embedding x sqrt(64), tied output, RMSNorm x*(1+w), eps 1e-6
+  gemma3        Gemma3ForCausalLM (text), 6 layers: 0-4 windowed (8), 5
+                global; local rope base 10000, global 1e6 with linear 8;
+                QK-norm, post-norms, no softcaps (the defaults), tied
+  mistral       MistralForCausalLM, window 8 on every layer; the converter
+                writes arch "llama" and no sliding_window key
+  phi3          Phi3ForCausalLM: fused qkv_proj and gate_up_proj, LongRoPE
+                (8 short and 8 long factors, original context 32, max 128:
+                attention factor sqrt(1 + ln 4 / ln 32)); two goldens: the
+                64 tokens (long factors) and the first 32 alone (short)
+  phi3-partial  the same with partial_rotary_factor 0.75 (rotary dims 12)
+  ministral3    Ministral3ForCausalLM (arch mistral3): YaRN 4 past original
+                context 32 (beta 32/1, mscale = mscale_all_dim = 1), and
+                llama_4_scaling_beta 0.1: q *= 1 + 0.1 ln(1 + floor(pos/32))
+
+Geometry of all of them: hidden 64, 2 layers (gemma3: 6), 4 query heads over 2 KV heads
 (GQA) of 16 (qwen3: of 32), intermediate 128, vocabulary 272 (256 GPT-2 byte tokens, 13
 merges, 3 control tokens), f32 weights.
 
@@ -29,10 +52,26 @@ values large enough that every part of the model shows in the logits
 uniform and RoPE invisible): embeddings N(0, 1); RMSNorm gains 1 + U(-0.25,
 0.25); Q and K projections N(0, (2/sqrt(fan_in))^2), so that attention
 scores have a standard deviation of a few units and the rotation matters;
-other projections N(0, 1/fan_in); Q/K/V biases N(0, 0.25).
+other projections N(0, 1/fan_in); Q/K/V biases N(0, 0.25). Gemma stores
+its RMSNorm gain as w with the norm multiplying by 1 + w: there w is
+U(-0.25, 0.25); phi3's fused qkv_proj gets the Q/K scale on its Q and K
+rows. The HF variants draw from seed SEED + 100 + index.
 
-GGUF: written as llama.cpp's convert_hf_to_gguf.py would write these
-models (f32 throughout, general.file_type 0):
+GGUF of the HF variants: made by convert_hf_to_gguf.py of the llama.cpp
+that the llama-cpp-python 0.3.36 sdist vendors (vendor/llama.cpp; the sdist
+records no commit), run with that tree's own gguf-py on PYTHONPATH and
+--outtype f32: the file a user would download. Set LLAMACPP_DIR to the
+vendored tree (default /tmp/llamacpp-sdist/llama_cpp_python-0.3.36/vendor/
+llama.cpp: pip download --no-deps --no-binary :all: llama-cpp-python==0.3.36
+and untar). Their tokenizer is a tiny SentencePiece BPE model trained here
+(sp_model_bytes: 272 pieces, byte fallback), since the converter demands
+tokenizer.model for gemma2; the other converters take it too. The token ids
+of tokens.txt are the same for every variant (in this vocabulary 269 is an
+ordinary piece, not BOS: logits do not care).
+
+GGUF of the older variants: written by write_gguf() below, as llama.cpp's
+convert_hf_to_gguf.py would write these models (f32 throughout,
+general.file_type 0):
   - tensor names token_embd, output_norm, output (absent when tied),
     blk.N.{attn_norm, attn_q, attn_k, attn_v, attn_output, attn_q.bias,
     attn_k.bias, attn_v.bias, attn_q_norm, attn_k_norm, ffn_norm, ffn_gate,
@@ -58,6 +97,10 @@ Goldens in tests/data/tiny/:
   <name>.logits      little-endian f32, n_tokens x n_vocab, row t = the
                      logits after token t (model(ids).logits[0], f32,
                      attn_implementation="eager")
+  phi3-short.logits, phi3-partial-short.logits
+                     32 x n_vocab: the first 32 tokens alone (short factors)
+  hf/<name>/         config.json, model.safetensors (f32), tokenizer.model,
+                     tokenizer_config.json: the converter's input
   tokens.txt         the token ids (one line, space-separated): BOS, then
                      63 ids from a seeded generator
   manifest.tsv       per model: name, arch, n_vocab, n_tokens, and the
@@ -68,12 +111,17 @@ the logits move, in the test's metric (max over rows of max |a - b| / max
 |ref row|), when the variant's defining feature is changed: scaling off,
 YaRN's attention factor set to 1, Llama 3.1's factors replaced by plain
 linear 8, Q/K not reordered (the wrong RoPE layout), biases dropped, and so
-on. Each is 0.4 or more, far above the test's tolerance (1e-4; the issue asks
-for 1e-3), so the test catches those
-mistakes.
+on; for the HF variants each feature they add: window off or on the other
+layers, each softcap off, post-norms off, embedding scale off, the gain w
+instead of 1 + w, GELU -> SiLU, local base = global base, long <-> short
+factors, YaRN's log multiplier ignored, temperature scaling off. The
+smallest is 0.04 (gemma3's local base, GELU -> SiLU), the rest 0.06 or
+more, far above the test's tolerance (1e-4; the issue asks for 1e-3), so
+the test catches those mistakes.
 
 Usage:
-    pip install torch==2.15.0 transformers==5.23.0 gguf==0.19.0 numpy==2.4.6
+    pip install torch==2.15.0 transformers==5.23.0 gguf==0.19.0 numpy==2.4.6 \
+        safetensors sentencepiece protobuf
     python3 tests/ref/gen_tiny_hf.py            # rewrites tests/data/tiny/
     python3 tests/ref/gen_tiny_hf.py --check    # compares; exit 1 on a difference
     python3 tests/ref/gen_tiny_hf.py --check --llamacpp   # also llama.cpp's logits
@@ -81,7 +129,8 @@ Usage:
 
 Versions used for the committed files: Python 3.11.7, torch 2.15.0 (PyPI
 wheel, CPU only used), transformers 5.23.0, gguf (gguf-py) 0.19.0, numpy
-2.4.6.
+2.4.6; for the HF variants also safetensors 0.8.0, sentencepiece 0.2.3 and
+the converter above.
 """
 import argparse
 import copy
@@ -462,7 +511,8 @@ def hf_rope(v, **o):
     fam = v["family"]
     if fam == "phi3":
         n = int(HEAD_DIM * o.get("partial", v["partial"])) // 2
-        return {"rope_type": "longrope", "rope_theta": 10000.0,
+        extra = {"attention_factor": o["attn_factor"]} if "attn_factor" in o else {}
+        return {**extra, "rope_type": "longrope", "rope_theta": 10000.0,
                 "short_factor": o.get("short", SHORT_FACTOR)[:n],
                 "long_factor": o.get("long", LONG_FACTOR)[:n],
                 "original_max_position_embeddings": PHI3_ORIG,
@@ -629,10 +679,14 @@ def hf_sensitivity(v, model, ref, ids):
     elif fam == "ministral3":
         row("no YaRN", no_yarn=True)
         row("temperature scaling off", beta=0.0)
+        # llama.cpp divides by mscale(factor, yarn_log_multiplier): without
+        # it the attention factor is 0.1 ln 4 + 1
+        row("yarn_log_multiplier ignored", mscale_all_dim=0.0)
         row("Q/K not reordered", qk_layout)
     elif fam == "phi3":
         row("long <-> short factors", long=SHORT_FACTOR, short=LONG_FACTOR)
         row("factors all 1", long=[1.0] * 8, short=[1.0] * 8)
+        row("attn_factor 1", attn_factor=1.0)
         if v["partial"] < 1.0:
             row("rotary over all 16 dims", partial=1.0,
                 long=LONG_FACTOR[:6] + LONG_FACTOR[4:6], short=SHORT_FACTOR[:6] + SHORT_FACTOR[4:6])
