@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
 """gen_tiny_hf.py - tiny random-weight models built with Hugging Face
-transformers, written as GGUF with gguf-py, and transformers' logits for
+transformers, written as GGUF (with gguf-py, or by llama.cpp's own
+converter for the issue-18 families), and transformers' logits for
 every position of a fixed token sequence: the goldens that
 tests/test_tiny_hf.c checks ruvllm's forward pass against.
 
-Variants (each also named in tests/test_tiny_hf.c):
+Variants (the first seven also named in tests/test_tiny_hf.c):
 
   llama         Llama, plain RoPE (theta 10000), separate output matrix
   llama-tied    Llama, tie_word_embeddings (no output.weight in the GGUF)
@@ -18,7 +19,29 @@ Variants (each also named in tests/test_tiny_hf.c):
                 NeoX RoPE (theta 1e6), no biases, eps 1e-6, head_dim 32
                 (not hidden / heads = 16: attention.key_length decides)
 
-Geometry of all of them: hidden 64, 2 layers, 4 query heads over 2 KV heads
+  issue 18's families, saved as Hugging Face directories (hf/<name>/) and
+  converted by llama.cpp's own convert_hf_to_gguf.py (see GGUF below):
+  gemma2        Gemma2ForCausalLM: attn/final logit softcaps 8 / 20 (the
+                pre-cap scores reach 20, the pre-cap logits 81, p99 22),
+                sliding window 8 on even layers (layer_types; llama.cpp's
+                default pattern 2), query_pre_attn_scalar 16 = head_dim,
+                GELU-tanh gated FFN, post-attention and post-FFN norms,
+                embedding x sqrt(64), tied output, RMSNorm x*(1+w), eps 1e-6
+  gemma3        Gemma3ForCausalLM (text), 6 layers: 0-4 windowed (8), 5
+                global; local rope base 10000, global 1e6 with linear 8;
+                QK-norm, post-norms, no softcaps (the defaults), tied
+  mistral       MistralForCausalLM, window 8 on every layer; the converter
+                writes arch "llama" and no sliding_window key
+  phi3          Phi3ForCausalLM: fused qkv_proj and gate_up_proj, LongRoPE
+                (8 short and 8 long factors, original context 32, max 128:
+                attention factor sqrt(1 + ln 4 / ln 32)); two goldens: the
+                64 tokens (long factors) and the first 32 alone (short)
+  phi3-partial  the same with partial_rotary_factor 0.75 (rotary dims 12)
+  ministral3    Ministral3ForCausalLM (arch mistral3): YaRN 4 past original
+                context 32 (beta 32/1, mscale = mscale_all_dim = 1), and
+                llama_4_scaling_beta 0.1: q *= 1 + 0.1 ln(1 + floor(pos/32))
+
+Geometry of all of them: hidden 64, 2 layers (gemma3: 6), 4 query heads over 2 KV heads
 (GQA) of 16 (qwen3: of 32), intermediate 128, vocabulary 272 (256 GPT-2 byte tokens, 13
 merges, 3 control tokens), f32 weights.
 
@@ -29,10 +52,26 @@ values large enough that every part of the model shows in the logits
 uniform and RoPE invisible): embeddings N(0, 1); RMSNorm gains 1 + U(-0.25,
 0.25); Q and K projections N(0, (2/sqrt(fan_in))^2), so that attention
 scores have a standard deviation of a few units and the rotation matters;
-other projections N(0, 1/fan_in); Q/K/V biases N(0, 0.25).
+other projections N(0, 1/fan_in); Q/K/V biases N(0, 0.25). Gemma stores
+its RMSNorm gain as w with the norm multiplying by 1 + w: there w is
+U(-0.25, 0.25); phi3's fused qkv_proj gets the Q/K scale on its Q and K
+rows. The HF variants draw from seed SEED + 100 + index.
 
-GGUF: written as llama.cpp's convert_hf_to_gguf.py would write these
-models (f32 throughout, general.file_type 0):
+GGUF of the HF variants: made by convert_hf_to_gguf.py of the llama.cpp
+that the llama-cpp-python 0.3.36 sdist vendors (vendor/llama.cpp; the sdist
+records no commit), run with that tree's own gguf-py on PYTHONPATH and
+--outtype f32: the file a user would download. Set LLAMACPP_DIR to the
+vendored tree (default /tmp/llamacpp-sdist/llama_cpp_python-0.3.36/vendor/
+llama.cpp: pip download --no-deps --no-binary :all: llama-cpp-python==0.3.36
+and untar). Their tokenizer is a tiny SentencePiece BPE model trained here
+(sp_model_bytes: 272 pieces, byte fallback), since the converter demands
+tokenizer.model for gemma2; the other converters take it too. The token ids
+of tokens.txt are the same for every variant (in this vocabulary 269 is an
+ordinary piece, not BOS: logits do not care).
+
+GGUF of the older variants: written by write_gguf() below, as llama.cpp's
+convert_hf_to_gguf.py would write these models (f32 throughout,
+general.file_type 0):
   - tensor names token_embd, output_norm, output (absent when tied),
     blk.N.{attn_norm, attn_q, attn_k, attn_v, attn_output, attn_q.bias,
     attn_k.bias, attn_v.bias, attn_q_norm, attn_k_norm, ffn_norm, ffn_gate,
@@ -58,6 +97,10 @@ Goldens in tests/data/tiny/:
   <name>.logits      little-endian f32, n_tokens x n_vocab, row t = the
                      logits after token t (model(ids).logits[0], f32,
                      attn_implementation="eager")
+  phi3-short.logits, phi3-partial-short.logits
+                     32 x n_vocab: the first 32 tokens alone (short factors)
+  hf/<name>/         config.json, model.safetensors (f32), tokenizer.model,
+                     tokenizer_config.json: the converter's input
   tokens.txt         the token ids (one line, space-separated): BOS, then
                      63 ids from a seeded generator
   manifest.tsv       per model: name, arch, n_vocab, n_tokens, and the
@@ -68,12 +111,17 @@ the logits move, in the test's metric (max over rows of max |a - b| / max
 |ref row|), when the variant's defining feature is changed: scaling off,
 YaRN's attention factor set to 1, Llama 3.1's factors replaced by plain
 linear 8, Q/K not reordered (the wrong RoPE layout), biases dropped, and so
-on. Each is 0.4 or more, far above the test's tolerance (1e-4; the issue asks
-for 1e-3), so the test catches those
-mistakes.
+on; for the HF variants each feature they add: window off or on the other
+layers, each softcap off, post-norms off, embedding scale off, the gain w
+instead of 1 + w, GELU -> SiLU, local base = global base, long <-> short
+factors, YaRN's log multiplier ignored, temperature scaling off. The
+smallest is 0.04 (gemma3's local base, GELU -> SiLU), the rest 0.06 or
+more, far above the test's tolerance (1e-4; the issue asks for 1e-3), so
+the test catches those mistakes.
 
 Usage:
-    pip install torch==2.15.0 transformers==5.23.0 gguf==0.19.0 numpy==2.4.6
+    pip install torch==2.15.0 transformers==5.23.0 gguf==0.19.0 numpy==2.4.6 \
+        safetensors sentencepiece protobuf
     python3 tests/ref/gen_tiny_hf.py            # rewrites tests/data/tiny/
     python3 tests/ref/gen_tiny_hf.py --check    # compares; exit 1 on a difference
     python3 tests/ref/gen_tiny_hf.py --check --llamacpp   # also llama.cpp's logits
@@ -81,7 +129,8 @@ Usage:
 
 Versions used for the committed files: Python 3.11.7, torch 2.15.0 (PyPI
 wheel, CPU only used), transformers 5.23.0, gguf (gguf-py) 0.19.0, numpy
-2.4.6.
+2.4.6; for the HF variants also safetensors 0.8.0, sentencepiece 0.2.3 and
+the converter above.
 """
 import argparse
 import copy
@@ -406,6 +455,295 @@ def sensitivity(v, model, ref, ids):
     return out
 
 # ---------------------------------------------------------------------------
+# Families converted by llama.cpp's own converter (issue 18): the model is
+# saved as a Hugging Face directory under tests/data/tiny/hf/<name>/ and
+# convert_hf_to_gguf.py of the llama.cpp that llama-cpp-python 0.3.36
+# vendors writes <name>.gguf from it (--outtype f32).
+# ---------------------------------------------------------------------------
+
+CONVERTER_DEFAULT = "/tmp/llamacpp-sdist/llama_cpp_python-0.3.36/vendor/llama.cpp"
+CONVERTER_VERSION = "llama-cpp-python 0.3.36 sdist, vendor/llama.cpp/convert_hf_to_gguf.py " \
+    "(vendored commit not recorded in the sdist: cmake BUILD_COMMIT 'unknown')"
+HF_SEED = SEED + 100
+SP_PAD, SP_EOS, SP_BOS, SP_UNK = 0, 1, 2, 3
+SW = 8                      # sliding window of every windowed variant (< N_TOKENS)
+PHI3_ORIG = 32              # phi3 original context: the 64-token test runs past it
+# LongRoPE factors (head_dim/2 = 8 distinct values each; the partial variant
+# takes the first 6: rotary dimension 12 of 16)
+LONG_FACTOR = [1.0, 1.5, 2.25, 3.5, 5.0, 7.5, 11.0, 16.0]
+SHORT_FACTOR = [1.0, 1.05, 1.1, 1.2, 1.35, 1.5, 1.75, 2.0]
+
+HF_VARIANTS = [
+    dict(name="gemma2", family="gemma2", gguf_arch="gemma2", layers=2),
+    dict(name="gemma3", family="gemma3", gguf_arch="gemma3", layers=6),
+    dict(name="mistral", family="mistral", gguf_arch="llama", layers=2),
+    dict(name="phi3", family="phi3", gguf_arch="phi3", layers=2, partial=1.0),
+    dict(name="phi3-partial", family="phi3", gguf_arch="phi3", layers=2, partial=0.75),
+    dict(name="ministral3", family="ministral3", gguf_arch="mistral3", layers=2),
+]
+
+
+def sp_model_bytes():
+    """A tiny SentencePiece BPE model (Gemma's id layout: pad 0, eos 1,
+    bos 2, unk 3; control <|endoftext|> 4, which llama.cpp's vocabulary
+    loader looks up in any model named Phi3; 256 byte-fallback pieces
+    5..260; 11 pieces learned), trained deterministically on a seeded word
+    list: the tokenizer.model that the converter demands for gemma2 (and
+    uses for the others)."""
+    import io
+    import sentencepiece as spm
+    rng = np.random.default_rng(7)
+    words = ["the", "then", "there", "in", "on", "an", "at", "or", "sat", "rat", "tin", "net"]
+    lines = [" ".join(rng.choice(words, 12)) for _ in range(200)]
+    m = io.BytesIO()
+    # from an iterator, not a file: the trainer records an input file's
+    # path in the model
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(lines), model_writer=m, model_type="bpe", vocab_size=VOCAB,
+        byte_fallback=True, character_coverage=1.0, pad_id=SP_PAD, eos_id=SP_EOS, bos_id=SP_BOS,
+        unk_id=SP_UNK, num_threads=1, add_dummy_prefix=False, minloglevel=2,
+        hard_vocab_limit=True, normalization_rule_name="identity",
+        control_symbols=["<|endoftext|>"])
+    return m.getvalue()
+
+
+def hf_rope(v, **o):
+    fam = v["family"]
+    if fam == "phi3":
+        n = int(HEAD_DIM * o.get("partial", v["partial"])) // 2
+        extra = {"attention_factor": o["attn_factor"]} if "attn_factor" in o else {}
+        return {**extra, "rope_type": "longrope", "rope_theta": 10000.0,
+                "short_factor": o.get("short", SHORT_FACTOR)[:n],
+                "long_factor": o.get("long", LONG_FACTOR)[:n],
+                "original_max_position_embeddings": PHI3_ORIG,
+                "partial_rotary_factor": o.get("partial", v["partial"])}
+    if fam == "ministral3":
+        if o.get("no_yarn"):
+            return {"rope_type": "default", "rope_theta": 10000.0,
+                    "llama_4_scaling_beta": o.get("beta", 0.1),
+                    "original_max_position_embeddings": 32}
+        return {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0,
+                "original_max_position_embeddings": 32, "max_position_embeddings": 128,
+                "beta_fast": 32.0, "beta_slow": 1.0, "mscale": 1.0,
+                "mscale_all_dim": o.get("mscale_all_dim", 1.0),
+                "llama_4_scaling_beta": o.get("beta", 0.1)}
+    if fam == "gemma3":
+        full = {"rope_type": "linear", "factor": 8.0, "rope_theta": 1000000.0}
+        if o.get("no_global_scaling"):
+            full = {"rope_type": "default", "rope_theta": 1000000.0}
+        local = {"rope_type": "default", "rope_theta": o.get("local_theta", 10000.0)}
+        return {"full_attention": full, "sliding_attention": local}
+    return {"rope_type": "default", "rope_theta": 10000.0}
+
+
+def make_hf_config(v, **o):
+    """The transformers config of HF variant v; keyword overrides turn one
+    feature off for the sensitivity rows."""
+    fam, n = v["family"], v["layers"]
+    common = dict(vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=FF,
+                  num_hidden_layers=n, num_attention_heads=HEADS, num_key_value_heads=KV_HEADS,
+                  max_position_embeddings=128, rope_parameters=hf_rope(v, **o),
+                  bos_token_id=SP_BOS, eos_token_id=SP_EOS, pad_token_id=SP_PAD)
+    window = o.get("window", SW)
+    if fam in ("gemma2", "gemma3"):
+        act = o.get("act", "gelu_pytorch_tanh")
+        if fam == "gemma2":
+            types = ["sliding_attention" if i % 2 == 0 else "full_attention" for i in range(n)]
+            if o.get("swap_pattern"):
+                types = ["full_attention" if i % 2 == 0 else "sliding_attention" for i in range(n)]
+            return transformers.Gemma2Config(
+                head_dim=HEAD_DIM, hidden_activation=act, rms_norm_eps=1e-6,
+                query_pre_attn_scalar=o.get("qpas", HEAD_DIM), sliding_window=window,
+                layer_types=types, attn_logit_softcapping=o.get("attn_cap", 8.0),
+                final_logit_softcapping=o.get("final_cap", 20.0), tie_word_embeddings=True,
+                **common)
+        types = ["full_attention" if (i + 1) % 6 == 0 else "sliding_attention" for i in range(n)]
+        return transformers.Gemma3TextConfig(
+            head_dim=HEAD_DIM, hidden_activation=act, rms_norm_eps=1e-6,
+            query_pre_attn_scalar=o.get("qpas", HEAD_DIM), sliding_window=window,
+            layer_types=types, tie_word_embeddings=True, **common)
+    if fam == "mistral":
+        return transformers.MistralConfig(head_dim=HEAD_DIM, sliding_window=window,
+                                          rms_norm_eps=1e-5, tie_word_embeddings=False, **common)
+    if fam == "ministral3":
+        return transformers.Ministral3Config(head_dim=HEAD_DIM, sliding_window=None,
+                                             rms_norm_eps=1e-5, tie_word_embeddings=False,
+                                             **common)
+    if fam == "phi3":
+        return transformers.Phi3Config(rms_norm_eps=1e-5, tie_word_embeddings=False,
+                                       original_max_position_embeddings=PHI3_ORIG,
+                                       sliding_window=None, resid_pdrop=0.0, embd_pdrop=0.0,
+                                       attention_dropout=0.0, **common)
+    raise SystemExit("unknown family " + fam)
+
+
+def randomize_hf(model, seed, family):
+    """randomize() for the HF variants: the same scales; Gemma's RMSNorm
+    multiplies by 1 + w, so its gains are stored as w = U(-0.25, 0.25)
+    (the converter writes 1 + w); phi3's fused qkv_proj gets the Q/K scale
+    on its Q and K rows."""
+    g = torch.Generator().manual_seed(seed)
+    params = dict(model.named_parameters())
+    gemma = family in ("gemma2", "gemma3")
+    with torch.no_grad():
+        for name in sorted(params):
+            p = params[name]
+            if name.endswith("norm.weight"):
+                u = (torch.rand(p.shape, generator=g) - 0.5) * 0.5
+                p.copy_(u if gemma else 1 + u)
+            elif name.endswith("embed_tokens.weight"):
+                p.copy_(torch.randn(p.shape, generator=g))
+            elif name.endswith(("q_proj.weight", "k_proj.weight")):
+                p.copy_(torch.randn(p.shape, generator=g) * (2 / math.sqrt(p.shape[1])))
+            elif name.endswith("qkv_proj.weight"):
+                w = torch.randn(p.shape, generator=g) / math.sqrt(p.shape[1])
+                w[:(HEADS + KV_HEADS) * HEAD_DIM] *= 2
+                p.copy_(w)
+            elif name.endswith(".weight"):
+                p.copy_(torch.randn(p.shape, generator=g) / math.sqrt(p.shape[1]))
+            else:
+                raise SystemExit("unexpected parameter " + name)
+
+
+def hf_logits(v, state, ids, mutate=None, **o):
+    m = build_model(make_hf_config(v, **o))
+    m.load_state_dict(state)
+    if mutate:
+        mutate(m)
+    return logits_of(m, ids)
+
+
+def _layers(m):
+    return m.model.layers
+
+
+def hf_sensitivity(v, model, ref, ids):
+    """(label, metric) rows: each feature the family adds, turned off."""
+    st = copy.deepcopy(model.state_dict())
+    fam = v["family"]
+    out = []
+
+    def row(label, mutate=None, **o):
+        out.append((label, rel_err(hf_logits(v, st, ids, mutate=mutate, **o), ref[:len(ids)])))
+
+    def post_norms_off(m):
+        for layer in _layers(m):
+            layer.post_attention_layernorm = torch.nn.Identity()
+            layer.post_feedforward_layernorm = torch.nn.Identity()
+
+    def no_embed_scale(m):
+        m.model.embed_tokens.embed_scale.fill_(1.0)
+
+    def norm_no_plus_one(m):
+        # a reader that forgot Gemma's 1 + w: the gain is the stored w
+        with torch.no_grad():
+            for name, p in m.named_parameters():
+                if name.endswith("norm.weight"):
+                    p.sub_(1.0)
+
+    def qk_layout(m):
+        with torch.no_grad():
+            for layer in _layers(m):
+                for proj, nh in ((layer.self_attn.q_proj, HEADS), (layer.self_attn.k_proj, KV_HEADS)):
+                    w = proj.weight.numpy()
+                    inv = w.reshape(nh, HEAD_DIM // 2, 2, -1).swapaxes(1, 2).reshape(w.shape)
+                    proj.weight.copy_(torch.from_numpy(inv.copy()))
+
+    if fam == "gemma2":
+        row("window off", window=4 * N_TOKENS)
+        row("window on odd layers instead", swap_pattern=True)
+        row("attn softcap off", attn_cap=None)
+        row("final softcap off", final_cap=None)
+        row("post-norms off", post_norms_off)
+        row("embedding scale off", no_embed_scale)
+        row("norm gain w not 1+w", norm_no_plus_one)
+        row("gelu -> silu", act="silu")
+        row("query_pre_attn_scalar 256", qpas=256)
+    elif fam == "gemma3":
+        row("window off", window=4 * N_TOKENS)
+        row("local base = global base", local_theta=1000000.0)
+        row("no linear 8 on global", no_global_scaling=True)
+
+        def no_qk_norm(m):
+            for layer in _layers(m):
+                layer.self_attn.q_norm = torch.nn.Identity()
+                layer.self_attn.k_norm = torch.nn.Identity()
+        row("no QK-norm", no_qk_norm)
+        row("post-norms off", post_norms_off)
+        row("embedding scale off", no_embed_scale)
+        row("norm gain w not 1+w", norm_no_plus_one)
+        row("gelu -> silu", act="silu")
+    elif fam == "mistral":
+        row("window off", window=None)
+        row("Q/K not reordered", qk_layout)
+    elif fam == "ministral3":
+        row("no YaRN", no_yarn=True)
+        row("temperature scaling off", beta=0.0)
+        # llama.cpp divides by mscale(factor, yarn_log_multiplier): without
+        # it the attention factor is 0.1 ln 4 + 1
+        row("yarn_log_multiplier ignored", mscale_all_dim=0.0)
+        row("Q/K not reordered", qk_layout)
+    elif fam == "phi3":
+        row("long <-> short factors", long=SHORT_FACTOR, short=LONG_FACTOR)
+        row("factors all 1", long=[1.0] * 8, short=[1.0] * 8)
+        row("attn_factor 1", attn_factor=1.0)
+        if v["partial"] < 1.0:
+            row("rotary over all 16 dims", partial=1.0,
+                long=LONG_FACTOR[:6] + LONG_FACTOR[4:6], short=SHORT_FACTOR[:6] + SHORT_FACTOR[4:6])
+
+        def split_wrong(m):
+            # gate and up halves of gate_up_proj swapped
+            with torch.no_grad():
+                for layer in _layers(m):
+                    w = layer.mlp.gate_up_proj.weight
+                    w.copy_(torch.cat([w[FF:], w[:FF]]))
+        row("gate/up halves swapped", split_wrong)
+    return out
+
+
+def hf_short_sensitivity(v, model, ref_short, ids):
+    st = copy.deepcopy(model.state_dict())
+    return [("short <-> long factors", rel_err(
+        hf_logits(v, st, ids, long=SHORT_FACTOR, short=LONG_FACTOR), ref_short))]
+
+
+def save_hf_dir(d, v, model, sp_bytes):
+    """config.json + model.safetensors (f32) from transformers, and the
+    tokenizer files: tokenizer.model and a tokenizer_config.json."""
+    import json
+    os.makedirs(d, exist_ok=True)
+    for f in os.listdir(d):
+        os.remove(os.path.join(d, f))
+    model.save_pretrained(d, safe_serialization=True)
+    for f in ("generation_config.json",):
+        p = os.path.join(d, f)
+        if os.path.exists(p):
+            os.remove(p)
+    with open(os.path.join(d, "tokenizer.model"), "wb") as f:
+        f.write(sp_bytes)
+    cls = {"gemma2": "GemmaTokenizer", "gemma3": "GemmaTokenizer"}.get(v["family"], "LlamaTokenizer")
+    tc = {"tokenizer_class": cls, "bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>",
+          "pad_token": "<pad>", "add_bos_token": True, "add_eos_token": False,
+          "model_max_length": 128}
+    with open(os.path.join(d, "tokenizer_config.json"), "w") as f:
+        json.dump(tc, f, indent=2, sort_keys=True)
+        f.write("\n")
+
+
+def convert(hf_dir, gguf_path):
+    """llama.cpp's convert_hf_to_gguf.py, with its own gguf-py."""
+    import subprocess
+    root = os.environ.get("LLAMACPP_DIR", CONVERTER_DEFAULT)
+    env = dict(os.environ, PYTHONPATH=os.path.join(root, "gguf-py"))
+    r = subprocess.run([sys.executable, os.path.join(root, "convert_hf_to_gguf.py"), hf_dir,
+                        "--outfile", gguf_path, "--outtype", "f32"],
+                       env=env, capture_output=True, text=True)
+    if r.returncode != 0:
+        sys.stderr.write(r.stdout[-3000:] + r.stderr[-3000:])
+        raise SystemExit(f"convert_hf_to_gguf.py failed on {hf_dir}")
+
+
+# ---------------------------------------------------------------------------
 
 
 def token_ids():
@@ -439,7 +777,18 @@ def main():
     lines = ["# tests/data/tiny: made by tests/ref/gen_tiny_hf.py",
              "# " + " ".join(f"{k} {got[k]}" for k in VERSIONS) +
              f" python {sys.version.split()[0]}",
+             "# GGUF of the hf/ variants: " + CONVERTER_VERSION + " --outtype f32, its own gguf-py",
              "# name\tarch\tn_vocab\tn_tokens\tsensitivity (the test's metric when a feature changes)"]
+
+    def report(name, arch, n_tok, ref, sens, extra=""):
+        s = "; ".join(f"{lab} {val:.3g}" for lab, val in sens)
+        print(f"{name:13s} logits |max| {np.abs(ref).max():.3f}  {s}{extra}", flush=True)
+        lines.append(f"{name}\t{arch}\t{VOCAB}\t{n_tok}\t{s}{extra}")
+        for lab, val in sens:
+            if val < 1e-2:
+                print(f"  warning: {name}: '{lab}' moves the logits by only {val:.3g}",
+                      file=sys.stderr)
+
     for i, v in enumerate(VARIANTS):
         model = build_model(make_config(v))
         randomize(model, SEED + i)
@@ -448,17 +797,30 @@ def main():
         gpath = os.path.join(work, v["name"] + ".gguf")
         write_gguf(gpath, v, model)
         ref.astype("<f4").tofile(os.path.join(work, v["name"] + ".logits"))
-        sens = sensitivity(v, model, ref, ids)
         extra = ""
         if v["scaling"] and v["scaling"]["rope_type"] == "llama3":
             extra = " rope_freqs " + " ".join(f"{x:.6g}" for x in llama3_rope_factors(model))
-        s = "; ".join(f"{lab} {val:.3g}" for lab, val in sens)
-        print(f"{v['name']:13s} logits |max| {np.abs(ref).max():.3f}  {s}{extra}")
-        lines.append(f"{v['name']}\t{v['arch']}\t{VOCAB}\t{N_TOKENS}\t{s}{extra}")
-        for lab, val in sens:
-            if val < 1e-2:
-                print(f"  warning: {v['name']}: '{lab}' moves the logits by only {val:.3g}",
-                      file=sys.stderr)
+        report(v["name"], v["arch"], N_TOKENS, ref, sensitivity(v, model, ref, ids), extra)
+
+    sp_bytes = sp_model_bytes()
+    for i, v in enumerate(HF_VARIANTS):
+        model = build_model(make_hf_config(v))
+        randomize_hf(model, HF_SEED + i, v["family"])
+        ref = logits_of(model, ids)
+        assert ref.shape == (N_TOKENS, VOCAB) and np.all(np.isfinite(ref))
+        hf_dir = os.path.join(work, "hf", v["name"])
+        save_hf_dir(hf_dir, v, model, sp_bytes)
+        convert(hf_dir, os.path.join(work, v["name"] + ".gguf"))
+        ref.astype("<f4").tofile(os.path.join(work, v["name"] + ".logits"))
+        report(v["name"], v["gguf_arch"], N_TOKENS, ref, hf_sensitivity(v, model, ref, ids))
+        if v["family"] == "phi3":
+            # the first PHI3_ORIG tokens alone: within the original
+            # context, so the short factors
+            short = logits_of(model, ids[:PHI3_ORIG])
+            short.astype("<f4").tofile(os.path.join(work, v["name"] + "-short.logits"))
+            report(v["name"] + "-short", v["gguf_arch"], PHI3_ORIG, short,
+                   hf_short_sensitivity(v, model, short, ids[:PHI3_ORIG]))
+
     with open(os.path.join(work, "tokens.txt"), "w") as f:
         f.write(" ".join(map(str, ids)) + "\n")
     with open(os.path.join(work, "manifest.tsv"), "w") as f:
@@ -468,15 +830,18 @@ def main():
         llamacpp_check(work, ids)
 
     if args.check:
-        for name in sorted(os.listdir(work)):
+        names = []
+        for root, _, files in os.walk(work):
+            names += [os.path.relpath(os.path.join(root, f), work) for f in files]
+        for name in sorted(names):
             a = open(os.path.join(work, name), "rb").read()
             try:
                 b = open(os.path.join(out, name), "rb").read()
             except OSError:
                 b = None
             if name.endswith(".logits") and b is not None and len(a) == len(b):
-                ra = np.frombuffer(a, "<f4").reshape(N_TOKENS, VOCAB)
-                rb = np.frombuffer(b, "<f4").reshape(N_TOKENS, VOCAB)
+                ra = np.frombuffer(a, "<f4").reshape(-1, VOCAB)
+                rb = np.frombuffer(b, "<f4").reshape(-1, VOCAB)
                 e = rel_err(ra, rb)
                 status = "same" if a == b else f"differs by {e:.3g} (metric)"
                 if e > 1e-5:
@@ -505,18 +870,22 @@ def llamacpp_check(out, ids):
         p.use_extra_bufts = False
         return p
     lc.llama_model_default_params = params
-    for v in VARIANTS:
-        ref = np.fromfile(os.path.join(out, v["name"] + ".logits"), "<f4").reshape(N_TOKENS, VOCAB)
+    runs = [(v["name"], v["name"], N_TOKENS) for v in VARIANTS + HF_VARIANTS]
+    runs += [(v["name"] + "-short", v["name"], PHI3_ORIG) for v in HF_VARIANTS
+             if v["family"] == "phi3"]
+    for golden, model, n in runs:
+        ref = np.fromfile(os.path.join(out, golden + ".logits"), "<f4").reshape(n, VOCAB)
         res = []
         for label, kv in (("f32 KV", {"type_k": 0, "type_v": 0}), ("f16 KV", {})):
-            llm = lc.Llama(model_path=os.path.join(out, v["name"] + ".gguf"), n_ctx=N_TOKENS,
-                           n_batch=N_TOKENS, logits_all=True, n_threads=1, n_threads_batch=1,
+            llm = lc.Llama(model_path=os.path.join(out, model + ".gguf"), n_ctx=n,
+                           n_batch=n, logits_all=True, n_threads=1, n_threads_batch=1,
                            verbose=False, **kv)
-            llm.eval(ids)
-            got = np.asarray(llm.scores[:N_TOKENS], dtype=np.float32)
+            llm.eval(ids[:n])
+            got = np.asarray(llm.scores[:n], dtype=np.float32)
             res.append(f"{label} {rel_err(got, ref):.3g}")
             del llm
-        print(f"llama.cpp {lc.__version__} vs transformers, {v['name']}: " + ", ".join(res))
+        print(f"llama.cpp {lc.__version__} vs transformers, {golden} (n_ctx {n}): " +
+              ", ".join(res), flush=True)
 
 
 def _gguf_version():
