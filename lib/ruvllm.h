@@ -493,6 +493,8 @@ typedef struct {
     uint32_t swa_period;    /* with a window: every swa_period-th layer global
                                (0: every layer windowed) */
     float swa_rope_base;    /* RoPE base of windowed layers (0: rope_base) */
+    float attn_temp_scale;  /* queries at position p times 1 + this * ln(1 + floor(p /
+                               rope_orig_ctx)) (Llama 4, Ministral 3; 0: none) */
 } rvl_block;
 
 typedef struct {
@@ -516,6 +518,8 @@ typedef struct {
     float yarn_beta_slow;   /* (default 1) */
     float yarn_ext_factor;  /* extrapolation mix (1 with YaRN, else 0) */
     float rope_attn_factor; /* rope.scaling.attn_factor (default 1) */
+    float yarn_log_mul;     /* rope.scaling.yarn_log_multiplier: YaRN's attention factor
+                               divided by 1 + 0.1 * this * ln factor (0: none) */
     bool has_rope_freqs;    /* Llama 3.1: per-frequency divisors in rope_freqs.weight */
     bool has_longrope;      /* Phi-3 LongRoPE: rope_factors_long/short.weight divisors,
                                the long ones for contexts past rope_orig_ctx */

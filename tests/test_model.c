@@ -993,10 +993,12 @@ static void test_model_unimplemented_block_feature_is_refused_naming_the_key(voi
         snprintf(want, sizeof want, "tensor '%s'", tensors[i]);
         expect_open_error("feature-t.gguf", &m, &s, RVL_EFORMAT, want);
     }
-    spec sp = {.u32_key = "attention.sliding_window_pattern", .u32_val = 6};
-    expect_open_error("swp.gguf", &m, &sp, RVL_EFORMAT,
-                      "'llama.attention.sliding_window_pattern' asks for the block feature "
+    spec sp = {.arch = "qwen2", .u32_key = "attention.sliding_window_pattern", .u32_val = 6};
+    tm_build(&mb, RVL_TYPE_F32, true, false, 10);
+    expect_open_error("swp.gguf", &mb, &sp, RVL_EFORMAT,
+                      "'qwen2.attention.sliding_window_pattern' asks for the block feature "
                       "'swa_period'");
+    tm_free(&mb);
     /* Gemma's post-norms are its own: required */
     spec g2 = {.arch = "gemma2"};
     expect_open_error("gemma2-nopost.gguf", &m, &g2, RVL_EFORMAT,

@@ -42,9 +42,15 @@
 static void gemma_finish(rvl_hparams *hp);
 
 static const rvl_family families[] = {
-    /* Llama 2/3/3.x, SmolLM, TinyLlama, Mistral 7B */
+    /* Llama 2/3/3.x, SmolLM, TinyLlama, Mistral 7B (whose window llama.cpp's
+     * converter does not write; a file that sets one gets it) */
     {.name = "llama", .rope_type = RVL_ROPE_NORM, .bias = RVL_FAMILY_BIAS_OPTIONAL,
-     .block = {LLAMA_BLOCK}},
+     .block = {LLAMA_BLOCK}, .may = {WINDOW}},
+    /* Ministral 3, Mistral Small 3.x/Magistral text (mistral3): the llama
+     * block with YaRN (rope.scaling.yarn_log_multiplier) and Llama 4's
+     * attention temperature (attention.temperature_scale) */
+    {.name = "mistral3", .rope_type = RVL_ROPE_NORM, .bias = RVL_FAMILY_BIAS_NONE,
+     .block = {LLAMA_BLOCK}, .may = {.attn_temp_scale = 1}},
     /* Qwen2, Qwen2.5: Q/K/V biases, NeoX rotation */
     {.name = "qwen2", .rope_type = RVL_ROPE_NEOX, .bias = RVL_FAMILY_BIAS_REQUIRED,
      .block = {LLAMA_BLOCK, .qkv_bias = true}},
@@ -94,7 +100,10 @@ const rvl_family *rvl_family_find(const char *arch)
     return NULL;
 }
 
-const char *rvl_family_names(void) { return "llama, qwen2, qwen3, gemma2, gemma3, phi3"; }
+const char *rvl_family_names(void)
+{
+    return "llama, mistral3, qwen2, qwen3, gemma2, gemma3, phi3";
+}
 
 /* ====================================================================
  * Recipe features: names, and which backend lacks what
@@ -128,6 +137,7 @@ const char *rvl_family_missing(const rvl_block *b, const rvl_block *have)
     FLAG(swa_window);
     FLAG(swa_period);
     FLAG(swa_rope_base);
+    FLAG(attn_temp_scale);
 #undef FLAG
     if (b->act != RVL_ACT_SILU && b->act != have->act)
         return b->act == RVL_ACT_GELU_TANH ? "act gelu_tanh" : "act";
@@ -156,6 +166,7 @@ static const struct {
     {"final_logit_softcapping", SRC_F32, offsetof(rvl_block, final_softcap), 0},
     {"attention.sliding_window", SRC_U32, offsetof(rvl_block, swa_window), 0},
     {"rope.freq_base_swa", SRC_F32, offsetof(rvl_block, swa_rope_base), 0},
+    {"attention.temperature_scale", SRC_F32, offsetof(rvl_block, attn_temp_scale), 0},
     {"blk.0.attn_q_norm.weight", SRC_TENSOR, offsetof(rvl_block, qk_norm), 0},
     {"blk.0.attn_k_norm.weight", SRC_TENSOR, offsetof(rvl_block, qk_norm), 0},
     {"blk.0.post_attention_norm.weight", SRC_TENSOR, offsetof(rvl_block, norm_post_attn), 0},
@@ -229,7 +240,7 @@ static int window_pattern(const rvl_family *fam, const rvl_file *f, rvl_hparams 
                           rvl_file_path(f), key, fam->name);
     uint64_t period = 0;
     if (kv->type != RVL_GGUF_ARRAY) {
-        if (rvl_kv_get_u64(kv, &period) < 0 || period > hp->n_layer)
+        if (rvl_kv_get_u64(kv, &period) < 0 || period > UINT16_MAX)
             return rvl_seterr(RVL_EFORMAT, "%s: metadata key '%s' is not a layer period",
                               rvl_file_path(f), key);
     } else {

@@ -47,6 +47,7 @@ const rvl_block rvl_forward_block = {
     .qk_norm = true, .qkv_bias = true, .fused_qkv = true, .fused_gate_up = true,
     .act = RVL_ACT_GELU_TANH, .embd_scale = 1, .q_scale = 1, .attn_softcap = 1,
     .final_softcap = 1, .swa_window = 1, .swa_period = 1, .swa_rope_base = 1,
+    .attn_temp_scale = 1,
 };
 
 /* Tokens processed together (RVL_UBATCH): each weight row is read once
@@ -166,6 +167,12 @@ static bool forward_chunk(rvl_forward *c, const int32_t *tokens, uint32_t nb, ui
             const float *sn = rsin + (size_t)(pos0 + t) * half;
             rope_f32_ref(q, hp->n_head, hd, hp->rope_dim, cs, sn, neox);
             rope_f32_ref(k, hp->n_head_kv, hd, hp->rope_dim, cs, sn, neox);
+            if (B->attn_temp_scale) { /* Llama 4's attention temperature */
+                const float ts = 1.0f + B->attn_temp_scale *
+                    logf(floorf((float)(pos0 + t) / (float)hp->rope_orig_ctx) + 1.0f);
+                for (uint32_t i = 0; i < q_dim; i++)
+                    q[i] *= ts;
+            }
         }
         TRACE("Qcur", l, c->q, q_dim, q_dim);
         TRACE("Kcur", l, c->k, kv_dim, kv_dim);

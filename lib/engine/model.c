@@ -451,7 +451,8 @@ static int load_hparams(rvl_model *m, const rvl_family **famp)
                       hp->n_ctx_train)) < 0 ||
         (rc = get_f32(f, A, "rope.scaling.yarn_beta_fast", &hp->yarn_beta_fast, false, 32.0f)) < 0 ||
         (rc = get_f32(f, A, "rope.scaling.yarn_beta_slow", &hp->yarn_beta_slow, false, 1.0f)) < 0 ||
-        (rc = get_f32(f, A, "rope.scaling.attn_factor", &hp->rope_attn_factor, false, 1.0f)) < 0)
+        (rc = get_f32(f, A, "rope.scaling.attn_factor", &hp->rope_attn_factor, false, 1.0f)) < 0 ||
+        (rc = get_f32(f, A, "rope.scaling.yarn_log_multiplier", &hp->yarn_log_mul, false, 0.0f)) < 0)
         return rc;
     const rvl_kv *st = rvl_file_find_kv(f, key);
     rvl_str sv = {0};

@@ -15,7 +15,8 @@
  *            times over the original context are interpolated, those that
  *            turn more than beta_fast times are kept, a linear ramp in
  *            between; attention logits are multiplied by mscale^2 with
- *            mscale = attn_factor * (1 + 0.1 ln factor).
+ *            mscale = attn_factor * (1 + 0.1 ln factor), divided by
+ *            1 + 0.1 yarn_log_mul ln factor where the file has that key.
  *
  * Whatever the scaling, rope.scaling.attn_factor multiplies the attention
  * logits by its square (LongRoPE's sqrt(1 + ln(factor) / ln(original))).
@@ -61,8 +62,11 @@ void rvl_rope_tables(const rvl_hparams *hp, const float *freq_div, uint32_t n_ct
         float hi = ceilf(yarn_corr_dim(hp->rope_dim, hp->rope_orig_ctx, hp->yarn_beta_slow, base));
         ramp_lo = lo > 0 ? lo : 0;
         ramp_hi = hi < (float)(hp->rope_dim - 1) ? hi : (float)(hp->rope_dim - 1);
-        if (ext != 0 && hp->rope_factor > 1)
+        if (ext != 0 && hp->rope_factor > 1) {
             mscale *= 1.0f + 0.1f * logf(hp->rope_factor);
+            if (hp->yarn_log_mul != 0) /* transformers' mscale_all_dim */
+                mscale /= 1.0f + 0.1f * hp->yarn_log_mul * logf(hp->rope_factor);
+        }
     }
     *attn_mul = mscale * mscale;
 
