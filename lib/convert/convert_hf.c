@@ -934,9 +934,9 @@ static int read_vocab(const char *dir, const cJSON *tj, const cJSON *tc, const c
     v->space_prefix = -1;
     if (use_spm_model(dir, tc, h))
         return read_spm_vocab(dir, tj, tc, cfg, h, v);
-    if (!strcmp(h->arch, "gemma2"))
-        return rvl_seterr(RVL_EFORMAT, "%s/tokenizer.model: missing (Gemma 2's vocabulary is "
-                          "imported from it)", dir);
+    /* without tokenizer.model (llama.cpp's converter wants it for Gemma
+     * 2), tokenizer.json's BPE with byte fallback: the same pieces, the
+     * scores from the merge ranks */
     if (!tj)
         return rvl_seterr(RVL_ENOTFOUND, "%s: missing", path);
     const cJSON *model = cJSON_GetObjectItemCaseSensitive(tj, "model");
