@@ -18,6 +18,7 @@
  * of it outlives the process.
  */
 #include <errno.h>
+#include <math.h>
 #include <libgen.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -98,13 +99,27 @@ static const char *jtoken(const cJSON *o, const char *k)
  * Hyper-parameters
  * ====================================================================== */
 typedef struct {
-    const char *arch;       /* "llama", "qwen2" */
+    const char *arch;       /* llama.cpp's: llama (also Mistral), qwen2, qwen3, gemma2, gemma3, phi3 */
     uint32_t n_layer, n_embd, n_ff, n_head, n_head_kv, n_ctx, head_dim, n_vocab;
+    bool has_head_dim;      /* config.json says head_dim: key/value_length written */
     double eps, rope_base;
-    const char *rope_type;  /* NULL, "linear", "yarn" */
+    const char *rope_type;  /* NULL, "linear", "yarn" (phi3's LongRoPE: long_f/short_f) */
     double rope_factor;
     uint32_t rope_orig_ctx;
+    double yarn[4];         /* ext_factor, attn_factor, beta_fast, beta_slow; NaN: not in config */
     bool tied;
+    /* Gemma */
+    bool norm_shift;        /* RMSNorm gains stored as 1 + w */
+    double attn_softcap, final_softcap;   /* 0: none */
+    double swa_rope_base;   /* 0: none */
+    double q_scale;         /* 0: llama.cpp's own; else attention.scale */
+    /* sliding windows: Gemma's, Mistral's, Phi-3's (which writes 0 for none) */
+    bool has_window;
+    uint32_t window;
+    /* Phi-3 */
+    uint32_t rope_dim;      /* 0: not written */
+    const cJSON *long_f, *short_f;   /* LongRoPE factors (arrays in config.json) */
+    double attn_factor;
 } hparams;
 
 /* The loader's validation (engine/model.c), so that the import never
@@ -120,7 +135,7 @@ static int check_hparams(const char *path, const hparams *h)
     hp.n_head = h->n_head;
     hp.n_head_kv = h->n_head_kv;
     hp.head_dim = h->head_dim;
-    hp.rope_dim = h->head_dim;
+    hp.rope_dim = h->rope_dim ? h->rope_dim : h->head_dim;
     hp.n_ctx_train = h->n_ctx;
     hp.rms_eps = (float)h->eps;
     hp.rope_base = (float)h->rope_base;
@@ -136,59 +151,287 @@ static int check_hparams(const char *path, const hparams *h)
     return rc < 0 ? rvl_preerr(rc, "config.json") : 0;
 }
 
+/* A key that changes the computation and that the GGUF file cannot carry
+ * (or we do not carry yet): refused by name, never ignored. */
+static int refuse(const char *path, const char *key, const char *why)
+{
+    return rvl_seterr(RVL_EUNSUPPORTED, "%s: %s: %s; not imported", path, key, why);
+}
+
+static const cJSON *jget(const cJSON *o, const char *k) { return cJSON_GetObjectItemCaseSensitive(o, k); }
+
+static bool jstr_is(const cJSON *o, const char *k, const char *v)
+{
+    const cJSON *x = jget(o, k);
+    return cJSON_IsString(x) && !strcmp(x->valuestring, v);
+}
+
+/* Hugging Face architectures and the llama.cpp architecture each becomes. */
+static const struct {
+    const char *hf, *arch;
+} hf_archs[] = {
+    {"LlamaForCausalLM", "llama"}, {"MistralForCausalLM", "llama"},
+    {"Qwen2ForCausalLM", "qwen2"}, {"Qwen3ForCausalLM", "qwen3"},
+    {"Gemma2ForCausalLM", "gemma2"}, {"Gemma3ForCausalLM", "gemma3"},
+    {"Gemma3ForConditionalGeneration", "gemma3"},   /* its text part (text_config) */
+    {"Phi3ForCausalLM", "phi3"},
+};
+
+/* The activation the family computes with: hidden_act / hidden_activation
+ * must name it when present. */
+static int check_act(const char *path, const cJSON *c, bool gelu)
+{
+    static const char *const keys[] = {"hidden_act", "hidden_activation"};
+    for (int i = 0; i < 2; i++) {
+        const cJSON *x = jget(c, keys[i]);
+        if (cJSON_IsNull(x) || !x)
+            continue;
+        bool ok = cJSON_IsString(x) && (gelu ? !strcmp(x->valuestring, "gelu_pytorch_tanh") ||
+                                                   !strcmp(x->valuestring, "gelu_tanh")
+                                             : !strcmp(x->valuestring, "silu"));
+        if (!ok)
+            return refuse(path, keys[i], gelu ? "the family computes GELU (tanh)" : "the family computes SiLU");
+    }
+    return 0;
+}
+
+/* Gemma's windowed layers: layer_types (or the older sliding_window_pattern)
+ * must be the family's (gemma2: every other layer, the first windowed;
+ * gemma3: five windowed, then a global one), which is what a GGUF file
+ * implies. *windowed: false when no layer is. */
+static int check_layer_types(const char *path, const cJSON *c, const hparams *h, uint32_t period,
+                             bool *windowed)
+{
+    const cJSON *lt = jget(c, "layer_types"), *e;
+    *windowed = true;
+    double pat;
+    if (jnum(c, "sliding_window_pattern", &pat)) {
+        if (pat == 1)
+            *windowed = false;
+        else if (pat != period)
+            return refuse(path, "sliding_window_pattern", "llama.cpp's layout of windowed layers differs");
+    }
+    if (!cJSON_IsArray(lt))
+        return 0;
+    if ((uint32_t)cJSON_GetArraySize(lt) != h->n_layer)
+        return rvl_seterr(RVL_EFORMAT, "%s: layer_types has %d entries for %u layers", path,
+                          cJSON_GetArraySize(lt), h->n_layer);
+    uint32_t l = 0, n_win = 0;
+    cJSON_ArrayForEach(e, lt) {
+        bool win = cJSON_IsString(e) && !strcmp(e->valuestring, "sliding_attention");
+        if (!win && !(cJSON_IsString(e) && !strcmp(e->valuestring, "full_attention")))
+            return refuse(path, "layer_types", "a layer type other than sliding_attention/full_attention");
+        n_win += win;
+        if (*windowed && win != ((l + 1) % period != 0))
+            return refuse(path, "layer_types", "windowed and global layers not in llama.cpp's layout");
+        l++;
+    }
+    if (n_win == 0)
+        *windowed = false;
+    return 0;
+}
+
+/* RoPE: rope_theta, rope_scaling (or transformers 5's rope_parameters, per
+ * layer type for Gemma 3), as convert_hf_to_gguf.py's TextModel reads them. */
+static int read_rope(const char *path, const cJSON *c, hparams *h, double default_base)
+{
+    const cJSON *rp = jget(c, "rope_parameters"), *rs = jget(c, "rope_scaling");
+    const cJSON *params = cJSON_IsObject(rp) ? rp : cJSON_IsObject(rs) ? rs : NULL;
+    const cJSON *full = params && cJSON_IsObject(jget(params, "full_attention")) ? jget(params, "full_attention") : params;
+    const cJSON *swa = params ? jget(params, "sliding_attention") : NULL;
+    if (!(full && jnum(full, "rope_theta", &h->rope_base)) && !jnum(c, "rope_theta", &h->rope_base))
+        h->rope_base = default_base;
+    if (cJSON_IsObject(swa)) {
+        if (!jnum(swa, "rope_theta", &h->swa_rope_base))
+            return rvl_seterr(RVL_EFORMAT, "%s: rope_parameters.sliding_attention without rope_theta", path);
+        const cJSON *t = jget(swa, "rope_type");
+        if (cJSON_IsString(t) && strcmp(t->valuestring, "default") != 0)
+            return refuse(path, "rope_parameters.sliding_attention.rope_type",
+                          "windowed layers with scaled RoPE have no GGUF key");
+    } else if (!jnum(c, "rope_local_base_freq", &h->swa_rope_base)) {
+        h->swa_rope_base = 0;
+    }
+    for (int i = 0; i < 4; i++)
+        h->yarn[i] = NAN;
+    if (!full)
+        return 0;
+    const cJSON *t = jget(full, "rope_type");
+    if (!cJSON_IsString(t))
+        t = jget(full, "type");
+    const char *ty = cJSON_IsString(t) ? t->valuestring : "default";
+    if (!strcmp(ty, "linear") || !strcmp(ty, "yarn")) {
+        h->rope_type = !strcmp(ty, "linear") ? "linear" : "yarn";
+        if (!jnum(full, "factor", &h->rope_factor))
+            return rvl_seterr(RVL_EFORMAT, "%s: rope_scaling without a factor", path);
+        ju32(full, "original_max_position_embeddings", &h->rope_orig_ctx);
+        if (h->rope_type[0] == 'y') {
+            if (!h->rope_orig_ctx)
+                return rvl_seterr(RVL_EFORMAT, "%s: YaRN without original_max_position_embeddings", path);
+            jnum(full, "extrapolation_factor", &h->yarn[0]);
+            if (!jnum(full, "attention_factor", &h->yarn[1]))
+                jnum(full, "attn_factor", &h->yarn[1]);
+            jnum(full, "beta_fast", &h->yarn[2]);
+            jnum(full, "beta_slow", &h->yarn[3]);
+        }
+    } else if ((!strcmp(ty, "longrope") || !strcmp(ty, "su")) && !strcmp(h->arch, "phi3")) {
+        h->long_f = jget(full, "long_factor");
+        h->short_f = jget(full, "short_factor");
+    } else if (strcmp(ty, "default") != 0) {
+        return rvl_seterr(RVL_EUNSUPPORTED, "%s: rope scaling '%s' (imported: linear, yarn; "
+                          "longrope for phi3)", path, ty);
+    }
+    return 0;
+}
+
+/* Phi-3: the rotary dimensions, the original context, LongRoPE's factors
+ * (as the tensors rope_factors_long/short) and attention factor. */
+static int read_phi3(const char *path, const cJSON *c, hparams *h)
+{
+    const cJSON *rp = jget(c, "rope_parameters");
+    if (!cJSON_IsObject(rp))
+        rp = jget(c, "rope_scaling");
+    double pct = 1.0;
+    if (!(cJSON_IsObject(rp) && jnum(rp, "partial_rotary_factor", &pct)))
+        jnum(c, "partial_rotary_factor", &pct);
+    h->rope_dim = (uint32_t)(pct * h->n_embd) / h->n_head;
+    if (!(cJSON_IsObject(rp) && ju32(rp, "original_max_position_embeddings", &h->rope_orig_ctx)) &&
+        !ju32(c, "original_max_position_embeddings", &h->rope_orig_ctx))
+        return rvl_seterr(RVL_EFORMAT, "%s: no original_max_position_embeddings (Phi-3 has one)", path);
+    if (h->rope_dim == 0 || h->rope_dim % 2 || h->rope_dim > h->head_dim)
+        return rvl_seterr(RVL_EFORMAT, "%s: partial_rotary_factor %g gives %u rotary dimensions", path,
+                          pct, h->rope_dim);
+    const cJSON *sw = jget(c, "sliding_window");
+    h->has_window = true;   /* 0: none (llama.cpp tells Phi-4 so) */
+    if (!cJSON_IsNull(sw) && sw && !ju32(c, "sliding_window", &h->window))
+        return rvl_seterr(RVL_EFORMAT, "%s: bad sliding_window", path);
+    if (!cJSON_IsArray(h->long_f) && !cJSON_IsArray(h->short_f))
+        return 0;
+    if (!cJSON_IsArray(h->long_f) || !cJSON_IsArray(h->short_f) ||
+        (uint32_t)cJSON_GetArraySize(h->long_f) != h->rope_dim / 2 ||
+        (uint32_t)cJSON_GetArraySize(h->short_f) != h->rope_dim / 2)
+        return rvl_seterr(RVL_EFORMAT, "%s: LongRoPE's long_factor and short_factor need %u values each",
+                          path, h->rope_dim / 2);
+    const cJSON *e;
+    for (int k = 0; k < 2; k++) {
+        const cJSON *arr = k ? h->short_f : h->long_f;
+        cJSON_ArrayForEach(e, arr)
+            if (!cJSON_IsNumber(e) || !isfinite(e->valuedouble) || e->valuedouble <= 0)
+                return rvl_seterr(RVL_EFORMAT, "%s: a LongRoPE factor is not a positive number", path);
+    }
+    double scale = (double)h->n_ctx / h->rope_orig_ctx;
+    h->attn_factor = scale > 1.0 ? sqrt(1 + log(scale) / log((double)h->rope_orig_ctx)) : 1.0;
+    return 0;
+}
+
+/* Gemma 2 and 3: soft-caps, windows, the query scale, the RMSNorm shift. */
+static int read_gemma(const char *path, const cJSON *c, hparams *h)
+{
+    bool g3 = !strcmp(h->arch, "gemma3"), windowed;
+    int rc;
+    h->norm_shift = true;
+    if ((rc = check_act(path, c, true)) < 0)
+        return rc;
+    const cJSON *ac = jget(c, "attn_logit_softcapping"), *fc = jget(c, "final_logit_softcapping");
+    if (ac && !cJSON_IsNull(ac) && (!jnum(c, "attn_logit_softcapping", &h->attn_softcap) || g3))
+        return refuse(path, "attn_logit_softcapping", g3 ? "Gemma 3 has none in llama.cpp" : "not a number");
+    if (fc && !cJSON_IsNull(fc) && !jnum(c, "final_logit_softcapping", &h->final_softcap))
+        return rvl_seterr(RVL_EFORMAT, "%s: bad final_logit_softcapping", path);
+    if ((rc = check_layer_types(path, c, h, g3 ? 6 : 2, &windowed)) < 0)
+        return rc;
+    if (windowed) {
+        if (!ju32(c, "sliding_window", &h->window) || h->window == 0)
+            return rvl_seterr(RVL_EFORMAT, "%s: missing or bad sliding_window", path);
+        h->has_window = true;
+    }
+    if (!g3 && h->swa_rope_base)
+        return refuse(path, "rope_local_base_freq", "Gemma 2 has one RoPE base");
+    /* llama.cpp scales queries by 1/sqrt(head_dim), or for the 27B models
+     * 1/sqrt(n_embd / n_head): another query_pre_attn_scalar is written as
+     * attention.scale (llama.cpp's converter drops it) */
+    double qp;
+    bool is27b = h->n_layer == (g3 ? 62u : 46u);
+    if (jnum(c, "query_pre_attn_scalar", &qp)) {
+        if (!(qp > 0) || !isfinite(qp))
+            return rvl_seterr(RVL_EFORMAT, "%s: bad query_pre_attn_scalar", path);
+        if (qp != (is27b ? (double)(h->n_embd / h->n_head) : (double)h->head_dim))
+            h->q_scale = 1.0 / sqrt(qp);
+    }
+    return 0;
+}
+
 static int read_hparams(const char *path, const cJSON *c, hparams *h)
 {
     memset(h, 0, sizeof *h);
-    const cJSON *a = cJSON_GetObjectItemCaseSensitive(c, "architectures");
+    const cJSON *a = jget(c, "architectures");
     const char *an = cJSON_IsArray(a) && cJSON_IsString(cJSON_GetArrayItem(a, 0))
                          ? cJSON_GetArrayItem(a, 0)->valuestring : "";
-    if (!strcmp(an, "LlamaForCausalLM") || !strcmp(an, "MistralForCausalLM"))
-        h->arch = "llama";
-    else if (!strcmp(an, "Qwen2ForCausalLM"))
-        h->arch = "qwen2";
-    else
-        return rvl_seterr(RVL_EUNSUPPORTED, "%s: architecture '%s': the Hugging Face import "
-                          "knows LlamaForCausalLM, MistralForCausalLM and Qwen2ForCausalLM", path, an);
+    for (size_t i = 0; i < sizeof hf_archs / sizeof hf_archs[0]; i++)
+        if (!strcmp(an, hf_archs[i].hf))
+            h->arch = hf_archs[i].arch;
+    if (!h->arch)
+        return rvl_seterr(RVL_EUNSUPPORTED, "%s: architecture '%s': the Hugging Face import knows "
+                          "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, "
+                          "Gemma2ForCausalLM, Gemma3ForCausalLM (and Gemma3ForConditionalGeneration's "
+                          "text part) and Phi3ForCausalLM", path, an);
+    bool g3 = !strcmp(h->arch, "gemma3"), gemma = g3 || !strcmp(h->arch, "gemma2");
+    bool phi3 = !strcmp(h->arch, "phi3"), qwen = !strncmp(h->arch, "qwen", 4);
+    /* Gemma 3's converter has defaults for what its configs may leave out */
+    if (g3) {
+        h->n_head = 8;
+        h->n_head_kv = 4;
+        h->head_dim = 256;
+    }
     static const char *const req[] = {"num_hidden_layers", "hidden_size", "intermediate_size",
                                       "num_attention_heads"};
     uint32_t *dst[] = {&h->n_layer, &h->n_embd, &h->n_ff, &h->n_head};
-    for (int i = 0; i < 4; i++)
+    for (int i = 0; i < 4; i++) {
+        const cJSON *x = jget(c, req[i]);
+        if (g3 && i == 3 && !x)
+            continue;
         if (!ju32(c, req[i], dst[i]) || *dst[i] == 0 || *dst[i] > (1u << 24))
             return rvl_seterr(RVL_EFORMAT, "%s: missing or bad %s", path, req[i]);
-    if (!ju32(c, "num_key_value_heads", &h->n_head_kv))
+    }
+    if (!ju32(c, "num_key_value_heads", &h->n_head_kv) && !g3)
         h->n_head_kv = h->n_head;
-    if (!ju32(c, "head_dim", &h->head_dim) || h->head_dim == 0)
+    h->has_head_dim = ju32(c, "head_dim", &h->head_dim) && h->head_dim > 0;
+    if (!h->has_head_dim && !g3)
         h->head_dim = h->n_embd / h->n_head;
-    if (h->n_head_kv == 0 || h->n_head % h->n_head_kv || h->head_dim % 2)
+    h->has_head_dim |= g3 || gemma;   /* the Gemma converters always write key_length */
+    if (h->n_head_kv == 0 || h->n_head % h->n_head_kv || h->head_dim == 0 || h->head_dim % 2)
         return rvl_seterr(RVL_EFORMAT, "%s: inconsistent head counts", path);
     if (!ju32(c, "max_position_embeddings", &h->n_ctx))
-        h->n_ctx = 2048;
+        h->n_ctx = g3 ? 131072 : 2048;
     if (!jnum(c, "rms_norm_eps", &h->eps))
         h->eps = 1e-6;
     if (ju32(c, "vocab_size", &h->n_vocab) && h->n_vocab > MAX_VOCAB)
         return rvl_seterr(RVL_EFORMAT, "%s: vocab_size %u is implausibly large", path, h->n_vocab);
-    const cJSON *rp = cJSON_GetObjectItemCaseSensitive(c, "rope_parameters");   /* transformers 5 */
-    if (!jnum(c, "rope_theta", &h->rope_base) && !(cJSON_IsObject(rp) && jnum(rp, "rope_theta", &h->rope_base)))
-        h->rope_base = 10000;
-    const cJSON *rs = cJSON_GetObjectItemCaseSensitive(c, "rope_scaling");
-    if (!cJSON_IsObject(rs))
-        rs = rp;
-    if (cJSON_IsObject(rs)) {
-        const cJSON *t = cJSON_GetObjectItemCaseSensitive(rs, "rope_type");
-        if (!cJSON_IsString(t))
-            t = cJSON_GetObjectItemCaseSensitive(rs, "type");
-        const char *ty = cJSON_IsString(t) ? t->valuestring : "default";
-        if (!strcmp(ty, "linear") || !strcmp(ty, "yarn")) {
-            h->rope_type = !strcmp(ty, "linear") ? "linear" : "yarn";
-            if (!jnum(rs, "factor", &h->rope_factor))
-                return rvl_seterr(RVL_EFORMAT, "%s: rope_scaling without a factor", path);
-            ju32(rs, "original_max_position_embeddings", &h->rope_orig_ctx);
-        } else if (strcmp(ty, "default") != 0) {
-            return rvl_seterr(RVL_EUNSUPPORTED, "%s: rope scaling '%s'", path, ty);
-        }
+    int rc = read_rope(path, c, h, g3 ? 1e6 : 10000);
+    if (rc < 0)
+        return rc;
+    const cJSON *tw = jget(c, "tie_word_embeddings");
+    h->tied = cJSON_IsBool(tw) ? cJSON_IsTrue(tw) : gemma;   /* Gemma's default: tied */
+    if (gemma) {
+        if ((rc = read_gemma(path, c, h)) < 0)
+            return rc;
+    } else {
+        if ((rc = check_act(path, c, false)) < 0)
+            return rc;
+        if (h->swa_rope_base)
+            return refuse(path, "rope_local_base_freq", "one RoPE base in this family");
     }
-    const cJSON *tw = cJSON_GetObjectItemCaseSensitive(c, "tie_word_embeddings");
-    h->tied = cJSON_IsBool(tw) ? cJSON_IsTrue(tw) : false;
+    if (phi3 && (rc = read_phi3(path, c, h)) < 0)
+        return rc;
+    if (qwen && cJSON_IsTrue(jget(c, "use_sliding_window")))
+        return refuse(path, "use_sliding_window", "llama.cpp's qwen2/qwen3 have no windowed layers");
+    /* Mistral's window: kept as llama.attention.sliding_window (llama.cpp's
+     * converter drops it) when shorter than the context */
+    uint32_t sw;
+    if (!strcmp(h->arch, "llama") && ju32(c, "sliding_window", &sw) && sw > 0 && sw < h->n_ctx) {
+        h->has_window = true;
+        h->window = sw;
+    }
+    if (!strcmp(h->arch, "llama") && cJSON_IsArray(jget(c, "layer_types")))
+        return refuse(path, "layer_types", "per-layer attention types in the llama family");
     return check_hparams(path, h);
 }
 
@@ -234,6 +477,8 @@ static const char *pre_name(const cJSON *pt)
     return NULL;
 }
 
+enum { SPECIAL_KINDS = 7 };
+
 typedef struct {
     char **tok;             /* n_vocab texts */
     int32_t *type;
@@ -241,12 +486,15 @@ typedef struct {
     char **merges;
     uint32_t n_merges;
     const char *pre;
-    int64_t bos, eos, unk, pad;
-    bool add_bos, add_eos;
+    int64_t special[SPECIAL_KINDS];  /* bos eos unk sep pad cls mask; -1 none */
+    int special_order[SPECIAL_KINDS], n_special;   /* in the order found */
+    int add_bos, add_eos;   /* -1: not said */
     char *chat_template;
     bool spm;               /* SentencePiece BPE (byte_fallback): model "llama" */
     float *scores;          /* spm: -(rank of the first merge making the token), else 0 */
     bool add_space_prefix;
+    int space_prefix;       /* tokenizer.ggml.add_space_prefix to write; -1 none */
+    uint32_t n_real;        /* tokens the tokenizer files define (Gemma 3 trims its embeddings to them) */
 } vocab;
 
 static void vocab_free(vocab *v)
@@ -268,14 +516,6 @@ static uint64_t h_str(const char *s)
     for (; *s; s++)
         h = (h ^ (unsigned char)*s) * 0x100000001b3ull;
     return h;
-}
-
-static int64_t find_tok(const vocab *v, const char *s)
-{
-    for (uint32_t i = 0; s && i < v->n; i++)
-        if (v->tok[i] && !strcmp(v->tok[i], s))
-            return i;
-    return -1;
 }
 
 /* tokenizer.json's model.merges ("a b" strings or [a, b] pairs) into
@@ -357,30 +597,63 @@ static int spm_scores(vocab *v)
     return rc;
 }
 
-/* The special tokens: tokenizer_config.json's texts, else config.json's
- * ids; whether BOS and EOS are added. */
-static void read_specials(const cJSON *tj, const cJSON *tc, const cJSON *cfg,
-                          const cJSON *unk_tok, vocab *v)
+/* The special tokens as gguf-py's SpecialVocab finds them: the texts of
+ * tokenizer_config.json's <kind>_token among tokenizer.json's added tokens,
+ * else config.json's <kind>_token_id; whether BOS and EOS are added (the
+ * post-processor's say first, then tokenizer_config.json's add_*_token). */
+static const char *const special_kinds[SPECIAL_KINDS] = {"bos", "eos", "unk", "sep", "pad", "cls", "mask"};
+
+static int64_t added_id(const cJSON *added, const char *text)
 {
-    v->bos = find_tok(v, jtoken(tc, "bos_token"));
-    v->eos = find_tok(v, jtoken(tc, "eos_token"));
-    v->unk = find_tok(v, jtoken(tc, "unk_token"));
-    if (v->unk < 0 && cJSON_IsString(unk_tok))
-        v->unk = find_tok(v, unk_tok->valuestring);
-    v->pad = find_tok(v, jtoken(tc, "pad_token"));
-    uint32_t id;
-    if (v->bos < 0 && ju32(cfg, "bos_token_id", &id) && id < v->n) v->bos = id;
-    if (v->eos < 0 && ju32(cfg, "eos_token_id", &id) && id < v->n) v->eos = id;
-    if (v->pad < 0 && ju32(cfg, "pad_token_id", &id) && id < v->n) v->pad = id;
-    const cJSON *ab = cJSON_GetObjectItemCaseSensitive(tc, "add_bos_token");
-    if (cJSON_IsBool(ab)) {
-        v->add_bos = cJSON_IsTrue(ab);
-    } else {   /* a TemplateProcessing that starts with a special token */
-        const cJSON *pp = cJSON_GetObjectItemCaseSensitive(tj, "post_processor");
-        const cJSON *s0 = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(pp, "single"), 0);
-        v->add_bos = is_type(pp, "TemplateProcessing") && cJSON_GetObjectItemCaseSensitive(s0, "SpecialToken");
+    const cJSON *e;
+    double id;
+    cJSON_ArrayForEach(e, added)
+        if (text && jstr_is(e, "content", text) && jnum(e, "id", &id))
+            return (int64_t)id;
+    return -1;
+}
+
+static void read_specials(const cJSON *tj, const cJSON *tc, const cJSON *cfg, vocab *v)
+{
+    const cJSON *added = jget(tj, "added_tokens"), *pp = jget(tj, "post_processor");
+    char key[32];
+    v->add_bos = v->add_eos = -1;
+    if (is_type(pp, "ByteLevel")) {
+        v->add_bos = v->add_eos = 0;
+    } else if (is_type(pp, "TemplateProcessing")) {
+        const cJSON *single = jget(pp, "single");
+        int n = cJSON_GetArraySize(single);
+        const cJSON *f = jget(jget(cJSON_GetArrayItem(single, 0), "SpecialToken"), "id");
+        const cJSON *l = jget(jget(cJSON_GetArrayItem(single, n - 1), "SpecialToken"), "id");
+        const char *bt = jtoken(tc, "bos_token"), *et = jtoken(tc, "eos_token");
+        if (n > 1 && cJSON_IsString(f))
+            v->add_bos = !tc || (bt && !strcmp(bt, f->valuestring)) || !bt;
+        if (n > 1 && cJSON_IsString(l))
+            v->add_eos = !tc || (et && !strcmp(et, l->valuestring)) || !et;
     }
-    v->add_eos = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(tc, "add_eos_token"));
+    for (int k = 0; k < SPECIAL_KINDS; k++) {
+        v->special[k] = -1;
+        snprintf(key, sizeof key, "add_%s_token", special_kinds[k]);
+        const cJSON *ab = jget(tc, key);
+        if (k == 0 && cJSON_IsBool(ab) && v->add_bos < 0)
+            v->add_bos = cJSON_IsTrue(ab);
+        if (k == 1 && cJSON_IsBool(ab) && v->add_eos < 0)
+            v->add_eos = cJSON_IsTrue(ab);
+        snprintf(key, sizeof key, "%s_token", special_kinds[k]);
+        int64_t id = added_id(added, jtoken(tc, key));
+        if (id >= 0 && id < v->n) {
+            v->special[k] = id;
+            v->special_order[v->n_special++] = k;
+        }
+    }
+    for (int k = 0; k < SPECIAL_KINDS; k++) {
+        uint32_t id;
+        snprintf(key, sizeof key, "%s_token_id", special_kinds[k]);
+        if (v->special[k] < 0 && ju32(cfg, key, &id) && id < v->n) {
+            v->special[k] = id;
+            v->special_order[v->n_special++] = k;
+        }
+    }
 }
 
 /* The chat template: tokenizer_config.json's (the default of a list), else
@@ -412,6 +685,242 @@ static int read_chat_template(const char *dir, const cJSON *tc, vocab *v)
     return 0;
 }
 
+/* Added tokens that llama.cpp's converter makes control tokens whatever
+ * their "special" flag says (does_token_look_special). */
+static bool looks_special(const char *t)
+{
+    size_t n = strlen(t);
+    if (!strcmp(t, "<pad>") || !strcmp(t, "<mask>") || !strcmp(t, "<2mass>") || !strcmp(t, "[@BOS@]"))
+        return true;
+    if (n >= 4 && !strncmp(t, "<|", 2) && !strcmp(t + n - 2, "|>"))
+        return true;
+    if (n >= 6 && !strncmp(t, "<\xef\xbd\x9c", 4) && !strcmp(t + n - 4, "\xef\xbd\x9c>"))
+        return true;
+    return !strncmp(t, "<unused", 7) && t[n - 1] == '>';
+}
+
+/* ----------------------------------------------------------------------
+ * tokenizer.model: SentencePiece's ModelProto (protocol buffers). Only
+ * its pieces are read: field 1, each {1: piece, 2: score (float), 3: type}.
+ * ---------------------------------------------------------------------- */
+typedef struct {
+    const uint8_t *p, *end;
+} pb;
+
+static bool pb_varint(pb *b, uint64_t *v)
+{
+    *v = 0;
+    for (int sh = 0; sh < 64 && b->p < b->end; sh += 7) {
+        uint8_t c = *b->p++;
+        *v |= (uint64_t)(c & 0x7f) << sh;
+        if (!(c & 0x80))
+            return true;
+    }
+    return false;
+}
+
+/* The next field: its number, wire type, and for length-delimited ones the
+ * bytes; varints in *v; false at the end or on bad input (*bad). */
+static bool pb_next(pb *b, uint32_t *field, uint32_t *wt, uint64_t *v, pb *sub, bool *bad)
+{
+    uint64_t key;
+    if (b->p >= b->end)
+        return false;
+    if (!pb_varint(b, &key))
+        return !(*bad = true);
+    *field = (uint32_t)(key >> 3);
+    *wt = (uint32_t)(key & 7);
+    switch (*wt) {
+    case 0:
+        if (!pb_varint(b, v))
+            return !(*bad = true);
+        return true;
+    case 1: case 5: {
+        size_t n = *wt == 1 ? 8 : 4;
+        if ((size_t)(b->end - b->p) < n)
+            return !(*bad = true);
+        *v = 0;
+        for (size_t i = 0; i < n; i++)
+            *v |= (uint64_t)b->p[i] << (8 * i);
+        b->p += n;
+        return true;
+    }
+    case 2:
+        if (!pb_varint(b, v) || *v > (uint64_t)(b->end - b->p))
+            return !(*bad = true);
+        sub->p = b->p;
+        sub->end = b->p + *v;
+        b->p += *v;
+        return true;
+    default:
+        return !(*bad = true);
+    }
+}
+
+/* Whether the vocabulary comes from tokenizer.model, as llama.cpp's
+ * converter decides per family (Phi-4's GPT2Tokenizer does not). */
+static bool use_spm_model(const char *dir, const cJSON *tc, const hparams *h)
+{
+    char path[4200];
+    snprintf(path, sizeof path, "%s/tokenizer.model", dir);
+    if (access(path, F_OK) != 0)
+        return false;
+    return !(!strcmp(h->arch, "phi3") && jstr_is(tc, "tokenizer_class", "GPT2Tokenizer"));
+}
+
+static int set_tok(vocab *v, uint32_t i, const char *s, size_t n, float score, int32_t type)
+{
+    free(v->tok[i]);
+    if (!(v->tok[i] = strndup(s, n)))
+        return rvl_seterr(RVL_ENOMEM, "out of memory");
+    v->scores[i] = score;
+    v->type[i] = type;
+    return 0;
+}
+
+/* User-defined added tokens hold spaces, not U+2581 (llama.cpp's converter
+ * pre-normalizes them). */
+static int set_user_tok(vocab *v, uint32_t i, const char *s)
+{
+    size_t n = strlen(s), o = 0;
+    char *t = malloc(n + 1);
+    if (!t)
+        return rvl_seterr(RVL_ENOMEM, "out of memory");
+    for (size_t k = 0; k < n; k++) {
+        if (!strncmp(s + k, "\xe2\x96\x81", 3)) {
+            t[o++] = ' ';
+            k += 2;
+        } else {
+            t[o++] = s[k];
+        }
+    }
+    int rc = set_tok(v, i, t, o, -1000.0f, RVL_TOK_USER_DEFINED);
+    free(t);
+    return rc;
+}
+
+/* The vocabulary of dir/tokenizer.model, as convert_hf_to_gguf.py's
+ * _create_vocab_sentencepiece (Phi-3: its own variant) makes it: the
+ * pieces with their scores and types (user-defined pieces count as
+ * normal), [PADn] up to config's vocab_size, then added_tokens.json's,
+ * tokenizer_config.json's added_tokens_decoder (and for Phi-3
+ * tokenizer.json's added_tokens) at score -1000. */
+static int read_spm_vocab(const char *dir, const cJSON *tj, const cJSON *tc, const cJSON *cfg,
+                          const hparams *h, vocab *v)
+{
+    char path[4200];
+    rvl_map m = {0};
+    bool phi3 = !strcmp(h->arch, "phi3"), bad = false;
+    int rc;
+    snprintf(path, sizeof path, "%s/tokenizer.model", dir);
+    if ((rc = rvl_map_file(&m, path)) < 0)
+        return rc;
+    pb b = {m.base, (const uint8_t *)m.base + m.size}, sub, x;
+    uint32_t f, wt, n_pieces = 0;
+    uint64_t val;
+    while (pb_next(&b, &f, &wt, &val, &sub, &bad))
+        n_pieces += f == 1 && wt == 2;
+    v->spm = true;
+    v->pre = "default";
+    v->n_real = n_pieces;
+    v->n = h->n_vocab ? h->n_vocab : n_pieces;
+    if (bad || n_pieces == 0 || v->n > MAX_VOCAB) {
+        rvl_map_unmap(&m);
+        return rvl_seterr(RVL_EFORMAT, "%s: not a SentencePiece model", path);
+    }
+    v->tok = calloc(v->n, sizeof *v->tok);
+    v->type = calloc(v->n, sizeof *v->type);
+    v->scores = calloc(v->n, sizeof *v->scores);
+    if (!v->tok || !v->type || !v->scores) {
+        rvl_map_unmap(&m);
+        return rvl_seterr(RVL_ENOMEM, "out of memory");
+    }
+    for (uint32_t i = 0; i < v->n; i++) {
+        char pad[32];
+        snprintf(pad, sizeof pad, "[PAD%u]", i);
+        if ((rc = set_tok(v, i, pad, strlen(pad), -10000.0f, RVL_TOK_UNUSED)) < 0)
+            goto out;
+    }
+    b = (pb){m.base, (const uint8_t *)m.base + m.size};
+    for (uint32_t id = 0; id < v->n && pb_next(&b, &f, &wt, &val, &sub, &bad);) {
+        if (f != 1 || wt != 2)
+            continue;
+        const char *piece = "";
+        size_t plen = 0;
+        float score = 0;
+        uint64_t type = 1;
+        while (pb_next(&sub, &f, &wt, &val, &x, &bad)) {
+            if (f == 1 && wt == 2) {
+                piece = (const char *)x.p;
+                plen = (size_t)(x.end - x.p);
+            } else if (f == 2 && wt == 5) {
+                uint32_t u = (uint32_t)val;
+                memcpy(&score, &u, 4);
+            } else if (f == 3 && wt == 0) {
+                type = val;
+            }
+        }
+        /* SentencePiece's NORMAL 1, UNKNOWN 2, CONTROL 3, USER_DEFINED 4,
+         * UNUSED 5, BYTE 6: llama.cpp's numbers, user-defined as normal */
+        int32_t ty = type == 2 || type == 3 || type == 5 || type == 6 ? (int32_t)type : RVL_TOK_NORMAL;
+        if ((rc = set_tok(v, id++, piece, plen, score, ty)) < 0)
+            goto out;
+    }
+    if (bad) {
+        rc = rvl_seterr(RVL_EFORMAT, "%s: not a SentencePiece model", path);
+        goto out;
+    }
+    cJSON *at = NULL;
+    const cJSON *e;
+    if ((rc = read_json(dir, "added_tokens.json", false, &at)) < 0)
+        goto out;
+    cJSON_ArrayForEach(e, at) {
+        if (cJSON_IsNumber(e) && e->valuedouble >= 0 && e->valuedouble < v->n &&
+            (rc = set_tok(v, (uint32_t)e->valuedouble, e->string, strlen(e->string), -1000.0f,
+                          RVL_TOK_USER_DEFINED)) < 0)
+            break;
+    }
+    cJSON_Delete(at);
+    if (rc < 0)
+        goto out;
+    const cJSON *dec = jget(tc, "added_tokens_decoder");
+    for (int pass = 0; pass < (phi3 ? 2 : 1); pass++) {
+        const cJSON *list = pass ? jget(tj, "added_tokens") : dec;
+        cJSON_ArrayForEach(e, list) {
+            const cJSON *ct = jget(e, "content");
+            double idd = -1;
+            if (pass)
+                jnum(e, "id", &idd);
+            else
+                idd = strtod(e->string, NULL);
+            if (!cJSON_IsString(ct) || !(idd >= 0 && idd < v->n))
+                continue;
+            uint32_t id = (uint32_t)idd;
+            bool special = cJSON_IsTrue(jget(e, "special"));
+            if (phi3)      /* Phi-3's: no look-alike rule, no space normalization */
+                rc = set_tok(v, id, ct->valuestring, strlen(ct->valuestring), -1000.0f,
+                             special ? RVL_TOK_CONTROL : RVL_TOK_USER_DEFINED);
+            else if (special || looks_special(ct->valuestring))
+                rc = set_tok(v, id, ct->valuestring, strlen(ct->valuestring), -1000.0f, RVL_TOK_CONTROL);
+            else
+                rc = set_user_tok(v, id, ct->valuestring);
+            if (rc < 0)
+                goto out;
+        }
+    }
+    /* Gemma: no space in front; Llama: tokenizer_config.json's add_prefix_space */
+    const cJSON *aps = jget(tc, "add_prefix_space");
+    if (!strncmp(h->arch, "gemma", 5))
+        v->space_prefix = 0;
+    else if (!strcmp(h->arch, "llama") && cJSON_IsBool(aps))
+        v->space_prefix = cJSON_IsTrue(aps);
+    read_specials(tj, tc, cfg, v);
+    rc = read_chat_template(dir, tc, v);
+out:
+    rvl_map_unmap(&m);
+    return rc;
+}
+
 /* The vocabulary of dir/tokenizer.json (tj), with tokenizer_config.json
  * (tc) and config.json (cfg): tokens and their types, merges, SentencePiece
  * scores, special tokens, the chat template. */
@@ -422,7 +931,14 @@ static int read_vocab(const char *dir, const cJSON *tj, const cJSON *tc, const c
     int rc;
     snprintf(path, sizeof path, "%s/tokenizer.json", dir);
     memset(v, 0, sizeof *v);
-    v->bos = v->eos = v->unk = v->pad = -1;
+    v->space_prefix = -1;
+    if (use_spm_model(dir, tc, h))
+        return read_spm_vocab(dir, tj, tc, cfg, h, v);
+    /* without tokenizer.model (llama.cpp's converter wants it for Gemma
+     * 2), tokenizer.json's BPE with byte fallback: the same pieces, the
+     * scores from the merge ranks */
+    if (!tj)
+        return rvl_seterr(RVL_ENOTFOUND, "%s: missing", path);
     const cJSON *model = cJSON_GetObjectItemCaseSensitive(tj, "model");
     if (!is_type(model, "BPE"))
         return rvl_seterr(RVL_EUNSUPPORTED, "%s: only BPE vocabularies are imported (byte-level "
@@ -467,6 +983,7 @@ static int read_vocab(const char *dir, const cJSON *tj, const cJSON *tc, const c
         if (id > max_id) max_id = id;
     }
     v->n = (uint32_t)(max_id + 1);
+    v->n_real = (uint32_t)(cJSON_GetArraySize(vo) + cJSON_GetArraySize(added));
     if (h->n_vocab > v->n)
         v->n = h->n_vocab;
     if (v->n == 0)
@@ -500,8 +1017,8 @@ static int read_vocab(const char *dir, const cJSON *tj, const cJSON *tc, const c
         uint32_t i = (uint32_t)id;
         free(v->tok[i]);
         v->tok[i] = strdup(ct->valuestring);
-        v->type[i] = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(e, "special")) ? RVL_TOK_CONTROL
-                                                                                  : RVL_TOK_USER_DEFINED;
+        v->type[i] = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(e, "special")) ||
+                             looks_special(ct->valuestring) ? RVL_TOK_CONTROL : RVL_TOK_USER_DEFINED;
         if (v->spm && cJSON_IsString(unk_tok) && !strcmp(unk_tok->valuestring, ct->valuestring))
             v->type[i] = RVL_TOK_UNKNOWN;
         if (!v->tok[i])
@@ -520,7 +1037,9 @@ static int read_vocab(const char *dir, const cJSON *tj, const cJSON *tc, const c
     if ((rc = read_merges(path, model, v)) < 0 ||
         (v->spm && (rc = spm_scores(v)) < 0))
         return rc;
-    read_specials(tj, tc, cfg, unk_tok, v);
+    if (v->spm)
+        v->space_prefix = v->add_space_prefix;
+    read_specials(tj, tc, cfg, v);
     return read_chat_template(dir, tc, v);
 }
 
@@ -528,17 +1047,28 @@ static int read_vocab(const char *dir, const cJSON *tj, const cJSON *tc, const c
  * Tensors
  * ====================================================================== */
 typedef struct {
-    const rvl_tensor_info *t;
+    const rvl_tensor_info *t;   /* NULL: synthesized from f */
     char name[64];
     uint32_t type;          /* output type */
     uint32_t perm;
+    bool shift;             /* Gemma's RMSNorm gain: + 1 */
+    uint64_t ne[2];         /* output shape (Gemma 3 trims token_embd's rows) */
+    uint32_t n_dims;
+    const cJSON *f;         /* synthesized: the numbers (Phi-3's LongRoPE factors) */
 } imp_tensor;
 
 static int stream_tensor(rvl_gguf_writer *w, uint64_t idx, const imp_tensor *x, float *f32, void *obuf)
 {
+    if (!x->t) {   /* a 1-D F32 tensor from config.json's numbers */
+        const cJSON *e;
+        uint64_t k = 0;
+        cJSON_ArrayForEach(e, x->f)
+            f32[k++] = (float)e->valuedouble;
+        return rvl_gguf_writer_tensor_data(w, idx, f32, k * 4);
+    }
     const rvl_tensor_info *t = x->t;
     const rvl_kformat *kin = rvl_kformat_get(t->type), *kout = rvl_kformat_get(x->type);
-    uint64_t row = t->ne[0], rows = row ? t->n_elements / row : 0;
+    uint64_t row = t->ne[0], rows = x->n_dims == 2 ? x->ne[1] : 1, src_rows = row ? t->n_elements / row : 0;
     uint64_t in_row = rvl_kformat_row_bytes(kin, row), out_row = rvl_kformat_row_bytes(kout, row);
     uint64_t chunk = rvl_convert_chunk_rows(row, rows);
     for (uint64_t r = 0; r < rows; r += chunk) {
@@ -546,19 +1076,276 @@ static int stream_tensor(rvl_gguf_writer *w, uint64_t idx, const imp_tensor *x, 
         if (rvl_interrupted())
             return rvl_seterr(RVL_EINTR, "interrupted");
         for (uint64_t k = 0; k < m; k++) {
-            uint64_t s = x->perm ? rvl_hf_row(r + k, x->perm, rows) : r + k;
+            uint64_t s = x->perm ? rvl_hf_row(r + k, x->perm, src_rows) : r + k;
             const char *src = (const char *)t->data + s * in_row;
-            if (t->type == x->type) {
+            if (t->type == x->type && !x->shift) {
                 memcpy((char *)obuf + k * out_row, src, (size_t)in_row);
-            } else {
-                kin->dequantize(src, f32, (int64_t)row);
-                kout->quantize(f32, (char *)obuf + k * out_row, (int64_t)row, NULL);
+                continue;
             }
+            kin->dequantize(src, f32, (int64_t)row);
+            if (x->shift) {
+                /* w + 1 in the weights' own precision, as torch adds */
+                for (uint64_t i = 0; i < row; i++)
+                    f32[i] += 1.0f;
+                if (t->type != RVL_TYPE_F32) {
+                    kin->quantize(f32, (char *)obuf + k * out_row, (int64_t)row, NULL);
+                    kin->dequantize((char *)obuf + k * out_row, f32, (int64_t)row);
+                }
+            }
+            kout->quantize(f32, (char *)obuf + k * out_row, (int64_t)row, NULL);
         }
         int rc = rvl_gguf_writer_tensor_data(w, idx, obuf, m * out_row);
         if (rc < 0)
             return rc;
     }
+    return 0;
+}
+
+/* The Hugging Face name of a tensor of the language model of a
+ * Gemma3ForConditionalGeneration as Gemma3ForCausalLM names it; NULL for
+ * the vision tower and the projector, which are not imported. */
+static const char *text_part_name(const char *s, char *buf, size_t cap)
+{
+    static const char *const pre[][2] = {
+        {"model.language_model.", "model."}, {"language_model.model.", "model."},
+        {"language_model.lm_head.", "lm_head."},
+    };
+    if (strstr(s, "vision_tower") || strstr(s, "multi_modal_projector"))
+        return NULL;
+    for (size_t i = 0; i < sizeof pre / sizeof pre[0]; i++) {
+        size_t n = strlen(pre[i][0]);
+        if (!strncmp(s, pre[i][0], n)) {
+            snprintf(buf, cap, "%s%s", pre[i][1], s + n);
+            return buf;
+        }
+    }
+    return s;
+}
+
+static int plan_sorted(const char *in, const rvl_tensor_info **by_name, uint64_t n, const hparams *h,
+                       const vocab *v, imp_tensor *x, uint64_t *nxp, uint64_t *max_row,
+                       uint64_t *max_chunk, bool *have_embd);
+
+static int cmp_tensor_name(const void *a, const void *b)
+{
+    const rvl_tensor_info *x = *(const rvl_tensor_info *const *)a, *y = *(const rvl_tensor_info *const *)b;
+    uint64_t n = x->name.len < y->name.len ? x->name.len : y->name.len;
+    int c = memcmp(x->name.ptr, y->name.ptr, (size_t)n);
+    return c ? c : (x->name.len > y->name.len) - (x->name.len < y->name.len);
+}
+
+/* The tensors to write, in the converter's order: Phi-3's LongRoPE
+ * factors first, then the model's by name (the converter sorts each
+ * shard's names; across shards the order may differ, not the tensors). */
+static int plan_tensors(const char *in, const rvl_file *st, const hparams *h, const vocab *v,
+                        imp_tensor *x, uint64_t *nx_out, uint64_t *max_row, uint64_t *max_chunk)
+{
+    uint64_t n = rvl_file_n_tensors(st), nx = 0;
+    if (h->long_f) {
+        static const char *const fn[] = {"rope_factors_long.weight", "rope_factors_short.weight"};
+        for (int k = 0; k < 2; k++) {
+            snprintf(x[nx].name, sizeof x[nx].name, "%s", fn[k]);
+            x[nx].f = k ? h->short_f : h->long_f;
+            x[nx].type = RVL_TYPE_F32;
+            x[nx].n_dims = 1;
+            x[nx].ne[0] = (uint64_t)cJSON_GetArraySize(x[nx].f);
+            x[nx].ne[1] = 1;
+            nx++;
+        }
+    }
+    bool have_embd = false;
+    const rvl_tensor_info **by_name = malloc((n ? n : 1) * sizeof *by_name);
+    if (!by_name)
+        return rvl_seterr(RVL_ENOMEM, "out of memory");
+    for (uint64_t i = 0; i < n; i++)
+        by_name[i] = rvl_file_tensor(st, i);
+    qsort(by_name, (size_t)n, sizeof *by_name, cmp_tensor_name);
+    int rc = plan_sorted(in, by_name, n, h, v, x, &nx, max_row, max_chunk, &have_embd);
+    free(by_name);
+    if (rc < 0)
+        return rc;
+    if (!have_embd)
+        return rvl_seterr(RVL_EFORMAT, "%s: no model.embed_tokens.weight", in);
+    *nx_out = nx;
+    return 0;
+}
+
+static int plan_sorted(const char *in, const rvl_tensor_info **by_name, uint64_t n, const hparams *h,
+                       const vocab *v, imp_tensor *x, uint64_t *nxp, uint64_t *max_row,
+                       uint64_t *max_chunk, bool *have_embd)
+{
+    uint64_t nx = *nxp;
+    for (uint64_t i = 0; i < n; i++) {
+        const rvl_tensor_info *t = by_name[i];
+        char s0[256], s1[256];
+        snprintf(s0, sizeof s0, "%.*s", (int)(t->name.len > 255 ? 255 : t->name.len), t->name.ptr);
+        const char *s = text_part_name(s0, s1, sizeof s1);
+        if (!s)
+            continue;
+        int k = rvl_hf_tensor_name(h->arch, h->n_layer, h->n_head, h->n_head_kv, h->tied, s,
+                                   x[nx].name, sizeof x[nx].name, &x[nx].perm);
+        if (k == 0)
+            continue;
+        if (k < 0)
+            return rvl_seterr(RVL_EUNSUPPORTED, "%s: tensor %s: no GGUF name for it", in, s);
+        if (t->type != RVL_TYPE_F32 && t->type != RVL_TYPE_F16 && t->type != RVL_TYPE_BF16)
+            return rvl_seterr(RVL_EUNSUPPORTED, "%s: tensor %s: dtype %s (F32, F16 or BF16 expected)",
+                              in, s, rvl_type_get(t->type) ? rvl_type_get(t->type)->name : "?");
+        if (t->n_dims < 1 || t->n_dims > 2 || t->ne[0] == 0)
+            return rvl_seterr(RVL_EUNSUPPORTED, "%s: tensor %s: %u dimensions", in, s, t->n_dims);
+        if (x[nx].perm && (t->n_dims != 2 || t->ne[1] % x[nx].perm || (t->ne[1] / x[nx].perm) % 2))
+            return rvl_seterr(RVL_EFORMAT, "%s: tensor %s: %llu rows do not split into %u heads", in,
+                              s, (unsigned long long)(t->n_dims == 2 ? t->ne[1] : 1), x[nx].perm);
+        x[nx].t = t;
+        x[nx].type = t->n_dims == 1 ? RVL_TYPE_F32 : t->type;
+        x[nx].n_dims = t->n_dims;
+        x[nx].ne[0] = t->ne[0];
+        x[nx].ne[1] = t->n_dims == 2 ? t->ne[1] : 1;
+        size_t sl = strlen(s);
+        x[nx].shift = h->norm_shift && sl >= 11 && !strcmp(s + sl - 11, "norm.weight");
+        if (!strcmp(x[nx].name, "token_embd.weight")) {
+            *have_embd = true;
+            /* Gemma 3: the rows past the tokenizer's tokens are dropped */
+            if (!strcmp(h->arch, "gemma3") && t->n_dims == 2 && v->n_real && v->n_real < x[nx].ne[1])
+                x[nx].ne[1] = v->n_real;
+        }
+        uint64_t rb = t->ne[0] * 4, c = rvl_convert_chunk_rows(t->ne[0], t->n_elements / t->ne[0]) * t->ne[0];
+        if (rb > *max_row) *max_row = rb;
+        if (c > *max_chunk) *max_chunk = c;
+        nx++;
+    }
+    *nxp = nx;
+    return 0;
+}
+
+/* The hyper-parameters, in the order convert_hf_to_gguf.py writes them
+ * for the family. */
+static int write_hparams(rvl_gguf_writer *w, const hparams *h, const vocab *v, uint32_t ftype)
+{
+    char key[96];
+    const char *a = h->arch;
+    bool g2 = !strcmp(a, "gemma2"), phi3 = !strcmp(a, "phi3");
+    int rc = 0;
+#define K(s) (snprintf(key, sizeof key, "%s.%s", a, s), key)
+#define U32(s, x) if (rc == 0) rc = rvl_gguf_writer_kv_u32(w, K(s), x)
+#define F32(s, x) if (rc == 0) rc = rvl_gguf_writer_kv_f32(w, K(s), (float)(x))
+    if (phi3) {
+        if (h->long_f)
+            F32("rope.scaling.attn_factor", h->attn_factor);
+        return rc;
+    }
+    if (g2) {
+        U32("context_length", h->n_ctx);
+        U32("embedding_length", h->n_embd);
+        U32("block_count", h->n_layer);
+    } else {
+        U32("block_count", h->n_layer);
+        U32("context_length", h->n_ctx);
+        U32("embedding_length", h->n_embd);
+    }
+    U32("feed_forward_length", h->n_ff);
+    U32("attention.head_count", h->n_head);
+    U32("attention.head_count_kv", h->n_head_kv);
+    if (h->rope_type) {
+        if (rc == 0)
+            rc = rvl_gguf_writer_kv_str(w, K("rope.scaling.type"), h->rope_type);
+        F32("rope.scaling.factor", h->rope_factor);
+        if (h->rope_type[0] == 'y') {
+            static const char *const yk[] = {"rope.scaling.yarn_ext_factor", "rope.scaling.yarn_attn_factor",
+                                             "rope.scaling.yarn_beta_fast", "rope.scaling.yarn_beta_slow"};
+            U32("rope.scaling.original_context_length", h->rope_orig_ctx);
+            for (int i = 0; i < 4; i++)
+                if (!isnan(h->yarn[i]))
+                    F32(yk[i], h->yarn[i]);
+        }
+    }
+    if (!g2 || h->rope_base != 10000)     /* Gemma 2's converter writes no base (10000) */
+        F32("rope.freq_base", h->rope_base);
+    if (h->swa_rope_base)
+        F32("rope.freq_base_swa", h->swa_rope_base);
+    F32("attention.layer_norm_rms_epsilon", h->eps);
+    if (h->has_head_dim) {
+        U32("attention.key_length", h->head_dim);
+        U32("attention.value_length", h->head_dim);
+    }
+    if (rc == 0)
+        rc = rvl_gguf_writer_kv_u32(w, "general.file_type", ftype);
+    if (!strcmp(a, "llama")) {
+        U32("vocab_size", h->n_vocab ? h->n_vocab : v->n);
+        U32("rope.dimension_count", h->head_dim);
+    }
+    if (h->attn_softcap)
+        F32("attn_logit_softcapping", h->attn_softcap);
+    if (h->final_softcap)
+        F32("final_logit_softcapping", h->final_softcap);
+    if (h->has_window)
+        U32("attention.sliding_window", h->window);
+    if (h->q_scale)
+        F32("attention.scale", h->q_scale);
+    return rc;
+}
+
+/* Phi-3's own order (after its attention factor and the general keys). */
+static int write_phi3(rvl_gguf_writer *w, const hparams *h, uint32_t ftype)
+{
+    char key[96];
+    const char *a = h->arch;
+    int rc = 0;
+    U32("context_length", h->n_ctx);
+    U32("rope.scaling.original_context_length", h->rope_orig_ctx);
+    U32("embedding_length", h->n_embd);
+    U32("feed_forward_length", h->n_ff);
+    U32("block_count", h->n_layer);
+    U32("attention.head_count", h->n_head);
+    U32("attention.head_count_kv", h->n_head_kv);
+    F32("attention.layer_norm_rms_epsilon", h->eps);
+    U32("rope.dimension_count", h->rope_dim);
+    F32("rope.freq_base", h->rope_base);
+    if (rc == 0)
+        rc = rvl_gguf_writer_kv_u32(w, "general.file_type", ftype);
+    U32("attention.sliding_window", h->window);
+    return rc;
+#undef K
+#undef U32
+#undef F32
+}
+
+/* The vocabulary keys, in SpecialVocab's order. */
+static int write_vocab(rvl_gguf_writer *w, const vocab *v, rvl_str *strs, bool space_prefix_first)
+{
+    int rc;
+    if (v->space_prefix >= 0 && space_prefix_first &&
+        (rc = rvl_gguf_writer_kv_bool(w, "tokenizer.ggml.add_space_prefix", v->space_prefix)) < 0)
+        return rc;
+    for (uint32_t i = 0; i < v->n; i++)
+        strs[i] = (rvl_str){v->tok[i], strlen(v->tok[i])};
+    if ((rc = rvl_gguf_writer_kv_str(w, "tokenizer.ggml.model", v->spm ? "llama" : "gpt2")) < 0 ||
+        (rc = rvl_gguf_writer_kv_str(w, "tokenizer.ggml.pre", v->pre)) < 0 ||
+        (rc = rvl_gguf_writer_kv_str_arr(w, "tokenizer.ggml.tokens", strs, v->n)) < 0 ||
+        (v->spm && (rc = rvl_gguf_writer_kv_arr(w, "tokenizer.ggml.scores", RVL_GGUF_F32, v->scores,
+                                                v->n)) < 0) ||
+        (rc = rvl_gguf_writer_kv_arr(w, "tokenizer.ggml.token_type", RVL_GGUF_I32, v->type, v->n)) < 0)
+        return rc;
+    for (uint32_t i = 0; !v->spm && i < v->n_merges; i++)
+        strs[i] = (rvl_str){v->merges[i], strlen(v->merges[i])};
+    if (!v->spm && (rc = rvl_gguf_writer_kv_str_arr(w, "tokenizer.ggml.merges", strs, v->n_merges)) < 0)
+        return rc;
+    static const char *const idk[SPECIAL_KINDS] = {
+        "tokenizer.ggml.bos_token_id", "tokenizer.ggml.eos_token_id", "tokenizer.ggml.unknown_token_id",
+        "tokenizer.ggml.seperator_token_id", "tokenizer.ggml.padding_token_id",
+        "tokenizer.ggml.cls_token_id", "tokenizer.ggml.mask_token_id"};
+    for (int i = 0; i < v->n_special; i++) {
+        int k = v->special_order[i];
+        if ((rc = rvl_gguf_writer_kv_u32(w, idk[k], (uint32_t)v->special[k])) < 0)
+            return rc;
+    }
+    if ((v->add_bos >= 0 && (rc = rvl_gguf_writer_kv_bool(w, "tokenizer.ggml.add_bos_token", v->add_bos)) < 0) ||
+        (v->add_eos >= 0 && (rc = rvl_gguf_writer_kv_bool(w, "tokenizer.ggml.add_eos_token", v->add_eos)) < 0) ||
+        (v->chat_template && (rc = rvl_gguf_writer_kv_str(w, "tokenizer.chat_template", v->chat_template)) < 0))
+        return rc;
+    if (v->space_prefix >= 0 && !space_prefix_first &&
+        (rc = rvl_gguf_writer_kv_bool(w, "tokenizer.ggml.add_space_prefix", v->space_prefix)) < 0)
+        return rc;
     return 0;
 }
 
@@ -571,50 +1358,18 @@ static int write_import(const char *in, const char *dest, const rvl_file *st, co
     float *f32 = NULL;
     void *obuf = NULL;
     int rc;
-    uint64_t n = rvl_file_n_tensors(st), nx = 0, max_row = 1, max_chunk = 1;
+    uint64_t n = rvl_file_n_tensors(st), nx = 0, max_row = 64 * 4, max_chunk = 64;
 
-    x = calloc(n ? n : 1, sizeof *x);
+    x = calloc(n + 2, sizeof *x);
     if (!x) {
         rc = rvl_seterr(RVL_ENOMEM, "out of memory");
         goto out;
     }
-    for (uint64_t i = 0; i < n; i++) {
-        const rvl_tensor_info *t = rvl_file_tensor(st, i);
-        char s[256];
-        snprintf(s, sizeof s, "%.*s", (int)(t->name.len > 255 ? 255 : t->name.len), t->name.ptr);
-        int k = rvl_hf_tensor_name(h->arch, h->n_layer, h->n_head, h->n_head_kv, h->tied, s,
-                                   x[nx].name, sizeof x[nx].name, &x[nx].perm);
-        if (k == 0)
-            continue;
-        if (k < 0) {
-            rc = rvl_seterr(RVL_EUNSUPPORTED, "%s: tensor %s: no GGUF name for it", in, s);
-            goto out;
-        }
-        if (t->type != RVL_TYPE_F32 && t->type != RVL_TYPE_F16 && t->type != RVL_TYPE_BF16) {
-            rc = rvl_seterr(RVL_EUNSUPPORTED, "%s: tensor %s: dtype %s (F32, F16 or BF16 expected)",
-                            in, s, rvl_type_get(t->type) ? rvl_type_get(t->type)->name : "?");
-            goto out;
-        }
-        if (t->n_dims < 1 || t->n_dims > 2 || t->ne[0] == 0) {
-            rc = rvl_seterr(RVL_EUNSUPPORTED, "%s: tensor %s: %u dimensions", in, s, t->n_dims);
-            goto out;
-        }
-        if (x[nx].perm && (t->n_dims != 2 || t->ne[1] % x[nx].perm || (t->ne[1] / x[nx].perm) % 2)) {
-            rc = rvl_seterr(RVL_EFORMAT, "%s: tensor %s: %llu rows do not split into %u heads", in,
-                            s, (unsigned long long)(t->n_dims == 2 ? t->ne[1] : 1), x[nx].perm);
-            goto out;
-        }
-        x[nx].t = t;
-        x[nx].type = t->n_dims == 1 ? RVL_TYPE_F32 : t->type;
-        uint64_t rb = t->ne[0] * 4, c = rvl_convert_chunk_rows(t->ne[0], t->n_elements / t->ne[0]) * t->ne[0];
-        if (rb > max_row) max_row = rb;
-        if (c > max_chunk) max_chunk = c;
-        nx++;
-    }
-    if (!rvl_file_find_tensor(st, "model.embed_tokens.weight")) {
-        rc = rvl_seterr(RVL_EFORMAT, "%s: no model.embed_tokens.weight", in);
+    if ((rc = plan_tensors(in, st, h, v, x, &nx, &max_row, &max_chunk)) < 0)
         goto out;
-    }
+    for (uint64_t i = 0; i < nx; i++)
+        if (x[i].f && (uint64_t)cJSON_GetArraySize(x[i].f) * 4 > max_row)
+            max_row = (uint64_t)cJSON_GetArraySize(x[i].f) * 4;
     f32 = malloc((size_t)max_row);
     obuf = malloc((size_t)max_chunk * 4);
     strs = calloc(v->n > v->n_merges ? v->n : v->n_merges ? v->n_merges : 1, sizeof *strs);
@@ -622,73 +1377,34 @@ static int write_import(const char *in, const char *dest, const rvl_file *st, co
         rc = rvl_seterr(RVL_ENOMEM, "out of memory");
         goto out;
     }
+    /* general.file_type of the matrices' type (all of one dtype, as
+     * Hugging Face stores them) */
+    uint32_t mtype = RVL_TYPE_F32;
+    for (uint64_t i = 0; i < nx; i++)
+        if (x[i].n_dims == 2)
+            mtype = x[i].type;
 
     /* metadata, in convert_hf_to_gguf.py's order */
-    char key[96], name[256], tmp[4096];
-    const char *a = h->arch;
+    char name[256], tmp[4096];
     snprintf(tmp, sizeof tmp, "%s", in);
     size_t tl = strlen(tmp);
     while (tl > 1 && tmp[tl - 1] == '/')
         tmp[--tl] = 0;
     snprintf(name, sizeof name, "%s", basename(tmp));
-#define K(s) (snprintf(key, sizeof key, "%s.%s", a, s), key)
+    bool phi3 = !strcmp(h->arch, "phi3");
     if ((rc = rvl_gguf_writer_open(&w, dest)) < 0 ||
-        (rc = rvl_gguf_writer_kv_str(w, "general.architecture", a)) < 0 ||
+        (rc = rvl_gguf_writer_kv_str(w, "general.architecture", h->arch)) < 0 ||
+        (phi3 && (rc = write_hparams(w, h, v, 0)) < 0) ||
         (rc = rvl_gguf_writer_kv_str(w, "general.type", "model")) < 0 ||
         (rc = rvl_gguf_writer_kv_str(w, "general.name", name)) < 0 ||
-        (rc = rvl_gguf_writer_kv_u32(w, K("block_count"), h->n_layer)) < 0 ||
-        (rc = rvl_gguf_writer_kv_u32(w, K("context_length"), h->n_ctx)) < 0 ||
-        (rc = rvl_gguf_writer_kv_u32(w, K("embedding_length"), h->n_embd)) < 0 ||
-        (rc = rvl_gguf_writer_kv_u32(w, K("feed_forward_length"), h->n_ff)) < 0 ||
-        (rc = rvl_gguf_writer_kv_u32(w, K("attention.head_count"), h->n_head)) < 0 ||
-        (rc = rvl_gguf_writer_kv_u32(w, K("attention.head_count_kv"), h->n_head_kv)) < 0 ||
-        (rc = rvl_gguf_writer_kv_f32(w, K("rope.freq_base"), (float)h->rope_base)) < 0 ||
-        (rc = rvl_gguf_writer_kv_f32(w, K("attention.layer_norm_rms_epsilon"), (float)h->eps)) < 0)
-        goto out;
-    if (h->head_dim != h->n_embd / h->n_head &&
-        ((rc = rvl_gguf_writer_kv_u32(w, K("attention.key_length"), h->head_dim)) < 0 ||
-         (rc = rvl_gguf_writer_kv_u32(w, K("attention.value_length"), h->head_dim)) < 0))
-        goto out;
-    if (h->rope_type &&
-        ((rc = rvl_gguf_writer_kv_str(w, K("rope.scaling.type"), h->rope_type)) < 0 ||
-         (rc = rvl_gguf_writer_kv_f32(w, K("rope.scaling.factor"), (float)h->rope_factor)) < 0 ||
-         (h->rope_orig_ctx &&
-          (rc = rvl_gguf_writer_kv_u32(w, K("rope.scaling.original_context_length"), h->rope_orig_ctx)) < 0)))
-        goto out;
-    if ((rc = rvl_gguf_writer_kv_u32(w, K("vocab_size"), v->n)) < 0 ||
-        (rc = rvl_gguf_writer_kv_u32(w, K("rope.dimension_count"), h->head_dim)) < 0 ||
-        (rc = rvl_gguf_writer_kv_bool(w, "tokenizer.ggml.add_bos_token", v->add_bos)) < 0 ||
-        (rc = rvl_gguf_writer_kv_bool(w, "tokenizer.ggml.add_eos_token", v->add_eos)) < 0 ||
-        (v->spm && (rc = rvl_gguf_writer_kv_bool(w, "tokenizer.ggml.add_space_prefix",
-                                                 v->add_space_prefix)) < 0) ||
-        (rc = rvl_gguf_writer_kv_str(w, "tokenizer.ggml.model", v->spm ? "llama" : "gpt2")) < 0 ||
-        (rc = rvl_gguf_writer_kv_str(w, "tokenizer.ggml.pre", v->pre)) < 0)
-        goto out;
-#undef K
-    for (uint32_t i = 0; i < v->n; i++)
-        strs[i] = (rvl_str){v->tok[i], strlen(v->tok[i])};
-    if ((rc = rvl_gguf_writer_kv_str_arr(w, "tokenizer.ggml.tokens", strs, v->n)) < 0 ||
-        (v->spm && (rc = rvl_gguf_writer_kv_arr(w, "tokenizer.ggml.scores", RVL_GGUF_F32, v->scores,
-                                                v->n)) < 0) ||
-        (rc = rvl_gguf_writer_kv_arr(w, "tokenizer.ggml.token_type", RVL_GGUF_I32, v->type, v->n)) < 0)
-        goto out;
-    for (uint32_t i = 0; !v->spm && i < v->n_merges; i++)
-        strs[i] = (rvl_str){v->merges[i], strlen(v->merges[i])};
-    if (!v->spm && (rc = rvl_gguf_writer_kv_str_arr(w, "tokenizer.ggml.merges", strs, v->n_merges)) < 0)
-        goto out;
-    static const char *const idk[] = {"tokenizer.ggml.bos_token_id", "tokenizer.ggml.eos_token_id",
-                                      "tokenizer.ggml.unknown_token_id", "tokenizer.ggml.padding_token_id"};
-    const int64_t ids[] = {v->bos, v->eos, v->unk, v->pad};
-    for (int i = 0; i < 4; i++)
-        if (ids[i] >= 0 && (rc = rvl_gguf_writer_kv_u32(w, idk[i], (uint32_t)ids[i])) < 0)
-            goto out;
-    if (v->chat_template && (rc = rvl_gguf_writer_kv_str(w, "tokenizer.chat_template", v->chat_template)) < 0)
-        goto out;
-    if ((rc = rvl_gguf_writer_kv_u32(w, "general.quantization_version", RVL_GGML_QNT_VERSION)) < 0)
+        (rc = phi3 ? write_phi3(w, h, rvl_convert_float_ftype(mtype))
+                   : write_hparams(w, h, v, rvl_convert_float_ftype(mtype))) < 0 ||
+        (rc = rvl_gguf_writer_kv_u32(w, "general.quantization_version", RVL_GGML_QNT_VERSION)) < 0 ||
+        (rc = write_vocab(w, v, strs, !strcmp(h->arch, "llama"))) < 0)
         goto out;
 
     for (uint64_t i = 0; i < nx; i++)
-        if ((rc = rvl_gguf_writer_add_tensor(w, x[i].name, x[i].type, x[i].t->n_dims, x[i].t->ne, NULL)) < 0)
+        if ((rc = rvl_gguf_writer_add_tensor(w, x[i].name, x[i].type, x[i].n_dims, x[i].ne, NULL)) < 0)
             goto out;
     if ((rc = rvl_gguf_writer_begin_data(w)) < 0)
         goto out;
@@ -712,10 +1428,32 @@ out:
 /* ======================================================================
  * The entry point: any input as an open GGUF
  * ====================================================================== */
+/* config.json with text_config's keys over its own (a multimodal model's
+ * language part), as the converter reads it. owned. */
+static int text_config(const cJSON *cfg, cJSON **out)
+{
+    const cJSON *tc = jget(cfg, "text_config"), *e;
+    *out = cJSON_Duplicate(cfg, true);
+    if (!*out)
+        return rvl_seterr(RVL_ENOMEM, "out of memory");
+    if (!cJSON_IsObject(tc))
+        return 0;
+    cJSON_ArrayForEach(e, tc) {
+        cJSON *d = cJSON_Duplicate(e, true);
+        if (!d)
+            return rvl_seterr(RVL_ENOMEM, "out of memory");
+        if (cJSON_HasObjectItem(*out, e->string))
+            cJSON_ReplaceItemInObjectCaseSensitive(*out, e->string, d);
+        else
+            cJSON_AddItemToObject(*out, e->string, d);
+    }
+    return 0;
+}
+
 int rvl_convert_open_input(const char *in, const char *out, rvl_file **fo)
 {
     rvl_file *f = NULL, *g = NULL;
-    cJSON *cfg = NULL, *tj = NULL, *tc = NULL;
+    cJSON *cfg = NULL, *tcfg = NULL, *tj = NULL, *tc = NULL;
     vocab v = {0};
     char dir[4096], dest[4200];
     int rc;
@@ -738,8 +1476,9 @@ int rvl_convert_open_input(const char *in, const char *out, rvl_file **fo)
     char cpath[4200];
     snprintf(cpath, sizeof cpath, "%s/config.json", dir);
     if ((rc = read_json(dir, "config.json", true, &cfg)) < 0 ||
-        (rc = read_hparams(cpath, cfg, &h)) < 0 ||
-        (rc = read_json(dir, "tokenizer.json", true, &tj)) < 0 ||
+        (rc = text_config(cfg, &tcfg)) < 0 ||
+        (rc = read_hparams(cpath, tcfg, &h)) < 0 ||
+        (rc = read_json(dir, "tokenizer.json", false, &tj)) < 0 ||
         (rc = read_json(dir, "tokenizer_config.json", false, &tc)) < 0 ||
         (rc = read_vocab(dir, tj, tc, cfg, &h, &v)) < 0)
         goto out;
@@ -766,6 +1505,7 @@ int rvl_convert_open_input(const char *in, const char *out, rvl_file **fo)
         *fo = g;
 out:
     cJSON_Delete(cfg);
+    cJSON_Delete(tcfg);
     cJSON_Delete(tj);
     cJSON_Delete(tc);
     vocab_free(&v);
@@ -777,12 +1517,13 @@ out:
 int rvl_convert_hf_parse(const void *config, size_t n_config, const void *tokenizer,
                          size_t n_tokenizer, const void *tok_config, size_t n_tok_config)
 {
-    cJSON *cfg = NULL, *tj = NULL, *tc = NULL;
+    cJSON *cfg = NULL, *tcfg = NULL, *tj = NULL, *tc = NULL;
     vocab v = {0};
     hparams h;
     int rc;
     if ((rc = parse_json("config.json", config, n_config, &cfg)) < 0 ||
-        (rc = read_hparams("config.json", cfg, &h)) < 0 ||
+        (rc = text_config(cfg, &tcfg)) < 0 ||
+        (rc = read_hparams("config.json", tcfg, &h)) < 0 ||
         (rc = parse_json("tokenizer.json", tokenizer, n_tokenizer, &tj)) < 0 ||
         (rc = parse_json("tokenizer_config.json", tok_config, n_tok_config, &tc)) < 0 ||
         (rc = read_vocab("/nonexistent", tj, tc, cfg, &h, &v)) < 0)
@@ -791,6 +1532,7 @@ int rvl_convert_hf_parse(const void *config, size_t n_config, const void *tokeni
         rc = rvl_seterr(RVL_EFORMAT, "empty vocabulary");
 out:
     cJSON_Delete(cfg);
+    cJSON_Delete(tcfg);
     cJSON_Delete(tj);
     cJSON_Delete(tc);
     vocab_free(&v);

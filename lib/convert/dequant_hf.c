@@ -22,6 +22,7 @@
  */
 #include <dirent.h>
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,6 +44,12 @@ typedef struct {
     char rope_scaling[16];
     uint32_t rope_orig_ctx;
     bool tied, qkv_bias;
+    /* the families past llama/qwen2 */
+    bool gemma, norm_shift;         /* Gemma: GGUF holds 1 + w of RMSNorm gains */
+    double attn_softcap, final_softcap, swa_rope_base, q_scale;   /* 0: none */
+    uint32_t window, rope_dim;      /* 0: none / head_dim */
+    bool has_window;
+    const rvl_tensor_info *long_f, *short_f;   /* Phi-3's LongRoPE factors */
 } facts;
 
 static bool get_u32(const rvl_file *f, const char *arch, const char *k, uint32_t *v)
@@ -80,9 +87,13 @@ static int read_facts(const char *in, const rvl_file *f, facts *m)
     memset(m, 0, sizeof *m);
     if (!get_str(f, "general.architecture", m->arch, sizeof m->arch))
         return rvl_seterr(RVL_EFORMAT, "%s: no general.architecture", in);
-    if (strcmp(m->arch, "llama") != 0 && strcmp(m->arch, "qwen2") != 0)
+    static const char *const known[] = {"llama", "qwen2", "qwen3", "gemma2", "gemma3", "phi3"};
+    bool ok = false;
+    for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
+        ok |= !strcmp(m->arch, known[i]);
+    if (!ok)
         return rvl_seterr(RVL_EUNSUPPORTED, "%s: architecture %s: the Hugging Face form is "
-                          "written for llama and qwen2 only", in, m->arch);
+                          "written for llama, qwen2, qwen3, gemma2, gemma3 and phi3", in, m->arch);
     static const char *const req[] = {"block_count", "embedding_length", "feed_forward_length",
                                       "attention.head_count"};
     uint32_t *dst[] = {&m->n_layer, &m->n_embd, &m->n_ff, &m->n_head};
@@ -118,6 +129,24 @@ static int read_facts(const char *in, const rvl_file *f, facts *m)
                           "Hugging Face parameters are not in the GGUF file", in);
     m->tied = rvl_file_find_tensor(f, "output.weight") == NULL;
     m->qkv_bias = rvl_file_find_tensor(f, "blk.0.attn_q.bias") != NULL;
+    m->gemma = m->norm_shift = !strncmp(m->arch, "gemma", 5);
+    get_f64(f, m->arch, "attn_logit_softcapping", &m->attn_softcap);
+    get_f64(f, m->arch, "final_logit_softcapping", &m->final_softcap);
+    get_f64(f, m->arch, "rope.freq_base_swa", &m->swa_rope_base);
+    get_f64(f, m->arch, "attention.scale", &m->q_scale);
+    m->has_window = get_u32(f, m->arch, "attention.sliding_window", &m->window);
+    get_u32(f, m->arch, "rope.dimension_count", &m->rope_dim);
+    m->long_f = rvl_file_find_tensor(f, "rope_factors_long.weight");
+    m->short_f = rvl_file_find_tensor(f, "rope_factors_short.weight");
+    if (!strcmp(m->arch, "phi3") && !get_u32(f, m->arch, "rope.scaling.original_context_length",
+                                           &m->rope_orig_ctx))
+        m->rope_orig_ctx = m->n_ctx;
+    if (!m->long_f != !m->short_f || (m->long_f && strcmp(m->arch, "phi3") != 0))
+        return rvl_seterr(RVL_EUNSUPPORTED, "%s: rope_factors_long/short: their Hugging Face form "
+                          "is Phi-3's LongRoPE, both tensors", in);
+    if (m->attn_softcap && !strcmp(m->arch, "gemma3"))
+        return rvl_seterr(RVL_EUNSUPPORTED, "%s: gemma3 with an attention soft-cap has no "
+                          "Hugging Face form", in);
     return 0;
 }
 
@@ -130,6 +159,7 @@ typedef struct {
     uint32_t type;          /* output element type */
     uint32_t perm_heads;
     uint64_t nbytes;
+    bool shift;             /* Gemma's RMSNorm gain: GGUF's 1 + w back to w */
 } st_entry;
 
 static const char *st_dtype(uint32_t type)
@@ -199,6 +229,8 @@ static int write_safetensors(const char *path, st_entry *e, size_t n, const rvl_
                 uint64_t g = rvl_hf_gguf_row(r + k, e[i].perm_heads, rows);
                 float *x = f32 + k * row;
                 kin->dequantize((const char *)t->data + g * in_row, x, (int64_t)row);
+                for (uint64_t j = 0; e[i].shift && j < row; j++)
+                    x[j] -= 1.0f;
                 if (e[i].type != RVL_TYPE_F32)
                     kout->quantize(x, (char *)obuf + k * out_row, (int64_t)row, NULL);
             }
@@ -256,40 +288,143 @@ static bool tok_flag(const rvl_file *f, const char *key, bool def)
     return kv && rvl_kv_get_u64(kv, &v) == 0 ? v != 0 : def;
 }
 
+/* A float key as a float ("30.0", not "30": transformers' configs check
+ * the type). */
+static cJSON *fnum(double v)
+{
+    char b[64];
+    if (v == floor(v) && fabs(v) < 1e15)
+        snprintf(b, sizeof b, "%.1f", v);
+    else
+        snprintf(b, sizeof b, "%.17g", v);
+    return cJSON_CreateRaw(b);
+}
+
+static void add_f(cJSON *c, const char *k, double v) { cJSON_AddItemToObject(c, k, fnum(v)); }
+
+/* Each family's Hugging Face architecture and model_type. */
+static void add_arch(cJSON *c, const facts *m)
+{
+    static const char *const names[][3] = {
+        {"llama", "LlamaForCausalLM", "llama"}, {"qwen2", "Qwen2ForCausalLM", "qwen2"},
+        {"qwen3", "Qwen3ForCausalLM", "qwen3"}, {"gemma2", "Gemma2ForCausalLM", "gemma2"},
+        {"gemma3", "Gemma3ForCausalLM", "gemma3_text"}, {"phi3", "Phi3ForCausalLM", "phi3"},
+    };
+    size_t i = 0;
+    while (strcmp(names[i][0], m->arch) != 0)
+        i++;
+    bool mistral = i == 0 && m->has_window;   /* llama with a window: Mistral's */
+    cJSON *a = cJSON_AddArrayToObject(c, "architectures");
+    cJSON_AddItemToArray(a, cJSON_CreateString(mistral ? "MistralForCausalLM" : names[i][1]));
+    cJSON_AddStringToObject(c, "model_type", mistral ? "mistral" : names[i][2]);
+}
+
+static cJSON *factors(const rvl_tensor_info *t)
+{
+    cJSON *a = cJSON_CreateArray();
+    const rvl_kformat *kf = rvl_kformat_get(t->type);
+    float v[1024];
+    uint64_t n = t->n_elements < 1024 ? t->n_elements : 1024;
+    kf->dequantize(t->data, v, (int64_t)n);
+    for (uint64_t i = 0; i < n; i++)
+        cJSON_AddItemToArray(a, fnum(v[i]));
+    return a;
+}
+
+/* RoPE's keys: rope_theta and rope_scaling (Gemma 3: per layer type). */
+static void add_rope(cJSON *c, const facts *m)
+{
+    if (!strcmp(m->arch, "gemma3")) {
+        cJSON *rp = cJSON_AddObjectToObject(c, "rope_parameters");
+        cJSON *sw = cJSON_AddObjectToObject(rp, "sliding_attention"), *fu = cJSON_AddObjectToObject(rp, "full_attention");
+        cJSON_AddStringToObject(sw, "rope_type", "default");
+        add_f(sw, "rope_theta", m->swa_rope_base ? m->swa_rope_base : 10000);
+        cJSON_AddStringToObject(fu, "rope_type", m->rope_scaling[0] ? m->rope_scaling : "default");
+        if (m->rope_scaling[0])
+            add_f(fu, "factor", m->rope_factor);
+        if (m->rope_orig_ctx)
+            cJSON_AddNumberToObject(fu, "original_max_position_embeddings", m->rope_orig_ctx);
+        add_f(fu, "rope_theta", m->rope_base);
+        return;
+    }
+    add_f(c, "rope_theta", m->rope_base);
+    if (m->long_f) {
+        cJSON *r = cJSON_AddObjectToObject(c, "rope_scaling");
+        cJSON_AddStringToObject(r, "type", "longrope");
+        cJSON_AddItemToObject(r, "long_factor", factors(m->long_f));
+        cJSON_AddItemToObject(r, "short_factor", factors(m->short_f));
+    } else if (m->rope_scaling[0]) {
+        cJSON *r = cJSON_AddObjectToObject(c, "rope_scaling");
+        cJSON_AddStringToObject(r, "rope_type", m->rope_scaling);
+        add_f(r, "factor", m->rope_factor);
+        if (m->rope_orig_ctx)
+            cJSON_AddNumberToObject(r, "original_max_position_embeddings", m->rope_orig_ctx);
+    } else {
+        cJSON_AddNullToObject(c, "rope_scaling");
+    }
+}
+
+/* Gemma's keys: soft-caps, the window and its layers, the query scale. */
+static void add_gemma(cJSON *c, const facts *m)
+{
+    bool g3 = !strcmp(m->arch, "gemma3");
+    uint32_t period = g3 ? 6 : 2;
+    bool is27b = m->n_layer == (g3 ? 62u : 46u);
+    cJSON_AddStringToObject(c, "hidden_activation", "gelu_pytorch_tanh");
+    cJSON_AddNumberToObject(c, "query_pre_attn_scalar",
+                            m->q_scale ? (double)lround(1.0 / (m->q_scale * m->q_scale))   /* an int; f32 in GGUF */
+                                       : is27b ? m->n_embd / m->n_head : m->head_dim);
+    if (m->attn_softcap)
+        add_f(c, "attn_logit_softcapping", m->attn_softcap);
+    else
+        cJSON_AddNullToObject(c, "attn_logit_softcapping");
+    if (m->final_softcap)
+        add_f(c, "final_logit_softcapping", m->final_softcap);
+    else
+        cJSON_AddNullToObject(c, "final_logit_softcapping");
+    cJSON_AddNumberToObject(c, "sliding_window", m->has_window && m->window ? m->window : m->n_ctx);
+    cJSON *lt = cJSON_AddArrayToObject(c, "layer_types");
+    for (uint32_t l = 0; l < m->n_layer; l++)
+        cJSON_AddItemToArray(lt, cJSON_CreateString(m->has_window && m->window && (l + 1) % period
+                                                        ? "sliding_attention" : "full_attention"));
+}
+
 static cJSON *config_json(const facts *m, const rvl_file *f, uint32_t type, uint32_t n_vocab)
 {
-    bool llama = strcmp(m->arch, "llama") == 0;
     cJSON *c = cJSON_CreateObject();
-    cJSON *a = cJSON_AddArrayToObject(c, "architectures");
-    cJSON_AddItemToArray(a, cJSON_CreateString(llama ? "LlamaForCausalLM" : "Qwen2ForCausalLM"));
-    cJSON_AddStringToObject(c, "model_type", m->arch);
+    add_arch(c, m);
     cJSON_AddNumberToObject(c, "hidden_size", m->n_embd);
     cJSON_AddNumberToObject(c, "intermediate_size", m->n_ff);
     cJSON_AddNumberToObject(c, "num_hidden_layers", m->n_layer);
     cJSON_AddNumberToObject(c, "num_attention_heads", m->n_head);
     cJSON_AddNumberToObject(c, "num_key_value_heads", m->n_head_kv);
     cJSON_AddNumberToObject(c, "head_dim", m->head_dim);
-    cJSON_AddStringToObject(c, "hidden_act", "silu");
+    if (!m->gemma)
+        cJSON_AddStringToObject(c, "hidden_act", "silu");
     cJSON_AddNumberToObject(c, "max_position_embeddings", m->n_ctx);
-    cJSON_AddNumberToObject(c, "rms_norm_eps", m->eps);
-    cJSON_AddNumberToObject(c, "rope_theta", m->rope_base);
-    if (m->rope_scaling[0]) {
-        cJSON *r = cJSON_AddObjectToObject(c, "rope_scaling");
-        cJSON_AddStringToObject(r, "rope_type", m->rope_scaling);
-        cJSON_AddNumberToObject(r, "factor", m->rope_factor);
-        if (m->rope_orig_ctx)
-            cJSON_AddNumberToObject(r, "original_max_position_embeddings", m->rope_orig_ctx);
-    } else {
-        cJSON_AddNullToObject(c, "rope_scaling");
-    }
+    add_f(c, "rms_norm_eps", m->eps);
+    add_rope(c, m);
     cJSON_AddBoolToObject(c, "tie_word_embeddings", m->tied);
     cJSON_AddNumberToObject(c, "vocab_size", n_vocab);
-    if (llama) {
+    if (!strcmp(m->arch, "llama")) {
         cJSON_AddBoolToObject(c, "attention_bias", m->qkv_bias);
         cJSON_AddBoolToObject(c, "mlp_bias", false);
-    } else {
+        if (m->has_window)
+            cJSON_AddNumberToObject(c, "sliding_window", m->window);
+    } else if (!strncmp(m->arch, "qwen", 4)) {
+        cJSON_AddBoolToObject(c, "attention_bias", m->qkv_bias);
         cJSON_AddBoolToObject(c, "use_sliding_window", false);
         cJSON_AddNumberToObject(c, "max_window_layers", m->n_layer);
+    } else if (m->gemma) {
+        add_gemma(c, m);
+    } else {   /* phi3 */
+        cJSON_AddNumberToObject(c, "original_max_position_embeddings", m->rope_orig_ctx);
+        cJSON_AddNumberToObject(c, "partial_rotary_factor",
+                                m->rope_dim ? (double)m->rope_dim * m->n_head / m->n_embd : 1.0);
+        if (m->window)
+            cJSON_AddNumberToObject(c, "sliding_window", m->window);
+        else
+            cJSON_AddNullToObject(c, "sliding_window");
     }
     int64_t bos = tok_id(f, "tokenizer.ggml.bos_token_id"), eos = tok_id(f, "tokenizer.ggml.eos_token_id");
     int64_t pad = tok_id(f, "tokenizer.ggml.padding_token_id");
@@ -764,7 +899,7 @@ int rvl_dequant_hf(const char *in, const char *out, const rvl_dequant_params *p)
     facts m;
     if ((rc = read_facts(in, f, &m)) < 0)
         goto fail;
-    uint64_t n = rvl_file_n_tensors(f);
+    uint64_t n = rvl_file_n_tensors(f), ne = 0;
     e = calloc(n ? n : 1, sizeof *e);
     if (!e) {
         rc = rvl_seterr(RVL_ENOMEM, "out of memory");
@@ -774,9 +909,13 @@ int rvl_dequant_hf(const char *in, const char *out, const rvl_dequant_params *p)
         const rvl_tensor_info *t = rvl_file_tensor(f, i);
         char g[80];
         snprintf(g, sizeof g, "%.*s", (int)(t->name.len > 79 ? 79 : t->name.len), t->name.ptr);
-        e[i].t = t;
-        if (rvl_hf_name_of(m.arch, m.n_layer, m.n_head, m.n_head_kv, g, e[i].name, sizeof e[i].name,
-                            &e[i].perm_heads) != 1) {
+        if (!strcmp(g, "rope_factors_long.weight") || !strcmp(g, "rope_factors_short.weight"))
+            continue;       /* config.json's rope_scaling */
+        e[ne].t = t;
+        size_t gl = strlen(g);
+        e[ne].shift = m.norm_shift && gl >= 11 && !strcmp(g + gl - 11, "norm.weight");
+        if (rvl_hf_name_of(m.arch, m.n_layer, m.n_head, m.n_head_kv, g, e[ne].name, sizeof e[ne].name,
+                            &e[ne].perm_heads) != 1) {
             rc = rvl_seterr(RVL_EUNSUPPORTED, "%s: tensor %s has no Hugging Face name here", in, g);
             goto fail;
         }
@@ -785,16 +924,17 @@ int rvl_dequant_hf(const char *in, const char *out, const rvl_dequant_params *p)
             rc = rvl_seterr(RVL_EUNSUPPORTED, "%s: tensor %s: no dequantizer for its type", in, g);
             goto fail;
         }
-        e[i].type = t->n_dims <= 1 ? RVL_TYPE_F32 : p->type;
-        if (e[i].perm_heads && (t->ne[1] % e[i].perm_heads || (t->ne[1] / e[i].perm_heads) % 2)) {
+        e[ne].type = t->n_dims <= 1 ? RVL_TYPE_F32 : p->type;
+        if (e[ne].perm_heads && (t->ne[1] % e[ne].perm_heads || (t->ne[1] / e[ne].perm_heads) % 2)) {
             rc = rvl_seterr(RVL_EFORMAT, "%s: tensor %s: %llu rows do not split into %u heads",
-                            in, g, (unsigned long long)t->ne[1], e[i].perm_heads);
+                            in, g, (unsigned long long)t->ne[1], e[ne].perm_heads);
             goto fail;
         }
-        if (e[i].perm_heads && t->n_dims == 1) {     /* a bias: one row per element */
+        if (e[ne].perm_heads && t->n_dims == 1) {     /* a bias: one row per element */
             rc = rvl_seterr(RVL_EUNSUPPORTED, "%s: tensor %s: llama Q/K biases", in, g);
             goto fail;
         }
+        ne++;
     }
 
     /* hidden, next to out, removed on interruption (and by the next run
@@ -815,7 +955,7 @@ int rvl_dequant_hf(const char *in, const char *out, const rvl_dequant_params *p)
     if (rc < 0)
         goto fail;
     snprintf(path, sizeof path, "%s/model.safetensors", tmp);
-    if ((rc = write_safetensors(path, e, (size_t)n, p)) < 0)
+    if ((rc = write_safetensors(path, e, (size_t)ne, p)) < 0)
         goto fail;
     made = false;   /* committed or removed either way */
     if ((rc = rvl_afile_dtemp_commit(tmp, out)) < 0)

@@ -58,7 +58,8 @@ int rvl_map_file(rvl_map *m, const char *path);
 void rvl_file_prefault(const rvl_file *f, const void *const (*skip)[2], size_t n_skip);
 void rvl_map_unmap(rvl_map *m);
 
-/* The GGUF name of Hugging Face tensor `hf` of a llama/qwen2 model
+/* The GGUF name of Hugging Face tensor `hf` of a model of family `arch`
+ * (llama, qwen2, qwen3, gemma2, gemma3, phi3)
  * (format/hf.c): 1 mapped into out, 0 a tensor the import skips (rotary
  * tables; lm_head when tied), -1 unknown. *perm_heads: for llama's Q/K,
  * the head count whose rows GGUF reorders (rvl_hf_row), else 0. */

@@ -2,7 +2,8 @@
  * hf.c - Hugging Face tensor names and GGUF's (rvl_hf_*): the map the
  * Hugging Face import (convert/convert_hf.c) writes a GGUF with, and that
  * PEFT adapters' targets are resolved through (engine/lora.c), and the
- * safetensors export (convert/dequant_hf.c) writes back. llama's
+ * safetensors export (convert/dequant_hf.c) writes back, for llama
+ * (and Mistral), qwen2, qwen3, gemma2, gemma3 and phi3. llama's
  * q_proj/k_proj rows are stored in GGUF in another order (rotary pairs
  * interleaved, as llama.cpp's convert_hf_to_gguf.py permutes them).
  */
@@ -11,20 +12,47 @@
 
 #include "format/format_int.h"
 
+/* The families the table knows (a bit each). */
+enum { F_LLAMA = 1, F_QWEN2 = 2, F_QWEN3 = 4, F_GEMMA2 = 8, F_GEMMA3 = 16, F_PHI3 = 32,
+       F_ALL = 63, F_GEMMA = F_GEMMA2 | F_GEMMA3 };
+
+static unsigned family_bit(const char *arch)
+{
+    static const char *const names[] = {"llama", "qwen2", "qwen3", "gemma2", "gemma3", "phi3"};
+    for (unsigned i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (!strcmp(arch, names[i]))
+            return 1u << i;
+    return 0;
+}
+
 /* The one name table, both directions: GGUF name parts and Hugging Face
- * ones (the import, PEFT targets and the safetensors export all read it). */
+ * ones (the import, PEFT targets and the safetensors export all read it),
+ * with the families each pair holds in (the first match wins: Gemma's
+ * post_attention_layernorm is a post-norm, Llama's the FFN's pre-norm;
+ * Phi-3's ffn_up is gate and up in one). */
 static const char *const top[][2] = {
     {"token_embd.weight", "model.embed_tokens.weight"},
     {"output_norm.weight", "model.norm.weight"},
     {"output.weight", "lm_head.weight"},
 };
-static const char *const blk[][2] = {
-    {"attn_norm", "input_layernorm"}, {"ffn_norm", "post_attention_layernorm"},
-    {"attn_q", "self_attn.q_proj"}, {"attn_k", "self_attn.k_proj"},
-    {"attn_v", "self_attn.v_proj"}, {"attn_output", "self_attn.o_proj"},
-    {"ffn_gate", "mlp.gate_proj"}, {"ffn_up", "mlp.up_proj"}, {"ffn_down", "mlp.down_proj"},
+static const struct {
+    const char *gguf, *hf;
+    unsigned families;
+} blk[] = {
+    {"attn_norm", "input_layernorm", F_ALL},
+    {"ffn_norm", "post_attention_layernorm", F_ALL & ~F_GEMMA},
+    {"post_attention_norm", "post_attention_layernorm", F_GEMMA},
+    {"ffn_norm", "pre_feedforward_layernorm", F_GEMMA},
+    {"post_ffw_norm", "post_feedforward_layernorm", F_GEMMA},
+    {"attn_q", "self_attn.q_proj", F_ALL}, {"attn_k", "self_attn.k_proj", F_ALL},
+    {"attn_v", "self_attn.v_proj", F_ALL}, {"attn_output", "self_attn.o_proj", F_ALL},
+    {"attn_q_norm", "self_attn.q_norm", F_QWEN3 | F_GEMMA3},
+    {"attn_k_norm", "self_attn.k_norm", F_QWEN3 | F_GEMMA3},
+    {"attn_qkv", "self_attn.qkv_proj", F_PHI3},
+    {"ffn_up", "mlp.gate_up_proj", F_PHI3},
+    {"ffn_gate", "mlp.gate_proj", F_ALL & ~F_PHI3}, {"ffn_up", "mlp.up_proj", F_ALL & ~F_PHI3},
+    {"ffn_down", "mlp.down_proj", F_ALL},
 };
-enum { BLK_Q = 2, BLK_K = 3 };   /* the rows llama's GGUF reorders */
 
 /* Map `name` from one naming (from: 0 GGUF, 1 Hugging Face) to the other:
  * 1 mapped, -1 unknown. The layer must be below n_layer. */
@@ -47,14 +75,19 @@ static int map_name(int from, const char *arch, uint32_t n_layer, uint32_t n_hea
     const char *rest = name + n, *dot = strrchr(rest, '.');
     if (!dot || (strcmp(dot, ".weight") && strcmp(dot, ".bias")))
         return -1;
+    unsigned fam = family_bit(arch);
     for (size_t i = 0; i < sizeof blk / sizeof blk[0]; i++) {
-        size_t k = strlen(blk[i][from]);
-        if ((size_t)(dot - rest) == k && !memcmp(rest, blk[i][from], k)) {
-            snprintf(out, cap, out_fmt[from], l, blk[i][!from], dot);
-            if (!strcmp(arch, "llama") && (i == BLK_Q || i == BLK_K))
-                *perm_heads = i == BLK_Q ? n_head : n_head_kv;
-            return 1;
-        }
+        const char *a = from ? blk[i].hf : blk[i].gguf, *b = from ? blk[i].gguf : blk[i].hf;
+        size_t k = strlen(a);
+        if (!(blk[i].families & fam) || (size_t)(dot - rest) != k || memcmp(rest, a, k))
+            continue;
+        snprintf(out, cap, out_fmt[from], l, b, dot);
+        /* llama's Q/K rows (NeoX families keep Hugging Face's order) */
+        if (fam == F_LLAMA && !strcmp(blk[i].gguf, "attn_q"))
+            *perm_heads = n_head;
+        if (fam == F_LLAMA && !strcmp(blk[i].gguf, "attn_k"))
+            *perm_heads = n_head_kv;
+        return 1;
     }
     return -1;
 }

@@ -15,7 +15,8 @@ Writes the Hugging Face directory of IN with `build/ruvllm dequant
   - greedy generation (16 tokens) gives the same text as `ruvllm run
     --temp 0` on the GGUF file.
 With --tiny, instead, each tiny model of tests/data/tiny/ (llama, tied,
-linear and YaRN RoPE scaling, qwen2 with Q/K/V biases; f32) goes to a
+linear and YaRN RoPE scaling, qwen2 with Q/K/V biases, qwen3 with
+QK-norm; f32) goes to a
 Hugging Face directory whose transformers logits must equal the committed
 ones (tests/ref/gen_tiny_hf.py) within 1e-5 of max |logit|, and back through
 `ruvllm quantize DIR OUT F32` to a GGUF whose tensors equal the original's
@@ -210,7 +211,7 @@ def check_tiny(a):
     tiny = os.path.join(ROOT, "tests/data/tiny")
     ids = [int(x) for x in open(os.path.join(tiny, "tokens.txt")).read().split()]
     bad = 0
-    for name in ["llama", "llama-tied", "llama-linear", "llama-yarn", "qwen2", "llama3"]:
+    for name in ["llama", "llama-tied", "llama-linear", "llama-yarn", "qwen2", "qwen3", "llama3"]:
         src = os.path.join(tiny, name + ".gguf")
         with tempfile.TemporaryDirectory() as tmp:
             hf, back = os.path.join(tmp, "hf"), os.path.join(tmp, "back.gguf")
