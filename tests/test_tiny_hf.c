@@ -2,9 +2,16 @@
  * test_tiny_hf.c - the forward pass gives Hugging Face transformers'
  * logits on tiny random-weight models of the variants no shipped model
  * covers: Llama (untied and tied output), Qwen2 (Q/K/V biases, NeoX
- * RoPE), Llama with linear, YaRN and Llama-3.1 RoPE scaling, and Qwen3
+ * RoPE), Llama with linear, YaRN and Llama-3.1 RoPE scaling, Qwen3
  * (per-head Q/K RMSNorm before RoPE, head_dim 32 from
- * attention.key_length).
+ * attention.key_length), Gemma 2 (soft-caps, alternating 8-position
+ * windows, post-norms, GeGLU, embedding scale), Gemma 3 (five windowed
+ * layers on their own RoPE base, a global one with linear scaling,
+ * QK-norm), Phi-3 (fused tensors, LongRoPE long and short, partial
+ * rotary), Ministral 3 (YaRN with yarn_log_multiplier, attention
+ * temperature) and Mistral with a window (imported by `quantize`, since
+ * llama.cpp's converter drops the window). Windowed models are also run
+ * on a context twice the sequence, one token at a time (the ring).
  *
  * tests/ref/gen_tiny_hf.py built each model with transformers (hidden 64,
  * 2 layers, 4 query heads over 2 KV heads of 16 (qwen3: 32), intermediate 128,
@@ -45,7 +52,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <unistd.h>
+
 #include "ruvllm.h"
+#include "ruvllm_tools.h"
 
 #define DATA_DIR "tests/data/tiny"
 #define REF_TOL 1e-4      /* against transformers, f32 KV cache */
@@ -149,6 +159,7 @@ static void decode(const rvl_model *m, const int32_t *ids, int n_tok, int step,
 {
     const uint32_t n_vocab = rvl_model_hparams(m)->n_vocab;
     const uint32_t chunk = step ? (uint32_t)step : (uint32_t)n_tok;
+    /* a context of the sequence's length: LongRoPE picks its factors by it */
     rvl_ctx_params cp = {.n_ctx = (uint32_t)n_tok, .n_threads = n_threads,
                          .all_logits = chunk > 1, .n_batch = chunk, .kv_type = kv};
     rvl_ctx *c = NULL;
@@ -178,27 +189,36 @@ typedef struct {
     rvl_rope_type rope_type;
     bool qk_norm;
     uint32_t head_dim;       /* 0: 16 */
+    uint32_t n_layer;        /* 0: 2 */
+    const char *gguf;        /* 0: <name>.gguf; else the model file (a path) */
+    int n_tok;               /* 0: all of tokens.txt; else its first n_tok */
+    uint32_t rope_dim;       /* 0: head_dim */
 } variant;
 
 static void check_variant(const variant *v)
 {
     static int32_t ids[MAX_TOKENS];
-    const int n_tok = read_tokens(ids, MAX_TOKENS);
+    int n_tok = read_tokens(ids, MAX_TOKENS);
     assert_true(n_tok >= 48 && n_tok < MAX_TOKENS);
+    if (v->n_tok)
+        n_tok = v->n_tok;
 
     char path[512];
-    snprintf(path, sizeof path, "%s/%s.gguf", DATA_DIR, v->name);
+    if (v->gguf)
+        snprintf(path, sizeof path, "%s", v->gguf);
+    else
+        snprintf(path, sizeof path, "%s/%s.gguf", DATA_DIR, v->name);
     rvl_model *m = NULL;
     if (rvl_model_open(&m, path) < 0)
         fail_msg("%s: %s", path, rvl_errmsg());
     const rvl_hparams *hp = rvl_model_hparams(m);
     assert_string_equal(hp->arch, v->arch);
-    assert_int_equal(hp->n_layer, 2);
+    assert_int_equal(hp->n_layer, v->n_layer ? v->n_layer : 2);
     assert_int_equal(hp->n_embd, 64);
     assert_int_equal(hp->n_head, 4);
     assert_int_equal(hp->n_head_kv, 2);
     assert_int_equal(hp->head_dim, v->head_dim ? v->head_dim : 16);
-    assert_int_equal(hp->rope_dim, hp->head_dim);
+    assert_int_equal(hp->rope_dim, v->rope_dim ? v->rope_dim : hp->head_dim);
     assert_int_equal(hp->block.qk_norm, v->qk_norm);
     assert_int_equal(hp->n_ff, 128);
     assert_int_equal(hp->rope_type, v->rope_type);
@@ -229,6 +249,26 @@ static void check_variant(const variant *v)
         e = compare(what, other, ref, n_tok, nv, REF_TOL);
         e_path_ref = e > e_path_ref ? e : e_path_ref;
     }
+    /* a windowed model on a context twice as long: the ring (kvcache.c)
+     * holds only the window while the positions go on */
+    if (hp->block.swa_window) {
+        rvl_ctx_params cp = {.n_ctx = 2 * (uint32_t)n_tok, .n_threads = 1, .kv_type = RVL_KV_F32};
+        rvl_ctx *c = NULL;
+        if (rvl_ctx_open(&c, m, &cp) < 0)
+            fail_msg("rvl_ctx_open: %s", rvl_errmsg());
+        for (int i = 0; i < n_tok; i++) {
+            const float *lg = NULL;
+            if (rvl_decode(c, ids + i, 1, &lg) < 0)
+                fail_msg("rvl_decode at position %d: %s", i, rvl_errmsg());
+            memcpy(other + (size_t)i * nv, lg, nv * sizeof *other);
+        }
+        rvl_ctx_close(c);
+        if (!hp->has_longrope) { /* LongRoPE's factors follow the context size */
+            snprintf(what, sizeof what, "%s: context of %d vs transformers", v->name, 2 * n_tok);
+            const double e = compare(what, other, ref, n_tok, nv, REF_TOL);
+            e_path_ref = e > e_path_ref ? e : e_path_ref;
+        }
+    }
     /* the default cache (f16, rounded as llama.cpp's CPU path rounds) */
     decode(m, ids, n_tok, 0, 2, RVL_KV_F16, other);
     snprintf(what, sizeof what, "%s: f16 KV cache vs transformers", v->name);
@@ -254,43 +294,118 @@ static void check_variant(const variant *v)
 static void test_llama_matches_transformers(void **state)
 {
     (void)state;
-    check_variant(&(variant){"llama", "llama", false, false, RVL_ROPE_NORM, false, 0});
+    check_variant(&(variant){.name = "llama", .arch = "llama", .rope_type = RVL_ROPE_NORM});
 }
 
 static void test_llama_tied_output_matches_transformers(void **state)
 {
     (void)state;
-    check_variant(&(variant){"llama-tied", "llama", true, false, RVL_ROPE_NORM, false, 0});
+    check_variant(&(variant){.name = "llama-tied", .arch = "llama", .tied = true,
+                             .rope_type = RVL_ROPE_NORM});
 }
 
 static void test_qwen2_biases_and_neox_rope_match_transformers(void **state)
 {
     (void)state;
-    check_variant(&(variant){"qwen2", "qwen2", false, true, RVL_ROPE_NEOX, false, 0});
+    check_variant(&(variant){.name = "qwen2", .arch = "qwen2", .bias = true,
+                             .rope_type = RVL_ROPE_NEOX});
 }
 
 static void test_llama_linear_rope_scaling_matches_transformers(void **state)
 {
     (void)state;
-    check_variant(&(variant){"llama-linear", "llama", false, false, RVL_ROPE_NORM, false, 0});
+    check_variant(&(variant){.name = "llama-linear", .arch = "llama", .rope_type = RVL_ROPE_NORM});
 }
 
 static void test_llama_yarn_rope_scaling_matches_transformers(void **state)
 {
     (void)state;
-    check_variant(&(variant){"llama-yarn", "llama", false, false, RVL_ROPE_NORM, false, 0});
+    check_variant(&(variant){.name = "llama-yarn", .arch = "llama", .rope_type = RVL_ROPE_NORM});
 }
 
 static void test_llama31_rope_freqs_match_transformers(void **state)
 {
     (void)state;
-    check_variant(&(variant){"llama3", "llama", false, false, RVL_ROPE_NORM, false, 0});
+    check_variant(&(variant){.name = "llama3", .arch = "llama", .rope_type = RVL_ROPE_NORM});
 }
 
 static void test_qwen3_qk_norm_matches_transformers(void **state)
 {
     (void)state;
-    check_variant(&(variant){"qwen3", "qwen3", false, false, RVL_ROPE_NEOX, true, 32});
+    check_variant(&(variant){.name = "qwen3", .arch = "qwen3", .rope_type = RVL_ROPE_NEOX,
+                             .qk_norm = true, .head_dim = 32});
+}
+
+/* Gemma 2: soft-capped attention and logits, every other layer windowed
+ * (8 positions, a test of 64), post-norms, GeGLU, embeddings times
+ * sqrt(n_embd), tied output; llama.cpp's converter wrote the file. */
+static void test_gemma2_matches_transformers(void **state)
+{
+    (void)state;
+    check_variant(&(variant){.name = "gemma2", .arch = "gemma2", .tied = true,
+                             .rope_type = RVL_ROPE_NEOX});
+}
+
+/* Gemma 3: five windowed layers on RoPE base 10000, a global one on 1e6
+ * with linear scaling 8, QK-norm, post-norms. */
+static void test_gemma3_matches_transformers(void **state)
+{
+    (void)state;
+    check_variant(&(variant){.name = "gemma3", .arch = "gemma3", .tied = true,
+                             .rope_type = RVL_ROPE_NEOX, .qk_norm = true, .n_layer = 6});
+}
+
+/* Phi-3: fused QKV and gate+up, LongRoPE past its original context of 32
+ * (long factors), and within it (a 32-token context: short factors). */
+static void test_phi3_matches_transformers(void **state)
+{
+    (void)state;
+    check_variant(&(variant){.name = "phi3", .arch = "phi3", .rope_type = RVL_ROPE_NEOX});
+    check_variant(&(variant){.name = "phi3-short", .arch = "phi3", .rope_type = RVL_ROPE_NEOX,
+                             .gguf = DATA_DIR "/phi3.gguf", .n_tok = 32});
+}
+
+/* Phi-4-mini's partial rotary factor: RoPE over 12 of 16 dimensions. */
+static void test_phi3_partial_rotary_matches_transformers(void **state)
+{
+    (void)state;
+    check_variant(&(variant){.name = "phi3-partial", .arch = "phi3", .rope_type = RVL_ROPE_NEOX,
+                             .rope_dim = 12});
+    check_variant(&(variant){.name = "phi3-partial-short", .arch = "phi3",
+                             .rope_type = RVL_ROPE_NEOX, .gguf = DATA_DIR "/phi3-partial.gguf",
+                             .n_tok = 32, .rope_dim = 12});
+}
+
+/* Ministral 3 (mistral3): YaRN with yarn_log_multiplier and Llama 4's
+ * attention temperature past the original context of 32. */
+static void test_ministral3_matches_transformers(void **state)
+{
+    (void)state;
+    check_variant(&(variant){.name = "ministral3", .arch = "mistral3", .rope_type = RVL_ROPE_NORM});
+}
+
+/* Mistral with a window of 8: llama.cpp's converter drops the window
+ * (tests/data/tiny/mistral.gguf has none, and llama.cpp attends to the
+ * whole context); our import keeps it as llama.attention.sliding_window,
+ * and that file gives transformers' logits. */
+static void test_mistral_window_from_our_import_matches_transformers(void **state)
+{
+    (void)state;
+    char dir[] = "/tmp/rvl-tiny-XXXXXX", out[64];
+    assert_non_null(mkdtemp(dir));
+    snprintf(out, sizeof out, "%s/mistral.gguf", dir);
+    rvl_quantize_params qp = {.mix = "F32", .n_threads = 1, .output_type = UINT32_MAX,
+                              .embd_type = UINT32_MAX};
+    if (rvl_quantize_gguf(DATA_DIR "/hf/mistral", out, &qp, NULL) < 0)
+        fail_msg("import of %s/hf/mistral: %s", DATA_DIR, rvl_errmsg());
+    rvl_model *m = NULL;
+    assert_int_equal(rvl_model_open(&m, out), 0);
+    assert_int_equal(rvl_model_hparams(m)->block.swa_window, 8);
+    rvl_model_close(m);
+    check_variant(&(variant){.name = "mistral", .arch = "llama", .rope_type = RVL_ROPE_NORM,
+                             .gguf = out});
+    unlink(out);
+    rmdir(dir);
 }
 
 /* The metadata the loader must have read for the scaled variants. */
@@ -333,6 +448,12 @@ int main(void)
         cmocka_unit_test(test_llama_yarn_rope_scaling_matches_transformers),
         cmocka_unit_test(test_llama31_rope_freqs_match_transformers),
         cmocka_unit_test(test_qwen3_qk_norm_matches_transformers),
+        cmocka_unit_test(test_gemma2_matches_transformers),
+        cmocka_unit_test(test_gemma3_matches_transformers),
+        cmocka_unit_test(test_phi3_matches_transformers),
+        cmocka_unit_test(test_phi3_partial_rotary_matches_transformers),
+        cmocka_unit_test(test_ministral3_matches_transformers),
+        cmocka_unit_test(test_mistral_window_from_our_import_matches_transformers),
         cmocka_unit_test(test_scaled_variants_load_their_rope_scaling_metadata),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -70,6 +70,10 @@ struct rvl_forward {
     float *rope_cos, *rope_sin;   /* (n_ctx, rope_dim/2) */
     float *swa_cos, *swa_sin;     /* the windowed layers' (swa_rope_base), or NULL: the same */
     float kq_scale;               /* 1/sqrt(head_dim) or q_scale, times the RoPE mscale^2 */
+    float rot_mscale;             /* partial rotary (rope_dim < head_dim): the RoPE mscale,
+                                     applied to the rotated dimensions of q and k only (as
+                                     ggml and transformers scale cos and sin), not in
+                                     kq_scale; else 1 */
     float *x;                     /* (UBATCH, dim) residual stream */
     float *xb;                    /* (UBATCH, max(dim, q_dim)) normed input / attention out */
     float *q;                     /* (UBATCH, q_dim) */
@@ -167,6 +171,14 @@ static bool forward_chunk(rvl_forward *c, const int32_t *tokens, uint32_t nb, ui
             const float *sn = rsin + (size_t)(pos0 + t) * half;
             rope_f32_ref(q, hp->n_head, hd, hp->rope_dim, cs, sn, neox);
             rope_f32_ref(k, hp->n_head_kv, hd, hp->rope_dim, cs, sn, neox);
+            if (c->rot_mscale != 1.0f) {
+                for (uint32_t h = 0; h < hp->n_head; h++)
+                    for (uint32_t i = 0; i < hp->rope_dim; i++)
+                        q[(size_t)h * hd + i] *= c->rot_mscale;
+                for (uint32_t h = 0; h < hp->n_head_kv; h++)
+                    for (uint32_t i = 0; i < hp->rope_dim; i++)
+                        k[(size_t)h * hd + i] *= c->rot_mscale;
+            }
             if (B->attn_temp_scale) { /* Llama 4's attention temperature */
                 const float ts = 1.0f + B->attn_temp_scale *
                     logf(floorf((float)(pos0 + t) / (float)hp->rope_orig_ctx) + 1.0f);
@@ -448,6 +460,11 @@ static int cpu_open(rvl_backend **out, const rvl_model *m, const rvl_ctx_params 
         rvl_rope_tables(&sh, NULL, c->n_ctx, c->swa_cos, c->swa_sin, &unused);
     }
     const float q_scale = hp->block.q_scale ? hp->block.q_scale : 1.0f / sqrtf((float)hp->head_dim);
+    c->rot_mscale = 1.0f;
+    if (hp->rope_dim < hp->head_dim && attn_mul != 1.0f) {
+        c->rot_mscale = sqrtf(attn_mul);
+        attn_mul = 1.0f;
+    }
     c->kq_scale = attn_mul * q_scale;
     kp.scale = c->kq_scale;
     kp.softcap = hp->block.attn_softcap;
