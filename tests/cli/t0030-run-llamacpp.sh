@@ -17,15 +17,36 @@
 # choice at margins up to 0.33. tests/ref/README.md has the measurements;
 # tests/test_forward_llamacpp.c checks every step with llama.cpp's own
 # history (teacher forcing). RVL_LLAMACPP_TOL=0.001 runs the strict form.
+#
+# Another model's goldens (tests/cli/t0120-gemma3-run-llamacpp.sh):
+# RVL_LLAMACPP_MODEL and RVL_LLAMACPP_REF name the file and the goldens'
+# directory; the number of tokens comes from greedy.tsv's header. When the
+# directory has a self-agreement.tsv (gen_llamacpp_goldens.py
+# --self-agreement), the bar is llama.cpp's own agreement with itself when
+# it switches attention path (its row RVL_LLAMACPP_BAR, flash-attn): as
+# many continuations equal to llama.cpp's token for token, and as many
+# equal leading tokens in all, as llama.cpp's flash-attention run has with
+# its plain run; per prompt the first difference is then reported, not
+# judged.
 . tests/cli/lib.sh
 
 MODEL=${RVL_LLAMACPP_MODEL:-${XDG_CACHE_HOME:-$HOME/.cache}/ruvllm/models/SmolLM2-135M-Instruct.Q4_1.gguf}
 REF=${RVL_LLAMACPP_REF:-tests/ref/llamacpp}
 TOL=${RVL_LLAMACPP_TOL:-0.5}
+BAR=${RVL_LLAMACPP_BAR:-flash-attn}
 
 if [ ! -f "$MODEL" ]; then
     skip_all "no model at $MODEL (make model)"
 fi
+N=$(sed -n '1s/.*, up to \([0-9]*\) tokens.*/\1/p' "$REF/greedy.tsv")
+bar_equal=""
+if [ -f "$REF/self-agreement.tsv" ]; then
+    # variant, equal, prompts, first differing step per prompt
+    bar_equal=$(awk -F '\t' -v v="$BAR" '$1 == v { print $2 }' "$REF/self-agreement.tsv")
+    bar_firsts=$(awk -F '\t' -v v="$BAR" '$1 == v { print $4 }' "$REF/self-agreement.tsv")
+    assert "llama.cpp's self-agreement ($BAR) is in $REF/self-agreement.tsv" '[ -n "$bar_equal" ] && [ -n "$bar_firsts" ]'
+fi
+bar_lead=0
 
 # verdict EXPECTED OURS MARGINS: "match N", "close STEP OURS THEIRS MARGIN"
 # (first difference at a margin below TOL) or "far STEP OURS THEIRS MARGIN".
@@ -49,10 +70,11 @@ tab=$(printf '\t')
 grep -v '^#' "$REF/greedy.tsv" > "$TMP/golden"
 full=0
 total=0
+lead=0
 while IFS="$tab" read -r id special _ pids toks margins _; do
     flags=""
     [ "$special" = 1 ] && flags="--special"
-    file=tests/ref/llamacpp/prompts/$id.txt
+    file=$REF/prompts/$id.txt
     # shellcheck disable=SC2086 # $flags is empty or one word
     "$RUVLLM" run -m "$MODEL" $flags --tokenize -f "$file" >"$OUT" 2>"$ERR" </dev/null
     got=$(cat "$OUT")
@@ -60,12 +82,28 @@ while IFS="$tab" read -r id special _ pids toks margins _; do
     assert "$id: prompt ids are llama.cpp's ($pids)" '[ "$got" = "$pids" ]'
 
     # shellcheck disable=SC2086
-    "$RUVLLM" run -m "$MODEL" $flags --temp 0 -n 64 --json -f "$file" >"$OUT" 2>"$ERR" </dev/null
-    last="ruvllm run $flags --temp 0 -n 64 --json -f $file"
+    "$RUVLLM" run -m "$MODEL" $flags --temp 0 -n "$N" --json -f "$file" >"$OUT" 2>"$ERR" </dev/null
+    last="ruvllm run $flags --temp 0 -n $N --json -f $file"
     ours=$(sed -n 's/.*"tokens":\[\([0-9,]*\)\].*/\1/p' "$OUT" | tr ',' ' ')
     # shellcheck disable=SC2046 # four or five words, none with spaces
     set -- $(verdict "$toks" "$ours" "$margins")
     total=$((total + 1))
+    if [ -n "$bar_equal" ]; then
+        # llama.cpp's own equal leading tokens on this prompt (-1: all of them)
+        f=$(echo "$bar_firsts" | cut -d' ' -f"$total")
+        [ "${f:--1}" -lt 0 ] && f=$(echo "$toks" | wc -w)
+        bar_lead=$((bar_lead + f))
+        case $1 in
+        match)
+            full=$((full + 1))
+            lead=$((lead + $2))
+            ok "$id: all $2 greedy tokens are llama.cpp's" ;;
+        *)
+            lead=$((lead + $2))
+            ok "$id: greedy tokens are llama.cpp's up to step $2: ruvllm $3, llama.cpp $4 (llama.cpp margin $5)" ;;
+        esac
+        continue
+    fi
     case $1 in
     match)
         full=$((full + 1))
@@ -76,6 +114,12 @@ while IFS="$tab" read -r id special _ pids toks margins _; do
         not_ok "$id: greedy tokens differ from llama.cpp's at step $2: ruvllm $3, llama.cpp $4 (llama.cpp margin $5 >= $TOL)" ;;
     esac
 done < "$TMP/golden"
-echo "# $full of $total continuations match llama.cpp's for every token (TOL $TOL)"
+if [ -n "$bar_equal" ]; then
+    assert "$full of $total continuations are llama.cpp's token for token; llama.cpp with $BAR: $bar_equal" \
+        '[ "$total" -ge 10 ] && [ "$full" -ge "$bar_equal" ]'
+    assert "$lead leading tokens are llama.cpp's in all; llama.cpp with $BAR: $bar_lead" '[ "$lead" -ge "$bar_lead" ]'
+else
+    echo "# $full of $total continuations match llama.cpp's for every token (TOL $TOL)"
+fi
 
 finish

@@ -1,12 +1,26 @@
 #!/usr/bin/env python3
 """Greedy-decoding goldens for `ruvllm run`, made with llama.cpp.
 
-    python3 tests/ref/gen_llamacpp_goldens.py [--check] [--model FILE] [-n N]
+    python3 tests/ref/gen_llamacpp_goldens.py [--set NAME] [--check] [--model FILE] [-n N]
+    python3 tests/ref/gen_llamacpp_goldens.py --set gemma3 --self-agreement
+
+--set names a model and its goldens (SETS below): smollm2 (the default
+model, tests/ref/llamacpp/, 64 tokens, n_ctx 2048; what the text below
+describes) or gemma3 (Gemma 3 270M Q4_K_M, tests/ref/gemma3/, 32 tokens,
+n_ctx 512, BOS in front as its add_bos_token says, GEMMA3_PROMPTS).
+--self-agreement also runs llama.cpp twice more on the same prompts, with
+flash attention on and with flash attention and a q8_0 KV cache, and
+writes self-agreement.tsv: per variant, how many continuations equal the
+golden's token for token and, per prompt, the first step that differs
+(-1: none). That is the bar for ruvllm (tests/cli/t0120-gemma3-run-llamacpp.sh):
+agree with llama.cpp at least as often as llama.cpp agrees with itself
+when it switches attention path.
 
 llama.cpp comes from PyPI (llama-cpp-python, which builds the llama.cpp it
 vendors). For each prompt in PROMPTS below this tokenizes the prompt with
 llama.cpp (no BOS: the default model's add_bos_token is false; special
-tokens parsed only for prompts marked so), evaluates it, then decodes
+tokens parsed only for prompts marked so; BOS only when the model's
+add_bos_token says so), evaluates it, then decodes
 greedily: at each step the argmax of the last position's logits is the
 next token, and the margin between the two largest logits is recorded.
 Generation stops after N tokens (64) or at an end-of-generation token
@@ -77,9 +91,33 @@ PROMPTS = [
 ]
 
 
-def default_model():
+# Gemma 3 270M is a base model (no chat template in the file): the chat
+# prompt is Gemma's turn markup, written out. No "whitespace" prompt: on
+# this model its continuation is blank tokens at near ties.
+GEMMA3_PROMPTS = [p for p in PROMPTS if p[0] not in ("chatml", "whitespace")] + [
+    ("gemma-turn", True, "<start_of_turn>user\nWhat is the boiling point of water at sea level?"
+                         "<end_of_turn>\n<start_of_turn>model\n"),
+    ("ja", False, "日本の首都は東京です。東京は"),
+]
+
+SETS = {
+    "smollm2": {"model": DEFAULT_MODEL_FILE, "out": OUT, "prompts": PROMPTS, "n": 64, "n_ctx": 2048},
+    "gemma3": {"model": "gemma-3-270m-q4_k_m.gguf", "out": HERE / "gemma3", "prompts": GEMMA3_PROMPTS,
+               "n": 32, "n_ctx": 512},
+}
+
+# llama.cpp run other ways, for its self-agreement (--self-agreement):
+# name -> Llama() arguments. A quantized V cache needs flash attention.
+GGML_TYPE_Q8_0 = 8
+VARIANTS = [
+    ("flash-attn", {"flash_attn": True}),
+    ("q8_0-kv", {"flash_attn": True, "type_k": GGML_TYPE_Q8_0, "type_v": GGML_TYPE_Q8_0}),
+]
+
+
+def default_model(name=DEFAULT_MODEL_FILE):
     cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(cache, "ruvllm", "models", DEFAULT_MODEL_FILE)
+    return os.path.join(cache, "ruvllm", "models", name)
 
 
 def versions():
@@ -102,9 +140,13 @@ def versions():
     return v
 
 
+def add_bos(llm):
+    return bool(llm._model.add_bos_token()) if hasattr(llm._model, "add_bos_token") else False
+
+
 def greedy(llm, prompt, special, n_max):
     """Prompt ids, generated ids, top-2 margins and second-best ids."""
-    ids = llm.tokenize(prompt.encode("utf-8"), add_bos=False, special=special)
+    ids = llm.tokenize(prompt.encode("utf-8"), add_bos=add_bos(llm), special=special)
     llm.reset()
     llm.eval(ids)
     out, margins, seconds = [], [], []
@@ -146,14 +188,15 @@ def plain_cpu_backend():
     lc.llama_model_default_params = params
 
 
-def make_lines(model, n_max, threads, kv_f32=False):
+def make_lines(model, n_max, threads, kv_f32=False, prompts=PROMPTS, n_ctx=2048, extra=None):
     plain_cpu_backend()
     from llama_cpp import Llama
     kv = {"type_k": 0, "type_v": 0} if kv_f32 else {}  # GGML_TYPE_F32
-    llm = Llama(model_path=model, n_ctx=2048, n_batch=512, logits_all=True,
+    kv.update(extra or {})
+    llm = Llama(model_path=model, n_ctx=n_ctx, n_batch=512, logits_all=True,
                 n_threads=threads, n_threads_batch=threads, verbose=False, **kv)
     rows = []
-    for pid, special, text in PROMPTS:
+    for pid, special, text in prompts:
         ids, out, margins, seconds = greedy(llm, text, special, n_max)
         first_tie = next((i for i, m in enumerate(margins) if m < TIE), -1)
         rows.append((pid, special, text, ids, out, margins, seconds, first_tie))
@@ -180,23 +223,56 @@ def parse(path):
     return rows
 
 
+def first_diff(a, b):
+    """The first step where two token lists differ (-1: equal)."""
+    for i in range(max(len(a), len(b))):
+        if i >= len(a) or i >= len(b) or a[i] != b[i]:
+            return i
+    return -1
+
+
+def self_agreement(a, st, rows):
+    """llama.cpp against itself: each VARIANTS run's continuations against
+    the golden rows (f16 KV, no flash attention)."""
+    lines = ["# llama.cpp's greedy continuations of " + os.path.basename(a.model)
+             + " run other ways, against greedy.tsv; made by tests/ref/gen_llamacpp_goldens.py"
+             + f" --set {a.set} --self-agreement",
+             "# variant\tequal (continuations equal token for token)\tprompts"
+             "\tfirst differing step per prompt (-1: none), in greedy.tsv's order"]
+    for name, extra in VARIANTS:
+        other = make_lines(a.model, a.n, a.threads, prompts=st["prompts"], n_ctx=st["n_ctx"], extra=extra)
+        firsts = [first_diff(r[4], o[4]) for r, o in zip(rows, other)]
+        equal = sum(1 for f in firsts if f < 0)
+        print(f"{name}: {equal} of {len(rows)} equal; first differences {firsts}", file=sys.stderr)
+        lines.append("\t".join([name, str(equal), str(len(rows)), " ".join(str(f) for f in firsts)]))
+    return lines
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--model", default=default_model())
-    ap.add_argument("-n", type=int, default=64, help="tokens to generate per prompt")
+    ap.add_argument("--set", default="smollm2", choices=sorted(SETS), help="model and goldens")
+    ap.add_argument("--model", help="model file (default: the set's, in the ruvllm cache)")
+    ap.add_argument("-n", type=int, help="tokens to generate per prompt (default: the set's)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--check", action="store_true", help="compare with the committed goldens")
     ap.add_argument("--kv-f32", action="store_true", help="f32 KV cache in llama.cpp (default f16)")
-    ap.add_argument("--out", type=Path, default=OUT, help="output directory (default tests/ref/llamacpp)")
+    ap.add_argument("--self-agreement", action="store_true",
+                    help="also run llama.cpp with flash attention and a q8_0 KV cache; write self-agreement.tsv")
+    ap.add_argument("--out", type=Path, help="output directory (default: the set's, tests/ref/llamacpp for smollm2)")
     a = ap.parse_args()
-    if a.kv_f32 and a.out == OUT and not a.check:
+    st = SETS[a.set]
+    a.model = a.model or default_model(st["model"])
+    a.n = a.n or st["n"]
+    a.out = a.out or st["out"]
+    if a.kv_f32 and a.out == st["out"] and not a.check:
         ap.error("--kv-f32 writes measurements, not the goldens: give --out DIR")
 
-    rows = make_lines(a.model, a.n, a.threads, a.kv_f32)
+    rows = make_lines(a.model, a.n, a.threads, a.kv_f32, prompts=st["prompts"], n_ctx=st["n_ctx"])
     header = ["# greedy continuations by llama.cpp of " + os.path.basename(a.model)
-              + f", up to {a.n} tokens; made by tests/ref/gen_llamacpp_goldens.py"]
+              + f", up to {a.n} tokens; made by tests/ref/gen_llamacpp_goldens.py"
+              + ("" if a.set == "smollm2" else f" --set {a.set}")]
     header += ["# " + v for v in versions()]
-    header.append("# llama.cpp context: n_ctx 2048, n_batch 512, KV cache "
+    header.append(f"# llama.cpp context: n_ctx {st['n_ctx']}, n_batch 512, KV cache "
                   + ("f32" if a.kv_f32 else "f16 (default)")
                   + ", no flash attention, weights in plain CPU buffers (no repack/AMX)")
     header.append("# id\tspecial\tprompt\tprompt_ids\ttokens\tmargins\tsecond_ids\tfirst_tie")
@@ -218,9 +294,12 @@ def main():
         return 1 if bad else 0
 
     (a.out / "prompts").mkdir(parents=True, exist_ok=True)
-    for pid, _, text in PROMPTS:
+    for pid, _, text in st["prompts"]:
         (a.out / "prompts" / f"{pid}.txt").write_bytes(text.encode("utf-8"))
     (a.out / "greedy.tsv").write_text("\n".join(header + lines) + "\n", encoding="utf-8")
+    if a.self_agreement:
+        (a.out / "self-agreement.tsv").write_text("\n".join(self_agreement(a, st, rows)) + "\n",
+                                                 encoding="utf-8")
     return 0
 
 

@@ -19,9 +19,27 @@ File (little-endian; see `man ruvllm-bench`, LOGITS FILE):
 The file is 4 * n_vocab bytes per scored position (~50 MB per 512-token
 window for a 49152-token vocabulary): write it outside the repository.
 
+A model with a large vocabulary (Gemma 3: 262144 tokens, 1 MiB per
+position) gets the compact form instead, --top K ("RVLTOPK\\0", version 1):
+the same header fields plus k (u32) after n_windows and before bos, the
+same tokens, then per scored position the log-probability of all tokens
+outside the top K (f32, the tail), the top K ids (i32, most likely first)
+and their log-probabilities (f32), and the XXH3-64 of all bytes before.
+KL is then taken over the K tokens and the tail as one more outcome:
+sum_i p_i (log p_i - log q_i) + p_tail (log p_tail - log q_tail), q_tail
+being the other side's probability of the same tail (a lower bound of
+the full KL, tight when the top K hold most of the mass); top-1 agreement
+is exact. tests/test_llamacpp_kl.c reads this form; --variants measures
+llama.cpp against itself the same way (flash attention on; flash
+attention and a q8_0 KV cache) and writes OUT's .txt beside it: that is
+the bar for ruvllm.
+
 usage:
   tests/ref/kl_base_llamacpp.py MODEL TEXT N_CTX N_WINDOWS OUT.logp [--kv-f32] [--flash-attn]
       write the base file from llama.cpp
+  tests/ref/kl_base_llamacpp.py MODEL TEXT N_CTX N_WINDOWS OUT.topk --top K [--variants]
+      write the compact base file (and, with --variants, OUT.txt: llama.cpp's
+      perplexity and its KL/top-1 against itself run other ways)
   tests/ref/kl_base_llamacpp.py MODEL TEXT N_CTX N_WINDOWS --compare BASE.logp [--kv-f32]
       a fresh llama.cpp pass against BASE (checks this script: 0 against
       its own output)
@@ -92,13 +110,25 @@ class Base:
             self.n_windows, self.rows, self.n_vocab)
 
 
-def llama_windows(model, text, n_ctx, n_windows, kv_f32, flash_attn=False):
+# llama.cpp run other ways (--variants): name -> Llama() arguments. A
+# quantized V cache needs flash attention.
+GGML_TYPE_Q8_0 = 8
+VARIANTS = [
+    ("flash-attn", {"flash_attn": True}),
+    ("q8_0-kv", {"flash_attn": True, "type_k": GGML_TYPE_Q8_0, "type_v": GGML_TYPE_Q8_0}),
+]
+TOPK_MAGIC = b"RVLTOPK\0"
+TOPK_HEADER = 36
+
+
+def llama_windows(model, text, n_ctx, n_windows, kv_f32, flash_attn=False, extra=None):
     """Yield (tokens of all windows, bos) then, per window, its scored log-probability rows."""
     plain_cpu_backend()
     from llama_cpp import Llama
     kv = {"type_k": 0, "type_v": 0} if kv_f32 else {}  # GGML_TYPE_F32
     if flash_attn:
         kv["flash_attn"] = True
+    kv.update(extra or {})
     llm = Llama(model_path=model, n_ctx=n_ctx, n_batch=n_ctx, logits_all=True, verbose=False,
                 n_threads=2, n_threads_batch=2, **kv)
     add_bos = llm._model.add_bos_token() if hasattr(llm._model, "add_bos_token") else True
@@ -226,6 +256,94 @@ def diff(a):
               f"max {margins.max():.4f}, < 0.05 in {np.mean(margins < 0.05) * 100:.0f} %")
 
 
+def topk_row(lp, k):
+    """(log p of the tail, top-k ids, their log-probabilities) of one row."""
+    ids = np.argsort(-lp, kind="stable")[:k]
+    rest = np.delete(lp.astype(np.float64), ids)
+    m = rest.max()
+    tail = m + math.log(np.exp(rest - m).sum())
+    return tail, ids.astype("<i4"), lp[ids].astype("<f4")
+
+
+def kl_topk(tail, ids, top, other):
+    """KL over the top-k tokens and the tail as one outcome (see the file's
+    doc) of a base row (tail, ids, top) from a full log-probability row."""
+    o = other.astype(np.float64)
+    t = top.astype(np.float64)
+    kl = float((np.exp(t) * (t - o[ids])).sum())
+    q_tail = np.exp(np.delete(o, ids)).sum()  # the tail summed, not 1 - the top
+    kl += math.exp(tail) * (tail - math.log(max(q_tail, 1e-300)))
+    return max(kl, 0.0)
+
+
+def write_topk(a):
+    gen = llama_windows(a.model, a.text, a.n_ctx, a.n_windows, a.kv_f32)
+    tokens, bos, n_vocab, nw = next(gen)
+    first = a.n_ctx // 2
+    h = xxhash.xxh3_64()
+    rows, nll = [], []
+    buf = [TOPK_MAGIC + struct.pack("<6Ii", VERSION, n_vocab, a.n_ctx, first, nw, a.top, bos),
+           tokens.tobytes()]
+    for i, (w, lp) in enumerate(gen):
+        for j in range(lp.shape[0]):
+            tail, ids, top = topk_row(lp[j], a.top)
+            rows.append((tail, ids, top))
+            buf.append(struct.pack("<f", tail) + ids.tobytes() + top.tobytes())
+        nll.extend(-lp[j - first, w[j + 1]] for j in range(first, a.n_ctx - 1))
+        print(f"[{i + 1}/{nw}] PPL {math.exp(np.mean(nll)):.4f}", file=sys.stderr, flush=True)
+    data = b"".join(buf)
+    h.update(data)
+    tmp = a.out + ".tmp"
+    with open(tmp, "wb") as f:
+        f.write(data + struct.pack("<Q", h.intdigest()))
+    os.replace(tmp, a.out)
+    ppl = math.exp(np.mean(nll))
+    print(f"llama.cpp PPL {ppl:.4f} over {len(nll)} tokens; wrote {a.out}")
+    per = len(nll) // nw
+    win_ppl = [math.exp(np.mean(nll[i * per:(i + 1) * per])) for i in range(nw)]
+    if not a.variants:
+        return
+    import hashlib
+    import platform
+    import llama_cpp
+    raw = open(a.text, "rb").read()
+    lines = [f"# llama.cpp (llama-cpp-python {llama_cpp.__version__}), python {platform.python_version()}, "
+             f"numpy {np.__version__}; made by tests/ref/kl_base_llamacpp.py --top {a.top} --variants",
+             f"# model {os.path.basename(a.model)}, text sha256 {hashlib.sha256(raw).hexdigest()}, "
+             f"n_ctx {a.n_ctx}, windows {nw}, positions {a.n_ctx // 2}..{a.n_ctx - 2} of each scored, "
+             f"threads 2, weights in plain CPU buffers",
+             "# base: f16 KV, no flash attention (the .topk file); variants: KL over the top "
+             f"{a.top} + tail against the base, the share of positions with the base's top token, PPL",
+             f"base ppl {ppl:.6f} tokens {len(nll)}"]
+    lines += [f"base window {i + 1} ppl {p:.6f}" for i, p in enumerate(win_ppl)]
+    for name, extra in VARIANTS:
+        g = llama_windows(a.model, a.text, a.n_ctx, a.n_windows, False, extra=extra)
+        next(g)
+        kls, same, vn, r = [], [], [], 0
+        for w, lp in g:
+            for j in range(lp.shape[0]):
+                tail, ids, top = rows[r]
+                r += 1
+                kls.append(kl_topk(tail, ids, top, lp[j]))
+                same.append(int(np.argmax(lp[j])) == int(ids[0]))
+            vn.extend(-lp[j - first, w[j + 1]] for j in range(first, a.n_ctx - 1))
+        kls, same, vn = np.array(kls), np.array(same), np.array(vn)
+        line = (f"{name} kl_mean {kls.mean():.6g} kl_max {kls.max():.6g} same_top {same.mean():.6f} "
+                f"ppl {math.exp(vn.mean()):.6f}")
+        print(line, file=sys.stderr)
+        lines.append(line)
+        # per window too: a run over fewer windows (under the sanitizers) has its own bar
+        per = len(kls) // nw
+        for i in range(nw):
+            sl = slice(i * per, (i + 1) * per)
+            lines.append(f"{name} window {i + 1} kl_mean {kls[sl].mean():.6g} same_top {same[sl].mean():.6f}"
+                         f" ppl {math.exp(vn[sl].mean()):.6f}")
+    txt = os.path.splitext(a.out)[0] + ".txt"
+    with open(txt, "w") as f:
+        f.write("\n".join(lines) + "\n")
+    print(f"wrote {txt}")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("args", nargs="*", help="MODEL TEXT N_CTX N_WINDOWS [OUT]")
@@ -233,6 +351,9 @@ def main():
     ap.add_argument("--flash-attn", action="store_true", help="llama.cpp's flash attention (default off)")
     ap.add_argument("--compare", metavar="BASE", help="compare a fresh llama.cpp pass with BASE")
     ap.add_argument("--diff", nargs=2, metavar=("BASE", "OTHER"), help="compare two files")
+    ap.add_argument("--top", type=int, default=0, help="write the compact form: the top K of each row")
+    ap.add_argument("--variants", action="store_true",
+                    help="with --top: llama.cpp against itself (flash attention, q8_0 KV) into OUT.txt")
     a = ap.parse_args()
     if a.diff:
         return diff(a)
@@ -243,6 +364,8 @@ def main():
     if a.compare:
         return compare(a)
     a.out = a.args[4]
+    if a.top:
+        return write_topk(a)
     write(a)
 
 
