@@ -2,15 +2,18 @@
  * kvcache.c - the paged, tiered KV cache and attention over it (contract
  * and tier rules in kvcache.h).
  *
- * Memory: per tier t and kind (keys, values) one pool of n_layer * cap[t]
- * slots, allocated at open; cap[0] covers the hot tier plus the page being
- * filled and the next one (a batch crosses at most one page boundary),
- * cap[1] the warm tier, cap[2] every page. One free-slot stack per tier.
+ * Memory: per layer group (the layers of one sliding window, or the
+ * global ones), tier t and kind (keys, values) one pool of the group's
+ * layers * cap[t] slots, allocated at open; cap[0] covers the hot tier plus
+ * the page being filled and the next one (a batch crosses at most one page
+ * boundary), cap[1] the warm tier, cap[2] every page; a window's caps are
+ * at most its ring. One free-slot stack per group and tier.
  * Nothing is allocated after open except by rvl_kvcache_shift.
  *
  * Attention of a query token at position qp over one layer:
- *   pages [0, f0) are quantized (tiers 1, 2: any mix of formats), pages
- *   [f0, qp / 32] are tier 0 (f16/f32). The tier-0 region runs through
+ *   pages [lo / 32, f0) are quantized (tiers 1, 2: any mix of formats;
+ *   lo the first key the query sees: 0, or qp + 1 - W with a window W),
+ *   pages [f0, qp / 32] are tier 0 (f16/f32). The tier-0 region runs through
  *   attn.h's kernels (decode_chunk; or prefill when f0 = 0, the whole
  *   context in tier 0), restricted to keys >= 32 f0 through their window
  *   mask; the quantized region through kvq.h's page readers with an
