@@ -624,6 +624,22 @@ int rvl_ctx_shift(rvl_ctx *c, uint32_t keep, uint32_t n_discard);
  * formats: tier 0 (f16/f32), tier 1 and tier 2 (the same for fixed
  * formats). */
 double rvl_ctx_kv_token_bytes(const rvl_ctx *c, int tier);
+/* What the KV cache holds at a context of n positions (n is capped at
+ * n_ctx; bytes of K + V pages, every kv head; each page in the tier its
+ * age gives): a global layer holds every position, a layer with a sliding
+ * window only its ring (the window, a batch and partial pages); per token
+ * of context: bytes / n. */
+typedef struct {
+    uint32_t n;                   /* positions */
+    uint32_t n_global, n_windowed;   /* layers of each kind */
+    uint32_t window;              /* the largest window (0: no windowed layer) */
+    double global_layer_bytes;    /* one global layer holds (their mean) */
+    double windowed_layer_bytes;  /* one windowed layer holds (their mean) */
+    uint64_t bytes;               /* every layer holds */
+    uint64_t bytes_untrimmed;     /* every layer would hold if none had a window */
+} rvl_kv_usage;
+/* RVL_EUNSUPPORTED for a backend whose cache is its own (not cpu). */
+int rvl_ctx_kv_usage(const rvl_ctx *c, uint32_t n, rvl_kv_usage *u);
 /* For benchmarks: append n positions of random N(0, 1) keys and values to
  * every layer's cache without running the model (a context depth whose
  * values do not matter, only its size and formats). */

@@ -101,11 +101,12 @@ static void ref_attn(const float *q, const float *keys, const float *vals, size_
     free(s);
 }
 
-/* every position of one layer as the cache holds it, (pos, kvd) */
+/* every position of one layer as the cache holds it, (pos, kvd); a
+ * windowed layer's from its first page on */
 static void cache_rows(rvl_kvcache *kc, uint32_t l, int kind, uint32_t n, float *dst)
 {
     float page[32 * HD];
-    for (uint32_t pg = 0; pg * 32 < n; pg++)
+    for (uint32_t pg = rvl_kvcache_first_page(kc, l); pg * 32 < n; pg++)
         for (uint32_t h = 0; h < NKV; h++) {
             rvl_kvcache_read_page(kc, l, kind, pg, h, page);
             for (uint32_t j = 0; j < 32 && pg * 32 + j < n; j++)
@@ -118,9 +119,20 @@ typedef struct {
     double exact_err;    /* RMS(out - exact ref) / RMS(exact ref) */
 } errs;
 
+static errs run_cache_w(rvl_kvcache *kc, rvl_pool *pool, int n, const int *batches, int nbatches,
+                        const uint32_t *win);
+
 /* Feeds positions rvl_kvcache_n .. n - 1 in batches of the sizes given (cycled), and
  * after each batch compares every query's attention with both references. */
 static errs run_cache(rvl_kvcache *kc, rvl_pool *pool, int n, const int *batches, int nbatches)
+{
+    return run_cache_w(kc, pool, n, batches, nbatches, NULL);
+}
+
+/* The same with a sliding window per layer (win[l], 0: none; NULL: no
+ * windows): the references see only the keys qp - W < t <= qp. */
+static errs run_cache_w(rvl_kvcache *kc, rvl_pool *pool, int n, const int *batches, int nbatches,
+                        const uint32_t *win)
 {
     static float out[32][QD], ck[NCTX * KVD], cv[NCTX * KVD];
     double e2 = 0, r2 = 0, cmax = 0;
@@ -138,10 +150,12 @@ static errs run_cache(rvl_kvcache *kc, rvl_pool *pool, int n, const int *batches
             for (int t = 0; t < nb; t++)
                 for (int h = 0; h < NH; h++) {
                     const int kh = h / (NH / NKV), qp = pos + t;
+                    const int w = win ? (int)win[l] : 0, lo = w && qp + 1 > w ? qp + 1 - w : 0;
                     double rc[HD], rx[HD];
-                    ref_attn(Q[qp] + h * HD, ck + kh * HD, cv + kh * HD, KVD, qp + 1, 1.0 / 8, rc);
-                    ref_attn(Q[qp] + h * HD, K[l][0] + kh * HD, V[l][0] + kh * HD, KVD, qp + 1,
-                             1.0 / 8, rx);
+                    ref_attn(Q[qp] + h * HD, ck + (size_t)lo * KVD + kh * HD,
+                             cv + (size_t)lo * KVD + kh * HD, KVD, qp + 1 - lo, 1.0 / 8, rc);
+                    ref_attn(Q[qp] + h * HD, K[l][lo] + kh * HD, V[l][lo] + kh * HD, KVD,
+                             qp + 1 - lo, 1.0 / 8, rx);
                     for (int e = 0; e < HD; e++) {
                         const double o = out[t][h * HD + e];
                         cmax = fmax(cmax, fabs(o - rc[e]));
@@ -226,9 +240,9 @@ static void test_kvcache_pages_age_through_tiers(void **state)
                 const uint32_t age = n - (pg + 1) * 32;
                 want = age < 32 ? 0 : age < 96 ? 1 : 2;
             }
-            if (rvl_kvcache_page_tier(kc, pg) != want)
+            if (rvl_kvcache_page_tier(kc, 0, pg) != want)
                 fail_msg("after %u positions page %u is in tier %d, expected %d", n, pg,
-                         rvl_kvcache_page_tier(kc, pg), want);
+                         rvl_kvcache_page_tier(kc, 0, pg), want);
         }
         if (n == 96) {
             /* re-encoded as q8: the keys come back within q8's step */
@@ -265,14 +279,14 @@ static void test_kvcache_truncate_into_quantized_page_decodes_it(void **state)
     rvl_kvcache *kc;
     assert_int_equal(rvl_kvcache_open(&kc, &p, 2), 0);
     fill(kc, 100);
-    assert_int_equal(rvl_kvcache_page_tier(kc, 2), 1);
+    assert_int_equal(rvl_kvcache_page_tier(kc, 0, 2), 1);
     float q4rows[32 * HD], rows[32 * HD];
     rvl_kvcache_read_page(kc, 1, 0, 2, 0, q4rows);
     assert_int_equal(rvl_kvcache_truncate(kc, 101), RVL_ERANGE);
     assert_int_equal(rvl_kvcache_truncate(kc, 70), 0);
     assert_int_equal(rvl_kvcache_n(kc), 70);
     assert_int_equal(rvl_kvcache_n_pages(kc), 3);
-    assert_int_equal(rvl_kvcache_page_tier(kc, 2), 0); /* the page being filled: full precision */
+    assert_int_equal(rvl_kvcache_page_tier(kc, 0, 2), 0); /* the page being filled: full precision */
     rvl_kvcache_read_page(kc, 1, 0, 2, 0, rows);
     for (int i = 0; i < 6 * HD; i++) /* its rows: the q4 reconstruction, rounded to f16 */
         assert_true(fabsf(rows[i] - q4rows[i]) <= 1e-3f * (fabsf(q4rows[i]) + 1));
@@ -398,9 +412,9 @@ static void test_kvcache_sink_page_stays_f16(void **state)
     assert_int_equal(rvl_kvcache_open(&kc, &p, 2), 0);
     const errs e = run_cache(kc, pool, 200, (const int[]){1, 7, 32}, 3);
     assert_true(e.cache_err < 1e-4);
-    assert_int_equal(rvl_kvcache_page_tier(kc, 0), 0);
+    assert_int_equal(rvl_kvcache_page_tier(kc, 0, 0), 0);
     for (uint32_t pg = 1; pg < 200 / 32; pg++)
-        assert_int_equal(rvl_kvcache_page_tier(kc, pg), 1);
+        assert_int_equal(rvl_kvcache_page_tier(kc, 0, pg), 1);
     /* the sink page holds the keys and values at f16 precision */
     float page[32 * HD];
     for (int kind = 0; kind < 2; kind++)
@@ -417,8 +431,8 @@ static void test_kvcache_sink_page_stays_f16(void **state)
     /* truncating into the sink and refilling keeps it f16 */
     assert_int_equal(rvl_kvcache_truncate(kc, 20), 0);
     fill(kc, 150);
-    assert_int_equal(rvl_kvcache_page_tier(kc, 0), 0);
-    assert_int_equal(rvl_kvcache_page_tier(kc, 1), 1);
+    assert_int_equal(rvl_kvcache_page_tier(kc, 0, 0), 0);
+    assert_int_equal(rvl_kvcache_page_tier(kc, 0, 1), 1);
     rvl_kvcache_close(kc);
     rvl_pool_close(pool);
 }
@@ -465,7 +479,7 @@ static void test_kvcache_centres_quantized_keys(void **state)
         for (uint32_t h = 0; h < NKV; h++) {
             double e2 = 0, s2 = 0;
             for (uint32_t pg = 2; pg < 6; pg++) {
-                assert_int_equal(rvl_kvcache_page_tier(kc, pg), 1);
+                assert_int_equal(rvl_kvcache_page_tier(kc, 0, pg), 1);
                 rvl_kvcache_read_page(kc, (uint32_t)l, 0, pg, h, page);
                 for (int j = 0; j < 32; j++)
                     for (int d = 0; d < HD; d++) {
@@ -495,74 +509,206 @@ static void test_kvcache_centres_quantized_keys(void **state)
     rvl_kvcache_close(kc);
 }
 
-/* Sliding windows: with a window of W = 40 on both layers (f16 and f32
- * caches), each query's attention equals the reference over only its last
- * W keys (itself included); pages entirely outside the window are freed
- * as positions advance (the pool is sized for the window: 300 positions
- * run in a ring of 5 page slots of the context's 10), a truncate that would need freed keys is
- * refused, and a quantized cache refuses windows. */
-static void test_kvcache_sliding_window_attends_last_w_keys(void **state)
+/* The bytes the cache's pages hold now, every layer (K + V, every head). */
+static uint64_t held_bytes(const rvl_kvcache *kc)
+{
+    uint64_t b = 0;
+    for (uint32_t l = 0; l < NL; l++)
+        for (uint32_t pg = rvl_kvcache_first_page(kc, l); pg < rvl_kvcache_n_pages(kc); pg++) {
+            const int t = rvl_kvcache_page_tier(kc, l, pg);
+            b += NKV * (rvl_kvcache_page_bytes(kc, 0, t) + rvl_kvcache_page_bytes(kc, 1, t));
+        }
+    return b;
+}
+
+enum { W = 40, RING = (W + 32 + 31) / 32 + 2 };   /* RING: 5 pages */
+
+/* Sliding windows on every format: layer 0 with a window of W = 40, layer
+ * 1 global (Gemma's mix), then both windowed: each query's attention
+ * equals the reference over only its last W keys (itself included) on
+ * the windowed layer, over every key on the global one, both over what
+ * the cache holds (the machinery: the mask on quantized pages too) and
+ * over the exact keys (the formats' error). The windowed layer keeps a
+ * ring of at most 5 pages (the window, a batch, partial pages) of the 10
+ * that 300 positions take, while the global layer keeps every page; the
+ * bytes held are what rvl_kvcache_usage says. */
+static void test_kvcache_sliding_windows_on_every_format(void **state)
 {
     (void)state;
-    enum { W = 40, N = 300 };
-    const uint32_t win[NL] = {W, W};
-    rvl_pool *pool = NULL;
+    static const struct {
+        const char *name;
+        int k[3], v[3];
+        uint32_t hot, warm;
+        double tol;
+    } cases[] = {
+        {"f32", {F32, F32, F32}, {F32, F32, F32}, U, U, 1e-6},
+        {"f16", {F16, F16, F16}, {F16, F16, F16}, U, U, 2e-3},
+        {"q8", {F16, Q8, Q8}, {F16, Q8, Q8}, 0, U, 3e-2},
+        {"q4", {F16, Q4, Q4}, {F16, Q4, Q4}, 0, U, 0.15},
+        {"tq4", {F16, TQ4, TQ4}, {F16, TQ4, TQ4}, 0, U, 0.2},
+        {"tq3", {F16, TQ3, TQ3}, {F16, TQ3, TQ3}, 0, U, 0.35},
+        {"tiered 16/32/tq4", {F16, Q8, TQ4}, {F16, Q8, TQ4}, 16, 32, 0.2},
+        {"keys q8, values tq4", {F16, Q8, Q8}, {F16, TQ4, TQ4}, 0, U, 0.15},
+        {"keys f32, values q4", {F32, F32, F32}, {F32, Q4, Q4}, 0, U, 0.15},
+    };
+    static const uint32_t layouts[2][NL] = {{W, 0}, {W, W}};
+    static const int batches[] = {1, 5, 32, 3, 1, 1, 7, 32, 1};
+    rvl_pool *pool;
     assert_int_equal(rvl_pool_open(&pool, 2), 0);
-    for (int ci = 0; ci < 2; ci++) {
-        rvl_kvcache_params p = geometry();
-        const int f = ci ? F32 : F16;
-        set_fmt(&p, (int[]){f, f, f}, (int[]){f, f, f}, U, U);
-        p.window = win;
-        rvl_kvcache *kc;
-        assert_int_equal(rvl_kvcache_open(&kc, &p, 2), 0);
-        static float out[32][QD];
-        double mx = 0;
-        const int batches[] = {1, 5, 32, 3};
-        int pos = 0, bi = 0;
-        while (pos < N) {
-            int nb = batches[bi++ % 4];
-            nb = nb > N - pos ? N - pos : nb;
-            rvl_kvcache_begin(kc, (uint32_t)nb);
-            for (int l = 0; l < NL; l++)
-                rvl_kvcache_write(kc, (uint32_t)l, (uint32_t)pos, (uint32_t)nb, K[l][pos], KVD, V[l][pos], KVD);
-            for (int l = 0; l < NL; l++) {
-                rvl_kvcache_attend(kc, pool, (uint32_t)l, Q[pos], QD, (uint32_t)pos, (uint32_t)nb, out[0], QD);
-                for (int t = 0; t < nb; t++)
-                    for (int h = 0; h < NH; h++) {
-                        const int kh = h / (NH / NKV), qp = pos + t, lo = qp - W + 1 > 0 ? qp - W + 1 : 0;
-                        double r[HD];
-                        ref_attn(Q[qp] + h * HD, K[l][lo] + kh * HD, V[l][lo] + kh * HD, KVD,
-                                 qp - lo + 1, 1.0 / 8, r);
-                        for (int e = 0; e < HD; e++)
-                            mx = fmax(mx, fabs(out[t][h * HD + e] - r[e]));
-                    }
-            }
-            rvl_kvcache_commit(kc, (uint32_t)nb);
-            pos += nb;
-            /* every page older than the next query's window is freed */
-            const uint32_t want = pos + 1 - W > 0 ? (uint32_t)(pos + 1 - W) / 32 : 0;
-            if (rvl_kvcache_n_dropped(kc) != want)
-                fail_msg("at %d positions %u pages dropped, expected %u", pos, rvl_kvcache_n_dropped(kc), want);
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        for (int lay = 0; lay < 2; lay++) {
+            rvl_kvcache_params p = geometry();
+            set_fmt(&p, cases[i].k, cases[i].v, cases[i].hot, cases[i].warm);
+            p.sink = cases[i].hot == U ? 0 : 32;
+            p.window = layouts[lay];
+            rvl_kvcache *kc;
+            if (rvl_kvcache_open(&kc, &p, 2) != 0)
+                fail_msg("%s: %s", cases[i].name, rvl_errmsg());
+            assert_int_equal(rvl_kvcache_window(kc, 0), W);
+            assert_int_equal(rvl_kvcache_window(kc, 1), layouts[lay][1]);
+            errs e = run_cache_w(kc, pool, 300, batches, 9, layouts[lay]);
+            print_message("window %d on %-6s %-22s vs cache content %.2e, vs exact f32 %.2e\n", W,
+                          lay ? "both" : "layer 0", cases[i].name, e.cache_err, e.exact_err);
+            if (e.cache_err > 2e-5 || e.exact_err > cases[i].tol)
+                fail_msg("%s: errors %.3g %.3g", cases[i].name, e.cache_err, e.exact_err);
+            /* the ring: the windowed layer holds at most RING pages, the global one all */
+            const uint32_t np = rvl_kvcache_n_pages(kc);
+            assert_int_equal(np, 10);
+            assert_int_equal(rvl_kvcache_first_page(kc, 0), np - RING);
+            assert_int_equal(rvl_kvcache_first_page(kc, 1), lay ? np - RING : 0);
+            rvl_kv_usage u;
+            rvl_kvcache_usage(kc, 300, &u);
+            assert_int_equal(u.bytes, held_bytes(kc));
+            assert_int_equal(u.n_windowed, lay ? 2 : 1);
+            assert_int_equal(u.n_global, lay ? 0 : 1);
+            assert_int_equal(u.window, W);
+            assert_true(u.bytes_untrimmed > u.bytes);
+            rvl_kvcache_close(kc);
         }
-        print_message("%s window %d: max |out - reference over the last W keys| %.3g\n",
-                      ci ? "f32" : "f16", W, mx);
-        assert_true(mx < (ci ? 1e-5 : 2e-2));
-        /* keys before 32 * dropped are gone: a truncate needing them is refused, to 0 resets */
-        assert_int_equal(rvl_kvcache_truncate(kc, N - 30), RVL_ERANGE);
-        assert_int_equal(rvl_kvcache_truncate(kc, N - 3), 0);
-        assert_int_equal(rvl_kvcache_truncate(kc, 0), 0);
-        assert_int_equal(rvl_kvcache_n_dropped(kc), 0);
-        fill(kc, 100);
-        assert_int_equal(rvl_kvcache_n(kc), 100);
-        rvl_kvcache_close(kc);
-    }
-    /* quantized caches take no window */
+    rvl_pool_close(pool);
+}
+
+/* Truncating a windowed cache (q8 keys and values, layer 0 windowed):
+ * back by up to 66 positions after any batch stays valid (the ring's
+ * slack) and attention goes on matching the reference; past what the
+ * ring holds it is refused; prefix reuse keeps a match the ring still
+ * serves, and nothing when it would need freed keys. A context shift is
+ * refused. */
+static void test_kvcache_window_truncate_and_reuse(void **state)
+{
+    (void)state;
+    static const uint32_t win[NL] = {W, 0};
+    rvl_pool *pool;
+    assert_int_equal(rvl_pool_open(&pool, 2), 0);
     rvl_kvcache_params p = geometry();
     set_fmt(&p, (int[]){F16, Q8, Q8}, (int[]){F16, Q8, Q8}, 0, U);
     p.window = win;
-    rvl_kvcache *kc = NULL;
-    assert_int_equal(rvl_kvcache_open(&kc, &p, 1), RVL_EUNSUPPORTED);
+    rvl_kvcache *kc;
+    assert_int_equal(rvl_kvcache_open(&kc, &p, 2), 0);
+    int32_t ids[NCTX];
+    for (int i = 0; i < NCTX; i++)
+        ids[i] = i * 7 + 1;
+    /* after every batch size, a truncate back by 66 is valid */
+    for (int nb = 1; nb <= 32; nb += 31)
+        for (uint32_t n0 = 100; n0 < 140; n0++) {
+            rvl_kvcache_reset(kc);
+            fill(kc, n0);
+            rvl_kvcache_begin(kc, (uint32_t)nb);
+            for (int l = 0; l < NL; l++)
+                rvl_kvcache_write(kc, (uint32_t)l, n0, (uint32_t)nb, K[l][n0], KVD, V[l][n0], KVD);
+            rvl_kvcache_commit(kc, (uint32_t)nb);
+            if (rvl_kvcache_truncate(kc, n0 + (uint32_t)nb - 66) != 0)
+                fail_msg("truncate %u -> %u: %s", n0 + nb, n0 + nb - 66, rvl_errmsg());
+        }
+    rvl_kvcache_reset(kc);
+    for (uint32_t pos = 0; pos < 300; pos++) {
+        rvl_kvcache_begin(kc, 1);
+        for (int l = 0; l < NL; l++)
+            rvl_kvcache_write(kc, (uint32_t)l, pos, 1, K[l][pos], KVD, V[l][pos], KVD);
+        rvl_kvcache_set_ids(kc, pos, ids + pos, 1);
+        rvl_kvcache_commit(kc, 1);
+    }
+    assert_true(rvl_kvcache_first_page(kc, 0) > 0);
+    /* far back: the ring freed the keys position 150's window needs */
+    assert_int_equal(rvl_kvcache_truncate(kc, 150), RVL_ERANGE);
+    assert_non_null(strstr(rvl_errmsg(), "sliding window of 40"));
+    assert_int_equal(rvl_kvcache_n(kc), 300);
+    /* reuse: the same prompt again (kept but the last), then one that
+     * leaves the ring's reach */
+    assert_int_equal(rvl_kvcache_reuse(kc, ids, 299), 299);
+    assert_int_equal(rvl_kvcache_n(kc), 299);
+    int32_t other[NCTX];
+    memcpy(other, ids, sizeof other);
+    other[260] = -5;
+    assert_int_equal(rvl_kvcache_reuse(kc, other, 290), 260);
+    other[150] = -5;
+    assert_int_equal(rvl_kvcache_reuse(kc, other, 290), 0);
+    assert_int_equal(rvl_kvcache_n(kc), 0);
+    /* and on from a truncate: attention still matches */
+    static const int one[] = {1, 9};
+    fill(kc, 200);
+    assert_int_equal(rvl_kvcache_truncate(kc, 170), 0);
+    errs e = run_cache_w(kc, pool, 260, one, 2, win);
+    print_message("window after a truncate (q8): vs cache content %.2e, vs exact %.2e\n",
+                  e.cache_err, e.exact_err);
+    assert_true(e.cache_err < 2e-5);
+    assert_true(e.exact_err < 3e-2);
+    float cs[HD / 2] = {1}, sn[HD / 2] = {0};
+    assert_int_equal(rvl_kvcache_shift(kc, 4, 10, cs, sn, HD, false), RVL_EUNSUPPORTED);
+    rvl_kvcache_close(kc);
     rvl_pool_close(pool);
+}
+
+/* KV bytes of a Gemma-3-270M-like geometry (18 layers, 1 kv head of 256,
+ * every 6th layer global, the others with a window of 512) at 8192
+ * positions, through rvl_kvcache_usage: a windowed layer holds its ring
+ * of ceil((512 + 32) / 32) + 2 = 19 pages, a global one all 256. */
+static void test_kvcache_usage_gemma3_geometry(void **state)
+{
+    (void)state;
+    enum { L = 18, N = 8192 };
+    uint32_t win[L];
+    for (int l = 0; l < L; l++)
+        win[l] = (l + 1) % 6 ? 512 : 0;
+    static const struct {
+        const char *name;
+        int k[3], v[3];
+        uint32_t hot;
+        double tok;          /* K + V bytes per position per layer */
+    } cases[] = {
+        {"f16", {F16, F16, F16}, {F16, F16, F16}, U, 1024},
+        {"q8", {F16, Q8, Q8}, {F16, Q8, Q8}, 0, 2 * (256 + 16)},
+        {"tq4", {F16, TQ4, TQ4}, {F16, TQ4, TQ4}, 0, 2 * (128 + 2)},
+    };
+    for (int i = 0; i < 3; i++) {
+        rvl_kvcache_params p = {.n_layer = L, .n_head = 4, .n_head_kv = 1, .head_dim = 256,
+                                .n_ctx = N, .scale = 1.0f / 16, .window = win,
+                                .sink = cases[i].hot == U ? 0 : 32};
+        set_fmt(&p, cases[i].k, cases[i].v, cases[i].hot, U);
+        rvl_kvcache *kc;
+        assert_int_equal(rvl_kvcache_open(&kc, &p, 1), 0);
+        rvl_kv_usage u;
+        rvl_kvcache_usage(kc, N, &u);
+        assert_int_equal(u.n_global, 3);
+        assert_int_equal(u.n_windowed, 15);
+        /* a windowed layer: 19 pages, the partial-page rule aside all in the
+         * steady format; a global one: 256 pages (quantized: the sink and
+         * the page being filled are f16) */
+        const double f16p = 32 * 1024.0, qp = 32 * cases[i].tok;
+        const double want_w = cases[i].hot == U ? 19 * f16p : 19 * qp;
+        const double want_g = cases[i].hot == U ? 256 * f16p : 255 * qp + f16p;
+        print_message("%-4s at %d: global layer %.1f B/token, windowed %.1f B/token; all layers "
+                      "%.1f B/token (%.2f MiB), untrimmed %.1f B/token (%.2f MiB)\n",
+                      cases[i].name, N, u.global_layer_bytes / N, u.windowed_layer_bytes / N,
+                      (double)u.bytes / N, u.bytes / 1048576.0, (double)u.bytes_untrimmed / N,
+                      u.bytes_untrimmed / 1048576.0);
+        assert_true(fabs(u.windowed_layer_bytes - want_w) < 1e-6);
+        assert_true(fabs(u.global_layer_bytes - want_g) < 1e-6);
+        assert_int_equal(u.bytes, (uint64_t)(3 * want_g + 15 * want_w));
+        /* untrimmed: every layer as a global one */
+        assert_int_equal(u.bytes_untrimmed, (uint64_t)(18 * want_g));
+        rvl_kvcache_close(kc);
+    }
 }
 
 /* ---- with a model: context shift, ctx-level options ---- */
@@ -694,11 +840,11 @@ static void test_prefix_reuse_after_reset_matches_fresh(void **state)
     assert_int_equal(rvl_ctx_open(&x, m, &cp), 0);
     assert_int_equal(rvl_ctx_open(&y, m, &cp), 0);
     assert_int_equal(rvl_decode(x, a_b, NA + NB, &lx), 0);
-    assert_int_equal(rvl_kvcache_page_tier(rvl_ctx_kvc(x), 1), 1);
+    assert_int_equal(rvl_kvcache_page_tier(rvl_ctx_kvc(x), 0, 1), 1);
     assert_int_equal(rvl_ctx_truncate(x, 10), 0);
     assert_int_equal(rvl_ctx_reuse(x, a_c_d, NA + NC), NA);
-    assert_int_equal(rvl_kvcache_page_tier(rvl_ctx_kvc(x), 0), 0);
-    assert_int_equal(rvl_kvcache_page_tier(rvl_ctx_kvc(x), 1), 1);
+    assert_int_equal(rvl_kvcache_page_tier(rvl_ctx_kvc(x), 0, 0), 0);
+    assert_int_equal(rvl_kvcache_page_tier(rvl_ctx_kvc(x), 0, 1), 1);
     assert_int_equal(rvl_decode(x, a_c_d + NA, NC, &lx), 0);
     assert_int_equal(rvl_decode(y, a_c_d, NA + NC, &ly), 0);
     double mt = 0, ref = 0;
@@ -751,7 +897,9 @@ int main(void)
         cmocka_unit_test(test_kvcache_refuses_bad_formats),
         cmocka_unit_test(test_kvcache_sink_page_stays_f16),
         cmocka_unit_test(test_kvcache_centres_quantized_keys),
-        cmocka_unit_test(test_kvcache_sliding_window_attends_last_w_keys),
+        cmocka_unit_test(test_kvcache_sliding_windows_on_every_format),
+        cmocka_unit_test(test_kvcache_window_truncate_and_reuse),
+        cmocka_unit_test(test_kvcache_usage_gemma3_geometry),
         cmocka_unit_test(test_context_shift_matches_fresh_context),
         cmocka_unit_test(test_ctx_open_checks_kv_options),
         cmocka_unit_test(test_prefix_reuse_after_reset_matches_fresh),

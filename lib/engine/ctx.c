@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "engine/backend.h"
+#include "engine/kvcache.h"
 #include "engine/lora_int.h"
 #include "engine/model.h"
 
@@ -161,6 +162,15 @@ double rvl_ctx_kv_token_bytes(const rvl_ctx *c, int tier)
     if (tier < 0 || tier > 2 || !c->ops->kv_token_bytes)
         return 0;
     return c->ops->kv_token_bytes(c->session, tier);
+}
+
+int rvl_ctx_kv_usage(const rvl_ctx *c, uint32_t n, rvl_kv_usage *u)
+{
+    *u = (rvl_kv_usage){0};
+    if (c->ops != &rvl_forward_ops)
+        return unsupported(c, "reporting the KV cache's bytes per layer kind is");
+    rvl_kvcache_usage(rvl_forward_kvcache(c->session), n, u);
+    return 0;
 }
 
 int rvl_ctx_fill_random(rvl_ctx *c, uint32_t n, uint64_t seed)

@@ -2,15 +2,18 @@
  * kvcache.c - the paged, tiered KV cache and attention over it (contract
  * and tier rules in kvcache.h).
  *
- * Memory: per tier t and kind (keys, values) one pool of n_layer * cap[t]
- * slots, allocated at open; cap[0] covers the hot tier plus the page being
- * filled and the next one (a batch crosses at most one page boundary),
- * cap[1] the warm tier, cap[2] every page. One free-slot stack per tier.
+ * Memory: per layer group (the layers of one sliding window, or the
+ * global ones), tier t and kind (keys, values) one pool of the group's
+ * layers * cap[t] slots, allocated at open; cap[0] covers the hot tier plus
+ * the page being filled and the next one (a batch crosses at most one page
+ * boundary), cap[1] the warm tier, cap[2] every page; a window's caps are
+ * at most its ring. One free-slot stack per group and tier.
  * Nothing is allocated after open except by rvl_kvcache_shift.
  *
  * Attention of a query token at position qp over one layer:
- *   pages [0, f0) are quantized (tiers 1, 2: any mix of formats), pages
- *   [f0, qp / 32] are tier 0 (f16/f32). The tier-0 region runs through
+ *   pages [lo / 32, f0) are quantized (tiers 1, 2: any mix of formats;
+ *   lo the first key the query sees: 0, or qp + 1 - W with a window W),
+ *   pages [f0, qp / 32] are tier 0 (f16/f32). The tier-0 region runs through
  *   attn.h's kernels (decode_chunk; or prefill when f0 = 0, the whole
  *   context in tier 0), restricted to keys >= 32 f0 through their window
  *   mask; the quantized region through kvq.h's page readers with an
@@ -34,26 +37,44 @@
 #define PG RVL_KVQ_PAGE
 #define MAXC 16                  /* most chunks per region and token */
 
+#define MAXG 4                   /* most layer groups: the global layers and 3 windows */
+
 typedef struct {
     uint64_t hash, used;         /* used: 0 for a free entry, else its last tick */
-    int tier;
+    uint8_t tier[MAXG];          /* the page's tier in each group */
     int32_t ids[RVL_KVQ_PAGE];
 } kvc_lru;
 
-struct rvl_kvcache {
-    rvl_kvcache_params p;
-    uint32_t kv_dim, max_pages;
-    int maxtier;                 /* coldest tier in use */
-    uint32_t cap[3];             /* slots per layer */
-    size_t pb[2][3];             /* bytes of one head's page, [kind][tier] */
-    size_t sb[2][3];             /* bytes of a slot: n_head_kv pages */
-    unsigned char *pool[2][3];   /* (layer, cap, sb) */
+/* The layers that share one window (0: the global layers): one page
+ * table, one pool per tier and kind, one free-slot stack per tier. A
+ * windowed group is a ring: it holds at most `ring` pages, the newest. */
+typedef struct {
+    uint32_t window;             /* 0: global */
+    uint32_t n_layer, *layer;    /* its layers, ascending */
+    uint32_t sink;               /* kvcache.h's sink for the global group, 0 for a window */
+    uint32_t ring;               /* windowed: the most pages held; 0: every page */
+    uint32_t cap[3];             /* slots per layer and tier */
+    unsigned char *pool[2][3];   /* (n_layer, cap, sb) */
     int32_t *freel[3];
     uint32_t nfree[3];
     uint8_t *tier;               /* (max_pages) tier of each logical page */
     int32_t *slot;               /* (max_pages) its slot in that tier */
     int32_t *pt0;                /* (max_pages) tier-0 slot, for the kernels */
-    uint32_t n, n_pages;         /* committed positions; pages with a slot */
+    uint32_t first;              /* pages first .. n_pages - 1 have a slot; older ones were freed */
+    uint32_t loaded;             /* session loading: pages first .. loaded - 1 given a slot */
+} kvc_group;
+
+struct rvl_kvcache {
+    rvl_kvcache_params p;
+    uint32_t kv_dim, max_pages;
+    int maxtier;                 /* coldest tier in use */
+    size_t pb[2][3];             /* bytes of one head's page, [kind][tier] */
+    size_t sb[2][3];             /* bytes of a slot: n_head_kv pages */
+    kvc_group grp[MAXG];
+    uint32_t n_grp;
+    uint8_t *lgrp;               /* (n_layer) group of each layer */
+    uint32_t *lidx;              /* (n_layer) its index in the group */
+    uint32_t n, n_pages;         /* committed positions; logical pages begun */
     bool tq_k, tq_v;             /* some tier holds TQ keys / values */
     /* key centering (the section "Key centering" below) */
     int kc_state;                /* KC_OFF, KC_PENDING (no centre yet), KC_SET */
@@ -67,14 +88,10 @@ struct rvl_kvcache {
     size_t lru_bytes;            /* bytes of one entry's data: every layer, K and V */
     unsigned char *lru_data;     /* (lru_cap, lru_bytes) */
     uint64_t tick;
-    /* sliding windows (the section "Sliding windows" below) */
-    uint32_t *win;               /* (n_layer) window of each layer, 0: none; NULL: none at all */
-    uint32_t win_all;            /* every layer has one: the largest, else 0 */
-    uint32_t dropped;            /* pages 0 .. dropped - 1 are freed: outside every window */
     /* attention */
     const rvl_attn_kernels *ak;
     const rvl_kvq_kernels *qk;
-    rvl_attn_params ap;          /* the tier-0 region; k, v per layer */
+    rvl_attn_params ap;          /* the tier-0 region; k, v, page table per layer */
     int nth;
     size_t ws_bytes;
     unsigned char *ws;           /* (nth, ws_bytes) */
@@ -166,47 +183,75 @@ static void encode_page(int fmt, int kind, int hd, const float *x, int n, void *
  * Slots and pages
  * ==================================================================== */
 
-static int32_t slot_alloc(rvl_kvcache *kc, int t)
+static int32_t slot_alloc(kvc_group *g, int t)
 {
-    if (kc->nfree[t] == 0)
+    if (g->nfree[t] == 0)
         return -1;
-    return kc->freel[t][--kc->nfree[t]];
+    return g->freel[t][--g->nfree[t]];
 }
 
-static void slot_free(rvl_kvcache *kc, int t, int32_t s)
+static void slot_free(kvc_group *g, int t, int32_t s)
 {
-    kc->freel[t][kc->nfree[t]++] = s;
+    g->freel[t][g->nfree[t]++] = s;
 }
 
-static unsigned char *slot_ptr(const rvl_kvcache *kc, int kind, int t, uint32_t layer, int32_t s)
+/* Slot s of tier t, kind, for the li-th layer of group g. */
+static unsigned char *slot_ptr(const rvl_kvcache *kc, const kvc_group *g, int kind, int t,
+                               uint32_t li, int32_t s)
 {
-    return kc->pool[kind][t] + ((size_t)layer * kc->cap[t] + (size_t)s) * kc->sb[kind][t];
+    return g->pool[kind][t] + ((size_t)li * g->cap[t] + (size_t)s) * kc->sb[kind][t];
+}
+
+static kvc_group *group_of(rvl_kvcache *kc, uint32_t layer) { return &kc->grp[kc->lgrp[layer]]; }
+static const kvc_group *cgroup_of(const rvl_kvcache *kc, uint32_t layer)
+{
+    return &kc->grp[kc->lgrp[layer]];
+}
+
+/* Layer l's logical page pg, in the tier the page has. */
+static unsigned char *page_ptr(const rvl_kvcache *kc, uint32_t l, int kind, uint32_t pg)
+{
+    const kvc_group *g = cgroup_of(kc, l);
+    return slot_ptr(kc, g, kind, g->tier[pg], kc->lidx[l], g->slot[pg]);
+}
+
+/* Page pg gets a slot in tier t of group g. */
+static void page_set(kvc_group *g, uint32_t pg, int t, int32_t s)
+{
+    g->tier[pg] = (uint8_t)t;
+    g->slot[pg] = s;
+    if (t == 0)
+        g->pt0[pg] = s;
 }
 
 static void free_all(rvl_kvcache *kc)
 {
-    for (int t = 0; t < 3; t++) {
-        kc->nfree[t] = kc->cap[t];
-        for (uint32_t i = 0; i < kc->cap[t]; i++)
-            kc->freel[t][i] = (int32_t)(kc->cap[t] - 1 - i); /* slot 0 first */
+    for (uint32_t gi = 0; gi < kc->n_grp; gi++) {
+        kvc_group *g = &kc->grp[gi];
+        for (int t = 0; t < 3; t++) {
+            g->nfree[t] = g->cap[t];
+            for (uint32_t i = 0; i < g->cap[t]; i++)
+                g->freel[t][i] = (int32_t)(g->cap[t] - 1 - i); /* slot 0 first */
+        }
+        g->first = g->loaded = 0;
     }
     kc->n = kc->n_pages = 0;
     kc->ids_n = kc->hashed = 0;
-    kc->dropped = 0;
 }
 
 static void hash_pages(rvl_kvcache *kc);
 static void age_pages(rvl_kvcache *kc);
 static void center_rows(const rvl_kvcache *kc, uint32_t l, uint32_t h, float *rows, int n, float sign);
 static void center_keys(rvl_kvcache *kc);
-static void ring_free(rvl_kvcache *kc);
-static bool window_gone(const rvl_kvcache *kc, uint32_t n);
+static void ring_make_room(kvc_group *g, uint32_t pages);
+static const kvc_group *window_gone(const rvl_kvcache *kc, uint32_t n);
 static void lru_evict(rvl_kvcache *kc, uint32_t n);
 
-/* The tier a full page belongs in when the cache holds n positions. */
-static int want_tier(const rvl_kvcache *kc, uint32_t page, uint32_t n)
+/* The tier a full page of group g belongs in when the cache holds n
+ * positions. */
+static int want_tier(const rvl_kvcache *kc, const kvc_group *g, uint32_t page, uint32_t n)
 {
-    if ((uint64_t)page * PG < kc->p.sink)
+    if ((uint64_t)page * PG < g->sink)
         return 0; /* an attention sink */
     const uint64_t age = (uint64_t)n - (uint64_t)(page + 1) * PG;
     if (kc->p.hot == RVL_KVC_UNBOUNDED || age < kc->p.hot)
@@ -216,20 +261,20 @@ static int want_tier(const rvl_kvcache *kc, uint32_t page, uint32_t n)
     return 2;
 }
 
-/* Moves page `page` (rows 0 .. rows - 1 meaningful) to tier `to` in every
- * layer: decoded to floats, encoded in the new format (copied when the
- * format is the same). */
-static void move_page(rvl_kvcache *kc, uint32_t page, int to, int rows)
+/* Moves page `page` of group g (rows 0 .. rows - 1 meaningful) to tier
+ * `to` in every layer of the group: decoded to floats, encoded in the new
+ * format (copied when the format is the same). */
+static void move_page(rvl_kvcache *kc, kvc_group *g, uint32_t page, int to, int rows)
 {
-    const int from = kc->tier[page], hd = (int)kc->p.head_dim;
-    const int32_t os = kc->slot[page], ns = slot_alloc(kc, to);
+    const int from = g->tier[page], hd = (int)kc->p.head_dim;
+    const int32_t os = g->slot[page], ns = slot_alloc(g, to);
     const int *fmts[2] = {kc->p.fmt_k, kc->p.fmt_v};
-    for (uint32_t l = 0; l < kc->p.n_layer; l++)
+    for (uint32_t li = 0; li < g->n_layer; li++)
         for (int kind = 0; kind < 2; kind++) {
             const int ff = fmts[kind][from], tf = fmts[kind][to];
             for (uint32_t h = 0; h < kc->p.n_head_kv; h++) {
-                const unsigned char *src = slot_ptr(kc, kind, from, l, os) + h * kc->pb[kind][from];
-                unsigned char *dst = slot_ptr(kc, kind, to, l, ns) + h * kc->pb[kind][to];
+                const unsigned char *src = slot_ptr(kc, g, kind, from, li, os) + h * kc->pb[kind][from];
+                unsigned char *dst = slot_ptr(kc, g, kind, to, li, ns) + h * kc->pb[kind][to];
                 if (ff == tf && rows == PG) {
                     memcpy(dst, src, kc->pb[kind][to]);
                     continue;
@@ -238,16 +283,54 @@ static void move_page(rvl_kvcache *kc, uint32_t page, int to, int rows)
                 encode_page(tf, kind, hd, kc->tmp, rows, dst);
             }
         }
-    slot_free(kc, from, os);
-    kc->tier[page] = (uint8_t)to;
-    kc->slot[page] = ns;
-    if (to == 0)
-        kc->pt0[page] = ns;
+    slot_free(g, from, os);
+    page_set(g, page, to, ns);
 }
 
 /* ====================================================================
  * Open / close
  * ==================================================================== */
+
+/* The layer groups (kvc_group) of p's windows: the global layers first. */
+static int make_groups(rvl_kvcache *kc, const rvl_kvcache_params *p)
+{
+    kc->lgrp = malloc(p->n_layer);
+    kc->lidx = malloc((size_t)p->n_layer * sizeof *kc->lidx);
+    if (!kc->lgrp || !kc->lidx)
+        return RVL_ENOMEM;
+    kc->n_grp = 1; /* the global group, perhaps empty */
+    for (uint32_t l = 0; l < p->n_layer; l++) {
+        uint32_t w = p->window ? p->window[l] : 0;
+        if (w >= p->n_ctx)
+            w = 0; /* a window no query can reach past: global */
+        uint32_t gi = 0;
+        while (gi < kc->n_grp && kc->grp[gi].window != w)
+            gi++;
+        if (gi == kc->n_grp) {
+            if (gi == MAXG)
+                return rvl_seterr(RVL_EUNSUPPORTED, "KV cache: more than %d different sliding "
+                                  "windows (layer %u has %u)", MAXG - 1, l, w);
+            kc->grp[kc->n_grp++].window = w;
+        }
+        kc->lgrp[l] = (uint8_t)gi;
+        kc->lidx[l] = kc->grp[gi].n_layer++;
+    }
+    if (kc->grp[0].n_layer == 0) { /* every layer has a window: no global group */
+        memmove(kc->grp, kc->grp + 1, (kc->n_grp - 1) * sizeof *kc->grp);
+        memset(&kc->grp[--kc->n_grp], 0, sizeof *kc->grp);
+        for (uint32_t l = 0; l < p->n_layer; l++)
+            kc->lgrp[l]--;
+    }
+    for (uint32_t gi = 0; gi < kc->n_grp; gi++) {
+        kvc_group *g = &kc->grp[gi];
+        g->layer = malloc((g->n_layer ? g->n_layer : 1) * sizeof *g->layer);
+        if (!g->layer)
+            return RVL_ENOMEM;
+    }
+    for (uint32_t l = 0; l < p->n_layer; l++)
+        kc->grp[kc->lgrp[l]].layer[kc->lidx[l]] = l;
+    return 0;
+}
 
 int rvl_kvcache_open(rvl_kvcache **out, const rvl_kvcache_params *p, int n_threads)
 {
@@ -261,10 +344,6 @@ int rvl_kvcache_open(rvl_kvcache **out, const rvl_kvcache_params *p, int n_threa
                           RVL_ATTN_MAX_HEAD_DIM);
     if (p->fmt_k[0] != p->fmt_v[0] || (p->fmt_k[0] != RVL_KVQ_F16 && p->fmt_k[0] != RVL_KVF_F32))
         return rvl_seterr(RVL_EINVAL, "KV cache: the hot tier must be f16 or f32 for keys and values");
-    for (uint32_t l = 0; p->window && l < p->n_layer; l++)
-        if (p->window[l] && p->hot != RVL_KVC_UNBOUNDED)
-            return rvl_seterr(RVL_EUNSUPPORTED, "KV cache: sliding windows need an f16 or f32 cache "
-                              "(layer %u has a window of %u)", l, p->window[l]);
     for (int kind = 0; kind < 2; kind++)
         for (int t = 0; t < 3; t++) {
             const int f = kind ? p->fmt_v[t] : p->fmt_k[t];
@@ -279,28 +358,18 @@ int rvl_kvcache_open(rvl_kvcache **out, const rvl_kvcache_params *p, int n_threa
     if (!kc)
         return rvl_seterr(RVL_ENOMEM, "out of memory");
     kc->p = *p;
+    kc->p.window = NULL; /* not the caller's array: the groups hold the windows */
     kc->kv_dim = p->n_head_kv * p->head_dim;
     kc->max_pages = cdiv(p->n_ctx, PG);
     kc->maxtier = p->hot == RVL_KVC_UNBOUNDED ? 0 : p->warm == RVL_KVC_UNBOUNDED ? 1 : 2;
     const uint32_t mp = kc->max_pages;
-    uint32_t c0 = p->hot == RVL_KVC_UNBOUNDED ? mp : cdiv(p->hot, PG) + 3 + cdiv(p->sink, PG);
-    uint32_t c1 = kc->maxtier < 1 ? 0
-                  : p->warm == RVL_KVC_UNBOUNDED ? mp : cdiv((uint64_t)p->hot + p->warm, PG) + 3;
-    bool win_all = p->window != NULL;
-    for (uint32_t l = 0; p->window && l < p->n_layer; l++) {
-        win_all &= p->window[l] > 0;
-        kc->win_all = p->window[l] > kc->win_all ? p->window[l] : kc->win_all;
+    int rc = make_groups(kc, p);
+    if (rc < 0) {
+        rvl_kvcache_close(kc);
+        return rc == RVL_ENOMEM ? rvl_seterr(RVL_ENOMEM, "out of memory") : rc;
     }
-    if (!win_all)
-        kc->win_all = 0;
-    if (kc->win_all) /* the window, the batch being added, partial pages at both ends */
-        c0 = cdiv((uint64_t)kc->win_all + RVL_KVC_MAX_BATCH, PG) + 2 < c0
-                 ? cdiv((uint64_t)kc->win_all + RVL_KVC_MAX_BATCH, PG) + 2 : c0;
-    kc->cap[0] = c0 < mp ? c0 : mp;
-    kc->cap[1] = c1 < mp ? c1 : mp;
-    kc->cap[2] = kc->maxtier == 2 ? mp : 0;
     bool ok = true;
-    for (int t = 0; t < 3; t++) {
+    for (int t = 0; t < 3; t++)
         for (int kind = 0; kind < 2; kind++) {
             const int f = kind ? p->fmt_v[t] : p->fmt_k[t];
             kc->pb[kind][t] = fmt_page_bytes(f, kind, hd);
@@ -311,27 +380,50 @@ int rvl_kvcache_open(rvl_kvcache **out, const rvl_kvcache_params *p, int n_threa
                 if (kind == 0 && f != RVL_KVQ_F16 && f != RVL_KVF_F32)
                     kc->kc_state = KC_PENDING;
             }
-            if (kc->cap[t]) {
-                kc->pool[kind][t] = calloc((size_t)p->n_layer * kc->cap[t], kc->sb[kind][t]);
-                ok &= kc->pool[kind][t] != NULL;
-            }
         }
-        kc->freel[t] = malloc(((size_t)kc->cap[t] + 1) * sizeof(int32_t));
-        ok &= kc->freel[t] != NULL;
+    size_t pool_bytes = 0;
+    for (uint32_t gi = 0; gi < kc->n_grp; gi++) {
+        kvc_group *g = &kc->grp[gi];
+        g->sink = g->window ? 0 : p->sink; /* a window hides the first tokens anyway */
+        uint32_t cap[3];
+        cap[0] = p->hot == RVL_KVC_UNBOUNDED ? mp : cdiv(p->hot, PG) + 3 + cdiv(g->sink, PG);
+        cap[1] = kc->maxtier < 1 ? 0
+                 : p->warm == RVL_KVC_UNBOUNDED ? mp : cdiv((uint64_t)p->hot + p->warm, PG) + 3;
+        cap[2] = kc->maxtier == 2 ? mp : 0;
+        /* a ring: the window, the batch being added, partial pages at both ends */
+        g->ring = g->window ? cdiv((uint64_t)g->window + RVL_KVC_MAX_BATCH, PG) + 2 : 0;
+        if (g->ring > mp)
+            g->ring = mp;
+        for (int t = 0; t < 3; t++) {
+            if (g->ring && cap[t] > g->ring)
+                cap[t] = g->ring;
+            g->cap[t] = cap[t] < mp ? cap[t] : mp;
+            for (int kind = 0; kind < 2; kind++)
+                if (g->cap[t] && g->n_layer) {
+                    g->pool[kind][t] = calloc((size_t)g->n_layer * g->cap[t], kc->sb[kind][t]);
+                    ok &= g->pool[kind][t] != NULL;
+                }
+            if (t <= kc->maxtier)
+                pool_bytes += (size_t)g->n_layer * g->cap[t] * (kc->sb[0][t] + kc->sb[1][t]);
+            g->freel[t] = malloc(((size_t)g->cap[t] + 1) * sizeof(int32_t));
+            ok &= g->freel[t] != NULL;
+        }
+        g->tier = calloc(mp, 1);
+        g->slot = calloc(mp, sizeof(int32_t));
+        g->pt0 = calloc(mp, sizeof(int32_t));
+        ok &= g->tier && g->slot && g->pt0;
     }
-    kc->tier = calloc(mp, 1);
-    kc->slot = calloc(mp, sizeof(int32_t));
-    kc->pt0 = calloc(mp, sizeof(int32_t));
 
     kc->ak = rvl_attn_get();
     kc->qk = rvl_kvq_get();
     const bool f32 = p->fmt_k[0] == RVL_KVF_F32;
+    const kvc_group *g0 = &kc->grp[kc->lgrp[0]];
     kc->ap = (rvl_attn_params){
         .head_dim = hd, .n_head = (int)p->n_head, .n_head_kv = (int)p->n_head_kv,
         .scale = p->scale, .softcap = p->softcap, .window = 0, .q_f16 = p->q_f16 && !f32,
         .kv_type = f32 ? RVL_ATTN_F32 : RVL_ATTN_F16, .page_tokens = PG,
-        .k = kc->pool[0][0], .v = kc->pool[1][0], .page_stride = kc->sb[0][0],
-        .head_stride = kc->pb[0][0], .page_table = kc->pt0};
+        .k = g0->pool[0][0], .v = g0->pool[1][0], .page_stride = kc->sb[0][0],
+        .head_stride = kc->pb[0][0], .page_table = g0->pt0};
     const char *why = ok ? rvl_attn_check(&kc->ap) : NULL;
     if (why) {
         rvl_kvcache_close(kc);
@@ -357,11 +449,9 @@ int rvl_kvcache_open(rvl_kvcache **out, const rvl_kvcache_params *p, int n_threa
     kc->hash = malloc((size_t)mp * sizeof(uint64_t));
     /* the LRU of dropped pages: at most RVL_KVC_LRU_PAGES pages and an
      * eighth of the cache's bytes */
-    size_t pool_bytes = 0;
     for (int t = 0; t <= kc->maxtier; t++) {
         const size_t b = (size_t)p->n_layer * (kc->sb[0][t] + kc->sb[1][t]);
         kc->lru_bytes = b > kc->lru_bytes ? b : kc->lru_bytes;
-        pool_bytes += b * kc->cap[t];
     }
     const size_t lru_max = pool_bytes / 8 / kc->lru_bytes;
     kc->lru_cap = lru_max < RVL_KVC_LRU_PAGES ? (uint32_t)lru_max : RVL_KVC_LRU_PAGES;
@@ -370,15 +460,8 @@ int rvl_kvcache_open(rvl_kvcache **out, const rvl_kvcache_params *p, int n_threa
         kc->lru_data = malloc(kc->lru_cap * kc->lru_bytes);
     }
     kc->f16f = rvl_kformat_get(RVL_K_F16);
-    if (p->window) {
-        kc->win = malloc((size_t)p->n_layer * sizeof *kc->win);
-        ok &= kc->win != NULL;
-        if (kc->win)
-            memcpy(kc->win, p->window, (size_t)p->n_layer * sizeof *kc->win);
-        kc->p.window = NULL; /* not the caller's array */
-    }
-    if (!ok || !kc->tier || !kc->slot || !kc->pt0 || !kc->ws || !kc->partials || !kc->qrot ||
-        !kc->tmp || !kc->ids || !kc->hash || (kc->lru_cap && (!kc->lru || !kc->lru_data))) {
+    if (!ok || !kc->ws || !kc->partials || !kc->qrot || !kc->tmp || !kc->ids || !kc->hash ||
+        (kc->lru_cap && (!kc->lru || !kc->lru_data))) {
         rvl_kvcache_close(kc);
         return rvl_seterr(RVL_ENOMEM, "out of memory for a KV cache of %u tokens", p->n_ctx);
     }
@@ -391,14 +474,20 @@ void rvl_kvcache_close(rvl_kvcache *kc)
 {
     if (!kc)
         return;
-    for (int t = 0; t < 3; t++) {
-        free(kc->pool[0][t]);
-        free(kc->pool[1][t]);
-        free(kc->freel[t]);
+    for (uint32_t gi = 0; gi < MAXG; gi++) {
+        kvc_group *g = &kc->grp[gi];
+        for (int t = 0; t < 3; t++) {
+            free(g->pool[0][t]);
+            free(g->pool[1][t]);
+            free(g->freel[t]);
+        }
+        free(g->layer);
+        free(g->tier);
+        free(g->slot);
+        free(g->pt0);
     }
-    free(kc->tier);
-    free(kc->slot);
-    free(kc->pt0);
+    free(kc->lgrp);
+    free(kc->lidx);
     free(kc->ws);
     free(kc->partials);
     free(kc->qrot);
@@ -408,15 +497,23 @@ void rvl_kvcache_close(rvl_kvcache *kc)
     free(kc->hash);
     free(kc->lru);
     free(kc->lru_data);
-    free(kc->win);
     free(kc);
 }
 
 const rvl_kvcache_params *rvl_kvcache_params_of(const rvl_kvcache *kc) { return &kc->p; }
 uint32_t rvl_kvcache_n(const rvl_kvcache *kc) { return kc->n; }
 uint32_t rvl_kvcache_n_pages(const rvl_kvcache *kc) { return cdiv(kc->n, PG); }
-int rvl_kvcache_page_tier(const rvl_kvcache *kc, uint32_t page) { return kc->tier[page]; }
+int rvl_kvcache_page_tier(const rvl_kvcache *kc, uint32_t layer, uint32_t page)
+{
+    return cgroup_of(kc, layer)->tier[page];
+}
 size_t rvl_kvcache_page_bytes(const rvl_kvcache *kc, int kind, int tier) { return kc->pb[kind][tier]; }
+uint32_t rvl_kvcache_window(const rvl_kvcache *kc, uint32_t layer) { return cgroup_of(kc, layer)->window; }
+uint32_t rvl_kvcache_first_page(const rvl_kvcache *kc, uint32_t layer)
+{
+    return cgroup_of(kc, layer)->first;
+}
+
 void rvl_kvcache_reset(rvl_kvcache *kc)
 {
     lru_evict(kc, 0);
@@ -425,7 +522,7 @@ void rvl_kvcache_reset(rvl_kvcache *kc)
 
 void *rvl_kvcache_page_data(rvl_kvcache *kc, uint32_t layer, int kind, uint32_t page)
 {
-    return slot_ptr(kc, kind, kc->tier[page], layer, kc->slot[page]);
+    return page_ptr(kc, layer, kind, page);
 }
 
 double rvl_kvcache_tier_token_bytes(const rvl_kvcache *kc, int tier)
@@ -433,12 +530,54 @@ double rvl_kvcache_tier_token_bytes(const rvl_kvcache *kc, int tier)
     return (double)kc->p.n_layer * (double)(kc->sb[0][tier] + kc->sb[1][tier]) / PG;
 }
 
+/* Bytes the layers of group g hold at n positions: a ring its newest
+ * `ring` pages (what rvl_kvcache_begin leaves, whatever the batches),
+ * every page otherwise (trim false: also a ring's, with the global
+ * layers' sink), each in the tier its age gives. */
+static uint64_t group_bytes(const rvl_kvcache *kc, const kvc_group *g, uint32_t n, bool trim)
+{
+    kvc_group as = *g;
+    if (!trim)
+        as.sink = kc->p.sink;
+    const uint32_t np = cdiv(n, PG);
+    const uint32_t first = trim && g->ring && np > g->ring ? np - g->ring : 0;
+    uint64_t b = 0;
+    for (uint32_t pg = first; pg < np; pg++) {
+        const int t = (uint64_t)(pg + 1) * PG <= n ? want_tier(kc, &as, pg, n) : 0;
+        b += kc->sb[0][t] + kc->sb[1][t];
+    }
+    return b * g->n_layer;
+}
+
+void rvl_kvcache_usage(const rvl_kvcache *kc, uint32_t n, rvl_kv_usage *u)
+{
+    *u = (rvl_kv_usage){.n = n < kc->p.n_ctx ? n : kc->p.n_ctx};
+    uint64_t gb = 0, wb = 0;
+    for (uint32_t gi = 0; gi < kc->n_grp; gi++) {
+        const kvc_group *g = &kc->grp[gi];
+        const uint64_t b = group_bytes(kc, g, u->n, true);
+        u->bytes += b;
+        u->bytes_untrimmed += group_bytes(kc, g, u->n, false);
+        if (g->window) {
+            u->n_windowed += g->n_layer;
+            u->window = g->window > u->window ? g->window : u->window;
+            wb += b;
+        } else {
+            u->n_global += g->n_layer;
+            gb += b;
+        }
+    }
+    u->global_layer_bytes = u->n_global ? (double)gb / u->n_global : 0;
+    u->windowed_layer_bytes = u->n_windowed ? (double)wb / u->n_windowed : 0;
+}
+
 void rvl_kvcache_read_page(rvl_kvcache *kc, uint32_t layer, int kind, uint32_t page, uint32_t head,
                        float *rows)
 {
-    const int t = kc->tier[page];
+    const kvc_group *g = cgroup_of(kc, layer);
+    const int t = g->tier[page];
     const int f = kind ? kc->p.fmt_v[t] : kc->p.fmt_k[t];
-    const unsigned char *src = slot_ptr(kc, kind, t, layer, kc->slot[page]) + head * kc->pb[kind][t];
+    const unsigned char *src = page_ptr(kc, layer, kind, page) + head * kc->pb[kind][t];
     decode_page(f, kind, (int)kc->p.head_dim, src, PG, rows);
     if (kind == 0 && kc->kc_state == KC_SET)
         center_rows(kc, layer, head, rows, PG, 1.0f);
@@ -451,13 +590,15 @@ void rvl_kvcache_read_page(rvl_kvcache *kc, uint32_t layer, int kind, uint32_t p
 void rvl_kvcache_begin(rvl_kvcache *kc, uint32_t nb)
 {
     const uint32_t last = (kc->n + nb - 1) / PG;
-    for (uint32_t pg = kc->n_pages; pg <= last; pg++) {
-        const int32_t s = slot_alloc(kc, 0); /* cap[0] covers it (see the top) */
-        kc->tier[pg] = 0;
-        kc->slot[pg] = s;
-        kc->pt0[pg] = s;
-        kc->n_pages = pg + 1;
+    if (last < kc->n_pages)
+        return;
+    for (uint32_t gi = 0; gi < kc->n_grp; gi++) {
+        kvc_group *g = &kc->grp[gi];
+        ring_make_room(g, last + 1);
+        for (uint32_t pg = kc->n_pages; pg <= last; pg++)
+            page_set(g, pg, 0, slot_alloc(g, 0)); /* cap[0] covers it (see the top) */
     }
+    kc->n_pages = last + 1;
 }
 
 void rvl_kvcache_write(rvl_kvcache *kc, uint32_t layer, uint32_t pos, uint32_t nb, const float *k,
@@ -470,7 +611,7 @@ void rvl_kvcache_write(rvl_kvcache *kc, uint32_t layer, uint32_t pos, uint32_t n
         const uint32_t P = pos + t, pg = P / PG, j = P % PG;
         for (int kind = 0; kind < 2; kind++) {
             const float *src = kind ? v + t * v_stride : k + t * k_stride;
-            unsigned char *base = slot_ptr(kc, kind, 0, layer, kc->slot[pg]) + (size_t)j * hd * es;
+            unsigned char *base = page_ptr(kc, layer, kind, pg) + (size_t)j * hd * es;
             for (uint32_t h = 0; h < kc->p.n_head_kv; h++) {
                 unsigned char *dst = base + h * kc->pb[kind][0];
                 const float *row = src + (size_t)h * hd;
@@ -495,7 +636,6 @@ void rvl_kvcache_commit(rvl_kvcache *kc, uint32_t nb)
     kc->n += nb;
     hash_pages(kc);
     age_pages(kc);
-    ring_free(kc);
 }
 
 /* ====================================================================
@@ -555,23 +695,30 @@ static void center_keys(rvl_kvcache *kc)
     for (uint32_t l = 0; l < kc->p.n_layer; l++)
         for (uint32_t h = 0; h < nkv; h++) {
             double acc[RVL_ATTN_MAX_HEAD_DIM] = {0};
-            for (uint32_t pg = 0; pg * PG < n; pg++) {
+            uint32_t cnt = 0;
+            for (uint32_t pg = cgroup_of(kc, l)->first; pg * PG < n; pg++) {
                 rvl_kvcache_read_page(kc, l, 0, pg, h, kc->tmp); /* all tier 0 still */
-                for (uint32_t j = pg ? 0 : 1; j < PG && pg * PG + j < n; j++)
+                for (uint32_t j = pg ? 0 : 1; j < PG && pg * PG + j < n; j++, cnt++)
                     for (uint32_t i = 0; i < hd; i++)
                         acc[i] += kc->tmp[(size_t)j * hd + i];
             }
             float *mu = kc->kmean + ((size_t)l * nkv + h) * hd;
             for (uint32_t i = 0; i < hd; i++)
-                mu[i] = n > 1 ? (float)(acc[i] / (n - 1)) : 0.0f;
+                mu[i] = cnt ? (float)(acc[i] / cnt) : 0.0f;
         }
     kc->kc_state = KC_SET;
-    for (uint32_t pg = 0; pg < kc->n_pages; pg++)
-        for (uint32_t l = 0; l < kc->p.n_layer; l++)
-            center_slot(kc, l, slot_ptr(kc, 0, 0, l, kc->slot[pg]));
+    for (uint32_t gi = 0; gi < kc->n_grp; gi++) {
+        const kvc_group *g = &kc->grp[gi];
+        for (uint32_t pg = g->first; pg < kc->n_pages; pg++)
+            for (uint32_t li = 0; li < g->n_layer; li++)
+                center_slot(kc, g->layer[li], slot_ptr(kc, g, 0, 0, li, g->slot[pg]));
+    }
     /* the LRU's pages (all tier 0: nothing was quantized before) */
     for (uint32_t i = 0; i < kc->lru_cap; i++) {
-        if (!kc->lru[i].used || kc->lru[i].tier != 0)
+        bool hot = kc->lru[i].used;
+        for (uint32_t gi = 0; gi < kc->n_grp; gi++)
+            hot &= kc->lru[i].tier[gi] == 0;
+        if (!hot)
             continue;
         unsigned char *d = kc->lru_data + (size_t)i * kc->lru_bytes;
         for (uint32_t l = 0; l < kc->p.n_layer; l++) {
@@ -612,15 +759,18 @@ static void age_pages(rvl_kvcache *kc)
 {
     if (kc->maxtier == 0 || kc->n < PG)
         return;
-    for (int64_t pg = (int64_t)(kc->n / PG) - 1; pg >= 0; pg--) {
-        const int cur = kc->tier[pg];
-        if (cur >= kc->maxtier)
-            break; /* older pages are at least as cold */
-        const int want = want_tier(kc, (uint32_t)pg, kc->n);
-        if (want > cur && kc->kc_state == KC_PENDING)
-            center_keys(kc); /* before the first quantized key page */
-        if (want > cur)
-            move_page(kc, (uint32_t)pg, want, PG);
+    for (uint32_t gi = 0; gi < kc->n_grp; gi++) {
+        kvc_group *g = &kc->grp[gi];
+        for (int64_t pg = (int64_t)(kc->n / PG) - 1; pg >= (int64_t)g->first; pg--) {
+            const int cur = g->tier[pg];
+            if (cur >= kc->maxtier)
+                break; /* older pages are at least as cold */
+            const int want = want_tier(kc, g, (uint32_t)pg, kc->n);
+            if (want > cur && kc->kc_state == KC_PENDING)
+                center_keys(kc); /* before the first quantized key page */
+            if (want > cur)
+                move_page(kc, g, (uint32_t)pg, want, PG);
+        }
     }
 }
 
@@ -629,22 +779,29 @@ int rvl_kvcache_truncate(rvl_kvcache *kc, uint32_t n)
     if (n > kc->n)
         return rvl_seterr(RVL_ERANGE, "cannot truncate the cache to %u tokens: it holds %u", n,
                           kc->n);
-    if (n == 0 && kc->dropped) {
-        lru_evict(kc, 0);
-        free_all(kc);
+    if (n == 0) {
+        rvl_kvcache_reset(kc);
         return 0;
     }
-    if (window_gone(kc, n))
-        return rvl_seterr(RVL_ERANGE, "cannot truncate the cache to %u tokens: the sliding window "
-                          "dropped positions before %u", n, kc->dropped * PG);
+    const kvc_group *gone = window_gone(kc, n);
+    if (gone)
+        return rvl_seterr(RVL_ERANGE, "cannot truncate the cache to %u tokens: layers with a "
+                          "sliding window of %u hold positions from %u on, the next one needs "
+                          "%u", n, gone->window, gone->first * PG, n + 1 - gone->window);
     const uint32_t keep_pages = cdiv(n, PG);
     lru_evict(kc, n);
-    for (uint32_t pg = keep_pages; pg < kc->n_pages; pg++)
-        slot_free(kc, kc->tier[pg], kc->slot[pg]);
+    for (uint32_t gi = 0; gi < kc->n_grp; gi++) {
+        kvc_group *g = &kc->grp[gi];
+        for (uint32_t pg = keep_pages > g->first ? keep_pages : g->first; pg < kc->n_pages; pg++)
+            slot_free(g, g->tier[pg], g->slot[pg]);
+    }
     kc->n_pages = keep_pages;
     kc->n = n;
-    if (n % PG && kc->tier[n / PG] != 0)
-        move_page(kc, n / PG, 0, (int)(n % PG)); /* the page being filled is full precision */
+    for (uint32_t gi = 0; gi < kc->n_grp; gi++) { /* the page being filled is full precision */
+        kvc_group *g = &kc->grp[gi];
+        if (n % PG && g->tier[n / PG] != 0)
+            move_page(kc, g, n / PG, 0, (int)(n % PG));
+    }
     return 0;
 }
 
@@ -652,46 +809,78 @@ int rvl_kvcache_truncate(rvl_kvcache *kc, uint32_t n)
  * Session loading
  * ==================================================================== */
 
-int rvl_kvcache_load_page(rvl_kvcache *kc, uint32_t page, int tier)
+int rvl_kvcache_load_page(rvl_kvcache *kc, uint32_t layer, uint32_t page, int tier)
 {
-    if (page != kc->n_pages || page >= kc->max_pages)
-        return rvl_seterr(RVL_EFORMAT, "page %u out of order or past the context", page);
+    kvc_group *g = group_of(kc, layer);
     if (tier < 0 || tier > kc->maxtier)
-        return rvl_seterr(RVL_EFORMAT, "page %u is in tier %d, which this cache does not use",
-                          page, tier);
-    if (page > 0 && tier > kc->tier[page - 1] && (uint64_t)(page - 1) * PG >= kc->p.sink)
-        return rvl_seterr(RVL_EFORMAT, "page %u is in tier %d, colder than the older page %u "
-                          "(tier %d)", page, tier, page - 1, kc->tier[page - 1]);
-    const int32_t s = slot_alloc(kc, tier);
+        return rvl_seterr(RVL_EFORMAT, "layer %u: page %u is in tier %d, which this cache does not "
+                          "use", layer, page, tier);
+    if (kc->lidx[layer] > 0) { /* the group's first layer gave the page its slot */
+        if (page < g->first || page >= g->loaded)
+            return rvl_seterr(RVL_EFORMAT, "layer %u holds page %u, the other layers of its "
+                              "window (%u) pages %u .. %u", layer, page, g->window, g->first,
+                              g->loaded - 1);
+        if (g->tier[page] != tier)
+            return rvl_seterr(RVL_EFORMAT, "layer %u has page %u in tier %d, layer %u in tier %d",
+                              layer, page, tier, g->layer[0], g->tier[page]);
+        return 0;
+    }
+    if (g->loaded == 0) { /* the layer's first page */
+        if (page && !g->window)
+            return rvl_seterr(RVL_EFORMAT, "layer %u has no sliding window, but its pages start "
+                              "at %u, not 0", layer, page);
+        g->first = g->loaded = page;
+    }
+    if (page != g->loaded || page >= kc->max_pages)
+        return rvl_seterr(RVL_EFORMAT, "layer %u: page %u out of order or past the context",
+                          layer, page);
+    if (page > g->first && tier > g->tier[page - 1] && (uint64_t)(page - 1) * PG >= g->sink)
+        return rvl_seterr(RVL_EFORMAT, "layer %u: page %u is in tier %d, colder than the older "
+                          "page %u (tier %d)", layer, page, tier, page - 1, g->tier[page - 1]);
+    if (g->ring && page - g->first >= g->ring)
+        return rvl_seterr(RVL_EFORMAT, "layer %u holds more pages than its sliding window of %u "
+                          "keeps (%u): saved without trimming the window", layer, g->window,
+                          g->ring);
+    const int32_t s = slot_alloc(g, tier);
     if (s < 0)
-        return rvl_seterr(RVL_EFORMAT, "page %u: more pages in tier %d than this context holds "
-                          "(%u)", page, tier, kc->cap[tier]);
-    kc->tier[page] = (uint8_t)tier;
-    kc->slot[page] = s;
-    if (tier == 0)
-        kc->pt0[page] = s;
-    kc->n_pages = page + 1;
+        return rvl_seterr(RVL_EFORMAT, "layer %u: page %u: more pages in tier %d than this "
+                          "context holds (%u)", layer, page, tier, g->cap[tier]);
+    page_set(g, page, tier, s);
+    g->loaded = page + 1;
     return 0;
 }
 
 int rvl_kvcache_load_done(rvl_kvcache *kc, uint32_t n)
 {
-    if (cdiv(n, PG) != kc->n_pages)
-        return rvl_seterr(RVL_EFORMAT, "%u pages for %u positions", kc->n_pages, n);
-    if (n % PG && kc->tier[n / PG] != 0)
-        return rvl_seterr(RVL_EFORMAT, "the partial page %u is not in tier 0", n / PG);
-    /* pages quantized without a centre: the centre is 0 from now on */
-    for (uint32_t pg = 0; kc->kc_state == KC_PENDING && pg < kc->n_pages; pg++)
-        if (kc->tier[pg] != 0)
-            kc->kc_state = KC_SET;
-    /* a page may be colder than its age says (a truncated cache), never
-     * warmer: that bounds every tier's population, so aging always finds
-     * a slot */
-    for (uint32_t pg = 0; pg < n / PG; pg++)
-        if (kc->tier[pg] < want_tier(kc, pg, n))
-            return rvl_seterr(RVL_EFORMAT, "page %u is in tier %d, its age puts it in tier %d", pg,
-                              kc->tier[pg], want_tier(kc, pg, n));
+    const uint32_t np = cdiv(n, PG);
+    for (uint32_t gi = 0; gi < kc->n_grp; gi++) {
+        const kvc_group *g = &kc->grp[gi];
+        if (!g->n_layer)
+            continue;
+        if (g->loaded != np)
+            return rvl_seterr(RVL_EFORMAT, "layer %u holds pages up to %u for %u positions",
+                              g->layer[0], g->loaded, n);
+        if (n % PG && g->tier[n / PG] != 0)
+            return rvl_seterr(RVL_EFORMAT, "the partial page %u is not in tier 0", n / PG);
+        /* pages quantized without a centre: the centre is 0 from now on */
+        for (uint32_t pg = g->first; kc->kc_state == KC_PENDING && pg < np; pg++)
+            if (g->tier[pg] != 0)
+                kc->kc_state = KC_SET;
+        /* a page may be colder than its age says (a truncated cache), never
+         * warmer: that bounds every tier's population, so aging always finds
+         * a slot */
+        for (uint32_t pg = g->first; pg < n / PG; pg++)
+            if (g->tier[pg] < want_tier(kc, g, pg, n))
+                return rvl_seterr(RVL_EFORMAT, "page %u is in tier %d, its age puts it in tier %d",
+                                  pg, g->tier[pg], want_tier(kc, g, pg, n));
+    }
+    kc->n_pages = np;
     kc->n = n;
+    const kvc_group *gone = window_gone(kc, n);
+    if (gone)
+        return rvl_seterr(RVL_EFORMAT, "layers with a sliding window of %u hold positions from %u "
+                          "on, the next one needs %u", gone->window, gone->first * PG,
+                          n + 1 - gone->window);
     return 0;
 }
 
@@ -758,15 +947,15 @@ uint64_t rvl_kvcache_page_hash(const rvl_kvcache *kc, uint32_t page)
 /* Page `page`'s slot of every layer to (or from) an LRU entry's data. */
 static void page_copy(rvl_kvcache *kc, uint32_t page, unsigned char *data, bool to_cache)
 {
-    const int t = kc->tier[page];
     for (uint32_t l = 0; l < kc->p.n_layer; l++)
         for (int kind = 0; kind < 2; kind++) {
-            unsigned char *sp = slot_ptr(kc, kind, t, l, kc->slot[page]);
+            unsigned char *sp = page_ptr(kc, l, kind, page);
+            const size_t b = kc->sb[kind][cgroup_of(kc, l)->tier[page]];
             if (to_cache)
-                memcpy(sp, data, kc->sb[kind][t]);
+                memcpy(sp, data, b);
             else
-                memcpy(data, sp, kc->sb[kind][t]);
-            data += kc->sb[kind][t];
+                memcpy(data, sp, b);
+            data += b;
         }
 }
 
@@ -779,11 +968,13 @@ static kvc_lru *lru_find(rvl_kvcache *kc, uint64_t h, const int32_t *ids)
     return NULL;
 }
 
-/* Before positions n .. are dropped: their full hashed pages into the LRU;
- * ids and hashes cut to n. */
+/* Before positions n .. are dropped: their full hashed pages that every
+ * layer still holds into the LRU; ids and hashes cut to n. */
 static void lru_evict(rvl_kvcache *kc, uint32_t n)
 {
-    const uint32_t lo = n / PG > kc->dropped ? n / PG : kc->dropped; /* dropped: no data */
+    uint32_t lo = n / PG;
+    for (uint32_t gi = 0; gi < kc->n_grp; gi++) /* a ring's freed pages: no data */
+        lo = kc->grp[gi].n_layer && kc->grp[gi].first > lo ? kc->grp[gi].first : lo;
     for (uint32_t pg = kc->hashed; kc->lru_cap && pg-- > lo;) {
         kvc_lru *e = lru_find(kc, kc->hash[pg], kc->ids + (size_t)pg * PG);
         if (!e) { /* a free entry, else the least recently used */
@@ -794,7 +985,8 @@ static void lru_evict(rvl_kvcache *kc, uint32_t n)
         }
         e->hash = kc->hash[pg];
         e->used = ++kc->tick;
-        e->tier = kc->tier[pg];
+        for (uint32_t gi = 0; gi < kc->n_grp; gi++)
+            e->tier[gi] = kc->grp[gi].tier[pg];
         memcpy(e->ids, kc->ids + (size_t)pg * PG, sizeof e->ids);
         page_copy(kc, pg, kc->lru_data + (size_t)(e - kc->lru) * kc->lru_bytes, false);
     }
@@ -804,25 +996,39 @@ static void lru_evict(rvl_kvcache *kc, uint32_t n)
         kc->hashed = n / PG;
 }
 
+/* Whether group g can give the page `page` (the next one) a slot in tier
+ * t, once a ring made room for it: the colder-with-age rule holds and
+ * the tier has a free slot. */
+static bool group_can_take(const kvc_group *g, uint32_t page, int t)
+{
+    if (!g->n_layer)
+        return true;
+    if (page > g->first && t > g->tier[page - 1] && (uint64_t)(page - 1) * PG >= g->sink)
+        return false;
+    if (g->nfree[t] > 0)
+        return true;
+    /* a full ring frees its oldest page first */
+    return g->ring && page + 1 - g->first > g->ring && g->tier[g->first] == t;
+}
+
 /* The next page (the cache ends on a page boundary, every page hashed)
  * from the LRU entry for ids (PG of them) with hash h: false when there is
- * none, or it would break "tiers only get colder with age", or its tier
- * has no free slot. */
+ * none, or it would break "tiers only get colder with age", or a tier has
+ * no free slot. */
 static bool lru_restore(rvl_kvcache *kc, const int32_t *ids, uint64_t h)
 {
     const uint32_t pg = kc->n_pages;
     kvc_lru *e = lru_find(kc, h, ids);
-    if (!e || pg >= kc->max_pages || kc->win_all) /* a ring holds only the window */
+    if (!e || pg >= kc->max_pages)
         return false;
-    if (pg > 0 && e->tier > kc->tier[pg - 1] && (uint64_t)(pg - 1) * PG >= kc->p.sink)
-        return false;
-    const int32_t s = slot_alloc(kc, e->tier);
-    if (s < 0)
-        return false;
-    kc->tier[pg] = (uint8_t)e->tier;
-    kc->slot[pg] = s;
-    if (e->tier == 0)
-        kc->pt0[pg] = s;
+    for (uint32_t gi = 0; gi < kc->n_grp; gi++)
+        if (!group_can_take(&kc->grp[gi], pg, e->tier[gi]))
+            return false;
+    for (uint32_t gi = 0; gi < kc->n_grp; gi++) {
+        kvc_group *g = &kc->grp[gi];
+        ring_make_room(g, pg + 1);
+        page_set(g, pg, e->tier[gi], slot_alloc(g, e->tier[gi]));
+    }
     kc->n_pages = pg + 1;
     page_copy(kc, pg, kc->lru_data + (size_t)(e - kc->lru) * kc->lru_bytes, true);
     memcpy(kc->ids + (size_t)pg * PG, ids, PG * sizeof *ids);
@@ -849,14 +1055,14 @@ uint32_t rvl_kvcache_reuse(rvl_kvcache *kc, const int32_t *ids, uint32_t n)
     while (k < n && k < known && kc->ids[k] == ids[k])
         k++;
     if (window_gone(kc, k))
-        k = 0; /* keys the window of position k needs are gone */
+        k = 0; /* a ring freed keys the window of position k needs: so would any shorter prefix */
     /* a match that ends inside a page the LRU holds whole: from its start */
     const uint32_t b = k - k % PG;
-    if (k % PG && b + PG <= n && kc->hashed >= b / PG &&
+    if (k % PG && b + PG <= n && kc->hashed >= b / PG && !window_gone(kc, b) &&
         lru_find(kc, page_hash(b ? kc->hash[b / PG - 1] : 0, ids + b), ids + b))
         k = b;
     if (k < kc->n)
-        rvl_kvcache_truncate(kc, k); /* cannot fail: k <= n */
+        rvl_kvcache_truncate(kc, k); /* cannot fail: k <= n, the windows hold what it needs */
     /* then whole pages dropped earlier */
     while (k % PG == 0 && k == kc->n && kc->hashed == k / PG && k + PG <= n &&
            lru_restore(kc, ids + k, page_hash(k ? kc->hash[k / PG - 1] : 0, ids + k)))
@@ -867,39 +1073,53 @@ uint32_t rvl_kvcache_reuse(rvl_kvcache *kc, const int32_t *ids, uint32_t n)
 /* ====================================================================
  * Sliding windows
  *
- * A layer with window W attends to the keys t > qp - W only (attn.h's
- * mask, which the tier-0 kernels apply). When every layer has a window,
- * pages that are entirely older than the largest window can never be
- * seen again: ring_free gives their slots back and the tier-0 pool is
- * sized for the window (plus a batch and partial pages), so the cache's
- * memory is bounded by the window, not the context; positions still count
- * up to n_ctx (the page table and RoPE). Windows need an f16/f32 cache:
- * the quantized page readers take whole pages (refused at open). No
- * loaded architecture has sliding-window layers yet, so forward.c sets
- * none.
+ * A layer with window W attends to the keys t > qp - W only: attn.h's
+ * mask on tier-0 pages, quant_chunk's on quantized ones (the rows of the
+ * first page before qp - W + 1 score -inf; older pages are not read).
+ * Layers are grouped by window (kvc_group: the global layers, then one
+ * group per window; Gemma 2 and 3 have two groups, Mistral one), each
+ * with its own page table, pools and tiers. A windowed group is a ring:
+ * it holds at most ring = ceil((W + RVL_KVC_MAX_BATCH) / 32) + 2 pages
+ * (the window, a batch being added, partial pages at both ends), and
+ * rvl_kvcache_begin frees its oldest pages only when a new one would
+ * exceed that. So its memory is bounded by the window while the global
+ * layers keep the whole context, and its slack keeps at least the last
+ * W + 66 positions after any batch: a truncate back by up to 66
+ * positions (a retried reply's end, the same prompt again) stays valid.
+ * Positions still count up to n_ctx (page table, RoPE).
+ *
+ * A windowed layer's pages age through the tiers like a global layer's
+ * (a q8 cache holds its window in q8; a window shorter than `hot` stays
+ * f16), without sinks: the window hides the first tokens anyway.
+ *
+ * Truncating to n is valid while every ring still holds the keys the
+ * query at n sees, from n + 1 - W on (window_gone); a shorter prefix
+ * needs older keys still, so prefix reuse keeps the match or nothing.
+ * A context shift of a windowed cache is refused (its layers may also
+ * rotate on their own RoPE base).
  * ==================================================================== */
 
-/* Whether a cache truncated to n positions lacks keys the next query (at
- * position n, seeing positions n + 1 - W ..) needs: they were dropped. */
-static bool window_gone(const rvl_kvcache *kc, uint32_t n)
+/* The group (its first, if several) whose ring lacks keys the query at
+ * position n, seeing positions n + 1 - W .., needs: they were freed. */
+static const kvc_group *window_gone(const rvl_kvcache *kc, uint32_t n)
 {
-    return kc->dropped && (uint64_t)n + 1 < (uint64_t)kc->dropped * PG + kc->win_all;
+    for (uint32_t gi = 0; gi < kc->n_grp; gi++) {
+        const kvc_group *g = &kc->grp[gi];
+        if (g->n_layer && g->first && (uint64_t)n + 1 < (uint64_t)g->first * PG + g->window)
+            return g;
+    }
+    return NULL;
 }
 
-static void ring_free(rvl_kvcache *kc)
+/* A ring about to hold pages .. pages - 1: its oldest ones freed so that
+ * it holds at most `ring`. */
+static void ring_make_room(kvc_group *g, uint32_t pages)
 {
-    if (!kc->win_all)
-        return;
-    /* page p's newest key (p + 1) PG - 1 is older than the next query's
-     * first one, n + 1 - W */
-    while (kc->dropped < kc->n_pages &&
-           (uint64_t)(kc->dropped + 1) * PG + kc->win_all <= (uint64_t)kc->n + 1) {
-        slot_free(kc, kc->tier[kc->dropped], kc->slot[kc->dropped]);
-        kc->dropped++;
+    while (g->ring && pages - g->first > g->ring) {
+        slot_free(g, g->tier[g->first], g->slot[g->first]);
+        g->first++;
     }
 }
-
-uint32_t rvl_kvcache_n_dropped(const rvl_kvcache *kc) { return kc->dropped; }
 
 /* ====================================================================
  * Context shift
@@ -929,9 +1149,9 @@ int rvl_kvcache_shift(rvl_kvcache *kc, uint32_t keep, uint32_t n_discard, const 
                           keep, n_discard, n);
     if (n_discard == 0)
         return 0;
-    if (kc->dropped)
-        return rvl_seterr(RVL_EUNSUPPORTED, "context shift of a sliding-window cache that dropped "
-                          "pages");
+    if (kc->grp[0].window || kc->n_grp > 1)
+        return rvl_seterr(RVL_EUNSUPPORTED, "context shift of a cache with sliding-window layers");
+    kvc_group *g = &kc->grp[0]; /* every layer, in order */
     if (kc->kc_state == KC_PENDING)
         center_keys(kc); /* pages may go straight to a quantized tier below */
     const uint32_t nn = n - n_discard, np_old = kc->n_pages, np_new = cdiv(nn, PG);
@@ -944,16 +1164,13 @@ int rvl_kvcache_shift(rvl_kvcache *kc, uint32_t keep, uint32_t n_discard, const 
         free(os);
         return rvl_seterr(RVL_ENOMEM, "out of memory for a context shift");
     }
-    memcpy(ot, kc->tier, np_old);
-    memcpy(os, kc->slot, np_old * sizeof(int32_t));
+    memcpy(ot, g->tier, np_old);
+    memcpy(os, g->slot, np_old * sizeof(int32_t));
     /* the new page table: each page straight into the tier of its age */
     free_all(kc);
     for (uint32_t pg = 0; pg < np_new; pg++) {
-        const int t = (pg + 1) * PG <= nn ? want_tier(kc, pg, nn) : 0;
-        kc->tier[pg] = (uint8_t)t;
-        kc->slot[pg] = slot_alloc(kc, t);
-        if (t == 0)
-            kc->pt0[pg] = kc->slot[pg];
+        const int t = (pg + 1) * PG <= nn ? want_tier(kc, g, pg, nn) : 0;
+        page_set(g, pg, t, slot_alloc(g, t));
     }
     kc->n_pages = np_new;
     const int *fmts[2] = {kc->p.fmt_k, kc->p.fmt_v};
@@ -964,7 +1181,7 @@ int rvl_kvcache_shift(rvl_kvcache *kc, uint32_t keep, uint32_t n_discard, const 
             for (uint32_t pg = 0; pg < np_old; pg++)
                 for (uint32_t h = 0; h < nkv; h++) {
                     const int t = ot[pg];
-                    const unsigned char *src = slot_ptr(kc, kind, t, l, os[pg]) + h * kc->pb[kind][t];
+                    const unsigned char *src = slot_ptr(kc, g, kind, t, l, os[pg]) + h * kc->pb[kind][t];
                     decode_page(fmts[kind][t], kind, (int)hd, src, PG, kc->tmp);
                     if (kind == 0 && kc->kc_state == KC_SET) /* rotate the key, not k - mu */
                         center_rows(kc, l, h, kc->tmp, PG, 1.0f);
@@ -984,7 +1201,7 @@ int rvl_kvcache_shift(rvl_kvcache *kc, uint32_t keep, uint32_t n_discard, const 
         }
         /* and encode the new pages */
         for (uint32_t pg = 0; pg < np_new; pg++) {
-            const int t = kc->tier[pg];
+            const int t = g->tier[pg];
             const int nr = nn - pg * PG < PG ? (int)(nn - pg * PG) : PG;
             for (int kind = 0; kind < 2; kind++)
                 for (uint32_t h = 0; h < nkv; h++) {
@@ -994,7 +1211,7 @@ int rvl_kvcache_shift(rvl_kvcache *kc, uint32_t keep, uint32_t n_discard, const 
                                hd * sizeof(float));
                     if (kind == 0 && kc->kc_state == KC_SET)
                         center_rows(kc, l, h, kc->tmp, nr, -1.0f);
-                    unsigned char *dst = slot_ptr(kc, kind, t, l, kc->slot[pg]) + h * kc->pb[kind][t];
+                    unsigned char *dst = slot_ptr(kc, g, kind, t, l, g->slot[pg]) + h * kc->pb[kind][t];
                     if (fmts[kind][t] == RVL_KVQ_F16 && t == 0) {
                         memset(dst, 0, kc->pb[kind][t]);
                         kc->f16f->quantize(kc->tmp, dst, (int64_t)nr * hd, NULL);
@@ -1017,7 +1234,9 @@ int rvl_kvcache_shift(rvl_kvcache *kc, uint32_t keep, uint32_t n_discard, const 
 
 typedef struct {
     rvl_kvcache *kc;
-    uint32_t layer, pos, nb;
+    const kvc_group *g;          /* the layer's group */
+    uint32_t layer, li, pos, nb; /* li: the layer's index in g */
+    uint32_t window;             /* the layer's, 0: none */
     const float *q, *qr;         /* qr: q rotated (TQ keys) */
     size_t q_stride;
     float *out;
@@ -1062,12 +1281,14 @@ static void exp_shift(float *restrict x, int n, float m)
     }
 }
 
-/* The quantized pages [pa, pb) of kv head kh for one query token: the
- * partial {m, l, acc} of each of its g query heads. */
+/* The quantized pages [pa, pb) of kv head kh for one query token that
+ * sees the keys from position lo on (its window; pages before lo's are not
+ * in [pa, pb)): the partial {m, l, acc} of each of its g query heads. */
 static void quant_chunk(const attend_job *j, const float *q, const float *qr, uint32_t pa,
-                        uint32_t pb, int kh, float *part, void *ws)
+                        uint32_t pb, uint32_t lo, int kh, float *part, void *ws)
 {
     const rvl_kvcache *kc = j->kc;
+    const kvc_group *gr = j->g;
     const int hd = (int)kc->p.head_dim, nh = (int)kc->p.n_head;
     const int g = nh / (int)kc->p.n_head_kv;
     const float scale = kc->p.scale, cap = kc->p.softcap;
@@ -1083,16 +1304,18 @@ static void quant_chunk(const attend_job *j, const float *q, const float *qr, ui
     if (kc->tq_v)
         memset(accr, 0, (size_t)g * hd * sizeof(float));
     for (uint32_t pg = pa; pg < pb; pg++) {
-        const int t = kc->tier[pg];
+        const int t = gr->tier[pg];
         const int kf = kc->p.fmt_k[t], vf = kc->p.fmt_v[t];
-        const unsigned char *kp = slot_ptr(kc, 0, t, j->layer, kc->slot[pg]) + kh * kc->pb[0][t];
-        const unsigned char *vp = slot_ptr(kc, 1, t, j->layer, kc->slot[pg]) + kh * kc->pb[1][t];
+        const unsigned char *kp = slot_ptr(kc, gr, 0, t, j->li, gr->slot[pg]) + kh * kc->pb[0][t];
+        const unsigned char *vp = slot_ptr(kc, gr, 1, t, j->li, gr->slot[pg]) + kh * kc->pb[1][t];
+        /* rows before lo are outside the window */
+        const int r0 = (uint64_t)pg * PG < lo ? (int)(lo - pg * PG) : 0;
         if (pg + 1 < pb) { /* pages of a head are slots apart: fetch the next one early */
-            const int tn = kc->tier[pg + 1];
+            const int tn = gr->tier[pg + 1];
             const unsigned char *kn =
-                slot_ptr(kc, 0, tn, j->layer, kc->slot[pg + 1]) + kh * kc->pb[0][tn];
+                slot_ptr(kc, gr, 0, tn, j->li, gr->slot[pg + 1]) + kh * kc->pb[0][tn];
             const unsigned char *vn =
-                slot_ptr(kc, 1, tn, j->layer, kc->slot[pg + 1]) + kh * kc->pb[1][tn];
+                slot_ptr(kc, gr, 1, tn, j->li, gr->slot[pg + 1]) + kh * kc->pb[1][tn];
             for (size_t o = 0; o < kc->pb[0][tn]; o += 64)
                 __builtin_prefetch(kn + o);
             for (size_t o = 0; o < kc->pb[1][tn]; o += 64)
@@ -1121,6 +1344,8 @@ static void quant_chunk(const attend_job *j, const float *q, const float *qr, ui
             if (cap > 0)
                 for (int r = 0; r < PG; r++)
                     si[r] = cap * tanhf(si[r] / cap);
+            for (int r = 0; r < r0; r++)
+                si[r] = -INFINITY;
             for (int k = 0; k < 8; k++)
                 mk[k] = si[k];
             for (int r = 8; r < PG; r += 8)
@@ -1208,13 +1433,21 @@ static void attend_items(void *arg, int ith, int nth)
             const int qp = (int)(j->pos + t);
             float *pt = kc->partials + (size_t)t * (j->cq + j->cf) * ps;
             const float *q = j->q + (size_t)t * j->q_stride;
+            /* the token's first key: its window's, or the ring's first page */
+            const uint32_t lo = j->window && (uint32_t)qp + 1 > j->window ? (uint32_t)qp + 1 - j->window
+                                                                          : j->g->first * PG;
             if (c < j->cq) {
-                const uint32_t pa = (uint32_t)((uint64_t)j->f0 * c / j->cq);
-                const uint32_t pb = (uint32_t)((uint64_t)j->f0 * (c + 1) / j->cq);
-                quant_chunk(j, q, j->qr + (size_t)t * nh * hd, pa, pb, kh, pt + (size_t)c * ps, ws);
+                /* the quantized pages [lo's page, f0), in cq runs */
+                const uint32_t q0 = lo / PG < j->f0 ? lo / PG : j->f0, nq = j->f0 - q0;
+                const uint32_t pa = q0 + (uint32_t)((uint64_t)nq * c / j->cq);
+                const uint32_t pb = q0 + (uint32_t)((uint64_t)nq * (c + 1) / j->cq);
+                quant_chunk(j, q, j->qr + (size_t)t * nh * hd, pa, pb, lo, kh, pt + (size_t)c * ps,
+                            ws);
             } else {
                 rvl_attn_params ap = j->ap;
                 ap.window = qp - (int)(j->f0 * PG) + 1; /* keys from page f0 on */
+                if (j->window && (int)j->window < ap.window)
+                    ap.window = (int)j->window;
                 kc->ak->decode_chunk(&ap, q, qp, qp + 1, c - j->cq, j->cf, kh, kh + 1,
                                      pt + (size_t)j->cq * ps, ws);
             }
@@ -1254,27 +1487,33 @@ void rvl_kvcache_attend(rvl_kvcache *kc, rvl_pool *pool, uint32_t layer, const f
                     size_t q_stride, uint32_t pos, uint32_t nb, float *out, size_t out_stride)
 {
     const uint32_t nkv = kc->p.n_head_kv, nh = kc->p.n_head, hd = kc->p.head_dim;
-    attend_job j = {.kc = kc, .layer = layer, .pos = pos, .nb = nb, .q = q, .q_stride = q_stride,
-                    .out = out, .out_stride = out_stride, .ap = kc->ap};
-    j.ap.window = kc->win ? (int)kc->win[layer] : 0;
-    j.ap.k = kc->pool[0][0] + (size_t)layer * kc->cap[0] * kc->sb[0][0];
-    j.ap.v = kc->pool[1][0] + (size_t)layer * kc->cap[0] * kc->sb[1][0];
+    const kvc_group *g = cgroup_of(kc, layer);
+    const uint32_t li = kc->lidx[layer];
+    attend_job j = {.kc = kc, .g = g, .layer = layer, .li = li, .window = g->window, .pos = pos,
+                    .nb = nb, .q = q, .q_stride = q_stride, .out = out, .out_stride = out_stride,
+                    .ap = kc->ap};
+    j.ap.window = (int)g->window;
+    j.ap.k = g->pool[0][0] + (size_t)li * g->cap[0] * kc->sb[0][0];
+    j.ap.v = g->pool[1][0] + (size_t)li * g->cap[0] * kc->sb[1][0];
+    j.ap.page_table = g->pt0;
     /* the first tier-0 page: tiers only get colder with age */
     uint32_t f0 = (pos + nb - 1) / PG;
-    while (f0 > 0 && kc->tier[f0 - 1] == 0)
+    while (f0 > g->first && g->tier[f0 - 1] == 0)
         f0--;
     j.f0 = f0;
     const uint32_t last = (pos + nb - 1) / PG;
-    if (f0 == 0) {
+    /* the first page the first token sees */
+    const uint32_t p0 = g->window && pos + 1 > g->window ? (pos + 1 - g->window) / PG : g->first;
+    if (f0 <= p0) { /* every key seen is in tier 0 */
         j.mode = nb == 1 ? 0 : 1;
-        j.cf = chunks_for(kc, last + 1);
+        j.cf = chunks_for(kc, last - p0 + 1);
         if (j.mode == 0)
             j.n_items = (uint64_t)j.cf * nkv;
         else
             j.n_items = (uint64_t)cdiv(nb, (uint32_t)rvl_attn_tile_tokens(&j.ap)) * nkv;
     } else {
         j.mode = 2;
-        j.cq = nb == 1 ? quant_chunks_for(kc, f0) : 1;
+        j.cq = nb == 1 ? quant_chunks_for(kc, f0 - p0) : 1;
         j.cf = nb == 1 ? chunks_for(kc, last - f0 + 1) : 1;
         j.n_items = (uint64_t)nb * (j.cq + j.cf) * nkv;
         if (kc->tq_k) {

@@ -1,13 +1,15 @@
 /*
  * kvcache.h - the paged, tiered KV cache of one sequence (internal to lib/).
  *
- * Positions are grouped in pages of RVL_KVQ_PAGE (32). One page table
- * serves every layer (all layers hold the same positions): logical page p
- * (positions 32p .. 32p + 31) has a tier and a slot in that tier's pool;
- * each layer has its own pool region per tier and kind (keys, values). A
- * slot holds the page of every kv head, head after head, each in the
- * tier's storage format of that kind (kernels/kvq.h's page layouts; f32:
- * 32 rows of head_dim floats).
+ * Positions are grouped in pages of RVL_KVQ_PAGE (32). Layers with the
+ * same sliding window (or none: the global layers) form a group that
+ * shares one page table: logical page p (positions 32p .. 32p + 31) has a
+ * tier and a slot in that tier's pool of the group; each layer has its
+ * own pool region per tier and kind (keys, values). A slot holds the page
+ * of every kv head, head after head, each in the tier's storage format of
+ * that kind (kernels/kvq.h's page layouts; f32: 32 rows of head_dim
+ * floats). A windowed group is a ring holding only the pages its window
+ * still needs (kvcache.c, "Sliding windows").
  *
  * Tiers, by the age of a full page (how many positions its newest one is
  * behind the newest token):
@@ -68,7 +70,7 @@ typedef struct {
     uint32_t hot, warm;            /* tokens, or RVL_KVC_UNBOUNDED */
     uint32_t sink;                 /* the pages of positions 0 .. sink - 1 stay in tier 0 */
     const uint32_t *window;        /* (n_layer) sliding window of each layer (0: none), or
-                                    * NULL; copied at open. f16/f32 caches only */
+                                    * NULL; copied at open. At most 3 different windows */
     float scale, softcap;          /* attention */
     int q_f16;                     /* round q to f16 against f16 pages (llama.cpp) */
 } rvl_kvcache_params;
@@ -125,12 +127,19 @@ void rvl_kvcache_commit(rvl_kvcache *kc, uint32_t nb);
 void rvl_kvcache_set_ids(rvl_kvcache *kc, uint32_t pos, const int32_t *ids, uint32_t n);
 uint32_t rvl_kvcache_reuse(rvl_kvcache *kc, const int32_t *ids, uint32_t n);
 uint64_t rvl_kvcache_page_hash(const rvl_kvcache *kc, uint32_t page);
-/* Sliding windows (kvcache.c, "Sliding windows"): pages 0 .. n - 1 were
- * freed, outside every layer's window (only when every layer has one). A
- * truncate that would need their keys is refused (RVL_ERANGE; to 0 is a
- * reset), so is a context shift. */
-uint32_t rvl_kvcache_n_dropped(const rvl_kvcache *kc);
 void rvl_kvcache_forget(rvl_kvcache *kc);
+/* Sliding windows (kvcache.c, "Sliding windows"): a layer's window (0:
+ * none; a window of n_ctx or more is none) and the first page it holds:
+ * a windowed layer's ring freed the pages before it. A truncate that
+ * would need freed keys is refused (RVL_ERANGE; to 0 is a reset), so is a
+ * context shift of a cache with windows; rvl_kvcache_reuse then keeps
+ * nothing. */
+uint32_t rvl_kvcache_window(const rvl_kvcache *kc, uint32_t layer);
+uint32_t rvl_kvcache_first_page(const rvl_kvcache *kc, uint32_t layer);
+/* What the cache holds at n positions (ruvllm.h's rvl_ctx_kv_usage):
+ * computed from the formats, tiers and rings, not from the cache's
+ * content (cheap: a loop over n / 32 pages per group). */
+void rvl_kvcache_usage(const rvl_kvcache *kc, uint32_t n, rvl_kv_usage *u);
 
 /*
  * Context shift: drop positions [keep, keep + n_discard), move the later
@@ -145,19 +154,24 @@ int rvl_kvcache_shift(rvl_kvcache *kc, uint32_t keep, uint32_t n_discard, const 
 
 /* ---- page access, for session files and tests ---- */
 
-/* Logical pages in use: ceil(n / 32). */
+/* Logical pages in use: ceil(n / 32); a windowed layer holds pages
+ * rvl_kvcache_first_page .. of them. */
 uint32_t rvl_kvcache_n_pages(const rvl_kvcache *kc);
-int rvl_kvcache_page_tier(const rvl_kvcache *kc, uint32_t page);
+int rvl_kvcache_page_tier(const rvl_kvcache *kc, uint32_t layer, uint32_t page);
 /* Bytes of one head's page of a kind (0 keys, 1 values) in a tier. */
 size_t rvl_kvcache_page_bytes(const rvl_kvcache *kc, int kind, int tier);
 /* The slot of logical page `page` of one layer and kind: n_head_kv pages
  * of rvl_kvcache_page_bytes each. borrowed: valid until the cache changes. */
 void *rvl_kvcache_page_data(rvl_kvcache *kc, uint32_t layer, int kind, uint32_t page);
-/* Session loading: empties the cache, then gives page 0, 1, ... a slot in
- * the tier named (rvl_kvcache_load_page, in order; tiers must not increase
- * with age... see session.c), then rvl_kvcache_load_done(n). RVL_EFORMAT when
- * a tier has no slot left or the order is broken. */
-int rvl_kvcache_load_page(rvl_kvcache *kc, uint32_t page, int tier);
+/* Session loading, into an emptied cache: layer after layer, each page
+ * the layer holds in order (rvl_kvcache_load_page: from 0 for a global
+ * layer, from its ring's first page for a windowed one; the first layer
+ * of a window gives the pages their slots in the tier named, the others
+ * must name the same pages and tiers; tiers must not increase with
+ * age... see session.c), then rvl_kvcache_load_done(n): every layer's
+ * pages reach n, and every ring holds the keys the next query needs.
+ * RVL_EFORMAT when a tier or ring has no slot left or an order is broken. */
+int rvl_kvcache_load_page(rvl_kvcache *kc, uint32_t layer, uint32_t page, int tier);
 int rvl_kvcache_load_done(rvl_kvcache *kc, uint32_t n);
 /* The floats row j (0..31) of page `page`, layer, kind, kv head stands
  * for (decoded; TQ unrotated). */

@@ -102,9 +102,6 @@ int rvl_session_save(rvl_ctx *c, const char *path, const int32_t *ids, size_t n_
     unsigned char *page = NULL;
     int rc;
 
-    if (rvl_kvcache_n_dropped(kc))
-        return rvl_seterr(RVL_EUNSUPPORTED, "%s: the sliding window dropped the cache's first %u "
-                          "pages; a session file holds every page", path, rvl_kvcache_n_dropped(kc));
     if (n_ids != n)
         return rvl_seterr(RVL_EINVAL, "%s: %zu token ids given for a cache of %u tokens", path,
                           n_ids, n);
@@ -126,7 +123,11 @@ int rvl_session_save(rvl_ctx *c, const char *path, const int32_t *ids, size_t n_
 
     unsigned char h[RVL_SESS_HDR] = {0};
     memcpy(h, RVL_SESS_MAGIC, RVL_SESS_MAGIC_BYTES);
-    rvl_session_put32(h + RVL_SESS_H_VERSION, RVL_SESS_VERSION);
+    /* version 3 when every layer holds every page (older readers take it) */
+    bool trimmed = false;
+    for (uint32_t l = 0; l < kp->n_layer; l++)
+        trimmed |= rvl_kvcache_first_page(kc, l) > 0;
+    rvl_session_put32(h + RVL_SESS_H_VERSION, trimmed ? RVL_SESS_VERSION : 3);
     rvl_session_put32(h + RVL_SESS_H_BOM, RVL_SESS_BOM);
     rvl_session_put64(h + RVL_SESS_H_FINGERPRINT, rvl_model_fingerprint(m));
     put_geometry(h, kp);
@@ -172,8 +173,8 @@ int rvl_session_save(rvl_ctx *c, const char *path, const int32_t *ids, size_t n_
 
     const uint32_t np = rvl_kvcache_n_pages(kc);
     for (uint32_t l = 0; l < kp->n_layer; l++) {
-        for (uint32_t pg = 0; pg < np; pg++) {
-            const int t = rvl_kvcache_page_tier(kc, pg);
+        for (uint32_t pg = rvl_kvcache_first_page(kc, l); pg < np; pg++) { /* a ring: its pages */
+            const int t = rvl_kvcache_page_tier(kc, l, pg);
             const uint32_t rows = n - pg * RVL_SESS_PAGE < RVL_SESS_PAGE ? n - pg * RVL_SESS_PAGE : RVL_SESS_PAGE;
             const size_t kb = nkv * rvl_kvcache_page_bytes(kc, 0, t), vb = nkv * rvl_kvcache_page_bytes(kc, 1, t);
             memcpy(page, rvl_kvcache_page_data(kc, l, 0, pg), kb);
@@ -352,7 +353,7 @@ int rvl_session_load_mem(rvl_ctx *c, const char *path, const void *buf, size_t s
     const uint32_t version = rvl_session_get32(r.b + RVL_SESS_H_VERSION);
     if (version == 1)
         BAD("%s: session format version 1 is no longer supported, re-create the file", path);
-    if (version != RVL_SESS_VERSION && version != 2)
+    if (version > RVL_SESS_VERSION || version < 2)
         BAD("%s: session version %u at offset 8 is not supported (this is %u)", path, version,
             RVL_SESS_VERSION);
     if (r.size < RVL_SESS_HDR + 8)
@@ -442,7 +443,20 @@ int rvl_session_load_mem(rvl_ctx *c, const char *path, const void *buf, size_t s
     }
     const uint32_t np = (n + RVL_SESS_PAGE - 1) / RVL_SESS_PAGE;
     for (uint32_t l = 0; l < hp->n_layer; l++) {
-        for (uint32_t pg = 0; pg < np; pg++) {
+        /* the layer's first page: 0, or (version 4) where its window's ring starts */
+        uint32_t first = 0;
+        if (np) {
+            if (r.size - 8 - r.off < RVL_SESS_BLK)
+                BAD("%s: truncated: the kv block at offset %zu is missing", path, r.off);
+            first = rvl_session_get32(r.b + r.off + RVL_SESS_B_PAGE);
+            if (first >= np || (first && version < 4))
+                BAD("%s: kv block at offset %zu: layer %u starts at page %u of %u%s", path, r.off,
+                    l, first, np, first < np ? " (a trimmed window needs version 4)" : "");
+            if (first && !rvl_kvcache_window(kc, l))
+                BAD("%s: kv block at offset %zu: layer %u holds pages from %u on, but has no "
+                    "sliding window in this context", path, r.off, l, first);
+        }
+        for (uint32_t pg = first; pg < np; pg++) {
             const size_t at = r.off;
             /* the page's tier first (its size depends on it) */
             if (r.size - 8 - r.off < RVL_SESS_BLK)
@@ -461,15 +475,10 @@ int rvl_session_load_mem(rvl_ctx *c, const char *path, const void *buf, size_t s
             if (rows != want_rows)
                 BAD("%s: kv block at offset %zu (layer %u, page %u) says %u positions, expected %u",
                     path, at, l, pg, rows, want_rows);
-            if (l == 0) {
-                if (rvl_kvcache_load_page(kc, pg, (int)t) < 0) {
-                    char why[160];
-                    snprintf(why, sizeof why, "%s", rvl_errmsg());
-                    BAD("%s: kv block at offset %zu: %s", path, at, why);
-                }
-            } else if ((uint32_t)rvl_kvcache_page_tier(kc, pg) != t) {
-                BAD("%s: kv block at offset %zu: layer %u has page %u in tier %u, layer 0 in tier %d",
-                    path, at, l, pg, t, rvl_kvcache_page_tier(kc, pg));
+            if (rvl_kvcache_load_page(kc, l, pg, (int)t) < 0) {
+                char why[200];
+                snprintf(why, sizeof why, "%s", rvl_errmsg());
+                BAD("%s: kv block at offset %zu: %s", path, at, why);
             }
             const size_t kb = (size_t)nkv * rvl_kvcache_page_bytes(kc, 0, (int)t);
             const size_t vb = (size_t)nkv * rvl_kvcache_page_bytes(kc, 1, (int)t);
@@ -478,6 +487,9 @@ int rvl_session_load_mem(rvl_ctx *c, const char *path, const void *buf, size_t s
             memcpy(rvl_kvcache_page_data(kc, l, 0, pg), r.raw, kb);
             memcpy(rvl_kvcache_page_data(kc, l, 1, pg), (char *)r.raw + kb, vb);
         }
+        if (np && first != rvl_kvcache_first_page(kc, l))
+            BAD("%s: layer %u holds pages from %u on, the other layers of its window from %u", path,
+                l, first, rvl_kvcache_first_page(kc, l));
     }
     if (r.off != r.size - 8)
         BAD("%s: %zu unexpected bytes after the last block at offset %zu", path, r.size - 8 - r.off,

@@ -5,14 +5,18 @@
  * (rvl_session_save/load), read by lib/tools/kv_inspect.c (`ruvllm
  * kv-inspect`, which also knows version 1).
  *
- * Layout (little-endian; version 3). Version 1 files (the contiguous
+ * Layout (little-endian; version 4). Version 1 files (the contiguous
  * f16/f32 cache) are refused by rvl_session_load: "session format version
- * 1 is no longer supported, re-create the file". Version 2 is version 3
- * without key centering (offset 76 is 0): still read.
+ * 1 is no longer supported, re-create the file". Version 3 is version 4
+ * where every layer's blocks start at page 0, and is what the writer puts
+ * in the header when that holds (no sliding window freed a page), so
+ * that older readers take the file; version 2 is version 3 without key
+ * centering (offset 76 is 0). Both are still read. kv-inspect reads
+ * versions 1 to 3.
  *
  *   off  size  field
  *   0    8     magic "RVLSESS\0"
- *   8    4     version (3; 2 is read too)
+ *   8    4     version (4, or 3: see above; 2 is read too)
  *   12   4     byte-order mark 0x01020304 (reads 0x04030201 on a
  *              big-endian writer's file: refused)
  *   16   8     model fingerprint (xxh3-64 of the architecture, the
@@ -45,8 +49,15 @@
  *              JSON text, possibly empty), with flag bit 0 a CENTER block
  *              (n_layer x n_head_kv x head_dim f32: the centre every
  *              stored key had subtracted), then for each layer l, for
- *              each logical page p (positions 32p .. 32p + 31, the last
- *              one possibly partial) one KV block. Each block:
+ *              each logical page p it holds (positions 32p .. 32p + 31,
+ *              the last one possibly partial) one KV block: a global
+ *              layer holds pages 0 .. ceil(n_tokens / 32) - 1, a layer
+ *              with a sliding window (version 4) the pages its ring
+ *              kept, from its first one (the page of the first KV
+ *              block of the layer says which; every layer of the same
+ *              window starts at the same page, and it must hold the
+ *              keys the next query's window sees: kvcache.c "Sliding
+ *              windows"). Each block:
  *                0  4  kind (1 tokens, 2 extra, 3 kv, 4 center)
  *                4  4  layer (kv) or 0
  *                8  4  page index (kv) or 0
@@ -85,7 +96,7 @@
 /* ---------------------------------------------------------------- constants */
 #define RVL_SESS_MAGIC "RVLSESS"           /* with its NUL: 8 bytes */
 #define RVL_SESS_MAGIC_BYTES 8u
-#define RVL_SESS_VERSION 3u                /* written; 2 is read too */
+#define RVL_SESS_VERSION 4u                /* written (3 when nothing is trimmed); 2, 3 are read too */
 #define RVL_SESS_BOM 0x01020304u
 #define RVL_SESS_PAGE 32u                  /* positions per page */
 #define RVL_SESS_TIERS 3                   /* hot, warm, cold */
