@@ -38,6 +38,9 @@ BAR=${RVL_LLAMACPP_BAR:-flash-attn}
 if [ ! -f "$MODEL" ]; then
     skip_all "no model at $MODEL (make model)"
 fi
+# the prompts beside the goldens, or SmolLM2's (tests/ref/llamacpp-f32 shares them)
+PROMPTS=$REF/prompts
+[ -d "$PROMPTS" ] || PROMPTS=tests/ref/llamacpp/prompts
 N=$(sed -n '1s/.*, up to \([0-9]*\) tokens.*/\1/p' "$REF/greedy.tsv")
 bar_equal=""
 if [ -f "$REF/self-agreement.tsv" ]; then
@@ -74,7 +77,7 @@ lead=0
 while IFS="$tab" read -r id special _ pids toks margins _; do
     flags=""
     [ "$special" = 1 ] && flags="--special"
-    file=$REF/prompts/$id.txt
+    file=$PROMPTS/$id.txt
     # shellcheck disable=SC2086 # $flags is empty or one word
     "$RUVLLM" run -m "$MODEL" $flags --tokenize -f "$file" >"$OUT" 2>"$ERR" </dev/null
     got=$(cat "$OUT")
