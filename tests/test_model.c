@@ -999,6 +999,10 @@ static void test_model_unimplemented_block_feature_is_refused_naming_the_key(voi
                       "'qwen2.attention.sliding_window_pattern' asks for the block feature "
                       "'swa_period'");
     tm_free(&mb);
+    /* a tensor no step uses (an output bias) is refused, not ignored */
+    spec ob = {.extra_tensor = "blk.0.attn_output.bias"};
+    expect_open_error("feature-ob.gguf", &m, &ob, RVL_EUNSUPPORTED,
+                      "tensor 'blk.0.attn_output.bias' is not used by architecture 'llama'");
     /* Gemma's post-norms are its own: required */
     spec g2 = {.arch = "gemma2"};
     expect_open_error("gemma2-nopost.gguf", &m, &g2, RVL_EFORMAT,

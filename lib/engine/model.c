@@ -102,6 +102,8 @@ static int get_weight(rvl_model *m, rvl_weight *w, const char *name, uint64_t ne
         return rvl_seterr(RVL_EUNSUPPORTED, "%s: tensor '%s' has type %s, which the forward pass "
                           "cannot use yet", path, name, ti ? ti->name : "unknown");
     }
+    if (m->used)
+        m->used[t - rvl_file_tensor(m->file, 0)] = true;
     w->present = true;
     w->type = t->type;
     w->kf = kf;
@@ -126,6 +128,26 @@ static void row_views(const rvl_weight *w, const uint64_t *rows, rvl_weight **ou
     }
 }
 
+/* Every tensor of the file is one the forward pass uses: a tensor it
+ * would ignore (an output bias, a layer's extra norm) changes what the
+ * model computes, so it is refused naming it, as llama.cpp refuses a
+ * file with tensors it did not load. Frees m->used. */
+static int check_all_used(rvl_model *m)
+{
+    const uint64_t n = rvl_file_n_tensors(m->file);
+    int rc = 0;
+    for (uint64_t i = 0; i < n && rc == 0 && m->used; i++)
+        if (!m->used[i]) {
+            const rvl_tensor_info *t = rvl_file_tensor(m->file, i);
+            rc = rvl_seterr(RVL_EUNSUPPORTED, "%s: tensor '%.*s' is not used by architecture "
+                            "'%s' as ruvllm implements it (refused rather than ignored)",
+                            rvl_file_path(m->file), (int)t->name.len, t->name.ptr, m->hp.arch);
+        }
+    free(m->used);
+    m->used = NULL;
+    return rc;
+}
+
 static int load_weights(rvl_model *m, const rvl_family *fam)
 {
     rvl_hparams *hp = &m->hp;
@@ -135,6 +157,9 @@ static int load_weights(rvl_model *m, const rvl_family *fam)
     char nm[96];
     int rc;
 
+    m->used = calloc(rvl_file_n_tensors(m->file) + 1, sizeof *m->used);
+    if (!m->used)
+        return rvl_seterr(RVL_ENOMEM, "out of memory");
     if ((rc = get_weight(m, &m->tok_embd, "token_embd.weight", E, V, true)) < 0 ||
         (rc = get_weight(m, &m->output_norm, "output_norm.weight", E, 0, true)) < 0 ||
         (rc = get_weight(m, &m->output, "output.weight", E, V, false)) < 0)
@@ -524,7 +549,8 @@ int rvl_model_open(rvl_model **out, const char *path)
         goto fail;
     }
     const rvl_family *fam = NULL;
-    if ((rc = load_hparams(m, &fam)) < 0 || (rc = load_weights(m, fam)) < 0)
+    if ((rc = load_hparams(m, &fam)) < 0 || (rc = load_weights(m, fam)) < 0 ||
+        (rc = check_all_used(m)) < 0)
         goto fail;
     if ((rc = pack_weights(m)) < 0 || (rc = prefault_unpacked(m)) < 0)
         goto fail;
@@ -552,6 +578,7 @@ void rvl_model_close(rvl_model *m)
         return;
     rvl_tok_close(m->tok);
     free(m->layers);
+    free(m->used);
     free(m->packed);
     rvl_file_close(m->file);
     free(m);

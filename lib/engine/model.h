@@ -53,6 +53,7 @@ struct rvl_model {
     void *packed;                     /* owned: every weight's packed rows */
     size_t packed_bytes;
     uint64_t packed_max_group;        /* largest group of packed rows, bytes */
+    bool *used;                       /* owned while loading: the tensors the loader took */
     _Atomic uint64_t fingerprint;     /* 0: not computed yet (then set once;
                                          racing computations agree) */
 };
