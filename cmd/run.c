@@ -415,6 +415,18 @@ static void print_stats(const rvl_ctx *c, const run_report *rp, const gen_result
             t_gen > 0 && res->n_decoded ? (double)res->n_decoded * 1e3 / t_gen : 0, rp->finish);
     fprintf(stderr, "ruvllm run: prompt tokens reused: %zu of %zu\n", rp->n_reused, rp->n_prompt);
     fprintf(stderr, "ruvllm run: backend %s, device %s\n", rvl_ctx_backend(c), rvl_ctx_device(c));
+    rvl_kv_usage u;
+    const uint32_t n = rvl_ctx_pos(c);
+    if (n && rvl_ctx_kv_usage(c, n, &u) == 0) {
+        fprintf(stderr, "ruvllm run: KV cache at %u tokens: %.2f MiB", n,
+                (double)u.bytes / (1 << 20));
+        if (u.n_windowed)
+            fprintf(stderr, " (%u global layers %.0f B/token, %u windowed layers of %u %.0f "
+                    "B/token; %.2f MiB without the windows' rings)", u.n_global,
+                    u.global_layer_bytes / n, u.n_windowed, u.window, u.windowed_layer_bytes / n,
+                    (double)u.bytes_untrimmed / (1 << 20));
+        fputc('\n', stderr);
+    }
 }
 
 static int run_main(rvl_cmd *cmd, int argc, char **argv)

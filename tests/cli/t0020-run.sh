@@ -70,6 +70,7 @@ out_empty
 # --stats goes to stderr
 run 0 ruvllm run --temp 0 -n 2 --stats "Hi"
 err_has "tok/s"
+err_has "KV cache at "
 
 # absurd options are usage errors
 run 2 ruvllm run -n abc "x"

@@ -18,4 +18,9 @@ run 0 ruvllm run -m "$MODEL" --temp 0 -n 16 "Paris is the capital of"
 out_has "France"
 run 0 ruvllm run -m "$MODEL" --temp 0 -n 16 "Water is made of hydrogen and"
 out_has "oxygen"
+# --stats says what the KV cache holds per layer kind: 3 global layers, 15
+# windowed ones of 512 positions
+run 0 ruvllm run -m "$MODEL" --temp 0 -n 2 --stats "Water is made of hydrogen and"
+err_has "3 global layers"
+err_has "15 windowed layers of 512"
 finish
