@@ -12,7 +12,7 @@ llama_model_quantize_default_params(), ftype set, 2 threads, no importance
 matrix) to each mix of MIXES, and by `ruvllm quantize` to the same; every
 tensor's type and bytes must agree. The models are 64 wide, so the rows of
 most matrices are not whole 256-element K-quant blocks and llama.cpp falls
-back (Q4_K -> Q5_0, Q5_K -> Q5_1, Q6_K -> Q8_0, Q2_K/Q3_K -> IQ4_NL, ...):
+back (Q4_K -> Q5_0, Q5_K -> Q5_1, Q6_K -> Q8_0, Q2_K/Q3_K -> Q4_0):
 those fallbacks are part of what is compared; the per-family rules (Gemma's
 and Phi-3's fused or post-norm tensors, GQA's attn_v, the tied output) are
 the rest.
