@@ -348,6 +348,8 @@ static void test_qwen3_qk_norm_matches_transformers(void **state)
     (void)state;
     check_variant(&(variant){.name = "qwen3", .arch = "qwen3", .rope_type = RVL_ROPE_NEOX,
                              .qk_norm = true, .head_dim = 32});
+    check_variant(&(variant){.name = "qwen3-hf", .arch = "qwen3", .rope_type = RVL_ROPE_NEOX,
+                             .qk_norm = true, .head_dim = 32});
 }
 
 /* Gemma 2: soft-capped attention and logits, every other layer windowed

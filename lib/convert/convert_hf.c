@@ -107,6 +107,9 @@ typedef struct {
     double rope_factor;
     uint32_t rope_orig_ctx;
     double yarn[4];         /* ext_factor, attn_factor, beta_fast, beta_slow; NaN: not in config */
+    /* Ministral 3 (mistral3): YaRN's mscale_all_dim and Llama 4's attention
+     * temperature beta; NaN: not in config */
+    double yarn_log_mul, temp_scale;
     bool tied;
     /* Gemma */
     bool norm_shift;        /* RMSNorm gains stored as 1 + w */
@@ -174,8 +177,12 @@ static const struct {
     {"Qwen2ForCausalLM", "qwen2"}, {"Qwen3ForCausalLM", "qwen3"},
     {"Gemma2ForCausalLM", "gemma2"}, {"Gemma3ForCausalLM", "gemma3"},
     {"Gemma3ForConditionalGeneration", "gemma3"},   /* its text part (text_config) */
-    {"Phi3ForCausalLM", "phi3"},
+    {"Phi3ForCausalLM", "phi3"}, {"Ministral3ForCausalLM", "mistral3"},
 };
+
+/* The families whose converter is llama.cpp's LlamaModel: Q/K rows
+ * permuted, vocab_size and rope.dimension_count written. */
+static bool llama_like(const char *arch) { return !strcmp(arch, "llama") || !strcmp(arch, "mistral3"); }
 
 /* The activation the family computes with: hidden_act / hidden_activation
  * must name it when present. */
@@ -253,6 +260,7 @@ static int read_rope(const char *path, const cJSON *c, hparams *h, double defaul
     }
     for (int i = 0; i < 4; i++)
         h->yarn[i] = NAN;
+    h->yarn_log_mul = h->temp_scale = NAN;
     if (!full)
         return 0;
     const cJSON *t = jget(full, "rope_type");
@@ -323,6 +331,47 @@ static int read_phi3(const char *path, const cJSON *c, hparams *h)
     return 0;
 }
 
+/* Ministral 3: YaRN always (the converter asserts it), with
+ * mscale_all_dim as rope.scaling.yarn_log_multiplier and
+ * llama_4_scaling_beta (queries times 1 + beta ln(1 + floor(pos /
+ * original context))) as attention.temperature_scale. llama.cpp takes
+ * mscale as 1 and has no window for the family. */
+static int read_ministral3(const char *path, const cJSON *c, hparams *h)
+{
+    const cJSON *rp = jget(c, "rope_parameters");
+    if (!cJSON_IsObject(rp))
+        rp = jget(c, "rope_scaling");
+    if (!h->rope_type || strcmp(h->rope_type, "yarn") != 0)
+        return refuse(path, "rope_parameters.rope_type", "Ministral 3 is converted with YaRN only");
+    /* transformers' attention factor is mscale(factor, mscale) /
+     * mscale(factor, mscale_all_dim) when both are set (else
+     * mscale(factor, 1)); llama.cpp's is mscale(factor, 1) / mscale(factor,
+     * yarn_log_multiplier): the same only with mscale 1 or no
+     * mscale_all_dim, and neither takes another attention_factor */
+    double ms = 0, msa = 0;
+    bool has_ms = jnum(rp, "mscale", &ms), has_msa = jnum(rp, "mscale_all_dim", &msa);
+    if (has_msa && msa != 0 && !(has_ms && ms == 1))
+        return refuse(path, "rope_parameters.mscale", "llama.cpp takes YaRN's mscale as 1");
+    if (jget(rp, "attention_factor") && !cJSON_IsNull(jget(rp, "attention_factor")))
+        return refuse(path, "rope_parameters.attention_factor",
+                      "llama.cpp derives Ministral 3's from mscale_all_dim");
+    if (has_msa)
+        h->yarn_log_mul = msa;
+    const cJSON *b = jget(rp, "llama_4_scaling_beta");
+    if (b && !cJSON_IsNull(b) && !jnum(rp, "llama_4_scaling_beta", &h->temp_scale))
+        return rvl_seterr(RVL_EFORMAT, "%s: bad llama_4_scaling_beta", path);
+    if (!isnan(h->yarn_log_mul) && !isfinite(h->yarn_log_mul))
+        return rvl_seterr(RVL_EFORMAT, "%s: bad mscale_all_dim", path);
+    if (!isnan(h->temp_scale) && !isfinite(h->temp_scale))
+        return rvl_seterr(RVL_EFORMAT, "%s: bad llama_4_scaling_beta", path);
+    const cJSON *sw = jget(c, "sliding_window");
+    if (sw && !cJSON_IsNull(sw))
+        return refuse(path, "sliding_window", "llama.cpp's mistral3 has no windowed layers");
+    if (cJSON_IsArray(jget(c, "layer_types")))
+        return refuse(path, "layer_types", "per-layer attention types in the mistral3 family");
+    return 0;
+}
+
 /* Gemma 2 and 3: soft-caps, windows, the query scale, the RMSNorm shift. */
 static int read_gemma(const char *path, const cJSON *c, hparams *h)
 {
@@ -372,7 +421,7 @@ static int read_hparams(const char *path, const cJSON *c, hparams *h)
         return rvl_seterr(RVL_EUNSUPPORTED, "%s: architecture '%s': the Hugging Face import knows "
                           "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, "
                           "Gemma2ForCausalLM, Gemma3ForCausalLM (and Gemma3ForConditionalGeneration's "
-                          "text part) and Phi3ForCausalLM", path, an);
+                          "text part), Phi3ForCausalLM and Ministral3ForCausalLM", path, an);
     bool g3 = !strcmp(h->arch, "gemma3"), gemma = g3 || !strcmp(h->arch, "gemma2");
     bool phi3 = !strcmp(h->arch, "phi3"), qwen = !strncmp(h->arch, "qwen", 4);
     /* Gemma 3's converter has defaults for what its configs may leave out */
@@ -420,6 +469,8 @@ static int read_hparams(const char *path, const cJSON *c, hparams *h)
             return refuse(path, "rope_local_base_freq", "one RoPE base in this family");
     }
     if (phi3 && (rc = read_phi3(path, c, h)) < 0)
+        return rc;
+    if (!strcmp(h->arch, "mistral3") && (rc = read_ministral3(path, c, h)) < 0)
         return rc;
     if (qwen && cJSON_IsTrue(jget(c, "use_sliding_window")))
         return refuse(path, "use_sliding_window", "llama.cpp's qwen2/qwen3 have no windowed layers");
@@ -912,7 +963,7 @@ static int read_spm_vocab(const char *dir, const cJSON *tj, const cJSON *tc, con
     const cJSON *aps = jget(tc, "add_prefix_space");
     if (!strncmp(h->arch, "gemma", 5))
         v->space_prefix = 0;
-    else if (!strcmp(h->arch, "llama") && cJSON_IsBool(aps))
+    else if (llama_like(h->arch) && cJSON_IsBool(aps))
         v->space_prefix = cJSON_IsTrue(aps);
     read_specials(tj, tc, cfg, v);
     rc = read_chat_template(dir, tc, v);
@@ -1270,10 +1321,14 @@ static int write_hparams(rvl_gguf_writer *w, const hparams *h, const vocab *v, u
     }
     if (rc == 0)
         rc = rvl_gguf_writer_kv_u32(w, "general.file_type", ftype);
-    if (!strcmp(a, "llama")) {
+    if (llama_like(a)) {
         U32("vocab_size", h->n_vocab ? h->n_vocab : v->n);
         U32("rope.dimension_count", h->head_dim);
     }
+    if (!isnan(h->yarn_log_mul))
+        F32("rope.scaling.yarn_log_multiplier", h->yarn_log_mul);
+    if (!isnan(h->temp_scale))
+        F32("attention.temperature_scale", h->temp_scale);
     if (h->attn_softcap)
         F32("attn_logit_softcapping", h->attn_softcap);
     if (h->final_softcap)
@@ -1400,7 +1455,7 @@ static int write_import(const char *in, const char *dest, const rvl_file *st, co
         (rc = phi3 ? write_phi3(w, h, rvl_convert_float_ftype(mtype))
                    : write_hparams(w, h, v, rvl_convert_float_ftype(mtype))) < 0 ||
         (rc = rvl_gguf_writer_kv_u32(w, "general.quantization_version", RVL_GGML_QNT_VERSION)) < 0 ||
-        (rc = write_vocab(w, v, strs, !strcmp(h->arch, "llama"))) < 0)
+        (rc = write_vocab(w, v, strs, llama_like(h->arch))) < 0)
         goto out;
 
     for (uint64_t i = 0; i < nx; i++)

@@ -50,6 +50,10 @@ typedef struct {
     uint32_t window, rope_dim;      /* 0: none / head_dim */
     bool has_window;
     const rvl_tensor_info *long_f, *short_f;   /* Phi-3's LongRoPE factors */
+    /* YaRN's betas (NaN: not in the file), Ministral 3's log multiplier
+     * (mscale_all_dim) and attention temperature beta (0: none) */
+    double beta_fast, beta_slow, yarn_log_mul, temp_scale;
+    bool has_log_mul;
 } facts;
 
 static bool get_u32(const rvl_file *f, const char *arch, const char *k, uint32_t *v)
@@ -87,13 +91,13 @@ static int read_facts(const char *in, const rvl_file *f, facts *m)
     memset(m, 0, sizeof *m);
     if (!get_str(f, "general.architecture", m->arch, sizeof m->arch))
         return rvl_seterr(RVL_EFORMAT, "%s: no general.architecture", in);
-    static const char *const known[] = {"llama", "qwen2", "qwen3", "gemma2", "gemma3", "phi3"};
+    static const char *const known[] = {"llama", "qwen2", "qwen3", "gemma2", "gemma3", "phi3", "mistral3"};
     bool ok = false;
     for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
         ok |= !strcmp(m->arch, known[i]);
     if (!ok)
         return rvl_seterr(RVL_EUNSUPPORTED, "%s: architecture %s: the Hugging Face form is "
-                          "written for llama, qwen2, qwen3, gemma2, gemma3 and phi3", in, m->arch);
+                          "written for llama, qwen2, qwen3, gemma2, gemma3, phi3 and mistral3", in, m->arch);
     static const char *const req[] = {"block_count", "embedding_length", "feed_forward_length",
                                       "attention.head_count"};
     uint32_t *dst[] = {&m->n_layer, &m->n_embd, &m->n_ff, &m->n_head};
@@ -136,6 +140,19 @@ static int read_facts(const char *in, const rvl_file *f, facts *m)
     get_f64(f, m->arch, "attention.scale", &m->q_scale);
     m->has_window = get_u32(f, m->arch, "attention.sliding_window", &m->window);
     get_u32(f, m->arch, "rope.dimension_count", &m->rope_dim);
+    if (!get_f64(f, m->arch, "rope.scaling.yarn_beta_fast", &m->beta_fast))
+        m->beta_fast = NAN;
+    if (!get_f64(f, m->arch, "rope.scaling.yarn_beta_slow", &m->beta_slow))
+        m->beta_slow = NAN;
+    m->has_log_mul = get_f64(f, m->arch, "rope.scaling.yarn_log_multiplier", &m->yarn_log_mul);
+    get_f64(f, m->arch, "attention.temperature_scale", &m->temp_scale);
+    if ((m->has_log_mul || m->temp_scale) && strcmp(m->arch, "mistral3") != 0)
+        return rvl_seterr(RVL_EUNSUPPORTED, "%s: %s.%s: its Hugging Face form is Ministral 3's", in,
+                          m->arch, m->has_log_mul ? "rope.scaling.yarn_log_multiplier"
+                                                  : "attention.temperature_scale");
+    if (!strcmp(m->arch, "mistral3") && m->has_window)
+        return rvl_seterr(RVL_EUNSUPPORTED, "%s: mistral3.attention.sliding_window: llama.cpp's "
+                          "mistral3 has no window", in);
     m->long_f = rvl_file_find_tensor(f, "rope_factors_long.weight");
     m->short_f = rvl_file_find_tensor(f, "rope_factors_short.weight");
     if (!strcmp(m->arch, "phi3") && !get_u32(f, m->arch, "rope.scaling.original_context_length",
@@ -309,6 +326,7 @@ static void add_arch(cJSON *c, const facts *m)
         {"llama", "LlamaForCausalLM", "llama"}, {"qwen2", "Qwen2ForCausalLM", "qwen2"},
         {"qwen3", "Qwen3ForCausalLM", "qwen3"}, {"gemma2", "Gemma2ForCausalLM", "gemma2"},
         {"gemma3", "Gemma3ForCausalLM", "gemma3_text"}, {"phi3", "Phi3ForCausalLM", "phi3"},
+        {"mistral3", "Ministral3ForCausalLM", "ministral3"},
     };
     size_t i = 0;
     while (strcmp(names[i][0], m->arch) != 0)
@@ -345,6 +363,28 @@ static void add_rope(cJSON *c, const facts *m)
         if (m->rope_orig_ctx)
             cJSON_AddNumberToObject(fu, "original_max_position_embeddings", m->rope_orig_ctx);
         add_f(fu, "rope_theta", m->rope_base);
+        return;
+    }
+    if (!strcmp(m->arch, "mistral3")) {
+        /* rope_parameters, with Llama 4's temperature (transformers'
+         * Ministral 3 always applies it: beta 0 is none) over the original
+         * context (llama.cpp's: the YaRN one, else the training context) */
+        cJSON *r = cJSON_AddObjectToObject(c, "rope_parameters");
+        bool yarn = !strcmp(m->rope_scaling, "yarn");
+        cJSON_AddStringToObject(r, "rope_type", yarn ? "yarn" : "default");
+        add_f(r, "rope_theta", m->rope_base);
+        if (yarn) {
+            add_f(r, "factor", m->rope_factor);
+            add_f(r, "beta_fast", isnan(m->beta_fast) ? 32 : m->beta_fast);
+            add_f(r, "beta_slow", isnan(m->beta_slow) ? 1 : m->beta_slow);
+            add_f(r, "mscale", 1);
+            if (m->has_log_mul)
+                add_f(r, "mscale_all_dim", m->yarn_log_mul);
+        }
+        cJSON_AddNumberToObject(r, "original_max_position_embeddings",
+                                m->rope_orig_ctx ? m->rope_orig_ctx : m->n_ctx);
+        cJSON_AddNumberToObject(r, "max_position_embeddings", m->n_ctx);
+        add_f(r, "llama_4_scaling_beta", m->temp_scale);
         return;
     }
     add_f(c, "rope_theta", m->rope_base);
@@ -406,7 +446,9 @@ static cJSON *config_json(const facts *m, const rvl_file *f, uint32_t type, uint
     add_rope(c, m);
     cJSON_AddBoolToObject(c, "tie_word_embeddings", m->tied);
     cJSON_AddNumberToObject(c, "vocab_size", n_vocab);
-    if (!strcmp(m->arch, "llama")) {
+    if (!strcmp(m->arch, "mistral3")) {
+        cJSON_AddNullToObject(c, "sliding_window");
+    } else if (!strcmp(m->arch, "llama")) {
         cJSON_AddBoolToObject(c, "attention_bias", m->qkv_bias);
         cJSON_AddBoolToObject(c, "mlp_bias", false);
         if (m->has_window)
@@ -928,6 +970,11 @@ int rvl_dequant_hf(const char *in, const char *out, const rvl_dequant_params *p)
         if (e[ne].perm_heads && (t->ne[1] % e[ne].perm_heads || (t->ne[1] / e[ne].perm_heads) % 2)) {
             rc = rvl_seterr(RVL_EFORMAT, "%s: tensor %s: %llu rows do not split into %u heads",
                             in, g, (unsigned long long)t->ne[1], e[ne].perm_heads);
+            goto fail;
+        }
+        if (!strcmp(m.arch, "mistral3") && gl >= 5 && !strcmp(g + gl - 5, ".bias")) {
+            rc = rvl_seterr(RVL_EUNSUPPORTED, "%s: tensor %s: transformers' Ministral 3 has no biases",
+                            in, g);
             goto fail;
         }
         if (e[ne].perm_heads && t->n_dims == 1) {     /* a bias: one row per element */

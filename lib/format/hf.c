@@ -3,7 +3,8 @@
  * Hugging Face import (convert/convert_hf.c) writes a GGUF with, and that
  * PEFT adapters' targets are resolved through (engine/lora.c), and the
  * safetensors export (convert/dequant_hf.c) writes back, for llama
- * (and Mistral), qwen2, qwen3, gemma2, gemma3 and phi3. llama's
+ * (and Mistral), qwen2, qwen3, gemma2, gemma3, phi3 and mistral3
+ * (Ministral 3). llama's and mistral3's
  * q_proj/k_proj rows are stored in GGUF in another order (rotary pairs
  * interleaved, as llama.cpp's convert_hf_to_gguf.py permutes them).
  */
@@ -14,11 +15,12 @@
 
 /* The families the table knows (a bit each). */
 enum { F_LLAMA = 1, F_QWEN2 = 2, F_QWEN3 = 4, F_GEMMA2 = 8, F_GEMMA3 = 16, F_PHI3 = 32,
-       F_ALL = 63, F_GEMMA = F_GEMMA2 | F_GEMMA3 };
+       F_MISTRAL3 = 64, F_ALL = 127, F_GEMMA = F_GEMMA2 | F_GEMMA3,
+       F_PERMUTED = F_LLAMA | F_MISTRAL3 };
 
 static unsigned family_bit(const char *arch)
 {
-    static const char *const names[] = {"llama", "qwen2", "qwen3", "gemma2", "gemma3", "phi3"};
+    static const char *const names[] = {"llama", "qwen2", "qwen3", "gemma2", "gemma3", "phi3", "mistral3"};
     for (unsigned i = 0; i < sizeof names / sizeof names[0]; i++)
         if (!strcmp(arch, names[i]))
             return 1u << i;
@@ -82,10 +84,11 @@ static int map_name(int from, const char *arch, uint32_t n_layer, uint32_t n_hea
         if (!(blk[i].families & fam) || (size_t)(dot - rest) != k || memcmp(rest, a, k))
             continue;
         snprintf(out, cap, out_fmt[from], l, b, dot);
-        /* llama's Q/K rows (NeoX families keep Hugging Face's order) */
-        if (fam == F_LLAMA && !strcmp(blk[i].gguf, "attn_q"))
+        /* llama's (and mistral3's) Q/K rows (NeoX families keep Hugging
+         * Face's order) */
+        if ((fam & F_PERMUTED) && !strcmp(blk[i].gguf, "attn_q"))
             *perm_heads = n_head;
-        if (fam == F_LLAMA && !strcmp(blk[i].gguf, "attn_k"))
+        if ((fam & F_PERMUTED) && !strcmp(blk[i].gguf, "attn_k"))
             *perm_heads = n_head_kv;
         return 1;
     }

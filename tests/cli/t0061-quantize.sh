@@ -1,5 +1,6 @@
 #!/bin/sh
-# ruvllm quantize on the default model: dequant to F16, then quantize to
+# ruvllm quantize on the tiny models of issue 18's families (below), and
+# on the default model: dequant to F16, then quantize to
 # Q8_0, Q5_0, Q4_0 and Q4_K_M, and every tensor's type and bytes equal
 # llama.cpp's llama_model_quantize on the same F16 file (SHA-256 prefixes
 # in tests/ref/quantize/smollm2-TYPE.tsv, made by
@@ -10,14 +11,38 @@
 
 MODEL=${RVL_QUANTIZE_MODEL:-${XDG_CACHE_HOME:-$HOME/.cache}/ruvllm/models/SmolLM2-135M-Instruct.Q4_1.gguf}
 REF=tests/ref/quantize
-if [ ! -f "$MODEL" ]; then
-    skip_all "no model at $MODEL (make model)"
-fi
-F16=$TMP/f16.gguf
-"$RUVLLM" dequant -q --type f16 "$MODEL" "$F16" || { echo "Bail out! dequant failed"; exit 1; }
 
 # name, type and sha256 prefix of every tensor (lib.sh)
 hashes() { tensor_hashes "$@"; }
+
+# issue 18's families: the F32 tiny models of tests/data/tiny through each
+# mix give llama.cpp's types (its per-family rules, and its fallbacks for
+# rows that are not whole K-quant blocks: these are 64 wide) and bytes
+# (tests/ref/quantize/family-NAME.tsv: MIX, name, type, SHA-256 prefix;
+# tests/ref/gen_quant_family_goldens.py)
+for g in "$REF"/family-*.tsv; do
+    [ -f "$g" ] || continue
+    name=$(basename "$g" .tsv)
+    name=${name#family-}
+    : >"$TMP/fam.tsv"
+    for q in $(cut -f1 "$g" | uniq); do
+        run 0 ruvllm quantize -q -t 2 "tests/data/tiny/$name.gguf" "$TMP/fam.gguf" "$q"
+        hashes "$TMP/fam.gguf" | sed "s/^/$q\t/" >>"$TMP/fam.tsv"
+    done
+    assert "$name: $(cut -f1 "$g" | uniq | tr '\n' ' ')types and bytes of every tensor equal llama.cpp's" \
+        "cmp -s $g $TMP/fam.tsv"
+    if ! cmp -s "$g" "$TMP/fam.tsv"; then
+        diff "$g" "$TMP/fam.tsv" | head -n 5 | sed 's/^/#   /'
+    fi
+    rm -f "$TMP/fam.gguf"
+done
+
+if [ ! -f "$MODEL" ]; then
+    echo "# the rest skipped: no model at $MODEL (make model)"
+    finish
+fi
+F16=$TMP/f16.gguf
+"$RUVLLM" dequant -q --type f16 "$MODEL" "$F16" || { echo "Bail out! dequant failed"; exit 1; }
 
 for q in Q8_0 Q5_0 Q4_0 Q4_K_M; do
     run 0 ruvllm quantize -t 2 "$F16" "$TMP/$q.gguf" $q

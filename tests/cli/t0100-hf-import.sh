@@ -20,9 +20,13 @@
 #    (in llama-quantize's order, by layer then name: quantize's order; the
 #    import itself keeps the converter's);
 # and `dequant --format safetensors` of that file, imported again, gives
-# the same tensors bit for bit (Gemma's norm gains go back from 1 + w to
-# w and return to the same 1 + w). tests/ref/check_convert_hf.py checks
-# the exported directory in transformers and the import in llama.cpp.
+# the same hyper-parameters and the same tensors bit for bit (Gemma's norm
+# gains go back from 1 + w to w and return to the same 1 + w). Ministral 3
+# (mistral3) carries YaRN's mscale_all_dim as
+# rope.scaling.yarn_log_multiplier and Llama 4's llama_4_scaling_beta as
+# attention.temperature_scale, with Q/K permuted as llama's.
+# tests/ref/check_convert_hf.py checks the exported directory in
+# transformers and the import in llama.cpp.
 . tests/cli/lib.sh
 
 D=tests/data/tiny
@@ -40,7 +44,6 @@ tensors() { tensor_hashes "$1" | sort; }
 for dir in "$D"/hf/*/; do
     name=$(basename "$dir")
     ref="$D/$name.gguf"
-    case $name in ministral3) continue ;; esac    # Ministral3ForCausalLM: not imported yet
     run 0 ruvllm quantize -q "$dir" "$TMP/$name.gguf" F32
     meta "$ref" >"$TMP/meta-ref"
     meta "$TMP/$name.gguf" >"$TMP/meta-ours"
@@ -64,6 +67,15 @@ for dir in "$D"/hf/*/; do
     tensors "$TMP/$name-back.gguf" >"$TMP/t-back"
     assert "$name: exported to safetensors and imported again: the same tensors" \
         "cmp -s $TMP/t-ours $TMP/t-back"
+    # and the same hyper-parameters (the vocabulary comes back from
+    # tokenizer.json, with keys of its own)
+    meta "$TMP/$name.gguf" | grep -v '^  tokenizer\.' >"$TMP/h-ours"
+    meta "$TMP/$name-back.gguf" | grep -v '^  tokenizer\.' >"$TMP/h-back"
+    assert "$name: exported and imported again: the same hyper-parameters" \
+        "cmp -s $TMP/h-ours $TMP/h-back"
+    if ! cmp -s "$TMP/h-ours" "$TMP/h-back"; then
+        diff "$TMP/h-ours" "$TMP/h-back" | cut -c1-160 | head -n 6 | sed 's/^/#   /'
+    fi
     rm -rf "$TMP/$name-hf" "$TMP/$name-back.gguf" "$TMP/$name.gguf"
 done
 
@@ -86,5 +98,18 @@ err_has "layer_types"
 sed 's/"hidden_activation": "gelu_pytorch_tanh"/"hidden_activation": "silu"/' "$D/hf/gemma3/config.json" >"$TMP/bad/config.json"
 run 1 ruvllm quantize -q "$TMP/bad" "$TMP/bad.gguf" F32
 err_has "hidden_activation"
+# Ministral 3: what llama.cpp's mistral3 cannot carry
+rm -f "$TMP/bad"/*
+for f in "$D"/hf/ministral3/*; do ln -s "$PWD/$f" "$TMP/bad/"; done
+rm "$TMP/bad/config.json"
+sed 's/"sliding_window": null/"sliding_window": 8/' "$D/hf/ministral3/config.json" >"$TMP/bad/config.json"
+run 1 ruvllm quantize -q "$TMP/bad" "$TMP/bad.gguf" F32
+err_has "sliding_window"
+sed 's/"mscale": 1.0,/"mscale": 0.5,/' "$D/hf/ministral3/config.json" >"$TMP/bad/config.json"
+run 1 ruvllm quantize -q "$TMP/bad" "$TMP/bad.gguf" F32
+err_has "rope_parameters.mscale"
+sed 's/"rope_type": "yarn"/"rope_type": "default"/' "$D/hf/ministral3/config.json" >"$TMP/bad/config.json"
+run 1 ruvllm quantize -q "$TMP/bad" "$TMP/bad.gguf" F32
+err_has "rope_type"
 assert "nothing left at the output" "[ ! -e $TMP/bad.gguf ]"
 finish

@@ -40,6 +40,10 @@ Variants (the first seven also named in tests/test_tiny_hf.c):
   ministral3    Ministral3ForCausalLM (arch mistral3): YaRN 4 past original
                 context 32 (beta 32/1, mscale = mscale_all_dim = 1), and
                 llama_4_scaling_beta 0.1: q *= 1 + 0.1 ln(1 + floor(pos/32))
+  qwen3-hf      Qwen3ForCausalLM as qwen3 above (QK-norm, NeoX RoPE theta
+                1e6, head_dim 32, eps 1e-6), but saved as a Hugging Face
+                directory and converted by llama.cpp's converter (qwen3.gguf
+                stays gguf-py's, as before)
 
 Geometry of all of them: hidden 64, 2 layers (gemma3: 6), 4 query heads over 2 KV heads
 (GQA) of 16 (qwen3: of 32), intermediate 128, vocabulary 272 (256 GPT-2 byte tokens, 13
@@ -480,6 +484,7 @@ HF_VARIANTS = [
     dict(name="phi3", family="phi3", gguf_arch="phi3", layers=2, partial=1.0),
     dict(name="phi3-partial", family="phi3", gguf_arch="phi3", layers=2, partial=0.75),
     dict(name="ministral3", family="ministral3", gguf_arch="mistral3", layers=2),
+    dict(name="qwen3-hf", family="qwen3", gguf_arch="qwen3", layers=2, head_dim=32),
 ]
 
 
@@ -527,6 +532,8 @@ def hf_rope(v, **o):
                 "beta_fast": 32.0, "beta_slow": 1.0, "mscale": 1.0,
                 "mscale_all_dim": o.get("mscale_all_dim", 1.0),
                 "llama_4_scaling_beta": o.get("beta", 0.1)}
+    if fam == "qwen3":
+        return {"rope_type": "default", "rope_theta": o.get("theta", 1000000.0)}
     if fam == "gemma3":
         full = {"rope_type": "linear", "factor": 8.0, "rope_theta": 1000000.0}
         if o.get("no_global_scaling"):
@@ -569,6 +576,10 @@ def make_hf_config(v, **o):
         return transformers.Ministral3Config(head_dim=HEAD_DIM, sliding_window=None,
                                              rms_norm_eps=1e-5, tie_word_embeddings=False,
                                              **common)
+    if fam == "qwen3":
+        return transformers.Qwen3Config(head_dim=v["head_dim"], attention_bias=False,
+                                        use_sliding_window=False, sliding_window=None,
+                                        rms_norm_eps=1e-6, tie_word_embeddings=False, **common)
     if fam == "phi3":
         return transformers.Phi3Config(rms_norm_eps=1e-5, tie_word_embeddings=False,
                                        original_max_position_embeddings=PHI3_ORIG,
@@ -642,11 +653,12 @@ def hf_sensitivity(v, model, ref, ids):
                     p.sub_(1.0)
 
     def qk_layout(m):
+        hd = v.get("head_dim", HEAD_DIM)
         with torch.no_grad():
             for layer in _layers(m):
                 for proj, nh in ((layer.self_attn.q_proj, HEADS), (layer.self_attn.k_proj, KV_HEADS)):
                     w = proj.weight.numpy()
-                    inv = w.reshape(nh, HEAD_DIM // 2, 2, -1).swapaxes(1, 2).reshape(w.shape)
+                    inv = w.reshape(nh, hd // 2, 2, -1).swapaxes(1, 2).reshape(w.shape)
                     proj.weight.copy_(torch.from_numpy(inv.copy()))
 
     if fam == "gemma2":
@@ -683,6 +695,23 @@ def hf_sensitivity(v, model, ref, ids):
         # it the attention factor is 0.1 ln 4 + 1
         row("yarn_log_multiplier ignored", mscale_all_dim=0.0)
         row("Q/K not reordered", qk_layout)
+    elif fam == "qwen3":
+        def no_qk_norm3(m):
+            for layer in _layers(m):
+                layer.self_attn.q_norm = torch.nn.Identity()
+                layer.self_attn.k_norm = torch.nn.Identity()
+
+        def qk_gain_1(m):
+            with torch.no_grad():
+                for layer in _layers(m):
+                    layer.self_attn.q_norm.weight.fill_(1)
+                    layer.self_attn.k_norm.weight.fill_(1)
+        row("rope_theta x2", theta=2000000.0)
+        row("no QK-norm", no_qk_norm3)
+        row("QK-norm gains 1", qk_gain_1)
+        # a reader that permuted Q/K as llama's (NeoX rotation is Hugging
+        # Face's own layout)
+        row("Q/K reordered as llama's", qk_layout)
     elif fam == "phi3":
         row("long <-> short factors", long=SHORT_FACTOR, short=LONG_FACTOR)
         row("factors all 1", long=[1.0] * 8, short=[1.0] * 8)
