@@ -102,6 +102,55 @@ struct rvl_forward {
             c->trace(c->trace_ud, name, (int)(l), pos0, nb, p, stride, n);               \
     } while (0)
 
+/* One token's Q, K and V of layer l after their projections, at position
+ * pos: biases, per-head Q/K RMSNorm, RoPE (the windowed layers' own tables
+ * with own_rope; a partial rotation's mscale on the rotated dimensions),
+ * the attention temperature -- each where the recipe has it. */
+static void qkv_token(const rvl_forward *c, uint32_t l, float *q, float *k, float *v,
+                      uint32_t pos, bool own_rope)
+{
+    const rvl_hparams *hp = &c->m->hp;
+    const rvl_block *B = &hp->block;
+    const uint32_t hd = hp->head_dim, q_dim = hp->n_head * hd, kv_dim = hp->n_head_kv * hd;
+    const uint32_t half = hp->rope_dim / 2;
+
+    if (B->qkv_bias) {
+        const float *b = c->bias + (size_t)l * (q_dim + 2 * kv_dim);
+        for (uint32_t i = 0; i < q_dim; i++)
+            q[i] += b[i];
+        for (uint32_t i = 0; i < kv_dim; i++) {
+            k[i] += b[q_dim + i];
+            v[i] += b[q_dim + kv_dim + i];
+        }
+    }
+    if (B->qk_norm) { /* each head of Q and K RMS-normed before RoPE */
+        const float *g = c->qk_norm + (size_t)l * 2 * hd;
+        for (uint32_t h = 0; h < hp->n_head; h++)
+            rmsnorm_f32_ref(q + (size_t)h * hd, q + (size_t)h * hd, g, hd, hp->rms_eps);
+        for (uint32_t h = 0; h < hp->n_head_kv; h++)
+            rmsnorm_f32_ref(k + (size_t)h * hd, k + (size_t)h * hd, g + hd, hd, hp->rms_eps);
+    }
+    const float *cs = (own_rope ? c->swa_cos : c->rope_cos) + (size_t)pos * half;
+    const float *sn = (own_rope ? c->swa_sin : c->rope_sin) + (size_t)pos * half;
+    const bool neox = hp->rope_type == RVL_ROPE_NEOX;
+    rope_f32_ref(q, hp->n_head, hd, hp->rope_dim, cs, sn, neox);
+    rope_f32_ref(k, hp->n_head_kv, hd, hp->rope_dim, cs, sn, neox);
+    if (c->rot_mscale != 1.0f) {
+        for (uint32_t h = 0; h < hp->n_head; h++)
+            for (uint32_t i = 0; i < hp->rope_dim; i++)
+                q[(size_t)h * hd + i] *= c->rot_mscale;
+        for (uint32_t h = 0; h < hp->n_head_kv; h++)
+            for (uint32_t i = 0; i < hp->rope_dim; i++)
+                k[(size_t)h * hd + i] *= c->rot_mscale;
+    }
+    if (B->attn_temp_scale) { /* Llama 4's attention temperature */
+        const float ts = 1.0f + B->attn_temp_scale *
+                                    logf(floorf((float)pos / (float)hp->rope_orig_ctx) + 1.0f);
+        for (uint32_t i = 0; i < q_dim; i++)
+            q[i] *= ts;
+    }
+}
+
 /* ====================================================================
  * One chunk of nb tokens through the model. `logits`: where the logits
  * of every token go (vocab floats apart), or NULL for only the last
@@ -117,8 +166,6 @@ static bool forward_chunk(rvl_forward *c, const int32_t *tokens, uint32_t nb, ui
     const uint32_t dim = hp->n_embd, hd = hp->head_dim;
     const uint32_t q_dim = hp->n_head * hd, kv_dim = hp->n_head_kv * hd, ff = hp->n_ff;
     const size_t xb_stride = dim > q_dim ? dim : q_dim;
-    const uint32_t half = hp->rope_dim / 2;
-    const bool neox = hp->rope_type == RVL_ROPE_NEOX;
 
     /* embedding rows, whatever their format (times embd_scale) */
     for (uint32_t t = 0; t < nb; t++)
@@ -133,8 +180,6 @@ static bool forward_chunk(rvl_forward *c, const int32_t *tokens, uint32_t nb, ui
         const rvl_layer *L = &m->layers[l];
         /* a windowed layer's RoPE (swa_rope_base), where it has its own */
         const bool own_rope = c->swa_cos && rvl_family_layer_kind(B, l) == RVL_LAYER_WINDOW;
-        const float *rcos = own_rope ? c->swa_cos : c->rope_cos;
-        const float *rsin = own_rope ? c->swa_sin : c->rope_sin;
 
         /* attention block: pre-attention norm (norm_pre_attn) */
         rvl_ops_norm_rows(c->pool, c->xb, xb_stride, c->x, dim,
@@ -147,45 +192,9 @@ static bool forward_chunk(rvl_forward *c, const int32_t *tokens, uint32_t nb, ui
         rvl_lora_apply(c->lora, c->pool, l, RVL_LORA_Q, c->xb, xb_stride, nb, c->q, q_dim);
         rvl_lora_apply(c->lora, c->pool, l, RVL_LORA_K, c->xb, xb_stride, nb, c->k, kv_dim);
         rvl_lora_apply(c->lora, c->pool, l, RVL_LORA_V, c->xb, xb_stride, nb, c->v, kv_dim);
-        for (uint32_t t = 0; t < nb; t++) {
-            float *q = c->q + (size_t)t * q_dim, *k = c->k + (size_t)t * kv_dim,
-                  *v = c->v + (size_t)t * kv_dim;
-            if (B->qkv_bias) {
-                const float *b = c->bias + (size_t)l * (q_dim + 2 * kv_dim);
-                for (uint32_t i = 0; i < q_dim; i++)
-                    q[i] += b[i];
-                for (uint32_t i = 0; i < kv_dim; i++) {
-                    k[i] += b[q_dim + i];
-                    v[i] += b[q_dim + kv_dim + i];
-                }
-            }
-            if (B->qk_norm) { /* each head of Q and K RMS-normed before RoPE */
-                const float *g = c->qk_norm + (size_t)l * 2 * hd;
-                for (uint32_t h = 0; h < hp->n_head; h++)
-                    rmsnorm_f32_ref(q + (size_t)h * hd, q + (size_t)h * hd, g, hd, hp->rms_eps);
-                for (uint32_t h = 0; h < hp->n_head_kv; h++)
-                    rmsnorm_f32_ref(k + (size_t)h * hd, k + (size_t)h * hd, g + hd, hd,
-                                    hp->rms_eps);
-            }
-            const float *cs = rcos + (size_t)(pos0 + t) * half;
-            const float *sn = rsin + (size_t)(pos0 + t) * half;
-            rope_f32_ref(q, hp->n_head, hd, hp->rope_dim, cs, sn, neox);
-            rope_f32_ref(k, hp->n_head_kv, hd, hp->rope_dim, cs, sn, neox);
-            if (c->rot_mscale != 1.0f) {
-                for (uint32_t h = 0; h < hp->n_head; h++)
-                    for (uint32_t i = 0; i < hp->rope_dim; i++)
-                        q[(size_t)h * hd + i] *= c->rot_mscale;
-                for (uint32_t h = 0; h < hp->n_head_kv; h++)
-                    for (uint32_t i = 0; i < hp->rope_dim; i++)
-                        k[(size_t)h * hd + i] *= c->rot_mscale;
-            }
-            if (B->attn_temp_scale) { /* Llama 4's attention temperature */
-                const float ts = 1.0f + B->attn_temp_scale *
-                    logf(floorf((float)(pos0 + t) / (float)hp->rope_orig_ctx) + 1.0f);
-                for (uint32_t i = 0; i < q_dim; i++)
-                    q[i] *= ts;
-            }
-        }
+        for (uint32_t t = 0; t < nb; t++)
+            qkv_token(c, l, c->q + (size_t)t * q_dim, c->k + (size_t)t * kv_dim,
+                      c->v + (size_t)t * kv_dim, pos0 + t, own_rope);
         TRACE("Qcur", l, c->q, q_dim, q_dim);
         TRACE("Kcur", l, c->k, kv_dim, kv_dim);
         TRACE("Vcur", l, c->v, kv_dim, kv_dim);
