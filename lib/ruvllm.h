@@ -618,7 +618,10 @@ uint32_t rvl_ctx_reuse(rvl_ctx *c, const int32_t *ids, uint32_t n);
 /* Context shift (llama.cpp's): drop the n_discard positions after the
  * first keep, move the rest down and re-rotate their cached keys, so the
  * cache holds rvl_ctx_pos - n_discard positions; the caller drops the
- * same token ids. RVL_ERANGE if keep + n_discard > rvl_ctx_pos. */
+ * same token ids. RVL_ERANGE if keep + n_discard > rvl_ctx_pos. A
+ * sliding-window layer keeps what its window held (its own RoPE base where
+ * it has one); when that no longer reaches back to where the next window
+ * starts (the first keep positions were freed), it sees what it holds. */
 int rvl_ctx_shift(rvl_ctx *c, uint32_t keep, uint32_t n_discard);
 /* KV cache bytes per token (all layers, keys and values) of the context's
  * formats: tier 0 (f16/f32), tier 1 and tier 2 (the same for fixed

@@ -150,7 +150,11 @@ static errs run_cache_w(rvl_kvcache *kc, rvl_pool *pool, int n, const int *batch
             for (int t = 0; t < nb; t++)
                 for (int h = 0; h < NH; h++) {
                     const int kh = h / (NH / NKV), qp = pos + t;
-                    const int w = win ? (int)win[l] : 0, lo = w && qp + 1 > w ? qp + 1 - w : 0;
+                    const int w = win ? (int)win[l] : 0;
+                    int lo = w && qp + 1 > w ? qp + 1 - w : 0;
+                    /* a ring that lost keys in a context shift: what it holds */
+                    const int lo_ring = (int)rvl_kvcache_first_page(kc, (uint32_t)l) * 32;
+                    lo = lo < lo_ring ? lo_ring : lo;
                     double rc[HD], rx[HD];
                     ref_attn(Q[qp] + h * HD, ck + (size_t)lo * KVD + kh * HD,
                              cv + (size_t)lo * KVD + kh * HD, KVD, qp + 1 - lo, 1.0 / 8, rc);
@@ -341,8 +345,8 @@ static void test_kvcache_shift_rotates_kept_keys(void **state)
         cs[i] = (float)cos(a);
         sn[i] = (float)sin(a);
     }
-    assert_int_equal(rvl_kvcache_shift(kc, keep, drop + 100, cs, sn, HD, false), RVL_ERANGE);
-    assert_int_equal(rvl_kvcache_shift(kc, keep, drop, cs, sn, HD, false), 0);
+    assert_int_equal(rvl_kvcache_shift(kc, keep, drop + 100, cs, sn, NULL, NULL, HD, false), RVL_ERANGE);
+    assert_int_equal(rvl_kvcache_shift(kc, keep, drop, cs, sn, NULL, NULL, HD, false), 0);
     assert_int_equal(rvl_kvcache_n(kc), n - drop);
     static float ck[NCTX * KVD], cv[NCTX * KVD];
     cache_rows(kc, 1, 0, (uint32_t)(n - drop), ck);
@@ -592,8 +596,7 @@ static void test_kvcache_sliding_windows_on_every_format(void **state)
  * back by up to 66 positions after any batch stays valid (the ring's
  * slack) and attention goes on matching the reference; past what the
  * ring holds it is refused; prefix reuse keeps a match the ring still
- * serves, and nothing when it would need freed keys. A context shift is
- * refused. */
+ * serves, and nothing when it would need freed keys. */
 static void test_kvcache_window_truncate_and_reuse(void **state)
 {
     (void)state;
@@ -653,9 +656,134 @@ static void test_kvcache_window_truncate_and_reuse(void **state)
                   e.cache_err, e.exact_err);
     assert_true(e.cache_err < 2e-5);
     assert_true(e.exact_err < 3e-2);
-    float cs[HD / 2] = {1}, sn[HD / 2] = {0};
-    assert_int_equal(rvl_kvcache_shift(kc, 4, 10, cs, sn, HD, false), RVL_EUNSUPPORTED);
     rvl_kvcache_close(kc);
+    rvl_pool_close(pool);
+}
+
+/* The RoPE angle tables of a distance d (NORM layout, rope_dim HD) on base b */
+static void angles(double b, int d, float *cs, float *sn)
+{
+    for (int i = 0; i < HD / 2; i++) {
+        const double a = d * pow(b, -2.0 * i / HD);
+        cs[i] = (float)cos(a);
+        sn[i] = (float)sin(a);
+    }
+}
+
+/* keys of layer l at position pos: K[l][pos] rotated by pos on base b */
+static void rope_key(int l, int pos, double b, float *k)
+{
+    for (int h = 0; h < NKV; h++)
+        for (int i = 0; i < HD / 2; i++) {
+            const double a = pos * pow(b, -2.0 * i / HD);
+            const float x0 = K[l][pos][h * HD + 2 * i], x1 = K[l][pos][h * HD + 2 * i + 1];
+            k[h * HD + 2 * i] = (float)(x0 * cos(a) - x1 * sin(a));
+            k[h * HD + 2 * i + 1] = (float)(x0 * sin(a) + x1 * cos(a));
+        }
+}
+
+/* max |key the cache holds at i - K[l][src(i)] rotated by i on base b|,
+ * over positions lo .. n - 1 (src: i before keep, i + drop after) */
+static double shifted_key_err(rvl_kvcache *kc, int l, int lo, int n, int keep, int drop, double b)
+{
+    static float ck[NCTX * KVD], cv[NCTX * KVD];
+    cache_rows(kc, (uint32_t)l, 0, (uint32_t)n, ck);
+    cache_rows(kc, (uint32_t)l, 1, (uint32_t)n, cv);
+    double mx = 0;
+    for (int i = lo; i < n; i++) {
+        const int src = i < keep ? i : i + drop;
+        float k[KVD];
+        rope_key(l, src, b, k);          /* rotated at src... */
+        float want[KVD];
+        for (int h = 0; h < NKV; h++)    /* ...and the same x at i */
+            for (int j = 0; j < HD / 2; j++) {
+                const double a = i * pow(b, -2.0 * j / HD);
+                const float x0 = K[l][src][h * HD + 2 * j], x1 = K[l][src][h * HD + 2 * j + 1];
+                want[h * HD + 2 * j] = (float)(x0 * cos(a) - x1 * sin(a));
+                want[h * HD + 2 * j + 1] = (float)(x0 * sin(a) + x1 * cos(a));
+            }
+        (void)k;
+        for (int e = 0; e < KVD; e++) {
+            mx = fmax(mx, fabs(ck[(size_t)i * KVD + e] - want[e]));
+            mx = fmax(mx, fabs(cv[(size_t)i * KVD + e] - V[l][src][e]));
+        }
+    }
+    return mx;
+}
+
+/* Context shift of a windowed cache (Gemma's mix: layer 0 with a window of
+ * W = 40 whose keys rotate on base 10000, layer 1 global on base 1e6):
+ * after 300 positions (the ring holds 160 .. 299), keep 5 and drop 100.
+ * The global layer holds every kept position, the windowed one its ring's
+ * kept part (60 .. 199) in at most its 5 pages (64 .. 199), each key rotated as if written at its new
+ * position on its own layer's base (rotating layer 0 by the global
+ * angles is shown to be wrong), values moved; attention then goes on
+ * matching the reference over what the cache holds, on f32, f16 and q8.
+ * A shift that leaves the ring without keys its window needs (keep 20,
+ * drop 250: the window of position 50 starts at 11, the ring kept 20 ..
+ * 49) keeps whole pages (32 .. 49) and attention sees those. */
+static void test_kvcache_shift_windowed(void **state)
+{
+    (void)state;
+    static const uint32_t win[NL] = {W, 0};
+    static const int batches[] = {1, 7, 32, 1};
+    const double bw = 10000, bg = 1e6;
+    static const struct {
+        const char *name;
+        int k[3], v[3];
+        uint32_t hot;
+        double tol;
+    } cases[] = {{"f32", {F32, F32, F32}, {F32, F32, F32}, U, 1e-4},
+                 {"f16", {F16, F16, F16}, {F16, F16, F16}, U, 3e-2},
+                 {"q8", {F16, Q8, Q8}, {F16, Q8, Q8}, 0, 0.3}};
+    rvl_pool *pool;
+    assert_int_equal(rvl_pool_open(&pool, 2), 0);
+    float cw[HD / 2], sw[HD / 2], cg[HD / 2], sg[HD / 2];
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++)
+        for (int variant = 0; variant < 3; variant++) {
+            /* 0: the right tables; 1: layer 0 rotated by the global angles;
+             * 2: a shift that costs the ring keys */
+            const int keep = variant == 2 ? 20 : 5, drop = variant == 2 ? 250 : 100;
+            rvl_kvcache_params p = geometry();
+            set_fmt(&p, cases[ci].k, cases[ci].v, cases[ci].hot, U);
+            p.window = win;
+            rvl_kvcache *kc;
+            assert_int_equal(rvl_kvcache_open(&kc, &p, 2), 0);
+            for (int pos = 0; pos < 300; pos++) {
+                float k[NL][KVD];
+                rope_key(0, pos, bw, k[0]);
+                rope_key(1, pos, bg, k[1]);
+                rvl_kvcache_begin(kc, 1);
+                for (int l = 0; l < NL; l++)
+                    rvl_kvcache_write(kc, (uint32_t)l, (uint32_t)pos, 1, k[l], KVD, V[l][pos], KVD);
+                rvl_kvcache_commit(kc, 1);
+            }
+            assert_int_equal(rvl_kvcache_first_page(kc, 0), 5);
+            angles(bw, drop, cw, sw);
+            angles(bg, drop, cg, sg);
+            assert_int_equal(rvl_kvcache_shift(kc, (uint32_t)keep, (uint32_t)drop, cg, sg,
+                                               variant == 1 ? NULL : cw, variant == 1 ? NULL : sw,
+                                               HD, false), 0);
+            const int nn = 300 - drop;
+            assert_int_equal(rvl_kvcache_n(kc), nn);
+            assert_int_equal(rvl_kvcache_first_page(kc, 1), 0);
+            const int lo0 = variant == 2 ? 32 : 64;
+            assert_int_equal(rvl_kvcache_first_page(kc, 0), lo0 / 32);
+            const double e0 = shifted_key_err(kc, 0, lo0, nn, keep, drop, bw);
+            const double e1 = shifted_key_err(kc, 1, 0, nn, keep, drop, bg);
+            print_message("%-4s keep %d drop %d%s: windowed layer %.2e, global layer %.2e\n",
+                          cases[ci].name, keep, drop, variant == 1 ? " (global angles)" : "", e0, e1);
+            assert_true(e1 < cases[ci].tol);
+            if (variant == 1)
+                assert_true(e0 > 1.0); /* the windowed layer needs its own angles */
+            else
+                assert_true(e0 < cases[ci].tol);
+            /* decoding goes on: attention over what the cache holds */
+            errs e = run_cache_w(kc, pool, nn + 60, batches, 4, win);
+            print_message("     then attention vs cache content %.2e\n", e.cache_err);
+            assert_true(e.cache_err < 2e-5);
+            rvl_kvcache_close(kc);
+        }
     rvl_pool_close(pool);
 }
 
@@ -776,6 +904,98 @@ static void test_context_shift_matches_fresh_context(void **state)
         rvl_ctx_close(b);
     }
     rvl_model_close(m);
+}
+
+/* The same on the tiny sliding-window models (tests/data/tiny/gemma2.gguf:
+ * layer 0 windowed, 1 global; gemma3.gguf: layers 0-4 windowed on their
+ * own RoPE base 10000, layer 5 global on 1e6 with linear scaling; window
+ * 8), context 256 so that the rings (4 pages) free pages: 200 tokens,
+ * keep 4, drop 100. Every layer's keys and values at the positions whose
+ * inputs do not depend on the dropped tokens (the first 4, and those at
+ * least 7 positions per windowed layer below past the cut: a windowed
+ * layer passes on only its last 8 positions) equal a fresh context's fed
+ * the kept tokens, to the tolerances above; so each layer was rotated on
+ * its own base (gemma3's windowed layers rotated with the global angles
+ * are off by O(1)). Then decoding goes on past the context twice more. */
+static void test_context_shift_windowed_models(void **state)
+{
+    (void)state;
+    const char *models[] = {"tests/data/tiny/gemma2.gguf", "tests/data/tiny/gemma3.gguf"};
+    enum { NTOK = 200, KEEP = 4, DROP = 100, NK = NTOK - DROP };
+    int32_t seq[NTOK + 300], kept[NK];
+    for (int i = 0; i < NTOK + 300; i++)
+        seq[i] = (int32_t)((i * 53 + 7) % 250);
+    for (int i = 0, nk = 0; i < NTOK; i++)
+        if (i < KEEP || i >= KEEP + DROP)
+            kept[nk++] = seq[i];
+    const struct {
+        rvl_kv_type t;
+        double tol;
+    } cases[] = {{RVL_KV_F32, 1e-5}, {RVL_KV_F16, 2e-3}, {RVL_KV_Q8, 5e-2}, {RVL_KV_TQ4, 0.3}};
+    for (int mi = 0; mi < 2; mi++) {
+        rvl_model *m = NULL;
+        if (rvl_model_open(&m, models[mi]) < 0)
+            fail_msg("%s: %s", models[mi], rvl_errmsg());
+        const rvl_hparams *hp = rvl_model_hparams(m);
+        const uint32_t hd = hp->head_dim, nkv = hp->n_head_kv;
+        for (int ci = 0; ci < 4; ci++) {
+            rvl_ctx_params cp = {.n_ctx = 256, .n_threads = 2, .kv_type = cases[ci].t};
+            rvl_ctx *a, *b;
+            assert_int_equal(rvl_ctx_open(&a, m, &cp), 0);
+            assert_int_equal(rvl_ctx_open(&b, m, &cp), 0);
+            const float *la, *lb;
+            assert_int_equal(rvl_decode(a, seq, NTOK, &la), 0);
+            assert_true(rvl_kvcache_first_page(rvl_ctx_kvc(a), 0) > 0); /* the ring freed pages */
+            assert_int_equal(rvl_ctx_shift(a, KEEP, DROP), 0);
+            assert_int_equal(rvl_ctx_pos(a), NK);
+            assert_int_equal(rvl_decode(b, kept, NK, &lb), 0);
+            double worst = 0, worst_w = 0;
+            uint32_t from = KEEP; /* positions from here on do not depend on the dropped ones */
+            for (uint32_t l = 0; l < hp->n_layer && from < NK; l++) {
+                const uint32_t w = rvl_kvcache_window(rvl_ctx_kvc(a), l);
+                double mx = 0, ref = 0;
+                float pa[32 * 256], pb[32 * 256];
+                for (int kind = 0; kind < 2; kind++)
+                    for (uint32_t pg = rvl_kvcache_first_page(rvl_ctx_kvc(a), l); pg * 32 < NK; pg++)
+                        for (uint32_t h = 0; h < nkv; h++) {
+                            rvl_kvcache_read_page(rvl_ctx_kvc(a), l, kind, pg, h, pa);
+                            rvl_kvcache_read_page(rvl_ctx_kvc(b), l, kind, pg, h, pb);
+                            for (uint32_t j = 0; j < 32 && pg * 32 + j < NK; j++) {
+                                const uint32_t i = pg * 32 + j;
+                                if (!(i >= from || (i < KEEP && !w)))
+                                    continue;
+                                for (uint32_t e = 0; e < hd; e++) {
+                                    mx = fmax(mx, fabs(pa[j * hd + e] - pb[j * hd + e]));
+                                    ref = fmax(ref, fabs(pb[j * hd + e]));
+                                }
+                            }
+                        }
+                worst = fmax(worst, mx / ref);
+                if (w)
+                    worst_w = fmax(worst_w, mx / ref);
+                from = w ? from + w - 1 : NK; /* a global layer sees the dropped tokens' traces */
+            }
+            print_message("%s %s: after the shift vs a fresh context: %.2e of max |element| "
+                          "(windowed layers %.2e)\n", models[mi] + 16, rvl_kv_type_name(cases[ci].t),
+                          worst, worst_w);
+            assert_true(worst_w > 0 || cases[ci].t == RVL_KV_F32); /* they were compared */
+            assert_true(worst < cases[ci].tol);
+            /* and it goes on, shifting again as the context fills */
+            uint32_t next = NTOK;
+            for (int k = 0; k < 2; k++) {
+                const uint32_t room = 256 - rvl_ctx_pos(a);
+                assert_int_equal(rvl_decode(a, seq + next, room, &la), 0);
+                next += room;
+                assert_int_equal(rvl_ctx_shift(a, KEEP, 128), 0);
+            }
+            assert_int_equal(rvl_decode(a, seq + next, 1, &la), 0);
+            for (uint32_t i = 0; i < hp->n_vocab; i++)
+                assert_true(isfinite(la[i]));
+            rvl_ctx_close(a);
+            rvl_ctx_close(b);
+        }
+        rvl_model_close(m);
+    }
 }
 
 /* Prefix reuse through the library, as chat does it: feed A + B, reset
@@ -899,8 +1119,10 @@ int main(void)
         cmocka_unit_test(test_kvcache_centres_quantized_keys),
         cmocka_unit_test(test_kvcache_sliding_windows_on_every_format),
         cmocka_unit_test(test_kvcache_window_truncate_and_reuse),
+        cmocka_unit_test(test_kvcache_shift_windowed),
         cmocka_unit_test(test_kvcache_usage_gemma3_geometry),
         cmocka_unit_test(test_context_shift_matches_fresh_context),
+        cmocka_unit_test(test_context_shift_windowed_models),
         cmocka_unit_test(test_ctx_open_checks_kv_options),
         cmocka_unit_test(test_prefix_reuse_after_reset_matches_fresh),
     };

@@ -21,6 +21,8 @@
 
 #define LLAMA "tests/data/tiny/llama.gguf"
 #define QWEN2 "tests/data/tiny/qwen2.gguf"
+#define GEMMA2 "tests/data/tiny/gemma2.gguf"   /* window 8 on every other layer */
+#define GEMMA3 "tests/data/tiny/gemma3.gguf"   /* 5 of 6 layers windowed (8), own RoPE base */
 #define N 100
 
 static char dir[64];
@@ -147,6 +149,79 @@ static void test_session_restore_continues_exactly(void **state)
         rvl_ctx_close(b);
         rvl_model_close(m);
     }
+}
+
+/* Sliding-window models (tests/data/tiny/gemma2.gguf, gemma3.gguf: a
+ * window of 8): after 300 tokens the windowed layers' rings freed their
+ * old pages, so the file is version 4 (each windowed layer saves only its
+ * ring, from its first page on) and smaller than one of every page; the
+ * restored context continues bit for bit as the saved one, on f16 and q8
+ * (rings holding quantized pages) and f32; and a prompt that extends the
+ * saved one keeps what the file holds (rvl_ctx_reuse after the load). */
+static void test_session_windowed_rings_restore_exactly(void **state)
+{
+    (void)state;
+    const char *models[] = {GEMMA2, GEMMA3};
+    rvl_kv_type kts[] = {RVL_KV_F16, RVL_KV_Q8, RVL_KV_F32};
+    enum { NW = 300, NT = 340, NCTX = 512 };
+    int32_t s[NT];
+    for (int i = 0; i < NT; i++)
+        s[i] = (int32_t)((i * 37 + 11) % 250);
+    for (int mi = 0; mi < 2; mi++)
+        for (int ki = 0; ki < 3; ki++) {
+            rvl_model *m = open_model(models[mi]);
+            const uint32_t V = rvl_model_hparams(m)->n_vocab;
+            const float *lg;
+            rvl_ctx *a = open_ctx(m, NCTX, kts[ki]);
+            assert_int_equal(rvl_decode(a, s, NW, &lg), 0);
+            rvl_kv_usage u;
+            assert_int_equal(rvl_ctx_kv_usage(a, NW, &u), 0);
+            assert_true(u.n_windowed > 0);
+            assert_true(u.bytes < u.bytes_untrimmed); /* the rings freed pages */
+            assert_int_equal(rvl_session_save(a, tpath("w.rvls"), s, NW, NULL), 0);
+            size_t fn;
+            unsigned char *fb = slurp(tpath("w.rvls"), &fn);
+            assert_int_equal(fb[8], 4); /* trimmed rings: version 4 */
+            free(fb);
+            float *want = malloc(V * sizeof *want);
+            for (int i = NW; i < NT; i++)
+                assert_int_equal(rvl_decode(a, s + i, 1, &lg), 0);
+            memcpy(want, lg, V * sizeof *want);
+
+            rvl_ctx *b = open_ctx(m, NCTX, kts[ki]);
+            int32_t *ids = NULL;
+            size_t n = 0;
+            char *extra = NULL;
+            if (rvl_session_load(b, tpath("w.rvls"), &ids, &n, &extra) != 0)
+                fail_msg("%s %s: %s", models[mi], rvl_kv_type_name(kts[ki]), rvl_errmsg());
+            assert_int_equal(n, NW);
+            assert_int_equal(rvl_ctx_pos(b), NW);
+            for (int i = NW; i < NT; i++)
+                assert_int_equal(rvl_decode(b, s + i, 1, &lg), 0);
+            if (memcmp(lg, want, V * sizeof *want) != 0)
+                fail_msg("%s %s: the restored windowed context continues differently", models[mi],
+                         rvl_kv_type_name(kts[ki]));
+            /* loaded again: the prompt extended by 40 tokens keeps all 300 */
+            free(ids);
+            free(extra);
+            assert_int_equal(rvl_session_load(b, tpath("w.rvls"), &ids, &n, &extra), 0);
+            assert_int_equal(rvl_ctx_reuse(b, s, NT), NW);
+            assert_int_equal(rvl_decode(b, s + NW, NT - NW, &lg), 0);
+            if (kts[ki] == RVL_KV_F32) { /* the same bytes: the same logits as the batch path */
+                rvl_ctx *c = open_ctx(m, NCTX, kts[ki]);
+                const float *lc;
+                assert_int_equal(rvl_decode(c, s, NW, &lc), 0);
+                assert_int_equal(rvl_decode(c, s + NW, NT - NW, &lc), 0);
+                assert_memory_equal(lg, lc, V * sizeof *lg);
+                rvl_ctx_close(c);
+            }
+            free(ids);
+            free(extra);
+            free(want);
+            rvl_ctx_close(a);
+            rvl_ctx_close(b);
+            rvl_model_close(m);
+        }
 }
 
 static void test_session_save_checks_ids_and_leaves_no_temp(void **state)
@@ -328,6 +403,7 @@ int main(void)
     make_seq();
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_session_restore_continues_exactly),
+        cmocka_unit_test(test_session_windowed_rings_restore_exactly),
         cmocka_unit_test(test_session_save_checks_ids_and_leaves_no_temp),
         cmocka_unit_test(test_session_bad_files_are_refused),
         cmocka_unit_test(test_ctx_truncate_rewinds),

@@ -557,15 +557,15 @@ static int cpu_shift(rvl_backend *b, uint32_t keep, uint32_t n_discard)
 {
     rvl_forward *c = fw(b);
     const rvl_hparams *hp = &c->m->hp;
-    if (c->swa_cos)
-        return rvl_seterr(RVL_EUNSUPPORTED, "context shift of a model whose windowed layers have "
-                          "their own RoPE base (%s) is not implemented", hp->arch);
     /* the angles of a distance of n_discard positions (row 0 when no key
-     * moves: everything after keep is dropped) */
+     * moves: everything after keep is dropped); the windowed layers' own
+     * where they have them */
     const size_t half = hp->rope_dim / 2;
     const size_t row = n_discard < c->n_ctx ? n_discard : 0;
     int rc = rvl_kvcache_shift(c->kv, keep, n_discard, c->rope_cos + row * half,
-                           c->rope_sin + row * half, hp->rope_dim, hp->rope_type == RVL_ROPE_NEOX);
+                           c->rope_sin + row * half, c->swa_cos ? c->swa_cos + row * half : NULL,
+                           c->swa_sin ? c->swa_sin + row * half : NULL, hp->rope_dim,
+                           hp->rope_type == RVL_ROPE_NEOX);
     if (rc == 0)
         c->pos -= n_discard;
     return rc;

@@ -73,6 +73,8 @@ struct rvl_kvcache {
     kvc_group grp[MAXG];
     uint32_t n_grp;
     uint8_t *lgrp;               /* (n_layer) group of each layer */
+    uint8_t *lswa;               /* (n_layer) 1: the layer has a window, even one of n_ctx or
+                                  * more (its keys rotate on the windowed layers' RoPE) */
     uint32_t *lidx;              /* (n_layer) its index in the group */
     uint32_t n, n_pages;         /* committed positions; logical pages begun */
     bool tq_k, tq_v;             /* some tier holds TQ keys / values */
@@ -295,12 +297,14 @@ static void move_page(rvl_kvcache *kc, kvc_group *g, uint32_t page, int to, int 
 static int make_groups(rvl_kvcache *kc, const rvl_kvcache_params *p)
 {
     kc->lgrp = malloc(p->n_layer);
+    kc->lswa = malloc(p->n_layer);
     kc->lidx = malloc((size_t)p->n_layer * sizeof *kc->lidx);
-    if (!kc->lgrp || !kc->lidx)
+    if (!kc->lgrp || !kc->lswa || !kc->lidx)
         return RVL_ENOMEM;
     kc->n_grp = 1; /* the global group, perhaps empty */
     for (uint32_t l = 0; l < p->n_layer; l++) {
         uint32_t w = p->window ? p->window[l] : 0;
+        kc->lswa[l] = w != 0;
         if (w >= p->n_ctx)
             w = 0; /* a window no query can reach past: global */
         uint32_t gi = 0;
@@ -487,6 +491,7 @@ void rvl_kvcache_close(rvl_kvcache *kc)
         free(g->pt0);
     }
     free(kc->lgrp);
+    free(kc->lswa);
     free(kc->lidx);
     free(kc->ws);
     free(kc->partials);
@@ -876,11 +881,9 @@ int rvl_kvcache_load_done(rvl_kvcache *kc, uint32_t n)
     }
     kc->n_pages = np;
     kc->n = n;
-    const kvc_group *gone = window_gone(kc, n);
-    if (gone)
-        return rvl_seterr(RVL_EFORMAT, "layers with a sliding window of %u hold positions from %u "
-                          "on, the next one needs %u", gone->window, gone->first * PG,
-                          n + 1 - gone->window);
+    /* a ring may lack keys the next query's window would see (a context
+     * shift dropped them): attention sees what it holds, as the saved
+     * cache did */
     return 0;
 }
 
@@ -1095,8 +1098,9 @@ uint32_t rvl_kvcache_reuse(rvl_kvcache *kc, const int32_t *ids, uint32_t n)
  * Truncating to n is valid while every ring still holds the keys the
  * query at n sees, from n + 1 - W on (window_gone); a shorter prefix
  * needs older keys still, so prefix reuse keeps the match or nothing.
- * A context shift of a windowed cache is refused (its layers may also
- * rotate on their own RoPE base).
+ * A context shift ("Context shift" below) may leave a ring without keys
+ * its window would see; attention then sees the keys from the ring's
+ * first page on.
  * ==================================================================== */
 
 /* The group (its first, if several) whose ring lacks keys the query at
@@ -1123,6 +1127,21 @@ static void ring_make_room(kvc_group *g, uint32_t pages)
 
 /* ====================================================================
  * Context shift
+ *
+ * llama.cpp's: positions [keep, keep + n_discard) are dropped, the later
+ * ones move down by n_discard and their keys are rotated back by as
+ * much (the layers of a window by the windowed layers' angles: Gemma 3's
+ * rotate on their own base). Per group: a global group holds every
+ * position and is re-laid out whole; a windowed group holds [a, n) (a
+ * its ring's first page), which becomes [lo, n - n_discard) with the
+ * same rows, re-rotated; its pages start at lo's page (rows before lo
+ * zero, never seen: the window starts at lo or later). When the kept
+ * part of the ring does not reach back to where the next query's
+ * window starts (the first keep positions were freed, and the shift
+ * leaves fewer than W positions after them), the ring keeps whole pages
+ * of what it held and attention sees those, fewer than W keys, until
+ * the window moves past the gap (llama.cpp's SWA cache loses the same
+ * keys). Each page goes straight into the tier its new age gives.
  * ==================================================================== */
 
 static void rotate_back(float *x, uint32_t n_heads, uint32_t hd, const float *cs, const float *sn,
@@ -1140,8 +1159,34 @@ static void rotate_back(float *x, uint32_t n_heads, uint32_t hd, const float *cs
     }
 }
 
+/* A layer's old pages [first, np_old) as floats, rows (kind, position,
+ * kv_dim); positions before the first page are left as they are. */
+static void layer_rows(rvl_kvcache *kc, uint32_t l, const uint8_t *ot, const int32_t *os,
+                       uint32_t first, uint32_t np_old, float *rows)
+{
+    const uint32_t hd = kc->p.head_dim, kvd = kc->kv_dim;
+    const kvc_group *g = cgroup_of(kc, l);
+    const int *fmts[2] = {kc->p.fmt_k, kc->p.fmt_v};
+    for (int kind = 0; kind < 2; kind++) {
+        float *dst = rows + (size_t)kind * np_old * PG * kvd;
+        for (uint32_t pg = first; pg < np_old; pg++)
+            for (uint32_t h = 0; h < kc->p.n_head_kv; h++) {
+                const int t = ot[pg];
+                const unsigned char *src = slot_ptr(kc, g, kind, t, kc->lidx[l], os[pg]) +
+                                           h * kc->pb[kind][t];
+                decode_page(fmts[kind][t], kind, (int)hd, src, PG, kc->tmp);
+                if (kind == 0 && kc->kc_state == KC_SET) /* rotate the key, not k - mu */
+                    center_rows(kc, l, h, kc->tmp, PG, 1.0f);
+                for (uint32_t j = 0; j < PG; j++)
+                    memcpy(dst + ((size_t)pg * PG + j) * kvd + (size_t)h * hd,
+                           kc->tmp + (size_t)j * hd, hd * sizeof(float));
+            }
+    }
+}
+
 int rvl_kvcache_shift(rvl_kvcache *kc, uint32_t keep, uint32_t n_discard, const float *cos_d,
-                  const float *sin_d, uint32_t rope_dim, bool neox)
+                  const float *sin_d, const float *cos_w, const float *sin_w, uint32_t rope_dim,
+                  bool neox)
 {
     const uint32_t n = kc->n, hd = kc->p.head_dim, nkv = kc->p.n_head_kv, kvd = kc->kv_dim;
     if (keep > n || n_discard > n - keep)
@@ -1149,58 +1194,73 @@ int rvl_kvcache_shift(rvl_kvcache *kc, uint32_t keep, uint32_t n_discard, const 
                           keep, n_discard, n);
     if (n_discard == 0)
         return 0;
-    if (kc->grp[0].window || kc->n_grp > 1)
-        return rvl_seterr(RVL_EUNSUPPORTED, "context shift of a cache with sliding-window layers");
-    kvc_group *g = &kc->grp[0]; /* every layer, in order */
+    if (!cos_w || !sin_w) {
+        cos_w = cos_d;
+        sin_w = sin_d;
+    }
     if (kc->kc_state == KC_PENDING)
         center_keys(kc); /* pages may go straight to a quantized tier below */
     const uint32_t nn = n - n_discard, np_old = kc->n_pages, np_new = cdiv(nn, PG);
-    float *rows = malloc((size_t)2 * np_old * PG * kvd * sizeof(float));
-    uint8_t *ot = malloc(np_old ? np_old : 1);
-    int32_t *os = malloc((np_old ? np_old : 1) * sizeof(int32_t));
+    const size_t npo = np_old ? np_old : 1;
+    float *rows = malloc((size_t)2 * npo * PG * kvd * sizeof(float));
+    uint8_t *ot = malloc((size_t)kc->n_grp * npo);
+    int32_t *os = malloc((size_t)kc->n_grp * npo * sizeof(int32_t));
     if (!rows || !ot || !os) {
         free(rows);
         free(ot);
         free(os);
         return rvl_seterr(RVL_ENOMEM, "out of memory for a context shift");
     }
-    memcpy(ot, g->tier, np_old);
-    memcpy(os, g->slot, np_old * sizeof(int32_t));
-    /* the new page table: each page straight into the tier of its age */
+    uint32_t ofirst[MAXG], lo[MAXG];
+    for (uint32_t gi = 0; gi < kc->n_grp; gi++) {
+        const kvc_group *g = &kc->grp[gi];
+        memcpy(ot + gi * npo, g->tier, np_old);
+        memcpy(os + gi * npo, g->slot, np_old * sizeof(int32_t));
+        ofirst[gi] = g->first;
+    }
+    /* the new page tables: each page straight into the tier of its age */
     free_all(kc);
-    for (uint32_t pg = 0; pg < np_new; pg++) {
-        const int t = (pg + 1) * PG <= nn ? want_tier(kc, g, pg, nn) : 0;
-        page_set(g, pg, t, slot_alloc(g, t));
+    for (uint32_t gi = 0; gi < kc->n_grp; gi++) {
+        kvc_group *g = &kc->grp[gi];
+        /* the group held [a, n): the kept ones are [lo, nn) now */
+        const uint32_t a = ofirst[gi] * PG;
+        lo[gi] = a < keep ? a : (a > keep + n_discard ? a : keep + n_discard) - n_discard;
+        /* what the next query's window needs: from need on */
+        const uint32_t need = g->window && nn + 1 > g->window ? nn + 1 - g->window : 0;
+        /* a ring that lost keys the window needs holds whole pages of kept
+         * keys only: attention then sees what is left (llama.cpp's SWA
+         * cache does the same) */
+        g->first = lo[gi] <= need ? lo[gi] / PG : cdiv(lo[gi], PG);
+        if (g->ring && np_new > g->first + g->ring)
+            g->first = np_new - g->ring;
+        if (g->first > lo[gi] / PG)
+            lo[gi] = g->first * PG;
+        for (uint32_t pg = g->first; pg < np_new; pg++) {
+            const int t = (pg + 1) * PG <= nn ? want_tier(kc, g, pg, nn) : 0;
+            page_set(g, pg, t, slot_alloc(g, t));
+        }
     }
     kc->n_pages = np_new;
     const int *fmts[2] = {kc->p.fmt_k, kc->p.fmt_v};
     for (uint32_t l = 0; l < kc->p.n_layer; l++) {
-        /* every old position of this layer as floats, (kind, pos, kvd) */
-        for (int kind = 0; kind < 2; kind++) {
-            float *dst = rows + (size_t)kind * np_old * PG * kvd;
-            for (uint32_t pg = 0; pg < np_old; pg++)
-                for (uint32_t h = 0; h < nkv; h++) {
-                    const int t = ot[pg];
-                    const unsigned char *src = slot_ptr(kc, g, kind, t, l, os[pg]) + h * kc->pb[kind][t];
-                    decode_page(fmts[kind][t], kind, (int)hd, src, PG, kc->tmp);
-                    if (kind == 0 && kc->kc_state == KC_SET) /* rotate the key, not k - mu */
-                        center_rows(kc, l, h, kc->tmp, PG, 1.0f);
-                    for (uint32_t j = 0; j < PG; j++)
-                        memcpy(dst + ((size_t)pg * PG + j) * kvd + (size_t)h * hd,
-                               kc->tmp + (size_t)j * hd, hd * sizeof(float));
-                }
-        }
-        /* drop the discarded rows, rotate the moved keys back */
+        const uint32_t gi = kc->lgrp[l];
+        kvc_group *g = &kc->grp[gi];
+        const float *cs = kc->lswa[l] ? cos_w : cos_d, *sn = kc->lswa[l] ? sin_w : sin_d;
+        layer_rows(kc, l, ot + gi * npo, os + gi * npo, ofirst[gi], np_old, rows);
+        /* drop the discarded rows, rotate the moved keys back, zero what
+         * the group no longer holds */
         for (int kind = 0; kind < 2; kind++) {
             float *r = rows + (size_t)kind * np_old * PG * kvd;
             memmove(r + (size_t)keep * kvd, r + (size_t)(keep + n_discard) * kvd,
                     (size_t)(n - keep - n_discard) * kvd * sizeof(float));
             if (kind == 0)
-                for (uint32_t i = keep; i < nn; i++)
-                    rotate_back(r + (size_t)i * kvd, nkv, hd, cos_d, sin_d, rope_dim, neox);
+                for (uint32_t i = keep > lo[gi] ? keep : lo[gi]; i < nn; i++)
+                    rotate_back(r + (size_t)i * kvd, nkv, hd, cs, sn, rope_dim, neox);
+            memset(r + (size_t)g->first * PG * kvd, 0,
+                   (size_t)(lo[gi] - g->first * PG) * kvd * sizeof(float));
         }
         /* and encode the new pages */
-        for (uint32_t pg = 0; pg < np_new; pg++) {
+        for (uint32_t pg = g->first; pg < np_new; pg++) {
             const int t = g->tier[pg];
             const int nr = nn - pg * PG < PG ? (int)(nn - pg * PG) : PG;
             for (int kind = 0; kind < 2; kind++)
@@ -1211,7 +1271,8 @@ int rvl_kvcache_shift(rvl_kvcache *kc, uint32_t keep, uint32_t n_discard, const 
                                hd * sizeof(float));
                     if (kind == 0 && kc->kc_state == KC_SET)
                         center_rows(kc, l, h, kc->tmp, nr, -1.0f);
-                    unsigned char *dst = slot_ptr(kc, g, kind, t, l, g->slot[pg]) + h * kc->pb[kind][t];
+                    unsigned char *dst = slot_ptr(kc, g, kind, t, kc->lidx[l], g->slot[pg]) +
+                                         h * kc->pb[kind][t];
                     if (fmts[kind][t] == RVL_KVQ_F16 && t == 0) {
                         memset(dst, 0, kc->pb[kind][t]);
                         kc->f16f->quantize(kc->tmp, dst, (int64_t)nr * hd, NULL);
@@ -1434,8 +1495,9 @@ static void attend_items(void *arg, int ith, int nth)
             float *pt = kc->partials + (size_t)t * (j->cq + j->cf) * ps;
             const float *q = j->q + (size_t)t * j->q_stride;
             /* the token's first key: its window's, or the ring's first page */
-            const uint32_t lo = j->window && (uint32_t)qp + 1 > j->window ? (uint32_t)qp + 1 - j->window
-                                                                          : j->g->first * PG;
+            uint32_t lo = j->window && (uint32_t)qp + 1 > j->window ? (uint32_t)qp + 1 - j->window : 0;
+            if (lo < j->g->first * PG) /* a ring that lost keys after a context shift */
+                lo = j->g->first * PG;
             if (c < j->cq) {
                 /* the quantized pages [lo's page, f0), in cq runs */
                 const uint32_t q0 = lo / PG < j->f0 ? lo / PG : j->f0, nq = j->f0 - q0;
@@ -1502,9 +1564,14 @@ void rvl_kvcache_attend(rvl_kvcache *kc, rvl_pool *pool, uint32_t layer, const f
         f0--;
     j.f0 = f0;
     const uint32_t last = (pos + nb - 1) / PG;
-    /* the first page the first token sees */
-    const uint32_t p0 = g->window && pos + 1 > g->window ? (pos + 1 - g->window) / PG : g->first;
-    if (f0 <= p0) { /* every key seen is in tier 0 */
+    /* the first page the first token sees; clip: its window reaches keys
+     * the ring no longer holds (a context shift dropped them, kvcache.c
+     * "Context shift"), so each token sees the keys from the ring's first
+     * page on, through mode 2's per-token windows */
+    const uint32_t ws = g->window && pos + 1 > g->window ? pos + 1 - g->window : 0;
+    const bool clip = ws < g->first * PG;
+    const uint32_t p0 = clip ? g->first : ws / PG;
+    if (f0 <= p0 && !clip) { /* every key seen is in tier 0 */
         j.mode = nb == 1 ? 0 : 1;
         j.cf = chunks_for(kc, last - p0 + 1);
         if (j.mode == 0)
@@ -1513,7 +1580,7 @@ void rvl_kvcache_attend(rvl_kvcache *kc, rvl_pool *pool, uint32_t layer, const f
             j.n_items = (uint64_t)cdiv(nb, (uint32_t)rvl_attn_tile_tokens(&j.ap)) * nkv;
     } else {
         j.mode = 2;
-        j.cq = nb == 1 ? quant_chunks_for(kc, f0 - p0) : 1;
+        j.cq = f0 <= p0 ? 0 : nb == 1 ? quant_chunks_for(kc, f0 - p0) : 1;
         j.cf = nb == 1 ? chunks_for(kc, last - f0 + 1) : 1;
         j.n_items = (uint64_t)nb * (j.cq + j.cf) * nkv;
         if (kc->tq_k) {

@@ -131,9 +131,8 @@ void rvl_kvcache_forget(rvl_kvcache *kc);
 /* Sliding windows (kvcache.c, "Sliding windows"): a layer's window (0:
  * none; a window of n_ctx or more is none) and the first page it holds:
  * a windowed layer's ring freed the pages before it. A truncate that
- * would need freed keys is refused (RVL_ERANGE; to 0 is a reset), so is a
- * context shift of a cache with windows; rvl_kvcache_reuse then keeps
- * nothing. */
+ * would need freed keys is refused (RVL_ERANGE; to 0 is a reset);
+ * rvl_kvcache_reuse then keeps nothing. */
 uint32_t rvl_kvcache_window(const rvl_kvcache *kc, uint32_t layer);
 uint32_t rvl_kvcache_first_page(const rvl_kvcache *kc, uint32_t layer);
 /* What the cache holds at n positions (ruvllm.h's rvl_ctx_kv_usage):
@@ -145,12 +144,16 @@ void rvl_kvcache_usage(const rvl_kvcache *kc, uint32_t n, rvl_kv_usage *u);
  * Context shift: drop positions [keep, keep + n_discard), move the later
  * ones down by n_discard and rotate their keys back by n_discard
  * positions: cos_d/sin_d are the RoPE angles of a distance of n_discard
- * (rope_dim / 2 pairs; neox: pairs (i, i + half), else (2i, 2i + 1)).
- * Quantized pages are decoded, rotated and re-encoded. Allocates a
- * temporary (2 * n * kv_dim floats): RVL_ENOMEM if that fails.
+ * (rope_dim / 2 pairs; neox: pairs (i, i + half), else (2i, 2i + 1));
+ * cos_w/sin_w the same for the layers opened with a window (even one of
+ * n_ctx or more), NULL: the same angles. A windowed layer's ring keeps
+ * what it held, moved and rotated (kvcache.c "Context shift"). Quantized
+ * pages are decoded, rotated and re-encoded. Allocates a temporary
+ * (2 * n * kv_dim floats): RVL_ENOMEM if that fails.
  */
 int rvl_kvcache_shift(rvl_kvcache *kc, uint32_t keep, uint32_t n_discard, const float *cos_d,
-                  const float *sin_d, uint32_t rope_dim, bool neox);
+                  const float *sin_d, const float *cos_w, const float *sin_w, uint32_t rope_dim,
+                  bool neox);
 
 /* ---- page access, for session files and tests ---- */
 

@@ -55,9 +55,10 @@
  *              with a sliding window (version 4) the pages its ring
  *              kept, from its first one (the page of the first KV
  *              block of the layer says which; every layer of the same
- *              window starts at the same page, and it must hold the
- *              keys the next query's window sees: kvcache.c "Sliding
- *              windows"). Each block:
+ *              window starts at the same page; after a context shift it
+ *              may lack keys the next query's window would see, and
+ *              attention sees what it holds: kvcache.c "Sliding
+ *              windows", "Context shift"). Each block:
  *                0  4  kind (1 tokens, 2 extra, 3 kv, 4 center)
  *                4  4  layer (kv) or 0
  *                8  4  page index (kv) or 0
