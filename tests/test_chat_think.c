@@ -11,6 +11,16 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include "test_io.h"
+
+static char *must_slurp(const char *path, size_t *len)
+{
+    char *p = test_slurp(path, len);
+    if (!p)
+        fail_msg("cannot read %s (run from the repository root)", path);
+    return p;
+}
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -137,23 +147,6 @@ static void test_think_sink_error_stops_the_push(void **s)
 
 /* ---------------------------------------------------------------- the switch */
 
-static char *slurp(const char *path, size_t *len)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        fail_msg("cannot read %s (run from the repository root)", path);
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *p = malloc((size_t)n + 1);
-    assert_non_null(p);
-    assert_int_equal(fread(p, 1, (size_t)n, f), (size_t)n);
-    fclose(f);
-    p[n] = 0;
-    *len = (size_t)n;
-    return p;
-}
-
 static char *format(rvl_chat *c, int think)
 {
     static const rvl_chat_msg msgs[] = {{"user", "Hi"}};
@@ -167,7 +160,7 @@ static void test_thinking_switch_reaches_qwen3_template_and_builtin(void **s)
 {
     (void)s;
     size_t len;
-    char *src = slurp("tests/data/templates/qwen3.jinja", &len);
+    char *src = must_slurp("tests/data/templates/qwen3.jinja", &len);
     rvl_chat *tm, *bi, *ml;
     assert_int_equal(rvl_chat_open(&tm, src, len, NULL, NULL, "<|im_end|>", NULL), 0);
     assert_int_equal(rvl_chat_family_of(tm), RVL_CHAT_QWEN3);

@@ -22,6 +22,8 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include "test_io.h"
+
 #include <cjson/cJSON.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -37,26 +39,9 @@
  * Helpers
  * ====================================================================== */
 
-static char *slurp(const char *path, size_t *len)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *b = malloc((size_t)n + 1);
-    assert_non_null(b);
-    size_t got = fread(b, 1, (size_t)n, f);
-    fclose(f);
-    assert_int_equal(got, (size_t)n);
-    b[n] = 0;
-    if (len) *len = (size_t)n;
-    return b;
-}
-
 static cJSON *load_json(const char *path)
 {
-    char *s = slurp(path, NULL);
+    char *s = test_slurp(path, NULL);
     if (!s) fail_msg("cannot read %s (run from the repository root)", path);
     cJSON *j = cJSON_Parse(s);
     free(s);
@@ -149,7 +134,7 @@ static void test_jinja_real_templates_match_jinja2_goldens(void **state)
         char path[512];
         snprintf(path, sizeof path, DATA "%s.jinja", tmpl_file(m));
         size_t slen;
-        char *src = slurp(path, &slen);
+        char *src = test_slurp(path, &slen);
         assert_non_null(src);
         rvl_chat_tmpl *t;
         if (rvl_chat_tmpl_open(&t, src, slen, m->string)) fail_msg("%s: %s", m->string, rvl_errmsg());
@@ -162,7 +147,7 @@ static void test_jinja_real_templates_match_jinja2_goldens(void **state)
             int rc = rvl_chat_tmpl_render_ex(t, &o, &out, &len);
             snprintf(path, sizeof path, DATA "golden/%s.%s.txt", m->string, CONVS[c]);
             size_t glen;
-            char *gold = slurp(path, &glen);
+            char *gold = test_slurp(path, &glen);
             if (gold) {
                 if (rc) fail_msg("%s x %s: %s", m->string, CONVS[c], rvl_errmsg());
                 if (len != glen || memcmp(out, gold, len))
@@ -170,7 +155,7 @@ static void test_jinja_real_templates_match_jinja2_goldens(void **state)
                 n_txt++;
             } else {
                 snprintf(path, sizeof path, DATA "golden/%s.%s.err", m->string, CONVS[c]);
-                gold = slurp(path, NULL);
+                gold = test_slurp(path, NULL);
                 if (!gold) fail_msg("no golden for %s x %s", m->string, CONVS[c]);
                 if (rc == 0) fail_msg("%s x %s rendered but jinja2 raises %s", m->string, CONVS[c], gold);
                 /* TemplateError: raise_exception's message comes through */
@@ -481,7 +466,7 @@ static void test_chat_detect_finds_each_template_family(void **state)
     for (const cJSON *m = man->child; m; m = m->next) {
         char path[512];
         snprintf(path, sizeof path, DATA "%s.jinja", tmpl_file(m));
-        char *src = slurp(path, NULL);
+        char *src = test_slurp(path, NULL);
         const char *want = cJSON_GetObjectItem(m, "family")->valuestring;
         rvl_chat_family f = rvl_chat_detect(src);
         if (strcmp(rvl_chat_family_name(f), want))
@@ -511,7 +496,7 @@ static void test_chat_builtin_matches_real_templates(void **state)
                 if (!strcmp(s->valuestring, CONVS[c]) || !strcmp(s->valuestring, "*")) skipped = true;
             char path[512];
             snprintf(path, sizeof path, DATA "golden/%s.%s.txt", m->string, CONVS[c]);
-            char *gold = slurp(path, NULL);
+            char *gold = test_slurp(path, NULL);
             if (!gold || skipped) {
                 free(gold);
                 continue;
@@ -706,7 +691,7 @@ static void test_chat_render_work_grows_linearly_with_messages(void **state)
 {
     (void)state;
     size_t len;
-    char *src = slurp(DATA "llama3.1.jinja", &len);
+    char *src = test_slurp(DATA "llama3.1.jinja", &len);
     rvl_chat_tmpl *t;
     assert_int_equal(rvl_chat_tmpl_open(&t, src, len, "llama3.1"), 0);
     rvl_chat_msg msgs[100];

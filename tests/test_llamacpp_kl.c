@@ -42,6 +42,8 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include "test_io.h"
+
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -127,28 +129,6 @@ static int read_bar(const char *path, int window, bar *b)
     return b->base_ppl > 0 && b->variants >= 2 ? 0 : -1;
 }
 
-static char *read_file(const char *path, size_t *len)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    char *p = NULL;
-    size_t cap = 0, n = 0, r;
-    do {
-        if (n + 65536 > cap) {
-            cap = cap ? 2 * cap : 1 << 20;
-            char *q = realloc(p, cap);
-            assert_non_null(q);
-            p = q;
-        }
-        r = fread(p + n, 1, cap - n, f);
-        n += r;
-    } while (r > 0);
-    fclose(f);
-    *len = n;
-    return p;
-}
-
 static uint32_t rd32(const unsigned char *p)
 {
     return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
@@ -181,7 +161,7 @@ static void run_set(const kl_set *s)
     /* the golden */
     snprintf(path, sizeof path, "%s.topk", s->golden);
     size_t glen;
-    unsigned char *g = (unsigned char *)read_file(path, &glen);
+    unsigned char *g = (unsigned char *)test_slurp(path, &glen);
     if (!g)
         fail_msg("%s: cannot read (run from the repository root)", path);
     assert_true(glen >= HEADER + 8 && memcmp(g, "RVLTOPK", 8) == 0);
@@ -212,7 +192,7 @@ static void run_set(const kl_set *s)
     const char *shared = getenv("RVL_SHARED_DATA");
     snprintf(path, sizeof path, "%s/text/wikitext-2-test.txt", shared && *shared ? shared : "tests/data/shared");
     size_t tlen;
-    char *text = read_file(path, &tlen);
+    char *text = test_slurp(path, &tlen);
     if (!text)
         fail_msg("%s: cannot read", path);
     size_t cut = 0;

@@ -22,6 +22,8 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include "test_io.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,27 +32,6 @@
 #include "ruvllm.h"
 
 #define REF_DIR "tests/ref/tok"
-
-static char *slurp(const char *path, size_t *len)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *p = malloc((size_t)n + 1);
-    if (p && fread(p, 1, (size_t)n, f) != (size_t)n) {
-        free(p);
-        p = NULL;
-    }
-    fclose(f);
-    if (p) {
-        p[n] = 0;
-        *len = (size_t)n;
-    }
-    return p;
-}
 
 /* The cases of an .inp/.detok file: pieces separated by SEP, each followed
  * by one (the generator always ends with one). Pointers into buf. */
@@ -66,7 +47,7 @@ static void pieces_load(pieces *p, const char *path)
     static const char sep[] = "\n__ggml_vocab_test__\n";
     size_t total;
     memset(p, 0, sizeof *p);
-    p->buf = slurp(path, &total);
+    p->buf = test_slurp(path, &total);
     if (!p->buf)
         fail_msg("cannot read %s", path);
     size_t pos = 0;
@@ -93,7 +74,7 @@ static void idlines_load(idlines *l, const char *path)
 {
     size_t total;
     memset(l, 0, sizeof *l);
-    l->buf = slurp(path, &total);
+    l->buf = test_slurp(path, &total);
     if (!l->buf)
         fail_msg("cannot read %s", path);
     char *p = l->buf;

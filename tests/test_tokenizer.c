@@ -21,6 +21,8 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include "test_io.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -51,27 +53,6 @@ static const char *data_dir(void)
 static void vocab_path(char *buf, size_t cap, const char *name, const char *ext)
 {
     snprintf(buf, cap, "%s/tokenizers/ggml-vocab-%s.gguf%s", data_dir(), name, ext);
-}
-
-static char *slurp(const char *path, size_t *len)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *p = malloc((size_t)n + 1);
-    if (p && fread(p, 1, (size_t)n, f) != (size_t)n) {
-        free(p);
-        p = NULL;
-    }
-    fclose(f);
-    if (p) {
-        p[n] = 0;
-        *len = (size_t)n;
-    }
-    return p;
 }
 
 static const rvl_tokenizer *tok_of(const char *name)
@@ -219,10 +200,10 @@ static void cases_load(cases *c, const char *name)
     size_t li, lo;
     memset(c, 0, sizeof *c);
     vocab_path(path, sizeof path, name, ".inp");
-    c->inp = slurp(path, &li);
+    c->inp = test_slurp(path, &li);
     assert_non_null(c->inp);
     vocab_path(path, sizeof path, name, ".out");
-    c->out = slurp(path, &lo);
+    c->out = test_slurp(path, &lo);
     assert_non_null(c->out);
 
     static const char sep[] = "\n__ggml_vocab_test__\n";
