@@ -495,6 +495,10 @@ typedef struct {
     float swa_rope_base;    /* RoPE base of windowed layers (0: rope_base) */
     float attn_temp_scale;  /* queries at position p times 1 + this * ln(1 + floor(p /
                                rope_orig_ctx)) (Llama 4, Ministral 3; 0: none) */
+    bool moe;               /* the FFN is a mixture of experts: a softmax router picks
+                               n_expert_used of n_expert SiLU-gated experts per token */
+    bool moe_renorm;        /* the chosen experts' weights renormalized to sum 1 */
+    bool moe_shared;        /* plus a shared expert scaled by sigmoid(its own gate) */
 } rvl_block;
 
 typedef struct {
@@ -524,6 +528,10 @@ typedef struct {
     bool has_longrope;      /* Phi-3 LongRoPE: rope_factors_long/short.weight divisors,
                                the long ones for contexts past rope_orig_ctx */
     bool tied_output;       /* output.weight absent: reuse token_embd */
+    uint32_t n_expert;      /* <arch>.expert_count (0: dense FFN) */
+    uint32_t n_expert_used; /* <arch>.expert_used_count */
+    uint32_t n_ff_exp;      /* <arch>.expert_feed_forward_length (default n_ff) */
+    uint32_t n_ff_shexp;    /* <arch>.expert_shared_feed_forward_length (default n_ff) */
     rvl_block block;        /* what each layer does */
 } rvl_hparams;
 

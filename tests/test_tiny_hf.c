@@ -194,6 +194,8 @@ typedef struct {
     const char *gguf;        /* 0: <name>.gguf; else the model file (a path) */
     int n_tok;               /* 0: all of tokens.txt; else its first n_tok */
     uint32_t rope_dim;       /* 0: head_dim */
+    uint32_t n_ff;           /* 0: 128 */
+    uint32_t n_expert;       /* 0: a dense FFN */
 } variant;
 
 static void check_variant(const variant *v)
@@ -221,7 +223,8 @@ static void check_variant(const variant *v)
     assert_int_equal(hp->head_dim, v->head_dim ? v->head_dim : 16);
     assert_int_equal(hp->rope_dim, v->rope_dim ? v->rope_dim : hp->head_dim);
     assert_int_equal(hp->block.qk_norm, v->qk_norm);
-    assert_int_equal(hp->n_ff, 128);
+    assert_int_equal(hp->n_ff, v->n_ff ? v->n_ff : 128);
+    assert_int_equal(hp->n_expert, v->n_expert);
     assert_int_equal(hp->rope_type, v->rope_type);
     assert_int_equal(hp->tied_output, v->tied);
     assert_int_equal(hp->block.qkv_bias, v->bias);
@@ -424,6 +427,15 @@ static void test_mistral_window_from_our_import_matches_transformers(void **stat
     rmdir(dir);
 }
 
+/* Mixtral (llama with experts): 4 experts of width 32, the router's top 2
+ * renormalized. */
+static void test_mixtral_matches_transformers(void **state)
+{
+    (void)state;
+    check_variant(&(variant){.name = "mixtral", .arch = "llama", .rope_type = RVL_ROPE_NORM,
+                             .n_ff = 32, .n_expert = 4});
+}
+
 /* The metadata the loader must have read for the scaled variants. */
 static void test_scaled_variants_load_their_rope_scaling_metadata(void **state)
 {
@@ -470,6 +482,7 @@ int main(void)
         cmocka_unit_test(test_phi3_partial_rotary_matches_transformers),
         cmocka_unit_test(test_ministral3_matches_transformers),
         cmocka_unit_test(test_mistral_window_from_our_import_matches_transformers),
+        cmocka_unit_test(test_mixtral_matches_transformers),
         cmocka_unit_test(test_scaled_variants_load_their_rope_scaling_metadata),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

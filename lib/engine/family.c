@@ -43,9 +43,17 @@ static void gemma_finish(rvl_hparams *hp);
 
 static const rvl_family families[] = {
     /* Llama 2/3/3.x, SmolLM, TinyLlama, Mistral 7B (whose window llama.cpp's
-     * converter does not write; a file that sets one gets it) */
+     * converter does not write; a file that sets one gets it), Mixtral
+     * (experts renormalized, expert_count) */
     {.name = "llama", .rope_type = RVL_ROPE_NORM, .bias = RVL_FAMILY_BIAS_OPTIONAL,
-     .block = {LLAMA_BLOCK}, .may = {WINDOW}},
+     .block = {LLAMA_BLOCK}, .may = {WINDOW, .moe = true}, .moe_renorm = true},
+    /* Qwen1.5-MoE, Qwen2-MoE: Q/K/V biases, experts whose weights are not
+     * renormalized, a shared expert with a sigmoid gate */
+    {.name = "qwen2moe", .rope_type = RVL_ROPE_NEOX, .bias = RVL_FAMILY_BIAS_REQUIRED,
+     .block = {LLAMA_BLOCK, .qkv_bias = true, .moe = true, .moe_shared = true}},
+    /* Qwen3-MoE (Qwen3-30B-A3B ...): Qwen3's attention, experts renormalized */
+    {.name = "qwen3moe", .rope_type = RVL_ROPE_NEOX, .bias = RVL_FAMILY_BIAS_NONE,
+     .block = {LLAMA_BLOCK, .qk_norm = true, .moe = true}, .moe_renorm = true},
     /* Ministral 3, Mistral Small 3.x/Magistral text (mistral3): the llama
      * block with YaRN (rope.scaling.yarn_log_multiplier) and Llama 4's
      * attention temperature (attention.temperature_scale) */
@@ -102,7 +110,7 @@ const rvl_family *rvl_family_find(const char *arch)
 
 const char *rvl_family_names(void)
 {
-    return "llama, mistral3, qwen2, qwen3, gemma2, gemma3, phi3";
+    return "llama, mistral3, qwen2, qwen2moe, qwen3, qwen3moe, gemma2, gemma3, phi3";
 }
 
 /* ====================================================================
@@ -138,6 +146,9 @@ const char *rvl_family_missing(const rvl_block *b, const rvl_block *have)
     FLAG(swa_period);
     FLAG(swa_rope_base);
     FLAG(attn_temp_scale);
+    FLAG(moe);
+    FLAG(moe_renorm);
+    FLAG(moe_shared);
 #undef FLAG
     if (b->act != RVL_ACT_SILU && b->act != have->act)
         return b->act == RVL_ACT_GELU_TANH ? "act gelu_tanh" : "act";
@@ -172,6 +183,8 @@ static const struct {
     {"blk.0.post_attention_norm.weight", SRC_TENSOR, offsetof(rvl_block, norm_post_attn), 0},
     {"blk.0.post_ffw_norm.weight", SRC_TENSOR, offsetof(rvl_block, norm_post_ffn), 0},
     {"blk.0.attn_qkv.weight", SRC_TENSOR, offsetof(rvl_block, fused_qkv), 0},
+    {"blk.0.ffn_gate_inp.weight", SRC_TENSOR, offsetof(rvl_block, moe), 0},
+    {"blk.0.ffn_gate_inp_shexp.weight", SRC_TENSOR, offsetof(rvl_block, moe_shared), 0},
 };
 
 /* Keys that change the computation and have no recipe field yet: present
@@ -337,6 +350,7 @@ int rvl_family_recipe(const rvl_family *fam, const rvl_file *f, rvl_hparams *hp,
     }
     if ((rc = window_pattern(fam, f, hp)) < 0)
         return rc;
+    hp->block.moe_renorm = hp->block.moe && fam->moe_renorm;
     if (fam->finish) {
         fam->finish(hp);
         if ((miss = rvl_family_missing(&hp->block, have)))

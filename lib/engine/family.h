@@ -25,6 +25,7 @@ typedef struct {
     rvl_block block;           /* the recipe before the file's keys */
     rvl_block may;             /* what its files may switch on besides (a
                                   nonzero field: the feature) */
+    bool moe_renorm;           /* with experts: their weights renormalized */
     /* where the family is truly different: fills in what llama.cpp derives
      * rather than reads (Gemma's embedding scale), after the file's keys;
      * or NULL */

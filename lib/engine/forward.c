@@ -47,7 +47,7 @@ const rvl_block rvl_forward_block = {
     .qk_norm = true, .qkv_bias = true, .fused_qkv = true, .fused_gate_up = true,
     .act = RVL_ACT_GELU_TANH, .embd_scale = 1, .q_scale = 1, .attn_softcap = 1,
     .final_softcap = 1, .swa_window = 1, .swa_period = 1, .swa_rope_base = 1,
-    .attn_temp_scale = 1,
+    .attn_temp_scale = 1, .moe = true, .moe_renorm = true, .moe_shared = true,
 };
 
 /* Tokens processed together (RVL_UBATCH): each weight row is read once
@@ -78,7 +78,16 @@ struct rvl_forward {
     float *xb;                    /* (UBATCH, max(dim, q_dim)) normed input / attention out */
     float *q;                     /* (UBATCH, q_dim) */
     float *k, *v;                 /* (UBATCH, kv_dim) */
-    float *hb, *hb2;              /* (UBATCH, ff) */
+    float *hb, *hb2;              /* (UBATCH, ff): ff the widest FFN (dense, expert, shared) */
+    /* mixture of experts (block.moe), else NULL */
+    float *moe_p;                 /* (UBATCH, n_expert) router logits, then probabilities */
+    int32_t *moe_sel;             /* (UBATCH, n_expert_used) each token's experts */
+    float *moe_w;                 /* (UBATCH, n_expert_used) and their weights */
+    float *moe_x;                 /* (UBATCH, dim) the rows of one expert's tokens */
+    float *moe_o;                 /* (UBATCH, dim) one expert's output */
+    uint32_t *moe_idx;            /* (UBATCH * n_expert_used) which tokens, with */
+    float *moe_idxw;              /* their weights */
+    float *sh_router;             /* (n_layer, dim) the shared expert's gate vectors, or NULL */
     float *xo;                    /* (UBATCH, dim) matmul output */
     float *logits;                /* (vocab) or (n_batch, vocab) with all_logits */
     float *norm_w;                /* dequantized norm weights: (2*n_layer+1, dim) */
@@ -151,6 +160,91 @@ static void qkv_token(const rvl_forward *c, uint32_t l, float *q, float *k, floa
     }
 }
 
+/* The mixture-of-experts FFN of layer l on the nb normed rows of xb, into
+ * xo: the router's softmax gives each token its n_expert_used most likely
+ * experts (the first of equal ones), weighted by their probabilities
+ * (renormalized to sum 1 with moe_renorm); each chosen expert runs once,
+ * as one GEMM over the rows of the tokens that chose it; plus, with
+ * moe_shared, the shared expert times sigmoid(its gate . x). */
+static void moe_ffn(rvl_forward *c, uint32_t l, uint32_t nb, size_t xb_stride)
+{
+    const rvl_hparams *hp = &c->m->hp;
+    const rvl_layer *L = &c->m->layers[l];
+    const uint32_t dim = hp->n_embd, ne = hp->n_expert, nu = hp->n_expert_used;
+    const uint32_t fe = hp->n_ff_exp, fs = hp->n_ff_shexp;
+
+    rvl_matmul_run(&c->mm, c->moe_p, ne, &L->router, c->xb, xb_stride, nb);
+    for (uint32_t t = 0; t < nb; t++) {
+        float *p = c->moe_p + (size_t)t * ne, *w = c->moe_w + (size_t)t * nu;
+        int32_t *sel = c->moe_sel + (size_t)t * nu;
+        softmax_f32_ref(p, p, ne);
+        float sum = 0;
+        for (uint32_t j = 0; j < nu; j++) { /* top-k by repeated arg-max */
+            int32_t best = -1;
+            for (uint32_t e = 0; e < ne; e++) {
+                bool taken = false;
+                for (uint32_t i = 0; i < j; i++)
+                    taken |= sel[i] == (int32_t)e;
+                if (!taken && (best < 0 || p[e] > p[best]))
+                    best = (int32_t)e;
+            }
+            sel[j] = best;
+            w[j] = p[best];
+            sum += w[j];
+        }
+        if (hp->block.moe_renorm)
+            for (uint32_t j = 0; j < nu; j++)
+                w[j] /= sum;
+    }
+    memset(c->xo, 0, (size_t)nb * dim * sizeof *c->xo);
+    for (uint32_t e = 0; e < ne; e++) {
+        uint32_t n = 0; /* the tokens that chose expert e */
+        for (uint32_t t = 0; t < nb; t++)
+            for (uint32_t j = 0; j < nu; j++)
+                if (c->moe_sel[(size_t)t * nu + j] == (int32_t)e) {
+                    c->moe_idx[n] = t;
+                    c->moe_idxw[n] = c->moe_w[(size_t)t * nu + j];
+                    memcpy(c->moe_x + (size_t)n * dim, c->xb + (size_t)t * xb_stride,
+                           dim * sizeof *c->moe_x);
+                    n++;
+                }
+        if (!n)
+            continue;
+        const rvl_weight *gu[2] = {&L->exps[3 * (size_t)e], &L->exps[3 * (size_t)e + 1]};
+        float *gu_out[2] = {c->hb, c->hb2};
+        const size_t gu_stride[2] = {fe, fe};
+        rvl_matmul_shared(&c->mm, c->moe_x, dim, n, 2, gu, gu_out, gu_stride);
+        rvl_ops_glu_rows(c->pool, RVL_ACT_SILU, c->hb, c->hb2, fe, n);
+        rvl_matmul_run(&c->mm, c->moe_o, dim, &L->exps[3 * (size_t)e + 2], c->hb, fe, n);
+        for (uint32_t i = 0; i < n; i++) {
+            float *xo = c->xo + (size_t)c->moe_idx[i] * dim;
+            const float *o = c->moe_o + (size_t)i * dim, wi = c->moe_idxw[i];
+            for (uint32_t d = 0; d < dim; d++)
+                xo[d] += wi * o[d];
+        }
+    }
+    if (!hp->block.moe_shared)
+        return;
+    const rvl_weight *gu[2] = {&L->sh_gate, &L->sh_up};
+    float *gu_out[2] = {c->hb, c->hb2};
+    const size_t gu_stride[2] = {fs, fs};
+    rvl_matmul_shared(&c->mm, c->xb, xb_stride, nb, 2, gu, gu_out, gu_stride);
+    rvl_ops_glu_rows(c->pool, RVL_ACT_SILU, c->hb, c->hb2, fs, nb);
+    rvl_matmul_run(&c->mm, c->moe_o, dim, &L->sh_down, c->hb, fs, nb);
+    const float *g = c->sh_router + (size_t)l * dim;
+    for (uint32_t t = 0; t < nb; t++) {
+        const float *x = c->xb + (size_t)t * xb_stride;
+        float z = 0;
+        for (uint32_t d = 0; d < dim; d++)
+            z += g[d] * x[d];
+        const float s = 1.0f / (1.0f + expf(-z));
+        float *xo = c->xo + (size_t)t * dim;
+        const float *o = c->moe_o + (size_t)t * dim;
+        for (uint32_t d = 0; d < dim; d++)
+            xo[d] += s * o[d];
+    }
+}
+
 /* ====================================================================
  * One chunk of nb tokens through the model. `logits`: where the logits
  * of every token go (vocab floats apart), or NULL for only the last
@@ -218,19 +312,24 @@ static bool forward_chunk(rvl_forward *c, const int32_t *tokens, uint32_t nb, ui
         rvl_ops_norm_rows(c->pool, c->xb, xb_stride, c->x, dim,
                           c->norm_w + (size_t)(2 * l + 1) * dim, dim, nb, hp->rms_eps);
         TRACE("ffn_norm", l, c->xb, xb_stride, dim);
-        const rvl_weight *gu[2] = {&L->w_gate, &L->w_up};
-        float *gu_out[2] = {c->hb, c->hb2};
-        const size_t gu_stride[2] = {ff, ff};
-        rvl_matmul_shared(&c->mm, c->xb, xb_stride, nb, 2, gu, gu_out, gu_stride);
-        rvl_lora_apply(c->lora, c->pool, l, RVL_LORA_GATE, c->xb, xb_stride, nb, c->hb, ff);
-        rvl_lora_apply(c->lora, c->pool, l, RVL_LORA_UP, c->xb, xb_stride, nb, c->hb2, ff);
-        TRACE("ffn_gate", l, c->hb, ff, ff);
-        TRACE("ffn_up", l, c->hb2, ff, ff);
-        rvl_ops_glu_rows(c->pool, B->act, c->hb, c->hb2, ff, nb);
-        TRACE(B->act == RVL_ACT_SILU ? "ffn_swiglu" : "ffn_geglu", l, c->hb, ff, ff);
-        rvl_matmul_run(&c->mm, c->xo, dim, &L->w_down, c->hb, ff, nb);
-        rvl_lora_apply(c->lora, c->pool, l, RVL_LORA_DOWN, c->hb, ff, nb, c->xo, dim);
-        TRACE("ffn_out", l, c->xo, dim, dim);
+        if (B->moe) {
+            moe_ffn(c, l, nb, xb_stride);
+            TRACE("ffn_moe_out", l, c->xo, dim, dim);
+        } else {
+            const rvl_weight *gu[2] = {&L->w_gate, &L->w_up};
+            float *gu_out[2] = {c->hb, c->hb2};
+            const size_t gu_stride[2] = {ff, ff};
+            rvl_matmul_shared(&c->mm, c->xb, xb_stride, nb, 2, gu, gu_out, gu_stride);
+            rvl_lora_apply(c->lora, c->pool, l, RVL_LORA_GATE, c->xb, xb_stride, nb, c->hb, ff);
+            rvl_lora_apply(c->lora, c->pool, l, RVL_LORA_UP, c->xb, xb_stride, nb, c->hb2, ff);
+            TRACE("ffn_gate", l, c->hb, ff, ff);
+            TRACE("ffn_up", l, c->hb2, ff, ff);
+            rvl_ops_glu_rows(c->pool, B->act, c->hb, c->hb2, ff, nb);
+            TRACE(B->act == RVL_ACT_SILU ? "ffn_swiglu" : "ffn_geglu", l, c->hb, ff, ff);
+            rvl_matmul_run(&c->mm, c->xo, dim, &L->w_down, c->hb, ff, nb);
+            rvl_lora_apply(c->lora, c->pool, l, RVL_LORA_DOWN, c->hb, ff, nb, c->xo, dim);
+            TRACE("ffn_out", l, c->xo, dim, dim);
+        }
         if (B->norm_post_ffn) {
             rvl_ops_norm_rows(c->pool, c->xo, dim, c->xo, dim,
                               c->post_w + (size_t)(2 * l + 1) * dim, dim, nb, hp->rms_eps);
@@ -337,6 +436,14 @@ static void forward_free(rvl_forward *c)
     free(c->post_w);
     free(c->bias);
     free(c->qk_norm);
+    free(c->moe_p);
+    free(c->moe_sel);
+    free(c->moe_w);
+    free(c->moe_x);
+    free(c->moe_o);
+    free(c->moe_idx);
+    free(c->moe_idxw);
+    free(c->sh_router);
     free(c->mm.act);
     free(c->mm.unpack);
     free(c);
@@ -402,7 +509,13 @@ static int cpu_open(rvl_backend **out, const rvl_model *m, const rvl_ctx_params 
         return rc;
     }
 
-    const size_t dim = hp->n_embd, hd = hp->head_dim, ff = hp->n_ff;
+    const size_t dim = hp->n_embd, hd = hp->head_dim;
+    size_t ff = hp->n_ff; /* the widest FFN */
+    if (hp->block.moe) {
+        ff = hp->n_ff_exp > ff ? hp->n_ff_exp : ff;
+        if (hp->block.moe_shared && hp->n_ff_shexp > ff)
+            ff = hp->n_ff_shexp;
+    }
     const size_t q_dim = hp->n_head * hd, kv_dim = hp->n_head_kv * hd;
     const size_t half = hp->rope_dim / 2;
     size_t xb = dim > q_dim ? dim : q_dim;
@@ -421,6 +534,19 @@ static int cpu_open(rvl_backend **out, const rvl_model *m, const rvl_ctx_params 
     c->v = calloc(UBATCH * kv_dim, sizeof(float));
     c->hb = calloc(UBATCH * ff, sizeof(float));
     c->hb2 = calloc(UBATCH * ff, sizeof(float));
+    const bool moe = hp->block.moe;
+    if (moe) {
+        const size_t ne = hp->n_expert, nu = hp->n_expert_used;
+        c->moe_p = calloc(UBATCH * ne, sizeof(float));
+        c->moe_sel = calloc(UBATCH * nu, sizeof(int32_t));
+        c->moe_w = calloc(UBATCH * nu, sizeof(float));
+        c->moe_x = calloc(UBATCH * dim, sizeof(float));
+        c->moe_o = calloc(UBATCH * dim, sizeof(float));
+        c->moe_idx = calloc(UBATCH * nu, sizeof(uint32_t));
+        c->moe_idxw = calloc(UBATCH * nu, sizeof(float));
+        if (hp->block.moe_shared)
+            c->sh_router = calloc((size_t)hp->n_layer * dim, sizeof(float));
+    }
     c->xo = calloc(UBATCH * dim, sizeof(float));
     c->logits = calloc((size_t)c->n_batch * hp->n_vocab, sizeof(float));
     c->norm_w = calloc((2 * (size_t)hp->n_layer + 1) * dim, sizeof(float));
@@ -447,7 +573,9 @@ static int cpu_open(rvl_backend **out, const rvl_model *m, const rvl_ctx_params 
         !c->xb || !c->q || !c->k || !c->v || !c->hb || !c->hb2 || !c->xo || !c->logits ||
         !c->norm_w || (post && !c->post_w) || (swa_rope && (!c->swa_cos || !c->swa_sin)) ||
         (hp->block.qkv_bias && !c->bias) ||
-        (hp->block.qk_norm && !c->qk_norm) || !c->mm.act) {
+        (hp->block.qk_norm && !c->qk_norm) || !c->mm.act ||
+        (moe && (!c->moe_p || !c->moe_sel || !c->moe_w || !c->moe_x || !c->moe_o ||
+                 !c->moe_idx || !c->moe_idxw || (hp->block.moe_shared && !c->sh_router)))) {
         uint32_t n = c->n_ctx;
         forward_free(c);
         return rvl_seterr(RVL_ENOMEM, "out of memory for a context of %u tokens", n);
@@ -516,6 +644,8 @@ static int cpu_open(rvl_backend **out, const rvl_model *m, const rvl_ctx_params 
         if (hp->block.norm_post_ffn)
             dequant_vec(&L->post_ffn_norm, c->post_w + (size_t)(2 * l + 1) * dim);
     }
+    for (uint32_t l = 0; c->sh_router && l < hp->n_layer; l++)
+        dequant_vec(&m->layers[l].sh_router, c->sh_router + (size_t)l * dim);
     dequant_vec(&m->output_norm, c->norm_w + (size_t)(2 * hp->n_layer) * dim);
     *out = (rvl_backend *)c;
     return 0;

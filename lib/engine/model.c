@@ -148,6 +148,35 @@ static int check_all_used(rvl_model *m)
     return rc;
 }
 
+/* A 3-D expert tensor [ne0, ne1, n_expert] (each expert a matrix of ne1
+ * rows) as one row view per expert: views[3e] (stride 3). */
+static int get_experts(rvl_model *m, rvl_weight *views, const char *name, uint64_t ne0,
+                       uint64_t ne1)
+{
+    const rvl_tensor_info *t = rvl_file_find_tensor(m->file, name);
+    const char *path = rvl_file_path(m->file);
+    const uint32_t n = m->hp.n_expert;
+    if (!t)
+        return rvl_seterr(RVL_EFORMAT, "%s: missing tensor '%s'", path, name);
+    if (t->n_dims != 3 || t->ne[0] != ne0 || t->ne[1] != ne1 || t->ne[2] != n)
+        return rvl_seterr(RVL_EFORMAT, "%s: tensor '%s' is not [%llu x %llu x %u] (experts)", path,
+                          name, (unsigned long long)ne0, (unsigned long long)ne1, n);
+    const rvl_kformat *kf = rvl_kformat_get(t->type);
+    if (!kf || !kf->dequantize || !kf->vec_dot) {
+        const rvl_type_info *ti = rvl_type_get(t->type);
+        return rvl_seterr(RVL_EUNSUPPORTED, "%s: tensor '%s' has type %s, which the forward pass "
+                          "cannot use yet", path, name, ti ? ti->name : "unknown");
+    }
+    m->used[t - rvl_file_tensor(m->file, 0)] = true;
+    const uint64_t row_bytes = rvl_kformat_row_bytes(kf, ne0);
+    for (uint32_t e = 0; e < n; e++)
+        views[3 * (size_t)e] = (rvl_weight){.present = true, .type = t->type, .kf = kf,
+                                            .ne0 = ne0, .ne1 = ne1, .row_bytes = row_bytes,
+                                            .data = (const char *)t->data +
+                                                    (uint64_t)e * ne1 * row_bytes};
+    return 0;
+}
+
 static int load_weights(rvl_model *m, const rvl_family *fam)
 {
     rvl_hparams *hp = &m->hp;
@@ -188,7 +217,9 @@ static int load_weights(rvl_model *m, const rvl_family *fam)
         m->output = m->tok_embd;
 
     m->layers = calloc(hp->n_layer, sizeof *m->layers);
-    if (!m->layers)
+    if (hp->block.moe)
+        m->experts = calloc((size_t)hp->n_layer * 3 * hp->n_expert, sizeof *m->experts);
+    if (!m->layers || (hp->block.moe && !m->experts))
         return rvl_seterr(RVL_ENOMEM, "out of memory");
     for (uint32_t i = 0; i < hp->n_layer; i++) {
         rvl_layer *L = &m->layers[i];
@@ -218,14 +249,31 @@ static int load_weights(rvl_model *m, const rvl_family *fam)
             W(k_norm, "attn_k_norm.weight", hp->head_dim, 0, true);
         }
         W(ffn_norm, "ffn_norm.weight", E, 0, true);
-        if (hp->block.fused_gate_up) { /* gate rows, then up rows */
+        if (hp->block.moe) {
+            const uint64_t FE = hp->n_ff_exp, FS = hp->n_ff_shexp;
+            W(router, "ffn_gate_inp.weight", E, hp->n_expert, true);
+            L->exps = m->experts + (size_t)i * 3 * hp->n_expert;
+            static const char *const en[3] = {"ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"};
+            for (int k = 0; k < 3; k++) {
+                snprintf(nm, sizeof nm, "blk.%u.%s.weight", i, en[k]);
+                if ((rc = get_experts(m, L->exps + k, nm, k < 2 ? E : FE, k < 2 ? FE : E)) < 0)
+                    return rc;
+            }
+            if (hp->block.moe_shared) {
+                W(sh_router, "ffn_gate_inp_shexp.weight", E, 0, true);
+                W(sh_gate, "ffn_gate_shexp.weight", E, FS, true);
+                W(sh_up, "ffn_up_shexp.weight", E, FS, true);
+                W(sh_down, "ffn_down_shexp.weight", FS, E, true);
+            }
+        } else if (hp->block.fused_gate_up) { /* gate rows, then up rows */
             W(w_gate, "ffn_up.weight", E, 2 * F, true);
             row_views(&L->w_gate, (uint64_t[]){F, F}, (rvl_weight *[]){&L->w_gate, &L->w_up}, 2);
         } else {
             W(w_gate, "ffn_gate.weight", E, F, true);
             W(w_up, "ffn_up.weight", E, F, true);
         }
-        W(w_down, "ffn_down.weight", F, E, true);
+        if (!hp->block.moe)
+            W(w_down, "ffn_down.weight", F, E, true);
         W(post_ffn_norm, "post_ffw_norm.weight", E, 0, hp->block.norm_post_ffn);
 #undef W
     }
@@ -510,11 +558,30 @@ static int load_hparams(rvl_model *m, const rvl_family **famp)
         return rvl_seterr(RVL_EFORMAT, "%s: tensors 'rope_freqs.weight' and "
                           "'rope_factors_long/short.weight' both set RoPE divisors", path);
 
+    /* experts: how many, how many per token, their FFN widths */
+    if ((rc = get_u32(f, A, "expert_count", &hp->n_expert, false, 0)) < 0 ||
+        (rc = get_u32(f, A, "expert_used_count", &hp->n_expert_used, false, 0)) < 0 ||
+        (rc = get_u32(f, A, "expert_feed_forward_length", &hp->n_ff_exp, false, hp->n_ff)) < 0 ||
+        (rc = get_u32(f, A, "expert_shared_feed_forward_length", &hp->n_ff_shexp, false,
+                      hp->n_ff)) < 0)
+        return rc;
+
     if ((rc = rvl_model_check_hparams(hp, path)) < 0)
         return rc;
     /* the block recipe: the family's, completed by the file's keys */
     if ((rc = rvl_family_recipe(fam, f, hp, &rvl_forward_block)) < 0)
         return rc;
+    if (hp->block.moe != (hp->n_expert > 0))
+        return rvl_seterr(RVL_EFORMAT, "%s: %s.expert_count is %u but the file %s experts "
+                          "(blk.0.ffn_gate_inp.weight)", path, A, hp->n_expert,
+                          hp->block.moe ? "has" : "has no");
+    if (hp->block.moe && (hp->n_expert > 1024 || hp->n_expert_used < 1 ||
+                          hp->n_expert_used > hp->n_expert || hp->n_ff_exp < 1 ||
+                          hp->n_ff_exp > (1u << 20) || hp->n_ff_shexp < 1 ||
+                          hp->n_ff_shexp > (1u << 20)))
+        return rvl_seterr(RVL_EFORMAT, "%s: %s.expert_used_count %u of expert_count %u (or an "
+                          "expert feed_forward_length) is out of range", path, A,
+                          hp->n_expert_used, hp->n_expert);
 
     /* vocabulary size: from the embedding matrix, cross-checked with the key */
 #define CHECK(cond, ...) do { if (!(cond)) return rvl_seterr(RVL_EFORMAT, __VA_ARGS__); } while (0)
@@ -578,6 +645,7 @@ void rvl_model_close(rvl_model *m)
         return;
     rvl_tok_close(m->tok);
     free(m->layers);
+    free(m->experts);
     free(m->used);
     free(m->packed);
     rvl_file_close(m->file);

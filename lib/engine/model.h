@@ -36,6 +36,13 @@ typedef struct {
     rvl_weight ffn_norm;              /* (dim) */
     rvl_weight w_gate, w_up;          /* (ff, dim); fused_gate_up: row views of ffn_up */
     rvl_weight post_ffn_norm;         /* (dim) norm_post_ffn, or absent */
+    /* mixture of experts (block.moe; then w_gate/w_up/w_down are absent) */
+    rvl_weight router;                /* ffn_gate_inp (n_expert, dim) */
+    rvl_weight *exps;                 /* (3 * n_expert): expert e's gate, up, down at
+                                         3e, 3e+1, 3e+2: views of ffn_{gate,up,down}_exps
+                                         (model-owned) */
+    rvl_weight sh_gate, sh_up, sh_down; /* the shared expert (moe_shared) */
+    rvl_weight sh_router;             /* ffn_gate_inp_shexp (dim): its sigmoid gate */
     rvl_weight w_down;                /* (dim, ff) */
 } rvl_layer;
 
@@ -49,6 +56,7 @@ struct rvl_model {
     rvl_weight rope_long, rope_short; /* (rope_dim/2) f32 LongRoPE divisors (Phi-3) past
                                          and within rope_orig_ctx; or absent */
     rvl_layer *layers;                /* owned: n_layer */
+    rvl_weight *experts;              /* owned: every layer's expert views */
     struct rvl_tokenizer *tok;        /* owned */
     void *packed;                     /* owned: every weight's packed rows */
     size_t packed_bytes;
