@@ -999,6 +999,10 @@ static void test_model_unimplemented_block_feature_is_refused_naming_the_key(voi
                       "'qwen2.attention.sliding_window_pattern' asks for the block feature "
                       "'swa_period'");
     tm_free(&mb);
+    /* experts claimed by the metadata but absent from the tensors */
+    spec ec = {.u32_key = "expert_count", .u32_val = 4};
+    expect_open_error("experts.gguf", &m, &ec, RVL_EFORMAT,
+                      "llama.expert_count is 4 but the file has no experts");
     /* a tensor no step uses (an output bias) is refused, not ignored */
     spec ob = {.extra_tensor = "blk.0.attn_output.bias"};
     expect_open_error("feature-ob.gguf", &m, &ob, RVL_EUNSUPPORTED,
