@@ -53,6 +53,22 @@ Variants (the first seven also named in tests/test_tiny_hf.c):
                 expert_used_count 2, feed_forward_length 32 (the experts'),
                 blk.N.ffn_gate_inp [64, 4] and ffn_gate_exps/ffn_up_exps
                 [64, 32, 4], ffn_down_exps [32, 64, 4]
+  qwen3moe      Qwen3MoeForCausalLM: 8 experts of moe_intermediate_size 32
+                (intermediate_size 128, unused: decoder_sparse_step 1, no
+                mlp_only_layers), top-2, norm_topk_prob true, QK-norm,
+                head_dim 32, rope theta 1e6, eps 1e-6; expert_feed_forward_
+                length 32 beside feed_forward_length 128
+  qwen3moe-nonorm  the same with norm_topk_prob false. The converter writes
+                no key for it (no expert_weights_norm) and llama.cpp always
+                renormalizes qwen3moe: its logits are the "renormalized"
+                row's; only an importer that reads config.json can match them
+  qwen2moe      Qwen2MoeForCausalLM (Qwen1.5-MoE's shape): 4 experts of 32,
+                top-2, norm_topk_prob false, a shared expert of 96
+                (ffn_*_shexp) scaled by sigmoid(shared_expert_gate . x)
+                (ffn_gate_inp_shexp [64, 1]), Q/K/V biases, theta 1e6
+  qwen3moe and qwen2moe take the byte-level BPE vocabulary of the gguf-py
+  variants as a tokenizer.json (their converter reads no tokenizer.model);
+  see PRE_SHIM for the one thing done to the converter for them.
 
 Geometry of all of them: hidden 64, 2 layers (gemma3: 6), 4 query heads over 2 KV heads
 (GQA) of 16 (qwen3: of 32), intermediate 128, vocabulary 272 (256 GPT-2 byte tokens, 13
@@ -513,8 +529,15 @@ HF_VARIANTS = [
     # issue 19: mixtures of experts
     dict(name="mixtral", family="mixtral", gguf_arch="llama", layers=2, experts=4, top_k=2,
          moe_ff=32),
+    dict(name="qwen3moe", family="qwen3moe", gguf_arch="qwen3moe", layers=2, experts=8, top_k=2,
+         moe_ff=32, norm_topk=True, head_dim=32),
+    dict(name="qwen3moe-nonorm", family="qwen3moe", gguf_arch="qwen3moe", layers=2, experts=8,
+         top_k=2, moe_ff=32, norm_topk=False, head_dim=32),
+    dict(name="qwen2moe", family="qwen2moe", gguf_arch="qwen2moe", layers=2, experts=4, top_k=2,
+         moe_ff=32, shared_ff=96, norm_topk=False),
 ]
 MOE_FAMILIES = ("mixtral", "qwen3moe", "qwen2moe")
+BPE_FAMILIES = ("qwen3moe", "qwen2moe")     # tokenizer.json, not tokenizer.model
 
 
 def sp_model_bytes():
@@ -614,6 +637,8 @@ def make_hf_config(v, **o):
                                        original_max_position_embeddings=PHI3_ORIG,
                                        sliding_window=None, resid_pdrop=0.0, embd_pdrop=0.0,
                                        attention_dropout=0.0, **common)
+    if fam in BPE_FAMILIES:
+        common.update(bos_token_id=BOS, eos_token_id=BOS, pad_token_id=None)
     if fam in MOE_FAMILIES:
         moe = dict(num_experts_per_tok=o.get("top_k", v["top_k"]), tie_word_embeddings=False,
                    output_router_logits=False, router_aux_loss_coef=0.0)
@@ -907,6 +932,9 @@ def save_hf_dir(d, v, model, sp_bytes):
         p = os.path.join(d, f)
         if os.path.exists(p):
             os.remove(p)
+    if v["family"] in BPE_FAMILIES:
+        save_bpe_tokenizer(d)
+        return
     with open(os.path.join(d, "tokenizer.model"), "wb") as f:
         f.write(sp_bytes)
     cls = {"gemma2": "GemmaTokenizer", "gemma3": "GemmaTokenizer"}.get(v["family"], "LlamaTokenizer")
@@ -918,14 +946,60 @@ def save_hf_dir(d, v, model, sp_bytes):
         f.write("\n")
 
 
-def convert(hf_dir, gguf_path):
-    """llama.cpp's convert_hf_to_gguf.py, with its own gguf-py."""
+# BPE_FAMILIES: the converter takes only a byte-level BPE tokenizer
+# (tokenizer.json) for these, and recognizes its pre-tokenizer by a hash of
+# the ids it gives a fixed text, known only for published tokenizers. The
+# converter is run unchanged except that an unrecognized hash yields
+# "qwen2" (what Qwen's MoE releases carry) instead of an error: tensors and
+# hyper-parameters are all its own.
+PRE_SHIM = """
+import runpy, sys
+root, pre = sys.argv[1], sys.argv[2]
+sys.argv = [root + "/convert_hf_to_gguf.py"] + sys.argv[3:]
+sys.path.insert(0, root)
+from conversion import base
+orig = base.TextModel.get_vocab_base_pre
+def pre_or_default(self, tokenizer):
+    try:
+        return orig(self, tokenizer)
+    except NotImplementedError:
+        return pre
+base.TextModel.get_vocab_base_pre = pre_or_default
+runpy.run_path(sys.argv[0], run_name="__main__")
+"""
+
+
+def save_bpe_tokenizer(d):
+    """tokenizer.json of the byte-level BPE vocabulary the gguf-py variants
+    carry (TOKENS, MERGES, SPECIALS: 272 ids), for the BPE_FAMILIES."""
+    import json
+    from tokenizers import Tokenizer, models, pre_tokenizers, decoders, AddedToken
+    plain = {t: i for i, t in enumerate(TOKENS) if t not in SPECIALS}
+    tk = Tokenizer(models.BPE(vocab=plain, merges=[tuple(m.split(" ")) for m in MERGES]))
+    tk.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    tk.decoder = decoders.ByteLevel()
+    tk.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in SPECIALS])
+    tk.save(os.path.join(d, "tokenizer.json"))
+    tc = {"tokenizer_class": "Qwen2Tokenizer", "bos_token": None, "eos_token": SPECIALS[0],
+          "pad_token": SPECIALS[0], "add_bos_token": False, "model_max_length": 128}
+    with open(os.path.join(d, "tokenizer_config.json"), "w") as f:
+        json.dump(tc, f, indent=2, sort_keys=True)
+        f.write("\n")
+
+
+def convert(hf_dir, gguf_path, pre=None):
+    """llama.cpp's convert_hf_to_gguf.py, with its own gguf-py; `pre`: the
+    tokenizer pre-type when the converter does not recognize ours
+    (PRE_SHIM)."""
     import subprocess
     root = os.environ.get("LLAMACPP_DIR", CONVERTER_DEFAULT)
     env = dict(os.environ, PYTHONPATH=os.path.join(root, "gguf-py"))
-    r = subprocess.run([sys.executable, os.path.join(root, "convert_hf_to_gguf.py"), hf_dir,
-                        "--outfile", gguf_path, "--outtype", "f32"],
-                       env=env, capture_output=True, text=True)
+    args = [hf_dir, "--outfile", gguf_path, "--outtype", "f32"]
+    if pre:
+        cmd = [sys.executable, "-c", PRE_SHIM, root, pre] + args
+    else:
+        cmd = [sys.executable, os.path.join(root, "convert_hf_to_gguf.py")] + args
+    r = subprocess.run(cmd, env=env, capture_output=True, text=True)
     if r.returncode != 0:
         sys.stderr.write(r.stdout[-3000:] + r.stderr[-3000:])
         raise SystemExit(f"convert_hf_to_gguf.py failed on {hf_dir}")
@@ -998,7 +1072,8 @@ def main():
         assert ref.shape == (N_TOKENS, VOCAB) and np.all(np.isfinite(ref))
         hf_dir = os.path.join(work, "hf", v["name"])
         save_hf_dir(hf_dir, v, model, sp_bytes)
-        convert(hf_dir, os.path.join(work, v["name"] + ".gguf"))
+        convert(hf_dir, os.path.join(work, v["name"] + ".gguf"),
+                pre="qwen2" if v["family"] in BPE_FAMILIES else None)
         ref.astype("<f4").tofile(os.path.join(work, v["name"] + ".logits"))
         extra = ""
         if v["family"] in MOE_FAMILIES:
