@@ -45,6 +45,31 @@ Variants (the first seven also named in tests/test_tiny_hf.c):
                 directory and converted by llama.cpp's converter (qwen3.gguf
                 stays gguf-py's, as before)
 
+  issue 19's mixtures of experts (also HF directories through the converter;
+  transformers' experts_implementation "eager", its loop over the experts):
+  mixtral       MixtralForCausalLM: 4 experts of intermediate 32, top-2 of a
+                softmax over all four, renormalized; rope theta 1e6; the
+                converter writes arch "llama" with llama.expert_count 4,
+                expert_used_count 2, feed_forward_length 32 (the experts'),
+                blk.N.ffn_gate_inp [64, 4] and ffn_gate_exps/ffn_up_exps
+                [64, 32, 4], ffn_down_exps [32, 64, 4]
+  qwen3moe      Qwen3MoeForCausalLM: 8 experts of moe_intermediate_size 32
+                (intermediate_size 128, unused: decoder_sparse_step 1, no
+                mlp_only_layers), top-2, norm_topk_prob true, QK-norm,
+                head_dim 32, rope theta 1e6, eps 1e-6; expert_feed_forward_
+                length 32 beside feed_forward_length 128
+  qwen3moe-nonorm  the same with norm_topk_prob false. The converter writes
+                no key for it (no expert_weights_norm) and llama.cpp always
+                renormalizes qwen3moe: its logits are the "renormalized"
+                row's; only an importer that reads config.json can match them
+  qwen2moe      Qwen2MoeForCausalLM (Qwen1.5-MoE's shape): 4 experts of 32,
+                top-2, norm_topk_prob false, a shared expert of 96
+                (ffn_*_shexp) scaled by sigmoid(shared_expert_gate . x)
+                (ffn_gate_inp_shexp [64, 1]), Q/K/V biases, theta 1e6
+  qwen3moe and qwen2moe take the byte-level BPE vocabulary of the gguf-py
+  variants as a tokenizer.json (their converter reads no tokenizer.model);
+  see PRE_SHIM for the one thing done to the converter for them.
+
 Geometry of all of them: hidden 64, 2 layers (gemma3: 6), 4 query heads over 2 KV heads
 (GQA) of 16 (qwen3: of 32), intermediate 128, vocabulary 272 (256 GPT-2 byte tokens, 13
 merges, 3 control tokens), f32 weights.
@@ -110,6 +135,16 @@ Goldens in tests/data/tiny/:
   manifest.tsv       per model: name, arch, n_vocab, n_tokens, and the
                      sensitivity figures below; # lines: versions
 
+Routers (the MoE variants): N(0, 1/fan_in) like every other projection, so
+router logits spread about one unit and every expert is chosen somewhere;
+the script prints and writes to manifest.tsv how often each expert is among
+the top k per layer, and the smallest gap between the k-th and (k+1)-th
+router logit over all tokens and layers, and stops if that gap is below
+1e-3 or an expert goes unused (a near-tie would make the golden depend on
+rounding). Expert tensors (transformers' 3-D gate_up_proj and down_proj)
+are N(0, 1/fan_in) too; save_pretrained writes them per expert, in each
+family's original checkpoint names, which is what the converter reads.
+
 Sensitivity (printed and written to manifest.tsv): for each variant, how far
 the logits move, in the test's metric (max over rows of max |a - b| / max
 |ref row|), when the variant's defining feature is changed: scaling off,
@@ -118,7 +153,10 @@ linear 8, Q/K not reordered (the wrong RoPE layout), biases dropped, and so
 on; for the HF variants each feature they add: window off or on the other
 layers, each softcap off, post-norms off, embedding scale off, the gain w
 instead of 1 + w, GELU -> SiLU, local base = global base, long <-> short
-factors, YaRN's log multiplier ignored, temperature scaling off. The
+factors, YaRN's log multiplier ignored, temperature scaling off; for the
+MoE variants top-1 instead of top-2, renormalization toggled, the router's
+weights ignored (1/k each), experts permuted, each expert's gate and up
+swapped, the shared expert or its sigmoid gate off. The
 smallest is 0.04 (gemma3's local base, GELU -> SiLU), the rest 0.06 or
 more, far above the test's tolerance (1e-4; the issue asks for 1e-3), so
 the test catches those mistakes.
@@ -240,8 +278,11 @@ def make_config(v, scaling="default"):
 
 def build_model(config):
     torch.manual_seed(0)
+    # mixtures of experts: transformers' reference loop over the experts
+    # (its default, grouped_mm, is a kernel choice)
+    moe = {"experts_implementation": "eager"} if hasattr(config, "num_experts_per_tok") else {}
     model = transformers.AutoModelForCausalLM.from_config(config, attn_implementation="eager",
-                                                          dtype=torch.float32)
+                                                          dtype=torch.float32, **moe)
     return model.eval()
 
 
@@ -485,7 +526,18 @@ HF_VARIANTS = [
     dict(name="phi3-partial", family="phi3", gguf_arch="phi3", layers=2, partial=0.75),
     dict(name="ministral3", family="ministral3", gguf_arch="mistral3", layers=2),
     dict(name="qwen3-hf", family="qwen3", gguf_arch="qwen3", layers=2, head_dim=32),
+    # issue 19: mixtures of experts
+    dict(name="mixtral", family="mixtral", gguf_arch="llama", layers=2, experts=4, top_k=2,
+         moe_ff=32),
+    dict(name="qwen3moe", family="qwen3moe", gguf_arch="qwen3moe", layers=2, experts=8, top_k=2,
+         moe_ff=32, norm_topk=True, head_dim=32),
+    dict(name="qwen3moe-nonorm", family="qwen3moe", gguf_arch="qwen3moe", layers=2, experts=8,
+         top_k=2, moe_ff=32, norm_topk=False, head_dim=32),
+    dict(name="qwen2moe", family="qwen2moe", gguf_arch="qwen2moe", layers=2, experts=4, top_k=2,
+         moe_ff=32, shared_ff=96, norm_topk=False),
 ]
+MOE_FAMILIES = ("mixtral", "qwen3moe", "qwen2moe")
+BPE_FAMILIES = ("qwen3moe", "qwen2moe")     # tokenizer.json, not tokenizer.model
 
 
 def sp_model_bytes():
@@ -532,7 +584,7 @@ def hf_rope(v, **o):
                 "beta_fast": 32.0, "beta_slow": 1.0, "mscale": 1.0,
                 "mscale_all_dim": o.get("mscale_all_dim", 1.0),
                 "llama_4_scaling_beta": o.get("beta", 0.1)}
-    if fam == "qwen3":
+    if fam in ("qwen3", "mixtral", "qwen3moe", "qwen2moe"):
         return {"rope_type": "default", "rope_theta": o.get("theta", 1000000.0)}
     if fam == "gemma3":
         full = {"rope_type": "linear", "factor": 8.0, "rope_theta": 1000000.0}
@@ -585,6 +637,26 @@ def make_hf_config(v, **o):
                                        original_max_position_embeddings=PHI3_ORIG,
                                        sliding_window=None, resid_pdrop=0.0, embd_pdrop=0.0,
                                        attention_dropout=0.0, **common)
+    if fam in BPE_FAMILIES:
+        common.update(bos_token_id=BOS, eos_token_id=BOS, pad_token_id=None)
+    if fam in MOE_FAMILIES:
+        moe = dict(num_experts_per_tok=o.get("top_k", v["top_k"]), tie_word_embeddings=False,
+                   output_router_logits=False, router_aux_loss_coef=0.0)
+        if fam == "mixtral":
+            # Mixtral's intermediate_size is the experts'
+            return transformers.MixtralConfig(**dict(common, intermediate_size=v["moe_ff"]),
+                                              head_dim=HEAD_DIM, num_local_experts=v["experts"],
+                                              sliding_window=None, rms_norm_eps=1e-5,
+                                              router_jitter_noise=0.0, **moe)
+        qmoe = dict(num_experts=v["experts"], moe_intermediate_size=v["moe_ff"],
+                    norm_topk_prob=o.get("norm_topk", v["norm_topk"]), decoder_sparse_step=1,
+                    mlp_only_layers=[], use_sliding_window=False, sliding_window=None,
+                    rms_norm_eps=1e-6, **moe)
+        if fam == "qwen3moe":
+            return transformers.Qwen3MoeConfig(head_dim=v["head_dim"], attention_bias=False,
+                                               **qmoe, **common)
+        return transformers.Qwen2MoeConfig(shared_expert_intermediate_size=v["shared_ff"],
+                                           qkv_bias=True, **qmoe, **common)
     raise SystemExit("unknown family " + fam)
 
 
@@ -612,6 +684,11 @@ def randomize_hf(model, seed, family):
                 p.copy_(w)
             elif name.endswith(".weight"):
                 p.copy_(torch.randn(p.shape, generator=g) / math.sqrt(p.shape[1]))
+            elif name.endswith(("experts.gate_up_proj", "experts.down_proj")):
+                # transformers' 3-D expert tensors (expert, out, in)
+                p.copy_(torch.randn(p.shape, generator=g) / math.sqrt(p.shape[2]))
+            elif name.endswith(".bias"):
+                p.copy_(torch.randn(p.shape, generator=g) * 0.5)
             else:
                 raise SystemExit("unexpected parameter " + name)
 
@@ -727,7 +804,114 @@ def hf_sensitivity(v, model, ref, ids):
                     w = layer.mlp.gate_up_proj.weight
                     w.copy_(torch.cat([w[FF:], w[:FF]]))
         row("gate/up halves swapped", split_wrong)
+    elif fam in MOE_FAMILIES:
+        k = v["top_k"]
+        row("top-1 instead of top-2", top_k=1)
+        if fam == "mixtral":
+            row("no renormalization", lambda m: set_router(m, "plain"))
+        elif v["norm_topk"]:
+            row("no renormalization", norm_topk=False)
+        else:
+            row("renormalized", norm_topk=True)
+        row(f"router weights ignored (1/{k} each)", lambda m: set_router(m, "uniform"))
+        row("experts permuted (rolled by 1)", roll_experts)
+        row("expert gate/up swapped", swap_expert_gate_up)
+        if fam == "qwen2moe":
+            row("shared expert off", shared_expert_off)
+            row("shared gate off (sigmoid = 1)", shared_gate_off)
+
+            def nobias(m):
+                with torch.no_grad():
+                    for layer in _layers(m):
+                        for proj in (layer.self_attn.q_proj, layer.self_attn.k_proj,
+                                     layer.self_attn.v_proj):
+                            proj.bias.zero_()
+            row("no Q/K/V bias", nobias)
+        if fam == "qwen3moe":
+            def no_qk_norm_moe(m):
+                for layer in _layers(m):
+                    layer.self_attn.q_norm = torch.nn.Identity()
+                    layer.self_attn.k_norm = torch.nn.Identity()
+            row("no QK-norm", no_qk_norm_moe)
+        if fam == "mixtral":
+            row("Q/K not reordered", qk_layout)
     return out
+
+
+# --- mixtures of experts: mutations for the sensitivity rows, routing ----
+
+
+def set_router(m, mode):
+    """Replace each router's forward: softmax over all experts, top-k, then
+    "plain" (the top-k probabilities as they are, no renormalization) or
+    "uniform" (1/k each: the router's weights ignored)."""
+    import torch.nn.functional as F
+    for layer in _layers(m):
+        gate = layer.mlp.gate
+
+        def fwd(h, gate=gate):
+            h = h.reshape(-1, gate.hidden_dim)
+            logits = F.linear(h, gate.weight)
+            top, idx = torch.topk(torch.softmax(logits.float(), dim=-1), gate.top_k, dim=-1)
+            if mode == "uniform":
+                top = torch.full_like(top, 1.0 / gate.top_k)
+            return logits, top.to(logits.dtype), idx
+        gate.forward = fwd
+
+
+def roll_experts(m):
+    # expert e's weights read as expert e + 1's; the router unchanged
+    with torch.no_grad():
+        for layer in _layers(m):
+            for p in (layer.mlp.experts.gate_up_proj, layer.mlp.experts.down_proj):
+                p.copy_(torch.roll(p, 1, dims=0))
+
+
+def swap_expert_gate_up(m):
+    with torch.no_grad():
+        for layer in _layers(m):
+            w = layer.mlp.experts.gate_up_proj
+            n = w.shape[1] // 2
+            w.copy_(torch.cat([w[:, n:], w[:, :n]], dim=1))
+
+
+def shared_expert_off(m):
+    with torch.no_grad():
+        for layer in _layers(m):
+            layer.mlp.shared_expert.down_proj.weight.zero_()
+
+
+class _Inf(torch.nn.Module):
+    def forward(self, h):
+        return torch.full(h.shape[:-1] + (1,), float("inf"), dtype=h.dtype)
+
+
+def shared_gate_off(m):
+    # sigmoid(inf) = 1: the shared expert's output taken whole
+    for layer in _layers(m):
+        layer.mlp.shared_expert_gate = _Inf()
+
+
+def moe_routing(model, ids, k):
+    """The router logits of every layer over the sequence: per layer the
+    number of times each expert is among the top k, and the smallest gap
+    between the k-th and (k+1)-th largest logit over all tokens and layers
+    (a near-tie would make the golden depend on rounding)."""
+    got = []
+    hooks = [layer.mlp.gate.register_forward_hook(lambda mod, a, out: got.append(out[0].detach()))
+             for layer in _layers(model)]
+    logits_of(model, ids)
+    for h in hooks:
+        h.remove()
+    hist, margin, where = [], float("inf"), None
+    for li, lg in enumerate(got):
+        srt, idx = torch.sort(lg.to(torch.float64), dim=-1, descending=True)
+        hist.append(np.bincount(idx[:, :k].reshape(-1).numpy(), minlength=lg.shape[1]).tolist())
+        gap = (srt[:, k - 1] - srt[:, k]).numpy()
+        t = int(np.argmin(gap))
+        if gap[t] < margin:
+            margin, where = float(gap[t]), (li, t)
+    return hist, margin, where
 
 
 def hf_short_sensitivity(v, model, ref_short, ids):
@@ -748,6 +932,9 @@ def save_hf_dir(d, v, model, sp_bytes):
         p = os.path.join(d, f)
         if os.path.exists(p):
             os.remove(p)
+    if v["family"] in BPE_FAMILIES:
+        save_bpe_tokenizer(d)
+        return
     with open(os.path.join(d, "tokenizer.model"), "wb") as f:
         f.write(sp_bytes)
     cls = {"gemma2": "GemmaTokenizer", "gemma3": "GemmaTokenizer"}.get(v["family"], "LlamaTokenizer")
@@ -759,14 +946,60 @@ def save_hf_dir(d, v, model, sp_bytes):
         f.write("\n")
 
 
-def convert(hf_dir, gguf_path):
-    """llama.cpp's convert_hf_to_gguf.py, with its own gguf-py."""
+# BPE_FAMILIES: the converter takes only a byte-level BPE tokenizer
+# (tokenizer.json) for these, and recognizes its pre-tokenizer by a hash of
+# the ids it gives a fixed text, known only for published tokenizers. The
+# converter is run unchanged except that an unrecognized hash yields
+# "qwen2" (what Qwen's MoE releases carry) instead of an error: tensors and
+# hyper-parameters are all its own.
+PRE_SHIM = """
+import runpy, sys
+root, pre = sys.argv[1], sys.argv[2]
+sys.argv = [root + "/convert_hf_to_gguf.py"] + sys.argv[3:]
+sys.path.insert(0, root)
+from conversion import base
+orig = base.TextModel.get_vocab_base_pre
+def pre_or_default(self, tokenizer):
+    try:
+        return orig(self, tokenizer)
+    except NotImplementedError:
+        return pre
+base.TextModel.get_vocab_base_pre = pre_or_default
+runpy.run_path(sys.argv[0], run_name="__main__")
+"""
+
+
+def save_bpe_tokenizer(d):
+    """tokenizer.json of the byte-level BPE vocabulary the gguf-py variants
+    carry (TOKENS, MERGES, SPECIALS: 272 ids), for the BPE_FAMILIES."""
+    import json
+    from tokenizers import Tokenizer, models, pre_tokenizers, decoders, AddedToken
+    plain = {t: i for i, t in enumerate(TOKENS) if t not in SPECIALS}
+    tk = Tokenizer(models.BPE(vocab=plain, merges=[tuple(m.split(" ")) for m in MERGES]))
+    tk.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    tk.decoder = decoders.ByteLevel()
+    tk.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in SPECIALS])
+    tk.save(os.path.join(d, "tokenizer.json"))
+    tc = {"tokenizer_class": "Qwen2Tokenizer", "bos_token": None, "eos_token": SPECIALS[0],
+          "pad_token": SPECIALS[0], "add_bos_token": False, "model_max_length": 128}
+    with open(os.path.join(d, "tokenizer_config.json"), "w") as f:
+        json.dump(tc, f, indent=2, sort_keys=True)
+        f.write("\n")
+
+
+def convert(hf_dir, gguf_path, pre=None):
+    """llama.cpp's convert_hf_to_gguf.py, with its own gguf-py; `pre`: the
+    tokenizer pre-type when the converter does not recognize ours
+    (PRE_SHIM)."""
     import subprocess
     root = os.environ.get("LLAMACPP_DIR", CONVERTER_DEFAULT)
     env = dict(os.environ, PYTHONPATH=os.path.join(root, "gguf-py"))
-    r = subprocess.run([sys.executable, os.path.join(root, "convert_hf_to_gguf.py"), hf_dir,
-                        "--outfile", gguf_path, "--outtype", "f32"],
-                       env=env, capture_output=True, text=True)
+    args = [hf_dir, "--outfile", gguf_path, "--outtype", "f32"]
+    if pre:
+        cmd = [sys.executable, "-c", PRE_SHIM, root, pre] + args
+    else:
+        cmd = [sys.executable, os.path.join(root, "convert_hf_to_gguf.py")] + args
+    r = subprocess.run(cmd, env=env, capture_output=True, text=True)
     if r.returncode != 0:
         sys.stderr.write(r.stdout[-3000:] + r.stderr[-3000:])
         raise SystemExit(f"convert_hf_to_gguf.py failed on {hf_dir}")
@@ -839,9 +1072,18 @@ def main():
         assert ref.shape == (N_TOKENS, VOCAB) and np.all(np.isfinite(ref))
         hf_dir = os.path.join(work, "hf", v["name"])
         save_hf_dir(hf_dir, v, model, sp_bytes)
-        convert(hf_dir, os.path.join(work, v["name"] + ".gguf"))
+        convert(hf_dir, os.path.join(work, v["name"] + ".gguf"),
+                pre="qwen2" if v["family"] in BPE_FAMILIES else None)
         ref.astype("<f4").tofile(os.path.join(work, v["name"] + ".logits"))
-        report(v["name"], v["gguf_arch"], N_TOKENS, ref, hf_sensitivity(v, model, ref, ids))
+        extra = ""
+        if v["family"] in MOE_FAMILIES:
+            hist, margin, where = moe_routing(model, ids, v["top_k"])
+            extra = "; experts chosen " + " | ".join(
+                f"L{li} " + " ".join(map(str, h)) for li, h in enumerate(hist)) + \
+                f"; smallest top-{v['top_k']} margin {margin:.3g} (layer {where[0]}, token {where[1]})"
+            if margin < 1e-3 or min(min(h) for h in hist) == 0:
+                raise SystemExit(f"{v['name']}: routing near a tie or an expert unused: reseed")
+        report(v["name"], v["gguf_arch"], N_TOKENS, ref, hf_sensitivity(v, model, ref, ids), extra)
         if v["family"] == "phi3":
             # the first PHI3_ORIG tokens alone: within the original
             # context, so the short factors
