@@ -436,6 +436,25 @@ static void test_mixtral_matches_transformers(void **state)
                              .n_ff = 32, .n_expert = 4});
 }
 
+/* Qwen3-MoE: 8 experts of width 32, top 2 renormalized, Qwen3's QK-norm.
+ * (qwen3moe-nonorm's config turns renormalization off, which the GGUF
+ * cannot say: llama.cpp renormalizes every qwen3moe, and so do we.) */
+static void test_qwen3moe_matches_transformers(void **state)
+{
+    (void)state;
+    check_variant(&(variant){.name = "qwen3moe", .arch = "qwen3moe", .rope_type = RVL_ROPE_NEOX,
+                             .qk_norm = true, .head_dim = 32, .n_expert = 8});
+}
+
+/* Qwen2-MoE: 4 experts, top 2 not renormalized, a shared expert of 96
+ * behind its sigmoid gate, Q/K/V biases. */
+static void test_qwen2moe_matches_transformers(void **state)
+{
+    (void)state;
+    check_variant(&(variant){.name = "qwen2moe", .arch = "qwen2moe", .bias = true,
+                             .rope_type = RVL_ROPE_NEOX, .n_expert = 4});
+}
+
 /* The metadata the loader must have read for the scaled variants. */
 static void test_scaled_variants_load_their_rope_scaling_metadata(void **state)
 {
@@ -483,6 +502,8 @@ int main(void)
         cmocka_unit_test(test_ministral3_matches_transformers),
         cmocka_unit_test(test_mistral_window_from_our_import_matches_transformers),
         cmocka_unit_test(test_mixtral_matches_transformers),
+        cmocka_unit_test(test_qwen3moe_matches_transformers),
+        cmocka_unit_test(test_qwen2moe_matches_transformers),
         cmocka_unit_test(test_scaled_variants_load_their_rope_scaling_metadata),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
