@@ -13,6 +13,8 @@
  * ranks, <0xHH> byte tokens), the chat template; tensors
  * renamed (model.layers.N.self_attn.q_proj -> blk.N.attn_q, ...), llama's
  * Q/K rows reordered from Hugging Face's two halves to interleaved pairs,
+ * mixture-of-experts layers' per-expert matrices stacked into one 3-D
+ * tensor per kind (ffn_{gate,up,down}_exps),
  * matrices kept in their dtype (F32, F16, BF16), 1-D tensors in F32. The
  * import is opened and unlinked at once (the mapping keeps it), so nothing
  * of it outlives the process.
@@ -123,6 +125,9 @@ typedef struct {
     uint32_t rope_dim;      /* 0: not written */
     const cJSON *long_f, *short_f;   /* LongRoPE factors (arrays in config.json) */
     double attn_factor;
+    /* mixtures of experts (Mixtral, Qwen2-MoE, Qwen3-MoE); 0: dense or
+     * not in config.json */
+    uint32_t n_expert, n_expert_used, n_ff_exp, n_ff_shexp;
 } hparams;
 
 /* The loader's validation (engine/model.c), so that the import never
@@ -178,6 +183,8 @@ static const struct {
     {"Gemma2ForCausalLM", "gemma2"}, {"Gemma3ForCausalLM", "gemma3"},
     {"Gemma3ForConditionalGeneration", "gemma3"},   /* its text part (text_config) */
     {"Phi3ForCausalLM", "phi3"}, {"Ministral3ForCausalLM", "mistral3"},
+    {"MixtralForCausalLM", "llama"}, {"Qwen2MoeForCausalLM", "qwen2moe"},
+    {"Qwen3MoeForCausalLM", "qwen3moe"},
 };
 
 /* The families whose converter is llama.cpp's LlamaModel: Q/K rows
@@ -372,6 +379,53 @@ static int read_ministral3(const char *path, const cJSON *c, hparams *h)
     return 0;
 }
 
+/* Mixtures of experts: how many, how many a token takes, their widths,
+ * as the converter reads them; and what llama.cpp computes that the file
+ * cannot change: every layer sparse, the chosen experts' weights
+ * renormalized to sum 1 for llama (Mixtral) and qwen3moe, not for
+ * qwen2moe (norm_topk_prob must say the same). */
+static int read_moe(const char *path, const cJSON *c, hparams *h)
+{
+    bool qmoe = !strcmp(h->arch, "qwen2moe") || !strcmp(h->arch, "qwen3moe");
+    const char *nk = jget(c, "num_local_experts") ? "num_local_experts" : "num_experts";
+    if (!jget(c, nk) || cJSON_IsNull(jget(c, nk))) {
+        if (qmoe)
+            return rvl_seterr(RVL_EFORMAT, "%s: no num_experts (a mixture of experts has one)", path);
+        return 0;   /* Llama, Mistral: dense */
+    }
+    if (!ju32(c, nk, &h->n_expert) || h->n_expert == 0 || h->n_expert > 1024)
+        return rvl_seterr(RVL_EFORMAT, "%s: bad %s", path, nk);
+    if (!ju32(c, "num_experts_per_tok", &h->n_expert_used) || h->n_expert_used == 0 ||
+        h->n_expert_used > h->n_expert)
+        return rvl_seterr(RVL_EFORMAT, "%s: missing or bad num_experts_per_tok (1 to %s %u)", path, nk,
+                          h->n_expert);
+    if (!qmoe)
+        return 0;   /* Mixtral: experts of intermediate_size, always renormalized */
+    const cJSON *mi = jget(c, "moe_intermediate_size"), *si = jget(c, "shared_expert_intermediate_size");
+    if (mi && !cJSON_IsNull(mi) && (!ju32(c, "moe_intermediate_size", &h->n_ff_exp) || h->n_ff_exp == 0 ||
+                                    h->n_ff_exp > (1u << 24)))
+        return rvl_seterr(RVL_EFORMAT, "%s: bad moe_intermediate_size", path);
+    if (si && !cJSON_IsNull(si) && (!ju32(c, "shared_expert_intermediate_size", &h->n_ff_shexp) ||
+                                    h->n_ff_shexp == 0 || h->n_ff_shexp > (1u << 24)))
+        return rvl_seterr(RVL_EFORMAT, "%s: bad shared_expert_intermediate_size", path);
+    if (!strcmp(h->arch, "qwen3moe") && h->n_ff_shexp)
+        return refuse(path, "shared_expert_intermediate_size", "llama.cpp's qwen3moe has no shared expert");
+    /* transformers' default is false for both */
+    bool renorm = cJSON_IsTrue(jget(c, "norm_topk_prob"));
+    if (renorm != !strcmp(h->arch, "qwen3moe"))
+        return refuse(path, "norm_topk_prob", renorm ? "llama.cpp's qwen2moe does not renormalize the "
+                                                       "chosen experts' weights"
+                                                     : "llama.cpp's qwen3moe always renormalizes the "
+                                                       "chosen experts' weights");
+    double step;
+    if (jget(c, "decoder_sparse_step") && (!jnum(c, "decoder_sparse_step", &step) || step != 1))
+        return refuse(path, "decoder_sparse_step", "llama.cpp makes every layer a mixture of experts");
+    const cJSON *mo = jget(c, "mlp_only_layers");
+    if (mo && !cJSON_IsNull(mo) && !(cJSON_IsArray(mo) && cJSON_GetArraySize(mo) == 0))
+        return refuse(path, "mlp_only_layers", "llama.cpp makes every layer a mixture of experts");
+    return 0;
+}
+
 /* Gemma 2 and 3: soft-caps, windows, the query scale, the RMSNorm shift. */
 static int read_gemma(const char *path, const cJSON *c, hparams *h)
 {
@@ -421,7 +475,8 @@ static int read_hparams(const char *path, const cJSON *c, hparams *h)
         return rvl_seterr(RVL_EUNSUPPORTED, "%s: architecture '%s': the Hugging Face import knows "
                           "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, "
                           "Gemma2ForCausalLM, Gemma3ForCausalLM (and Gemma3ForConditionalGeneration's "
-                          "text part), Phi3ForCausalLM and Ministral3ForCausalLM", path, an);
+                          "text part), Phi3ForCausalLM, Ministral3ForCausalLM, MixtralForCausalLM, "
+                          "Qwen2MoeForCausalLM and Qwen3MoeForCausalLM", path, an);
     bool g3 = !strcmp(h->arch, "gemma3"), gemma = g3 || !strcmp(h->arch, "gemma2");
     bool phi3 = !strcmp(h->arch, "phi3"), qwen = !strncmp(h->arch, "qwen", 4);
     /* Gemma 3's converter has defaults for what its configs may leave out */
@@ -472,6 +527,10 @@ static int read_hparams(const char *path, const cJSON *c, hparams *h)
         return rc;
     if (!strcmp(h->arch, "mistral3") && (rc = read_ministral3(path, c, h)) < 0)
         return rc;
+    if (!strcmp(h->arch, "llama") || qwen) {
+        if ((rc = read_moe(path, c, h)) < 0)
+            return rc;
+    }
     if (qwen && cJSON_IsTrue(jget(c, "use_sliding_window")))
         return refuse(path, "use_sliding_window", "llama.cpp's qwen2/qwen3 have no windowed layers");
     /* Mistral's window: kept as llama.attention.sliding_window (llama.cpp's
@@ -1103,23 +1162,19 @@ typedef struct {
     uint32_t type;          /* output type */
     uint32_t perm;
     bool shift;             /* Gemma's RMSNorm gain: + 1 */
-    uint64_t ne[2];         /* output shape (Gemma 3 trims token_embd's rows) */
+    uint64_t ne[3];         /* output shape (Gemma 3 trims token_embd's rows) */
     uint32_t n_dims;
     const cJSON *f;         /* synthesized: the numbers (Phi-3's LongRoPE factors) */
+    /* stacked experts (3-D): expert e's matrix is exps[e] (t is exps[0]) */
+    const rvl_tensor_info **exps;
 } imp_tensor;
 
-static int stream_tensor(rvl_gguf_writer *w, uint64_t idx, const imp_tensor *x, float *f32, void *obuf)
+/* The rows of source t (a whole tensor, or one expert's matrix). */
+static int stream_rows(rvl_gguf_writer *w, uint64_t idx, const imp_tensor *x, const rvl_tensor_info *t,
+                       float *f32, void *obuf)
 {
-    if (!x->t) {   /* a 1-D F32 tensor from config.json's numbers */
-        const cJSON *e;
-        uint64_t k = 0;
-        cJSON_ArrayForEach(e, x->f)
-            f32[k++] = (float)e->valuedouble;
-        return rvl_gguf_writer_tensor_data(w, idx, f32, k * 4);
-    }
-    const rvl_tensor_info *t = x->t;
     const rvl_kformat *kin = rvl_kformat_get(t->type), *kout = rvl_kformat_get(x->type);
-    uint64_t row = t->ne[0], rows = x->n_dims == 2 ? x->ne[1] : 1, src_rows = row ? t->n_elements / row : 0;
+    uint64_t row = t->ne[0], rows = x->n_dims >= 2 ? x->ne[1] : 1, src_rows = row ? t->n_elements / row : 0;
     uint64_t in_row = rvl_kformat_row_bytes(kin, row), out_row = rvl_kformat_row_bytes(kout, row);
     uint64_t chunk = rvl_convert_chunk_rows(row, rows);
     for (uint64_t r = 0; r < rows; r += chunk) {
@@ -1152,6 +1207,25 @@ static int stream_tensor(rvl_gguf_writer *w, uint64_t idx, const imp_tensor *x, 
     return 0;
 }
 
+static int stream_tensor(rvl_gguf_writer *w, uint64_t idx, const imp_tensor *x, float *f32, void *obuf)
+{
+    if (!x->t) {   /* a 1-D F32 tensor from config.json's numbers */
+        const cJSON *e;
+        uint64_t k = 0;
+        cJSON_ArrayForEach(e, x->f)
+            f32[k++] = (float)e->valuedouble;
+        return rvl_gguf_writer_tensor_data(w, idx, f32, k * 4);
+    }
+    if (!x->exps)
+        return stream_rows(w, idx, x, x->t, f32, obuf);
+    for (uint64_t e = 0; e < x->ne[2]; e++) {
+        int rc = stream_rows(w, idx, x, x->exps[e], f32, obuf);
+        if (rc < 0)
+            return rc;
+    }
+    return 0;
+}
+
 /* The Hugging Face name of a tensor of the language model of a
  * Gemma3ForConditionalGeneration as Gemma3ForCausalLM names it; NULL for
  * the vision tower and the projector, which are not imported. */
@@ -1176,6 +1250,56 @@ static const char *text_part_name(const char *s, char *buf, size_t cap)
 static int plan_sorted(const char *in, const rvl_tensor_info **by_name, uint64_t n, const hparams *h,
                        const vocab *v, imp_tensor *x, uint64_t *nxp, uint64_t *max_row,
                        uint64_t *max_chunk, bool *have_embd);
+
+static void note_sizes(const rvl_tensor_info *t, uint64_t *max_row, uint64_t *max_chunk)
+{
+    uint64_t rb = t->ne[0] * 4, c = rvl_convert_chunk_rows(t->ne[0], t->n_elements / t->ne[0]) * t->ne[0];
+    if (rb > *max_row) *max_row = rb;
+    if (c > *max_chunk) *max_chunk = c;
+}
+
+/* One expert's matrix `s` into its stacked tensor, which is made where the
+ * first of its experts sorts (a layer's experts sort together, so that is
+ * where the converter writes it): 1 taken, 0 not an expert's. */
+static int plan_expert(const char *in, const rvl_tensor_info *t, const char *s, const hparams *h,
+                       imp_tensor *x, uint64_t *nxp, uint64_t *max_row, uint64_t *max_chunk)
+{
+    char name[64];
+    uint32_t e;
+    if (!rvl_hf_expert_tensor(h->arch, h->n_layer, s, name, sizeof name, &e))
+        return 0;
+    if (e >= h->n_expert)
+        return rvl_seterr(RVL_EFORMAT, "%s: tensor %s: expert %u of a model of %u", in, s, e, h->n_expert);
+    if (t->type != RVL_TYPE_F32 && t->type != RVL_TYPE_F16 && t->type != RVL_TYPE_BF16)
+        return rvl_seterr(RVL_EUNSUPPORTED, "%s: tensor %s: dtype %s (F32, F16 or BF16 expected)",
+                          in, s, rvl_type_get(t->type) ? rvl_type_get(t->type)->name : "?");
+    if (t->n_dims != 2 || t->ne[0] == 0 || t->ne[1] == 0)
+        return rvl_seterr(RVL_EFORMAT, "%s: tensor %s: an expert's matrix has 2 dimensions", in, s);
+    imp_tensor *m = NULL;
+    for (uint64_t i = *nxp; i-- > 0 && !m;)
+        if (x[i].exps && !strcmp(x[i].name, name))
+            m = &x[i];
+    if (!m) {
+        m = &x[(*nxp)++];
+        snprintf(m->name, sizeof m->name, "%s", name);
+        if (!(m->exps = calloc(h->n_expert, sizeof *m->exps)))
+            return rvl_seterr(RVL_ENOMEM, "out of memory");
+        m->t = t;
+        m->type = t->type;
+        m->n_dims = 3;
+        m->ne[0] = t->ne[0];
+        m->ne[1] = t->ne[1];
+        m->ne[2] = h->n_expert;
+    }
+    if (m->exps[e])
+        return rvl_seterr(RVL_EFORMAT, "%s: tensor %s: expert %u twice", in, s, e);
+    if (t->type != m->type || t->ne[0] != m->ne[0] || t->ne[1] != m->ne[1])
+        return rvl_seterr(RVL_EFORMAT, "%s: tensor %s: not of the dtype and shape of its layer's other "
+                          "experts", in, s);
+    m->exps[e] = t;
+    note_sizes(t, max_row, max_chunk);
+    return 1;
+}
 
 static int cmp_tensor_name(const void *a, const void *b)
 {
@@ -1215,6 +1339,17 @@ static int plan_tensors(const char *in, const rvl_file *st, const hparams *h, co
     free(by_name);
     if (rc < 0)
         return rc;
+    /* every stacked tensor whole; every layer with its experts */
+    uint32_t n_stacked = 0;
+    for (uint64_t i = 0; i < nx; i++) {
+        for (uint32_t e = 0; x[i].exps && e < h->n_expert; e++)
+            if (!x[i].exps[e])
+                return rvl_seterr(RVL_EFORMAT, "%s: %s: expert %u's matrix is missing", in, x[i].name, e);
+        n_stacked += x[i].exps != NULL;
+    }
+    if (n_stacked != 3 * h->n_layer && h->n_expert)
+        return rvl_seterr(RVL_EFORMAT, "%s: %u layers of %u experts, but %u stacked expert tensors "
+                          "(3 a layer)", in, h->n_layer, h->n_expert, n_stacked);
     if (!have_embd)
         return rvl_seterr(RVL_EFORMAT, "%s: no model.embed_tokens.weight", in);
     *nx_out = nx;
@@ -1233,6 +1368,13 @@ static int plan_sorted(const char *in, const rvl_tensor_info **by_name, uint64_t
         const char *s = text_part_name(s0, s1, sizeof s1);
         if (!s)
             continue;
+        if (h->n_expert) {
+            int rc = plan_expert(in, t, s, h, x, &nx, max_row, max_chunk);
+            if (rc < 0)
+                return rc;
+            if (rc > 0)
+                continue;
+        }
         int k = rvl_hf_tensor_name(h->arch, h->n_layer, h->n_head, h->n_head_kv, h->tied, s,
                                    x[nx].name, sizeof x[nx].name, &x[nx].perm);
         if (k == 0)
@@ -1260,9 +1402,7 @@ static int plan_sorted(const char *in, const rvl_tensor_info **by_name, uint64_t
             if (!strcmp(h->arch, "gemma3") && t->n_dims == 2 && v->n_real && v->n_real < x[nx].ne[1])
                 x[nx].ne[1] = v->n_real;
         }
-        uint64_t rb = t->ne[0] * 4, c = rvl_convert_chunk_rows(t->ne[0], t->n_elements / t->ne[0]) * t->ne[0];
-        if (rb > *max_row) *max_row = rb;
-        if (c > *max_chunk) *max_chunk = c;
+        note_sizes(t, max_row, max_chunk);
         nx++;
     }
     *nxp = nx;
@@ -1315,12 +1455,20 @@ static int write_hparams(rvl_gguf_writer *w, const hparams *h, const vocab *v, u
     if (h->swa_rope_base)
         F32("rope.freq_base_swa", h->swa_rope_base);
     F32("attention.layer_norm_rms_epsilon", h->eps);
+    if (h->n_expert) {
+        U32("expert_count", h->n_expert);
+        U32("expert_used_count", h->n_expert_used);
+    }
     if (h->has_head_dim) {
         U32("attention.key_length", h->head_dim);
         U32("attention.value_length", h->head_dim);
     }
     if (rc == 0)
         rc = rvl_gguf_writer_kv_u32(w, "general.file_type", ftype);
+    if (h->n_ff_exp)
+        U32("expert_feed_forward_length", h->n_ff_exp);
+    if (h->n_ff_shexp)
+        U32("expert_shared_feed_forward_length", h->n_ff_shexp);
     if (llama_like(a)) {
         U32("vocab_size", h->n_vocab ? h->n_vocab : v->n);
         U32("rope.dimension_count", h->head_dim);
@@ -1436,7 +1584,7 @@ static int write_import(const char *in, const char *dest, const rvl_file *st, co
      * Hugging Face stores them) */
     uint32_t mtype = RVL_TYPE_F32;
     for (uint64_t i = 0; i < nx; i++)
-        if (x[i].n_dims == 2)
+        if (x[i].n_dims >= 2)
             mtype = x[i].type;
 
     /* metadata, in convert_hf_to_gguf.py's order */
@@ -1473,6 +1621,8 @@ static int write_import(const char *in, const char *dest, const rvl_file *st, co
     w = NULL;
 out:
     rvl_gguf_writer_abort(w);
+    for (uint64_t i = 0; x && i < n + 2; i++)   /* (all of them: nx is not set on errors) */
+        free(x[i].exps);
     free(x);
     free(strs);
     free(f32);

@@ -8,6 +8,10 @@
  *    model.layers.N.self_attn.q_proj, ffn_gate -> mlp.gate_proj, attn_norm
  *    -> input_layernorm, ffn_norm -> post_attention_layernorm, output_norm
  *    -> model.norm, output -> lm_head;
+ *  - mixtures of experts (Mixtral, Qwen2-MoE, Qwen3-MoE): each stacked
+ *    3-D ffn_{gate,up,down}_exps back to one matrix per expert
+ *    (experts.E.w1/w2/w3, experts.E.gate_proj/...), the router
+ *    (block_sparse_moe.gate, mlp.gate), Qwen2-MoE's shared expert;
  *  - llama's Q and K rows: the converter reorders each head's rows from
  *    Hugging Face's two halves (rotate_half) to interleaved pairs; row
  *    h*hd + 2i + j of the GGUF tensor is row h*hd + j*hd/2 + i of the
@@ -54,6 +58,9 @@ typedef struct {
      * (mscale_all_dim) and attention temperature beta (0: none) */
     double beta_fast, beta_slow, yarn_log_mul, temp_scale;
     bool has_log_mul;
+    /* mixtures of experts (0: dense) */
+    uint32_t n_expert, n_expert_used, n_ff_exp, n_ff_shexp;
+    bool has_head_dim;              /* attention.key_length in the file */
 } facts;
 
 static bool get_u32(const rvl_file *f, const char *arch, const char *k, uint32_t *v)
@@ -91,13 +98,15 @@ static int read_facts(const char *in, const rvl_file *f, facts *m)
     memset(m, 0, sizeof *m);
     if (!get_str(f, "general.architecture", m->arch, sizeof m->arch))
         return rvl_seterr(RVL_EFORMAT, "%s: no general.architecture", in);
-    static const char *const known[] = {"llama", "qwen2", "qwen3", "gemma2", "gemma3", "phi3", "mistral3"};
+    static const char *const known[] = {"llama", "qwen2", "qwen3", "gemma2", "gemma3", "phi3", "mistral3",
+                                        "qwen2moe", "qwen3moe"};
     bool ok = false;
     for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
         ok |= !strcmp(m->arch, known[i]);
     if (!ok)
         return rvl_seterr(RVL_EUNSUPPORTED, "%s: architecture %s: the Hugging Face form is "
-                          "written for llama, qwen2, qwen3, gemma2, gemma3, phi3 and mistral3", in, m->arch);
+                          "written for llama, qwen2, qwen3, gemma2, gemma3, phi3, mistral3, qwen2moe and "
+                          "qwen3moe", in, m->arch);
     static const char *const req[] = {"block_count", "embedding_length", "feed_forward_length",
                                       "attention.head_count"};
     uint32_t *dst[] = {&m->n_layer, &m->n_embd, &m->n_ff, &m->n_head};
@@ -108,7 +117,8 @@ static int read_facts(const char *in, const rvl_file *f, facts *m)
         m->n_head_kv = m->n_head;
     if (!get_u32(f, m->arch, "context_length", &m->n_ctx))
         m->n_ctx = 2048;
-    if (!get_u32(f, m->arch, "attention.key_length", &m->head_dim))
+    m->has_head_dim = get_u32(f, m->arch, "attention.key_length", &m->head_dim);
+    if (!m->has_head_dim)
         m->head_dim = m->n_embd / m->n_head;
     if (!get_f64(f, m->arch, "attention.layer_norm_rms_epsilon", &m->eps))
         m->eps = 1e-6;
@@ -161,6 +171,26 @@ static int read_facts(const char *in, const rvl_file *f, facts *m)
     if (!m->long_f != !m->short_f || (m->long_f && strcmp(m->arch, "phi3") != 0))
         return rvl_seterr(RVL_EUNSUPPORTED, "%s: rope_factors_long/short: their Hugging Face form "
                           "is Phi-3's LongRoPE, both tensors", in);
+    /* experts: llama's are Mixtral's (renormalized, as transformers'
+     * Mixtral); the Qwen families' per family */
+    get_u32(f, m->arch, "expert_count", &m->n_expert);
+    get_u32(f, m->arch, "expert_used_count", &m->n_expert_used);
+    if (!get_u32(f, m->arch, "expert_feed_forward_length", &m->n_ff_exp))
+        m->n_ff_exp = m->n_ff;
+    const rvl_tensor_info *sh = rvl_file_find_tensor(f, "blk.0.ffn_gate_shexp.weight");
+    if (!get_u32(f, m->arch, "expert_shared_feed_forward_length", &m->n_ff_shexp))
+        m->n_ff_shexp = sh && sh->n_dims == 2 ? (uint32_t)sh->ne[1] : 0;
+    bool qmoe = !strcmp(m->arch, "qwen2moe") || !strcmp(m->arch, "qwen3moe");
+    if ((qmoe || m->n_expert) && (m->n_expert == 0 || m->n_expert_used == 0 || m->n_expert_used > m->n_expert))
+        return rvl_seterr(RVL_EFORMAT, "%s: %s.expert_count %u, expert_used_count %u", in, m->arch,
+                          m->n_expert, m->n_expert_used);
+    if (m->n_expert && !qmoe && strcmp(m->arch, "llama") != 0)
+        return rvl_seterr(RVL_EUNSUPPORTED, "%s: experts in %s: no Hugging Face form here", in, m->arch);
+    if (m->n_expert && !strcmp(m->arch, "llama") && m->n_ff_exp != m->n_ff)
+        return rvl_seterr(RVL_EUNSUPPORTED, "%s: llama.expert_feed_forward_length: Mixtral's experts "
+                          "are of feed_forward_length", in);
+    if (!strcmp(m->arch, "qwen2moe") && !sh)
+        return rvl_seterr(RVL_EFORMAT, "%s: qwen2moe without a shared expert (blk.0.ffn_gate_shexp)", in);
     if (m->attn_softcap && !strcmp(m->arch, "gemma3"))
         return rvl_seterr(RVL_EUNSUPPORTED, "%s: gemma3 with an attention soft-cap has no "
                           "Hugging Face form", in);
@@ -177,6 +207,10 @@ typedef struct {
     uint32_t perm_heads;
     uint64_t nbytes;
     bool shift;             /* Gemma's RMSNorm gain: GGUF's 1 + w back to w */
+    /* what is written: all of t, or one expert's matrix of a stacked one */
+    const void *data;
+    uint32_t n_dims;
+    uint64_t ne[RVL_MAX_DIMS], n_elements, in_bytes;
 } st_entry;
 
 static const char *st_dtype(uint32_t type)
@@ -196,7 +230,7 @@ static int write_safetensors(const char *path, st_entry *e, size_t n, const rvl_
     cJSON_AddStringToObject(meta, "format", "pt");
     uint64_t off = 0, max_elems = 1, total = 0;
     for (size_t i = 0; i < n; i++) {
-        const rvl_tensor_info *t = e[i].t;
+        const st_entry *t = &e[i];
         cJSON *o = cJSON_AddObjectToObject(h, e[i].name);
         cJSON_AddStringToObject(o, "dtype", st_dtype(e[i].type));
         cJSON *shape = cJSON_AddArrayToObject(o, "shape");
@@ -207,7 +241,7 @@ static int write_safetensors(const char *path, st_entry *e, size_t n, const rvl_
         cJSON_AddItemToArray(offs, cJSON_CreateNumber((double)off));
         cJSON_AddItemToArray(offs, cJSON_CreateNumber((double)(off + e[i].nbytes)));
         off += e[i].nbytes;
-        total += t->nbytes;
+        total += t->in_bytes;
         uint64_t row = t->ne[0], rows = row ? t->n_elements / row : 0;
         uint64_t c = rvl_convert_chunk_rows(row, rows) * row;
         if (c > max_elems)
@@ -228,11 +262,11 @@ static int write_safetensors(const char *path, st_entry *e, size_t n, const rvl_
         goto out;
     uint64_t done = 0;
     for (size_t i = 0; i < n; i++) {
-        const rvl_tensor_info *t = e[i].t;
+        const st_entry *t = &e[i];
         if (p->progress)
-            p->progress(p->ud, &(rvl_convert_progress){i, n, e[i].name, t->type, e[i].type,
+            p->progress(p->ud, &(rvl_convert_progress){i, n, e[i].name, t->t->type, e[i].type,
                                                         t->n_dims, t->ne, done, total});
-        const rvl_kformat *kin = rvl_kformat_get(t->type), *kout = rvl_kformat_get(e[i].type);
+        const rvl_kformat *kin = rvl_kformat_get(t->t->type), *kout = rvl_kformat_get(e[i].type);
         uint64_t row = t->ne[0], rows = row ? t->n_elements / row : 0;
         uint64_t in_row = rvl_kformat_row_bytes(kin, row), out_row = rvl_kformat_row_bytes(kout, row);
         uint64_t chunk = rvl_convert_chunk_rows(row, rows);
@@ -255,7 +289,7 @@ static int write_safetensors(const char *path, st_entry *e, size_t n, const rvl_
                                       (size_t)(m * out_row))) < 0)
                 goto out;
         }
-        done += t->nbytes;
+        done += t->in_bytes;
     }
     if (p->progress)
         p->progress(p->ud, &(rvl_convert_progress){n, n, "", 0, 0, 0, NULL, total, total});
@@ -327,14 +361,17 @@ static void add_arch(cJSON *c, const facts *m)
         {"qwen3", "Qwen3ForCausalLM", "qwen3"}, {"gemma2", "Gemma2ForCausalLM", "gemma2"},
         {"gemma3", "Gemma3ForCausalLM", "gemma3_text"}, {"phi3", "Phi3ForCausalLM", "phi3"},
         {"mistral3", "Ministral3ForCausalLM", "ministral3"},
+        {"qwen2moe", "Qwen2MoeForCausalLM", "qwen2_moe"}, {"qwen3moe", "Qwen3MoeForCausalLM", "qwen3_moe"},
     };
     size_t i = 0;
     while (strcmp(names[i][0], m->arch) != 0)
         i++;
     bool mistral = i == 0 && m->has_window;   /* llama with a window: Mistral's */
+    bool mixtral = i == 0 && m->n_expert;     /* llama with experts: Mixtral's */
     cJSON *a = cJSON_AddArrayToObject(c, "architectures");
-    cJSON_AddItemToArray(a, cJSON_CreateString(mistral ? "MistralForCausalLM" : names[i][1]));
-    cJSON_AddStringToObject(c, "model_type", mistral ? "mistral" : names[i][2]);
+    cJSON_AddItemToArray(a, cJSON_CreateString(mixtral ? "MixtralForCausalLM" : mistral ? "MistralForCausalLM"
+                                                                                     : names[i][1]));
+    cJSON_AddStringToObject(c, "model_type", mixtral ? "mixtral" : mistral ? "mistral" : names[i][2]);
 }
 
 static cJSON *factors(const rvl_tensor_info *t)
@@ -438,7 +475,8 @@ static cJSON *config_json(const facts *m, const rvl_file *f, uint32_t type, uint
     cJSON_AddNumberToObject(c, "num_hidden_layers", m->n_layer);
     cJSON_AddNumberToObject(c, "num_attention_heads", m->n_head);
     cJSON_AddNumberToObject(c, "num_key_value_heads", m->n_head_kv);
-    cJSON_AddNumberToObject(c, "head_dim", m->head_dim);
+    if (m->has_head_dim)   /* else transformers' default, hidden_size / heads */
+        cJSON_AddNumberToObject(c, "head_dim", m->head_dim);
     if (!m->gemma)
         cJSON_AddStringToObject(c, "hidden_act", "silu");
     cJSON_AddNumberToObject(c, "max_position_embeddings", m->n_ctx);
@@ -448,6 +486,13 @@ static cJSON *config_json(const facts *m, const rvl_file *f, uint32_t type, uint
     cJSON_AddNumberToObject(c, "vocab_size", n_vocab);
     if (!strcmp(m->arch, "mistral3")) {
         cJSON_AddNullToObject(c, "sliding_window");
+    } else if (!strcmp(m->arch, "llama") && m->n_expert) {   /* Mixtral */
+        cJSON_AddNumberToObject(c, "num_local_experts", m->n_expert);
+        cJSON_AddNumberToObject(c, "num_experts_per_tok", m->n_expert_used);
+        if (m->has_window)
+            cJSON_AddNumberToObject(c, "sliding_window", m->window);
+        else
+            cJSON_AddNullToObject(c, "sliding_window");
     } else if (!strcmp(m->arch, "llama")) {
         cJSON_AddBoolToObject(c, "attention_bias", m->qkv_bias);
         cJSON_AddBoolToObject(c, "mlp_bias", false);
@@ -457,6 +502,22 @@ static cJSON *config_json(const facts *m, const rvl_file *f, uint32_t type, uint
         cJSON_AddBoolToObject(c, "attention_bias", m->qkv_bias);
         cJSON_AddBoolToObject(c, "use_sliding_window", false);
         cJSON_AddNumberToObject(c, "max_window_layers", m->n_layer);
+        if (m->n_expert) {
+            /* llama.cpp: every layer sparse; qwen3moe renormalizes the
+             * chosen experts' weights, qwen2moe does not */
+            bool q2 = !strcmp(m->arch, "qwen2moe");
+            cJSON_AddNumberToObject(c, "num_experts", m->n_expert);
+            cJSON_AddNumberToObject(c, "num_experts_per_tok", m->n_expert_used);
+            cJSON_AddNumberToObject(c, "moe_intermediate_size", m->n_ff_exp);
+            if (q2) {
+                cJSON_AddNumberToObject(c, "shared_expert_intermediate_size", m->n_ff_shexp);
+                cJSON_AddBoolToObject(c, "qkv_bias", m->qkv_bias);
+            }
+            cJSON_AddBoolToObject(c, "norm_topk_prob", !q2);
+            cJSON_AddNumberToObject(c, "decoder_sparse_step", 1);
+            cJSON_AddArrayToObject(c, "mlp_only_layers");
+            cJSON_AddBoolToObject(c, "output_router_logits", false);
+        }
     } else if (m->gemma) {
         add_gemma(c, m);
     } else {   /* phi3 */
@@ -941,8 +1002,14 @@ int rvl_dequant_hf(const char *in, const char *out, const rvl_dequant_params *p)
     facts m;
     if ((rc = read_facts(in, f, &m)) < 0)
         goto fail;
-    uint64_t n = rvl_file_n_tensors(f), ne = 0;
-    e = calloc(n ? n : 1, sizeof *e);
+    uint64_t n = rvl_file_n_tensors(f), ne = 0, n_out = 0;
+    for (uint64_t i = 0; i < n; i++) {   /* a stacked expert tensor: a matrix an expert */
+        const rvl_tensor_info *t = rvl_file_tensor(f, i);
+        char g[80], hn[96];
+        snprintf(g, sizeof g, "%.*s", (int)(t->name.len > 79 ? 79 : t->name.len), t->name.ptr);
+        n_out += m.n_expert && rvl_hf_expert_name(m.arch, m.n_layer, g, 0, hn, sizeof hn) ? m.n_expert : 1;
+    }
+    e = calloc(n_out ? n_out : 1, sizeof *e);
     if (!e) {
         rc = rvl_seterr(RVL_ENOMEM, "out of memory");
         goto fail;
@@ -953,17 +1020,37 @@ int rvl_dequant_hf(const char *in, const char *out, const rvl_dequant_params *p)
         snprintf(g, sizeof g, "%.*s", (int)(t->name.len > 79 ? 79 : t->name.len), t->name.ptr);
         if (!strcmp(g, "rope_factors_long.weight") || !strcmp(g, "rope_factors_short.weight"))
             continue;       /* config.json's rope_scaling */
+        const rvl_kformat *kf = rvl_kformat_get(t->type);
+        if (!kf || !kf->dequantize) {
+            rc = rvl_seterr(RVL_EUNSUPPORTED, "%s: tensor %s: no dequantizer for its type", in, g);
+            goto fail;
+        }
+        if (m.n_expert && rvl_hf_expert_name(m.arch, m.n_layer, g, 0, e[ne].name, sizeof e[ne].name)) {
+            if (t->n_dims != 3 || t->ne[2] != m.n_expert) {
+                rc = rvl_seterr(RVL_EFORMAT, "%s: tensor %s: not [rows x cols x %u experts]", in, g,
+                                m.n_expert);
+                goto fail;
+            }
+            uint64_t mat = rvl_kformat_row_bytes(kf, t->ne[0]) * t->ne[1];
+            for (uint32_t x = 0; x < m.n_expert; x++, ne++) {
+                e[ne] = (st_entry){.t = t, .type = p->type, .data = (const char *)t->data + x * mat,
+                                   .n_dims = 2, .ne = {t->ne[0], t->ne[1], 1, 1},
+                                   .n_elements = t->ne[0] * t->ne[1], .in_bytes = mat};
+                rvl_hf_expert_name(m.arch, m.n_layer, g, x, e[ne].name, sizeof e[ne].name);
+            }
+            continue;
+        }
         e[ne].t = t;
+        e[ne].data = t->data;
+        e[ne].n_dims = t->n_dims;
+        memcpy(e[ne].ne, t->ne, sizeof e[ne].ne);
+        e[ne].n_elements = t->n_elements;
+        e[ne].in_bytes = t->nbytes;
         size_t gl = strlen(g);
         e[ne].shift = m.norm_shift && gl >= 11 && !strcmp(g + gl - 11, "norm.weight");
         if (rvl_hf_name_of(m.arch, m.n_layer, m.n_head, m.n_head_kv, g, e[ne].name, sizeof e[ne].name,
                             &e[ne].perm_heads) != 1) {
             rc = rvl_seterr(RVL_EUNSUPPORTED, "%s: tensor %s has no Hugging Face name here", in, g);
-            goto fail;
-        }
-        const rvl_kformat *kf = rvl_kformat_get(t->type);
-        if (!kf || !kf->dequantize) {
-            rc = rvl_seterr(RVL_EUNSUPPORTED, "%s: tensor %s: no dequantizer for its type", in, g);
             goto fail;
         }
         e[ne].type = t->n_dims <= 1 ? RVL_TYPE_F32 : p->type;

@@ -59,7 +59,7 @@ void rvl_file_prefault(const rvl_file *f, const void *const (*skip)[2], size_t n
 void rvl_map_unmap(rvl_map *m);
 
 /* The GGUF name of Hugging Face tensor `hf` of a model of family `arch`
- * (llama, qwen2, qwen3, gemma2, gemma3, phi3)
+ * (llama, qwen2, qwen3, gemma2, gemma3, phi3, mistral3, qwen2moe, qwen3moe)
  * (format/hf.c): 1 mapped into out, 0 a tensor the import skips (rotary
  * tables; lm_head when tied), -1 unknown. *perm_heads: for llama's Q/K,
  * the head count whose rows GGUF reorders (rvl_hf_row), else 0. */
@@ -69,6 +69,15 @@ int rvl_hf_tensor_name(const char *arch, uint32_t n_layer, uint32_t n_head, uint
  * unknown; *perm_heads as above. */
 int rvl_hf_name_of(const char *arch, uint32_t n_layer, uint32_t n_head, uint32_t n_head_kv,
                    const char *gguf, char *out, size_t cap, uint32_t *perm_heads);
+/* Mixture-of-experts layers: Hugging Face's per-expert matrix `hf`
+ * (model.layers.N.block_sparse_moe.experts.E.w1.weight, ...mlp.experts.E.
+ * gate_proj.weight, ...) as a part of GGUF's stacked 3-D tensor: 1 with
+ * its name in out and E in *expert, else 0. And back: the Hugging Face
+ * name of expert `expert` of GGUF's stacked tensor `gguf` (1), else 0. */
+int rvl_hf_expert_tensor(const char *arch, uint32_t n_layer, const char *hf, char *out, size_t cap,
+                         uint32_t *expert);
+int rvl_hf_expert_name(const char *arch, uint32_t n_layer, const char *gguf, uint32_t expert,
+                       char *out, size_t cap);
 /* The Hugging Face row of GGUF row g of a reordered Q/K tensor of n_rows,
  * and the GGUF row of Hugging Face row r (heads 0: r itself). */
 uint64_t rvl_hf_row(uint64_t g, uint32_t heads, uint64_t n_rows);

@@ -3,8 +3,13 @@
  * Hugging Face import (convert/convert_hf.c) writes a GGUF with, and that
  * PEFT adapters' targets are resolved through (engine/lora.c), and the
  * safetensors export (convert/dequant_hf.c) writes back, for llama
- * (and Mistral), qwen2, qwen3, gemma2, gemma3, phi3 and mistral3
- * (Ministral 3). llama's and mistral3's
+ * (and Mistral, Mixtral), qwen2, qwen3, gemma2, gemma3, phi3, mistral3
+ * (Ministral 3), qwen2moe and qwen3moe. Mixture-of-experts layers: the
+ * router (ffn_gate_inp), Qwen2-MoE's shared expert (ffn_*_shexp, its gate
+ * ffn_gate_inp_shexp), and each expert's matrices, which Hugging Face
+ * keeps apart (experts.E.w1 / gate_proj, ...) and GGUF stacks into one 3-D
+ * tensor per kind (ffn_{gate,up,down}_exps, expert E the E-th matrix:
+ * rvl_hf_expert_*). llama's and mistral3's
  * q_proj/k_proj rows are stored in GGUF in another order (rotary pairs
  * interleaved, as llama.cpp's convert_hf_to_gguf.py permutes them).
  */
@@ -15,12 +20,14 @@
 
 /* The families the table knows (a bit each). */
 enum { F_LLAMA = 1, F_QWEN2 = 2, F_QWEN3 = 4, F_GEMMA2 = 8, F_GEMMA3 = 16, F_PHI3 = 32,
-       F_MISTRAL3 = 64, F_ALL = 127, F_GEMMA = F_GEMMA2 | F_GEMMA3,
-       F_PERMUTED = F_LLAMA | F_MISTRAL3 };
+       F_MISTRAL3 = 64, F_QWEN2MOE = 128, F_QWEN3MOE = 256, F_ALL = 511,
+       F_GEMMA = F_GEMMA2 | F_GEMMA3, F_PERMUTED = F_LLAMA | F_MISTRAL3,
+       F_QWEN_MOE = F_QWEN2MOE | F_QWEN3MOE };
 
 static unsigned family_bit(const char *arch)
 {
-    static const char *const names[] = {"llama", "qwen2", "qwen3", "gemma2", "gemma3", "phi3", "mistral3"};
+    static const char *const names[] = {"llama", "qwen2", "qwen3", "gemma2", "gemma3", "phi3", "mistral3",
+                                         "qwen2moe", "qwen3moe"};
     for (unsigned i = 0; i < sizeof names / sizeof names[0]; i++)
         if (!strcmp(arch, names[i]))
             return 1u << i;
@@ -48,12 +55,32 @@ static const struct {
     {"post_ffw_norm", "post_feedforward_layernorm", F_GEMMA},
     {"attn_q", "self_attn.q_proj", F_ALL}, {"attn_k", "self_attn.k_proj", F_ALL},
     {"attn_v", "self_attn.v_proj", F_ALL}, {"attn_output", "self_attn.o_proj", F_ALL},
-    {"attn_q_norm", "self_attn.q_norm", F_QWEN3 | F_GEMMA3},
-    {"attn_k_norm", "self_attn.k_norm", F_QWEN3 | F_GEMMA3},
+    {"attn_q_norm", "self_attn.q_norm", F_QWEN3 | F_GEMMA3 | F_QWEN3MOE},
+    {"attn_k_norm", "self_attn.k_norm", F_QWEN3 | F_GEMMA3 | F_QWEN3MOE},
     {"attn_qkv", "self_attn.qkv_proj", F_PHI3},
     {"ffn_up", "mlp.gate_up_proj", F_PHI3},
     {"ffn_gate", "mlp.gate_proj", F_ALL & ~F_PHI3}, {"ffn_up", "mlp.up_proj", F_ALL & ~F_PHI3},
     {"ffn_down", "mlp.down_proj", F_ALL},
+    /* mixtures of experts: the router, Qwen2-MoE's shared expert */
+    {"ffn_gate_inp", "block_sparse_moe.gate", F_LLAMA}, {"ffn_gate_inp", "mlp.gate", F_QWEN_MOE},
+    {"ffn_gate_shexp", "mlp.shared_expert.gate_proj", F_QWEN2MOE},
+    {"ffn_up_shexp", "mlp.shared_expert.up_proj", F_QWEN2MOE},
+    {"ffn_down_shexp", "mlp.shared_expert.down_proj", F_QWEN2MOE},
+    {"ffn_gate_inp_shexp", "mlp.shared_expert_gate", F_QWEN2MOE},
+};
+
+/* The experts' matrices: Hugging Face's per-expert name (after
+ * model.layers.N.<prefix>E.) and GGUF's stacked tensor. */
+static const struct {
+    const char *gguf, *prefix, *hf;
+    unsigned families;
+} exps[] = {
+    {"ffn_gate_exps", "block_sparse_moe.experts.", "w1", F_LLAMA},
+    {"ffn_down_exps", "block_sparse_moe.experts.", "w2", F_LLAMA},
+    {"ffn_up_exps", "block_sparse_moe.experts.", "w3", F_LLAMA},
+    {"ffn_gate_exps", "mlp.experts.", "gate_proj", F_QWEN_MOE},
+    {"ffn_up_exps", "mlp.experts.", "up_proj", F_QWEN_MOE},
+    {"ffn_down_exps", "mlp.experts.", "down_proj", F_QWEN_MOE},
 };
 
 /* Map `name` from one naming (from: 0 GGUF, 1 Hugging Face) to the other:
@@ -125,4 +152,47 @@ uint64_t rvl_hf_gguf_row(uint64_t r, uint32_t heads, uint64_t n_rows)
     uint64_t hd = n_rows / heads, h = r / hd, k = r % hd, half = hd / 2;
     uint64_t j = k / half, i = k % half;
     return h * hd + 2 * i + j;
+}
+
+int rvl_hf_expert_tensor(const char *arch, uint32_t n_layer, const char *hf, char *out, size_t cap,
+                         uint32_t *expert)
+{
+    unsigned l, e, fam = family_bit(arch);
+    int n = 0;
+    if (sscanf(hf, "model.layers.%u.%n", &l, &n) != 1 || n == 0 || l >= n_layer)
+        return 0;
+    const char *rest = hf + n;
+    for (size_t i = 0; i < sizeof exps / sizeof exps[0]; i++) {
+        size_t k = strlen(exps[i].prefix);
+        int m = 0;
+        if (!(exps[i].families & fam) || strncmp(rest, exps[i].prefix, k) ||
+            sscanf(rest + k, "%u.%n", &e, &m) != 1 || m == 0 || rest[k] < '0' || rest[k] > '9')
+            continue;
+        const char *w = rest + k + m;
+        size_t wl = strlen(exps[i].hf);
+        if (strncmp(w, exps[i].hf, wl) || strcmp(w + wl, ".weight"))
+            continue;
+        snprintf(out, cap, "blk.%u.%s.weight", l, exps[i].gguf);
+        *expert = e;
+        return 1;
+    }
+    return 0;
+}
+
+int rvl_hf_expert_name(const char *arch, uint32_t n_layer, const char *gguf, uint32_t expert,
+                       char *out, size_t cap)
+{
+    unsigned l, fam = family_bit(arch);
+    int n = 0;
+    if (sscanf(gguf, "blk.%u.%n", &l, &n) != 1 || n == 0 || l >= n_layer)
+        return 0;
+    for (size_t i = 0; i < sizeof exps / sizeof exps[0]; i++) {
+        size_t k = strlen(exps[i].gguf);
+        if ((exps[i].families & fam) && !strncmp(gguf + n, exps[i].gguf, k) &&
+            !strcmp(gguf + n + k, ".weight")) {
+            snprintf(out, cap, "model.layers.%u.%s%u.%s.weight", l, exps[i].prefix, expert, exps[i].hf);
+            return 1;
+        }
+    }
+    return 0;
 }

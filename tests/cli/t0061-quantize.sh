@@ -1,5 +1,6 @@
 #!/bin/sh
-# ruvllm quantize on the tiny models of issue 18's families (below), and
+# ruvllm quantize on the tiny models of issue 18's families and issue 19's
+# mixtures of experts (below), and
 # on the default model: dequant to F16, then quantize to
 # Q8_0, Q5_0, Q4_0 and Q4_K_M, and every tensor's type and bytes equal
 # llama.cpp's llama_model_quantize on the same F16 file (SHA-256 prefixes
@@ -15,7 +16,10 @@ REF=tests/ref/quantize
 # name, type and sha256 prefix of every tensor (lib.sh)
 hashes() { tensor_hashes "$@"; }
 
-# issue 18's families: the F32 tiny models of tests/data/tiny through each
+# issue 18's families and issue 19's mixtures of experts (mixtral,
+# qwen3moe with llama.cpp's 8-expert rules, qwen2moe with a shared
+# expert; 3-D ffn_*_exps quantized an expert at a time, routers kept): the
+# F32 tiny models of tests/data/tiny through each
 # mix give llama.cpp's types (its per-family rules, and its fallbacks for
 # rows that are not whole K-quant blocks: these are 64 wide) and bytes
 # (tests/ref/quantize/family-NAME.tsv: MIX, name, type, SHA-256 prefix;

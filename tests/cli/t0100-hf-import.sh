@@ -16,7 +16,16 @@
 #      <arch>.attention.scale
 #                          a query_pre_attn_scalar other than the one
 #                          llama.cpp derives (none of these models has one)
+#      tokenizer.ggml.pre  qwen2moe and qwen3moe only: their references were
+#                          converted through gen_tiny_hf.py's PRE_SHIM, which
+#                          names "qwen2" for the tokenizer hash llama.cpp does
+#                          not know; their tokenizer.json's pre-tokenizer is
+#                          plain ByteLevel, GPT-2's split (not Qwen2's, which
+#                          takes digits one by one), and ours says "gpt-2"
 #  - every tensor with the same name, type, shape and data, bit for bit
+#    (Mixtral's and Qwen-MoE's per-expert matrices stacked into the 3-D
+#    ffn_{gate,up,down}_exps, Qwen2-MoE's shared expert and its [dim, 1]
+#    gate, the routers)
 #    (in llama-quantize's order, by layer then name: quantize's order; the
 #    import itself keeps the converter's);
 # and `dequant --format safetensors` of that file, imported again, gives
@@ -44,9 +53,20 @@ tensors() { tensor_hashes "$1" | sort; }
 for dir in "$D"/hf/*/; do
     name=$(basename "$dir")
     ref="$D/$name.gguf"
+    case $name in
+    *-nonorm) continue ;;    # refused (below)
+    esac
     run 0 ruvllm quantize -q "$dir" "$TMP/$name.gguf" F32
     meta "$ref" >"$TMP/meta-ref"
     meta "$TMP/$name.gguf" >"$TMP/meta-ours"
+    case $name in
+    qwen*moe)
+        assert "$name: tokenizer.ggml.pre gpt-2 (the reference: the shim's qwen2)" \
+            "grep -q -E '^  tokenizer.ggml.pre +string +\"gpt-2\"\$' $TMP/meta-ours"
+        grep -v '^  tokenizer\.ggml\.pre ' "$TMP/meta-ref" >"$TMP/meta-x" && mv "$TMP/meta-x" "$TMP/meta-ref"
+        grep -v '^  tokenizer\.ggml\.pre ' "$TMP/meta-ours" >"$TMP/meta-x" && mv "$TMP/meta-x" "$TMP/meta-ours"
+        ;;
+    esac
     assert "$name: metadata as llama.cpp's converter writes it" "cmp -s $TMP/meta-ref $TMP/meta-ours"
     if ! cmp -s "$TMP/meta-ref" "$TMP/meta-ours"; then
         diff "$TMP/meta-ref" "$TMP/meta-ours" | cut -c1-160 | head -n 8 | sed 's/^/#   /'
@@ -111,5 +131,44 @@ err_has "rope_parameters.mscale"
 sed 's/"rope_type": "yarn"/"rope_type": "default"/' "$D/hf/ministral3/config.json" >"$TMP/bad/config.json"
 run 1 ruvllm quantize -q "$TMP/bad" "$TMP/bad.gguf" F32
 err_has "rope_type"
+# Mixtures of experts: what llama.cpp's qwen3moe/qwen2moe compute and the
+# file cannot change (qwen3moe renormalizes the chosen experts' weights,
+# qwen2moe does not; every layer sparse)
+if [ -d "$D/hf/qwen3moe-nonorm" ]; then
+    run 1 ruvllm quantize -q "$D/hf/qwen3moe-nonorm" "$TMP/bad.gguf" F32
+    err_has "norm_topk_prob"
+fi
+for m in qwen3moe qwen2moe; do
+    [ -d "$D/hf/$m" ] || continue
+    rm -f "$TMP/bad"/*
+    for f in "$D"/hf/$m/*; do ln -s "$PWD/$f" "$TMP/bad/"; done
+    rm "$TMP/bad/config.json"
+    if [ $m = qwen2moe ]; then
+        sed 's/"norm_topk_prob": false/"norm_topk_prob": true/' "$D/hf/$m/config.json" >"$TMP/bad/config.json"
+    else
+        grep -v '"norm_topk_prob"' "$D/hf/$m/config.json" >"$TMP/bad/config.json"   # default: false
+    fi
+    run 1 ruvllm quantize -q "$TMP/bad" "$TMP/bad.gguf" F32
+    err_has "norm_topk_prob"
+    sed 's/"decoder_sparse_step": 1/"decoder_sparse_step": 2/' "$D/hf/$m/config.json" >"$TMP/bad/config.json"
+    run 1 ruvllm quantize -q "$TMP/bad" "$TMP/bad.gguf" F32
+    err_has "decoder_sparse_step"
+    sed 's/"mlp_only_layers": \[\]/"mlp_only_layers": [1]/' "$D/hf/$m/config.json" >"$TMP/bad/config.json"
+    run 1 ruvllm quantize -q "$TMP/bad" "$TMP/bad.gguf" F32
+    err_has "mlp_only_layers"
+    # harmless: the training-time router outputs
+    sed 's/"output_router_logits": false/"output_router_logits": true/' "$D/hf/$m/config.json" >"$TMP/bad/config.json"
+    run 0 ruvllm quantize -q "$TMP/bad" "$TMP/ok.gguf" F32
+    rm -f "$TMP/ok.gguf"
+done
+# a missing expert is an error, not a short tensor
+if [ -d "$D/hf/mixtral" ]; then
+    rm -f "$TMP/bad"/*
+    for f in "$D"/hf/mixtral/*; do ln -s "$PWD/$f" "$TMP/bad/"; done
+    rm "$TMP/bad/config.json"
+    sed 's/"num_local_experts": 4/"num_local_experts": 5/' "$D/hf/mixtral/config.json" >"$TMP/bad/config.json"
+    run 1 ruvllm quantize -q "$TMP/bad" "$TMP/bad.gguf" F32
+    err_has "expert 4's matrix is missing"
+fi
 assert "nothing left at the output" "[ ! -e $TMP/bad.gguf ]"
 finish

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""Check the Hugging Face import and export of the families of issue 18
-against transformers and llama.cpp.
+"""Check the Hugging Face import and export of the families of issues 18
+and 19 (mixtures of experts: mixtral, qwen3moe, qwen2moe) against
+transformers and llama.cpp.
 
     python3 tests/ref/check_convert_hf.py [--part transformers|llamacpp|both] [NAME...]
 
@@ -17,6 +18,9 @@ tests/data/tiny/<name>.gguf):
     the exported tensors equal the original ones bit for bit except
     Gemma's RMSNorm gains (exported as fl(fl(1 + w) - 1)), whose largest
     difference is printed.
+  <name>-nonorm (Qwen3-MoE with norm_topk_prob false, which llama.cpp's
+    qwen3moe cannot compute): `ruvllm quantize` must refuse it, naming
+    norm_topk_prob, in either part.
   llama.cpp part (llama-cpp-python): our import and the converter's file
     both load in llama.cpp; their logits over the same tokens agree within
     1e-4 of max |logit| (the files hold the same tensors and, but for the
@@ -49,6 +53,14 @@ def tokens():
 
 def rel(a, b):
     return float(max(np.abs(a[t] - b[t]).max() / np.abs(b[t]).max() for t in range(len(b))))
+
+
+def refused(a, name, tmp):
+    r = subprocess.run([a.ruvllm, "quantize", "-q", os.path.join(TINY, "hf", name),
+                        os.path.join(tmp, "x.gguf"), "F32"], capture_output=True, text=True)
+    ok = r.returncode == 1 and "norm_topk_prob" in r.stderr and not os.path.exists(os.path.join(tmp, "x.gguf"))
+    print(f"{name}: refused: {r.stderr.strip()} -> {'ok' if ok else 'FAIL'}")
+    return ok
 
 
 def part_transformers(a, name, tmp):
@@ -115,7 +127,7 @@ def main():
         for part, fn in [("transformers", part_transformers), ("llamacpp", part_llamacpp)]:
             if a.part in (part, "both"):
                 with tempfile.TemporaryDirectory() as tmp:
-                    bad += not fn(a, name, tmp)
+                    bad += not (refused if name.endswith("-nonorm") else fn)(a, name, tmp)
     print("OK" if not bad else f"{bad} failed checks")
     return 1 if bad else 0
 

@@ -16,7 +16,8 @@ Writes the Hugging Face directory of IN with `build/ruvllm dequant
     --temp 0` on the GGUF file.
 With --tiny, instead, each tiny model of tests/data/tiny/ (llama, tied,
 linear and YaRN RoPE scaling, qwen2 with Q/K/V biases, qwen3 with
-QK-norm; f32) goes to a
+QK-norm; the converter's mixtures of experts mixtral, qwen3moe and qwen2moe,
+whose stacked experts go back to one matrix each; f32) goes to a
 Hugging Face directory whose transformers logits must equal the committed
 ones (tests/ref/gen_tiny_hf.py) within 1e-5 of max |logit|, and back through
 `ruvllm quantize DIR OUT F32` to a GGUF whose tensors equal the original's
@@ -211,7 +212,11 @@ def check_tiny(a):
     tiny = os.path.join(ROOT, "tests/data/tiny")
     ids = [int(x) for x in open(os.path.join(tiny, "tokens.txt")).read().split()]
     bad = 0
-    for name in ["llama", "llama-tied", "llama-linear", "llama-yarn", "qwen2", "qwen3", "llama3"]:
+    # (qwen3moe-nonorm.gguf is not among them: the file means what llama.cpp
+    # computes, renormalized, and exports as norm_topk_prob true, so its
+    # transformers logits are qwen3moe's way, not the committed ones)
+    for name in ["llama", "llama-tied", "llama-linear", "llama-yarn", "qwen2", "qwen3", "llama3",
+                 "mixtral", "qwen3moe", "qwen2moe"]:
         src = os.path.join(tiny, name + ".gguf")
         with tempfile.TemporaryDirectory() as tmp:
             hf, back = os.path.join(tmp, "hf"), os.path.join(tmp, "back.gguf")

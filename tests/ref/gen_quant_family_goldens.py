@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Goldens for `ruvllm quantize` on the families of issue 18, from llama.cpp's
-llama_model_quantize.
+"""Goldens for `ruvllm quantize` on the families of issue 18 and the mixtures
+of experts of issue 19, from llama.cpp's llama_model_quantize.
 
     python3 tests/ref/gen_quant_family_goldens.py            # rewrite tests/ref/quantize/family-*.tsv
     python3 tests/ref/gen_quant_family_goldens.py --check    # compare ruvllm with llama.cpp only
@@ -15,7 +15,19 @@ most matrices are not whole 256-element K-quant blocks and llama.cpp falls
 back (Q4_K -> Q5_0, Q5_K -> Q5_1, Q6_K -> Q8_0, Q2_K/Q3_K -> Q4_0):
 those fallbacks are part of what is compared; the per-family rules (Gemma's
 and Phi-3's fused or post-norm tensors, GQA's attn_v, the tied output) are
-the rest.
+the rest. The mixtures of experts (mixtral: 4 experts; qwen3moe: 8, which
+switches on llama.cpp's 8-expert rules: attn_v and attn_k Q8_0, attn_output
+Q5_K in the low mixes; qwen2moe: 4 and a shared expert) add the 3-D
+ffn_{gate,up,down}_exps, quantized a matrix an expert, and the routers
+ffn_gate_inp, never quantized.
+
+Since the tiny models' rows are not whole K-quant blocks, --wide-moe (check
+only, nothing written; log: tests/ref/quantize/wide-moe.log) also builds
+two synthetic F16 mixtures of experts 256 wide with gguf-py, "moe8" (llama,
+8 experts, 8 layers: the 8-expert rules and use_more_bits over the
+layers, in K-quants) and "qwen2moe" (4 experts and a shared expert of 256,
+4 layers), and compares ruvllm with llama.cpp on them for every mix of
+gen_quantize_goldens.py (Q2_K_S with an importance matrix).
 
 tests/ref/quantize/family-<model>.tsv, one line per mix and tensor of
 llama.cpp's output, in its order:
@@ -42,7 +54,8 @@ import numpy as np  # noqa: E402
 
 TINY = os.path.join(gq.ROOT, "tests/data/tiny")
 # the families' F32 files (mistral is arch llama, ministral3 mistral3)
-MODELS = ["qwen3", "qwen3-hf", "gemma2", "gemma3", "mistral", "ministral3", "phi3", "phi3-partial"]
+MODELS = ["qwen3", "qwen3-hf", "gemma2", "gemma3", "mistral", "ministral3", "phi3", "phi3-partial",
+          "mixtral", "qwen3moe", "qwen2moe"]
 MIXES = ["Q4_0", "Q8_0", "Q4_K_M", "Q5_K_M", "Q6_K", "Q3_K_M", "Q2_K"]
 VERSIONS = {"llama_cpp": "0.3.36", "gguf": "0.19.0", "numpy": "2.4.6"}
 
@@ -52,13 +65,118 @@ def hashes(path):
             for t in gguf.GGUFReader(path).tensors]
 
 
+def synth_moe(path, arch, n_layer, n_embd, n_ff_exp, n_expert, n_used, n_ff_shexp, seed):
+    """An F16 mixture of experts of random weights (the rules depend on
+    names, shapes and hyper-parameters only)."""
+    rng = np.random.default_rng(seed)
+    n_head, n_head_kv, n_vocab = 8, 2, 512
+    hd = n_embd // n_head
+    w = gguf.GGUFWriter(path, arch)
+    w.add_context_length(512)
+    w.add_embedding_length(n_embd)
+    w.add_block_count(n_layer)
+    w.add_feed_forward_length(n_ff_exp)
+    w.add_head_count(n_head)
+    w.add_head_count_kv(n_head_kv)
+    w.add_layer_norm_rms_eps(1e-5)
+    w.add_expert_count(n_expert)
+    w.add_expert_used_count(n_used)
+    if arch != "llama":
+        w.add_expert_feed_forward_length(n_ff_exp)
+    if n_ff_shexp:
+        w.add_expert_shared_feed_forward_length(n_ff_shexp)
+    w.add_rope_dimension_count(hd)
+    w.add_file_type(1)
+    mats = [("token_embd.weight", (n_vocab, n_embd)), ("output.weight", (n_vocab, n_embd))]
+    vecs = [("output_norm.weight", n_embd)]
+    for i in range(n_layer):
+        p = f"blk.{i}."
+        vecs += [(p + "attn_norm.weight", n_embd), (p + "ffn_norm.weight", n_embd)]
+        mats += [(p + "attn_q.weight", (n_embd, n_embd)), (p + "attn_k.weight", (n_head_kv * hd, n_embd)),
+                 (p + "attn_v.weight", (n_head_kv * hd, n_embd)), (p + "attn_output.weight", (n_embd, n_embd)),
+                 (p + "ffn_gate_inp.weight", (n_expert, n_embd)),
+                 (p + "ffn_gate_exps.weight", (n_expert, n_ff_exp, n_embd)),
+                 (p + "ffn_up_exps.weight", (n_expert, n_ff_exp, n_embd)),
+                 (p + "ffn_down_exps.weight", (n_expert, n_embd, n_ff_exp))]
+        if n_ff_shexp:
+            mats += [(p + "ffn_gate_inp_shexp.weight", (1, n_embd)),
+                     (p + "ffn_gate_shexp.weight", (n_ff_shexp, n_embd)),
+                     (p + "ffn_up_shexp.weight", (n_ff_shexp, n_embd)),
+                     (p + "ffn_down_shexp.weight", (n_embd, n_ff_shexp))]
+    for name, shape in mats:
+        w.add_tensor(name, (rng.standard_normal(shape) * 0.02).astype(np.float16))
+    for name, n in vecs:
+        w.add_tensor(name, np.ones(n, np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+def moe_imatrix(path, seed):
+    """Random positive importance values, one set per matrix (an expert's
+    for the 3-D tensors, as llama.cpp's imatrix holds them): {name:
+    float32[n_mat, ne0]}."""
+    rng = np.random.default_rng(seed)
+    out = {}
+    for t in gguf.GGUFReader(path).tensors:
+        if len(t.shape) >= 2:
+            n_mat = int(t.shape[2]) if len(t.shape) == 3 else 1
+            out[t.name] = (rng.random((n_mat, int(t.shape[0]))) * 2 + 0.05).astype(np.float32)
+    return out
+
+
+def write_moe_imatrix(path, im):
+    w = gguf.GGUFWriter(path, "llama")
+    w.add_string("general.type", "imatrix")
+    w.add_array("imatrix.datasets", ["synthetic"])
+    w.add_uint32("imatrix.chunk_count", 1)
+    w.add_uint32("imatrix.chunk_size", 512)
+    for name, v in im.items():
+        w.add_tensor(name + ".in_sum2", v)      # count 1: values exactly
+        w.add_tensor(name + ".counts", np.ones((v.shape[0], 1), np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+def wide_moe():
+    """ruvllm against llama.cpp on the synthetic wide mixtures of experts."""
+    bad = 0
+    specs = {"moe8": ("llama", 8, 256, 256, 8, 2, 0, 5),
+             "qwen2moe": ("qwen2moe", 4, 256, 256, 4, 2, 256, 6)}
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, (arch, nl, ne, nf, nx, nu, nsh, seed) in specs.items():
+            src = os.path.join(tmp, name + ".gguf")
+            synth_moe(src, arch, nl, ne, nf, nx, nu, nsh, seed)
+            im, imf = moe_imatrix(src, seed + 10), os.path.join(tmp, name + ".imatrix.gguf")
+            write_moe_imatrix(imf, im)
+            for mix, ft in gq.FTYPES.items():
+                ref, ours = os.path.join(tmp, "ref.gguf"), os.path.join(tmp, "ours.gguf")
+                use = mix in gq.NEEDS_IMATRIX
+                gq.llama_quantize(src, ref, ft, {k: v.reshape(-1) for k, v in im.items()} if use else None)
+                gq.ruvllm_quantize(src, ours, mix, imf if use else None)
+                bad += gq.compare(f"wide {name} {mix}", ours, ref)
+                types = sorted({t.tensor_type.name for t in gguf.GGUFReader(ref).tensors})
+                print(f"  llama.cpp's types: {' '.join(types)}")
+                os.unlink(ref)
+                os.unlink(ours)
+    print("OK" if not bad else f"{bad} differences")
+    return 1 if bad else 0
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--check", action="store_true", help="compare only, write nothing")
+    ap.add_argument("--wide-moe", action="store_true",
+                    help="check only: synthetic 256-wide mixtures of experts, every mix")
     ap.add_argument("--ruvllm", default=gq.RUVLLM, help="the binary (default build/ruvllm)")
     ap.add_argument("models", nargs="*", default=MODELS)
     a = ap.parse_args()
     gq.RUVLLM = a.ruvllm
+    if a.wide_moe:
+        return wide_moe()
     from importlib.metadata import version
     got = {"llama_cpp": llama_cpp.__version__, "gguf": version("gguf"), "numpy": np.__version__}
     for k, want in VERSIONS.items():
