@@ -109,7 +109,7 @@ static void human_bytes(char *buf, size_t cap, double b)
 
 static const char *const default_formats[] = {
     "F16", "BF16", "F32", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q4_K", "Q5_K", "Q6_K",
-    "Q2_K", "Q3_K", "IQ4_NL", "IQ4_XS", NULL,
+    "Q2_K", "Q3_K", "IQ4_NL", "IQ4_XS", "MXFP4", NULL,
 };
 
 /* Llama-7B's matrix shapes: rows x row length (outputs x inputs). */

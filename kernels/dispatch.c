@@ -56,6 +56,7 @@ typedef struct {
     { RVL_K_Q5_1, need, NULL, NULL, vec_dot_q5_1_q8_1_##isa },                      \
     { RVL_K_Q8_0, need, NULL, NULL, vec_dot_q8_0_q8_0_##isa },                      \
     { RVL_K_IQ4_NL, need, NULL, NULL, vec_dot_iq4_nl_q8_0_##isa },                  \
+    { RVL_K_MXFP4, need, NULL, NULL, vec_dot_mxfp4_q8_0_##isa },                    \
     /* RVL_I4S_G32 is Q4_0's layout, and pairs with Q8_0 the same way */           \
     { RVL_K_RVL_I4S_G32, need, NULL, NULL, vec_dot_q4_0_q8_0_##isa },               \
     { RVL_K_Q2_K, need, NULL, NULL, vec_dot_q2_K_q8_K_##isa },                      \

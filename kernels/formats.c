@@ -62,7 +62,7 @@ static const rvl_kformat ggml_table[RVL_K_GGML_COUNT] = {
     D(IQ1_M, "IQ1_M", 256, 56, iq1_m),
     D(TQ1_0, "TQ1_0", 256, 54, tq1_0),
     D(TQ2_0, "TQ2_0", 256, 66, tq2_0),
-    D(MXFP4, "MXFP4", 32, 17, mxfp4),
+    W(MXFP4, "MXFP4", 32, 17, Q, mxfp4, Q8_0, q8_0),
     D(NVFP4, "NVFP4", 64, 36, nvfp4),
     AT(Q1_0) = { "Q1_0", RVL_K_Q1_0, 128, 18, 0, Q, RVL_K_F32, quantize_q1_0_ref,
                  dequantize_q1_0_ref, NULL, NULL, NULL, NULL, NULL },

@@ -132,6 +132,9 @@ typedef struct RVL_PACKED { rvl_f16 d; uint8_t qs[32]; uint16_t qh[8]; } block_i
 typedef struct RVL_PACKED { uint8_t qs[32]; uint8_t qh[16]; uint8_t scales[8]; } block_iq1_m;
 typedef struct RVL_PACKED { uint8_t qs[48]; uint8_t qh[4]; rvl_f16 d; } block_tq1_0;
 typedef struct RVL_PACKED { uint8_t qs[64]; rvl_f16 d; } block_tq2_0;
+/* MXFP4 (OCP microscaling, gpt-oss's experts): e an E8M0 exponent shared
+ * by 32 E2M1 values, nibbles as Q4_0 (byte j: element j low, j+16 high);
+ * x = 2^(e-127) * e2m1[q] = rvl_e8m0_half(e) * rvl_kvalues_mxfp4[q]. */
 typedef struct RVL_PACKED { uint8_t e; uint8_t qs[16]; } block_mxfp4;
 typedef struct RVL_PACKED { uint8_t d[4]; uint8_t qs[32]; } block_nvfp4;
 typedef struct RVL_PACKED { rvl_f16 d; uint8_t qs[16]; } block_q1_0;          /* 128 signs */
@@ -174,6 +177,17 @@ typedef struct RVL_PACKED { float scale, bias; uint8_t qs[64]; } block_mlx_a8_g6
 
 /* IQ4_NL / IQ4_XS non-linear levels (llama.cpp kvalues_iq4nl). */
 extern const int8_t rvl_kvalues_iq4nl[16];
+/* The E2M1 values doubled to integers (llama.cpp kvalues_mxfp4): 0 0.5 1
+ * 1.5 2 3 4 6 and their negatives, times 2. Code 8 (-0) reads as 0. */
+extern const int8_t rvl_kvalues_mxfp4[16];
+
+/* An E8M0 exponent as 2^(e-127) / 2, the scale of the doubled levels
+ * (llama.cpp ggml_e8m0_to_fp32_half): e = 0 and 1 are the subnormals
+ * 2^-128 and 2^-127; 255 is 2^127, not NaN (ggml ignores the NaN code). */
+static inline float rvl_e8m0_half(uint8_t e)
+{
+    return rvl_bits_f32(e < 2 ? 0x00200000u << e : (uint32_t)(e - 1) << 23);
+}
 
 /* ======================================================================
  * The type-traits table.
@@ -276,7 +290,8 @@ void pack8_q4_K(int64_t n, const void *rows, size_t stride, void *group);
 void unpack8_q4_K(int64_t n, const void *group, void *rows, size_t stride);
 RVL_DECL_DQ(iq2_xxs) RVL_DECL_DQ(iq2_xs) RVL_DECL_DQ(iq2_s)
 RVL_DECL_DQ(iq3_xxs) RVL_DECL_DQ(iq3_s) RVL_DECL_DQ(iq1_s) RVL_DECL_DQ(iq1_m)
-RVL_DECL_DQ(tq1_0) RVL_DECL_DQ(tq2_0) RVL_DECL_DQ(mxfp4) RVL_DECL_DQ(nvfp4)
+RVL_DECL_DQ(tq1_0) RVL_DECL_DQ(tq2_0) RVL_DECL_DQ(nvfp4)
+RVL_DECL_Q(mxfp4)
 RVL_DECL_Q(rvl_i4s_g32) RVL_DECL_Q(rvl_i4s_g64) RVL_DECL_Q(rvl_i4s_g128)
 RVL_DECL_Q(rvl_i4a_g32) RVL_DECL_Q(rvl_i4a_g64) RVL_DECL_Q(rvl_i4a_g128)
 RVL_DECL_Q(rvl_i8_row) RVL_DECL_Q(rvl_i8_g64) RVL_DECL_Q(rvl_i8_g128)
@@ -297,6 +312,7 @@ float vec_dot_q5_0_q8_0_ref(int64_t n, const void *w, const void *a);
 float vec_dot_q5_1_q8_1_ref(int64_t n, const void *w, const void *a);
 float vec_dot_q8_0_q8_0_ref(int64_t n, const void *w, const void *a);
 float vec_dot_iq4_nl_q8_0_ref(int64_t n, const void *w, const void *a);
+float vec_dot_mxfp4_q8_0_ref(int64_t n, const void *w, const void *a);
 float vec_dot_q2_K_q8_K_ref(int64_t n, const void *w, const void *a);
 float vec_dot_q3_K_q8_K_ref(int64_t n, const void *w, const void *a);
 float vec_dot_q4_K_q8_K_ref(int64_t n, const void *w, const void *a);
@@ -324,6 +340,7 @@ float vec_dot_mlx_a8_g64_q8_0_ref(int64_t n, const void *w, const void *a);
     float vec_dot_q5_1_q8_1_##isa(int64_t n, const void *w, const void *a);        \
     float vec_dot_q8_0_q8_0_##isa(int64_t n, const void *w, const void *a);        \
     float vec_dot_iq4_nl_q8_0_##isa(int64_t n, const void *w, const void *a);      \
+    float vec_dot_mxfp4_q8_0_##isa(int64_t n, const void *w, const void *a);       \
     float vec_dot_q2_K_q8_K_##isa(int64_t n, const void *w, const void *a);        \
     float vec_dot_q3_K_q8_K_##isa(int64_t n, const void *w, const void *a);        \
     float vec_dot_q4_K_q8_K_##isa(int64_t n, const void *w, const void *a);        \

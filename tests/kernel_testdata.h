@@ -187,6 +187,7 @@ static const scale_fields fields[] = {
     { RVL_K_IQ4_XS, offsetof(block_iq4_xs, d), -1 },
     { RVL_K_RVL_I4S_G32, offsetof(block_rvl_i4s_g32, d), -1 },
     { RVL_K_Q8_1, offsetof(block_q8_1, d), offsetof(block_q8_1, s) },
+    { RVL_K_MXFP4, offsetof(block_mxfp4, e), -1 },   /* an E8M0 byte, not f16 */
 };
 
 /* The scale fields of a block format; NULL for the plain types and Q8_K. */
@@ -222,6 +223,10 @@ static void random_blocks(const rvl_kformat *f, uint8_t *w, int64_t n)
             continue;
         }
         const scale_fields *sf = fields_of(f->type);
+        if (f->type == RVL_K_MXFP4) {
+            blk[sf->d_off] = (uint8_t)(118 + rng_u64() % 16); /* 2^-9 .. 2^6 */
+            continue;
+        }
         put_f16(blk + sf->d_off, 0.01f * rng_normal());
         if (sf->min_off >= 0)
             put_f16(blk + sf->min_off, 0.01f * rng_normal());

@@ -257,7 +257,7 @@ static void test_llama_cpp_pairs_weights_with_activation_formats(void **state)
         { RVL_TYPE_Q2_K, RVL_TYPE_Q8_K },   { RVL_TYPE_Q3_K, RVL_TYPE_Q8_K },
         { RVL_TYPE_Q4_K, RVL_TYPE_Q8_K },   { RVL_TYPE_Q5_K, RVL_TYPE_Q8_K },
         { RVL_TYPE_Q6_K, RVL_TYPE_Q8_K },   { RVL_TYPE_IQ4_NL, RVL_TYPE_Q8_0 },
-        { RVL_TYPE_IQ4_XS, RVL_TYPE_Q8_K },
+        { RVL_TYPE_IQ4_XS, RVL_TYPE_Q8_K }, { RVL_TYPE_MXFP4, RVL_TYPE_Q8_0 },
     };
     for (size_t i = 0; i < sizeof pairs / sizeof pairs[0]; i++)
         assert_int_equal(fmt(pairs[i][0])->vec_dot_type, pairs[i][1]);
@@ -432,6 +432,93 @@ static void test_quantize_matches_llama_cpp_bit_for_bit(void **state)
     free(imat);
 }
 
+/* MXFP4 against llama.cpp's C code (tests/ref/gen_mxfp4_goldens.py, through
+ * llama-cpp-python's ggml): quantize_row_mxfp4_ref's bytes for every row,
+ * hard blocks included (exponents where log2f rounds up, level midpoints,
+ * amax below 2^-125 where ggml's exponent wraps, subnormals, huge values,
+ * an infinity, NaNs); dequantize_row_mxfp4's floats; and ggml's CPU
+ * vec_dot with Q8_0 activations, which ours must match within the float
+ * rounding bound of dispatch.h (ggml's kernel is SIMD: different order). */
+static void test_mxfp4_matches_llama_cpp(void **state)
+{
+    (void)state;
+    const rvl_kformat *f = fmt(RVL_TYPE_MXFP4), *af = fmt(RVL_TYPE_Q8_0);
+    size_t nin, nq, ny, na, nd;
+    float *x = slurp("mxfp4_input.f32", &nin);
+    uint8_t *gold = slurp("mxfp4_quant.bin", &nq);
+    uint32_t *ygold = slurp("mxfp4_dequant.f32", &ny);
+    uint8_t *act = slurp("mxfp4_dot_act.bin", &na);
+    float *dots = slurp("mxfp4_dot.f32", &nd);
+    const int64_t per_row = 256, nrow = (int64_t)(nin / 4) / per_row;
+    const size_t rb = rowb(f, per_row), ab = rowb(af, per_row);
+    assert_true(nrow > 75);
+    assert_int_equal(nq, rb * (size_t)nrow);
+    assert_int_equal(ny, nin);
+    assert_int_equal(na, ab * (size_t)nrow);
+    assert_int_equal(nd, (size_t)nrow * 4);
+    uint8_t *q = xmalloc(nq);
+    f->quantize(x, q, per_row * nrow, NULL);
+    for (size_t i = 0; i < nq; i++)
+        if (q[i] != gold[i])
+            fail_msg("MXFP4: byte %zu (block %zu, row %zu) is 0x%02x, llama.cpp 0x%02x", i,
+                     i / 17, i / rb, q[i], gold[i]);
+    uint32_t *y = xmalloc(ny);
+    f->dequantize(gold, (float *)y, per_row * nrow);
+    for (size_t i = 0; i < ny / 4; i++)
+        if (y[i] != ygold[i])
+            fail_msg("MXFP4: value %zu is 0x%08x, llama.cpp 0x%08x", i, y[i], ygold[i]);
+    float wd[256], ad[256];
+    int compared = 0;
+    for (int64_t r = 0; r < nrow; r++) {
+        const float got = f->vec_dot(per_row, gold + r * rb, act + r * ab);
+        if (!isfinite(dots[r]))
+            continue;
+        f->dequantize(gold + r * rb, wd, per_row);
+        af->dequantize(act + r * ab, ad, per_row);
+        double mag = 0;
+        for (int j = 0; j < per_row; j++)
+            mag += fabs((double)wd[j] * ad[j]);
+        const double bound = (per_row / 32 + 16) * ldexp(1.0, -22) * mag + 1e-37;
+        if (!(fabs((double)got - dots[r]) <= bound))
+            fail_msg("MXFP4 . Q8_0 row %lld: %.9g, llama.cpp %.9g (bound %.3g)", (long long)r,
+                     got, dots[r], bound);
+        compared++;
+    }
+    assert_true(compared >= 75);
+    free(q);
+    free(y);
+    free(x);
+    free(gold);
+    free(ygold);
+    free(act);
+    free(dots);
+}
+
+/* The levels and the E8M0 scale as the OCP MX spec defines them: E2M1
+ * codes 0-7 are 0, 0.5, 1, 1.5, 2, 3, 4, 6 and 8-15 their negatives; the
+ * scale byte e is 2^(e-127), 0 and 1 giving subnormal half-scales. */
+static void test_mxfp4_levels_and_scale_follow_the_mx_spec(void **state)
+{
+    (void)state;
+    static const float e2m1[8] = { 0, 0.5f, 1, 1.5f, 2, 3, 4, 6 };
+    for (int k = 0; k < 16; k++)
+        assert_true(rvl_kvalues_mxfp4[k] == (k < 8 ? 2 : -2) * e2m1[k & 7]);
+    for (int e = 0; e < 256; e++)
+        assert_true(rvl_e8m0_half((uint8_t)e) == ldexpf(1.0f, e - 128));
+    /* one block: amax 3 is in [2, 4), so e = 1 - 2 + 127: the scale
+     * 2^(e-127) = 0.5 puts amax at 6, the largest E2M1 value */
+    float x[32] = { 3.0f, -0.5f, 1.4f, 0.2f, 0.1f }, y[32];
+    block_mxfp4 b;
+    quantize_mxfp4_ref(x, &b, 32, NULL);
+    assert_int_equal(b.e, 126);
+    dequantize_mxfp4_ref(&b, y, 32);
+    assert_true(y[0] == 3.0f && y[1] == -0.5f && y[2] == 1.5f && y[3] == 0.25f && y[4] == 0.0f);
+    assert_int_equal(b.qs[0], 7);               /* 3 = 0.5 * 6 (code 7); x[16] = 0 */
+    assert_int_equal(b.qs[1], 10);              /* -0.5 = 0.5 * -1 (code 8 + 2) */
+    assert_int_equal(b.qs[2], 5);               /* 1.4 -> 1.5 = 0.5 * 3 */
+    assert_int_equal(b.qs[4], 0);               /* 0.1 -> 0, not 0.25: code 0, not -0 */
+}
+
 static void test_rvl_i4s_g32_reads_as_q4_0(void **state)
 {
     (void)state;
@@ -502,6 +589,7 @@ static const struct {
     { RVL_TYPE_Q8_K, { 0.0091, 0.0092, 0.028, 0.0052 } },
     { RVL_TYPE_IQ4_NL, { 0.100, 0.11, 0.14, 0.079 } },
     { RVL_TYPE_IQ4_XS, { 0.11, 0.100, 0.15, 0.079 } },
+    { RVL_TYPE_MXFP4, { 0.15, 0.15, 0.20, 0.19 } },
     { RVL_TYPE_Q1_0, { 0.78, 0.79, 1.2, 0.65 } },
     { RVL_TYPE_RVL_I4S_G32, { 0.13, 0.13, 0.20, 0.090 } },
     { RVL_TYPE_RVL_I4S_G64, { 0.15, 0.15, 0.25, 0.092 } },
@@ -828,7 +916,7 @@ static void test_every_dot_product_matches_a_double_loop(void **state)
         check_dot(f, 4096, 1);        /* odd addresses */
         n_dots++;
     }
-    assert_int_equal(n_dots, 15 + 11);
+    assert_int_equal(n_dots, 16 + 11);
 }
 
 static void test_plain_dot_products_with_f32_activations(void **state)
@@ -939,6 +1027,8 @@ int main(void)
         cmocka_unit_test(test_quantize_matches_gguf_py_bit_for_bit),
         cmocka_unit_test(test_dequantize_matches_gguf_py_bit_for_bit),
         cmocka_unit_test(test_quantize_matches_llama_cpp_bit_for_bit),
+        cmocka_unit_test(test_mxfp4_matches_llama_cpp),
+        cmocka_unit_test(test_mxfp4_levels_and_scale_follow_the_mx_spec),
         cmocka_unit_test(test_rvl_i4s_g32_reads_as_q4_0),
         cmocka_unit_test(test_mlx_blocks_keep_mlx_nibble_order),
         cmocka_unit_test(test_roundtrip_error_within_bounds_for_every_format),

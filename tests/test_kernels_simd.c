@@ -614,8 +614,8 @@ static void test_variants_override_the_listed_kernels(void **state)
     (void)state;
     static const uint32_t dots[] = {
         RVL_K_Q4_0, RVL_K_Q4_1, RVL_K_Q5_0, RVL_K_Q5_1, RVL_K_Q8_0, RVL_K_Q2_K, RVL_K_Q3_K,
-        RVL_K_Q4_K, RVL_K_Q5_K, RVL_K_Q6_K, RVL_K_IQ4_NL, RVL_K_IQ4_XS, RVL_K_F16, RVL_K_F32,
-        RVL_K_BF16,
+        RVL_K_Q4_K, RVL_K_Q5_K, RVL_K_Q6_K, RVL_K_IQ4_NL, RVL_K_IQ4_XS, RVL_K_MXFP4, RVL_K_F16,
+        RVL_K_F32, RVL_K_BF16,
     };
     static const uint32_t quants[] = { RVL_K_Q8_0, RVL_K_Q8_1, RVL_K_Q8_K, RVL_K_F16, RVL_K_BF16 };
     static const uint32_t dequants[] = { RVL_K_F16, RVL_K_BF16, RVL_K_Q8_0, RVL_K_Q4_0,

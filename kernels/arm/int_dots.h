@@ -140,6 +140,25 @@ float KN(vec_dot_iq4_nl_q8_0)(int64_t n, const void *vw, const void *va)
     return sum;
 }
 
+/* MXFP4: IQ4_NL's table lookup on the doubled E2M1 levels, the weight
+ * scale from the E8M0 byte (rvl_e8m0_half), in ref's order. */
+float KN(vec_dot_mxfp4_q8_0)(int64_t n, const void *vw, const void *va)
+{
+    const block_mxfp4 *w = vw;
+    const block_q8_0 *a = va;
+    const int8x16_t lv = ld_s8(rvl_kvalues_mxfp4);
+    const uint8x16_t m4 = vdupq_n_u8(0x0F);
+    float sum = 0;
+    for (int64_t i = 0; i < n / 32; i++) {
+        prefetch_ahead(&w[i]);
+        const uint8x16_t b = vld1q_u8(w[i].qs);
+        const int isum = dot32(vqtbl1q_s8(lv, vandq_u8(b, m4)), vqtbl1q_s8(lv, vshrq_n_u8(b, 4)),
+                               a[i].qs);
+        sum += (float)isum * (rvl_e8m0_half(w[i].e) * f16s(a[i].d));
+    }
+    return sum;
+}
+
 /* ======================================================================
  * K-quants and IQ4_XS against Q8_K (super-blocks of 256). Group g of 16
  * (or 32) levels pairs with a.qs[16g ..]; each group's lane sums are

@@ -3,7 +3,7 @@
  * in the weight format's vec_dot_type (formats.h):
  *
  *   F32 . F32, F16 . F16, BF16 . BF16 (and F16/BF16 . F32)   double sum
- *   Q4_0, Q5_0, Q8_0, IQ4_NL           . Q8_0
+ *   Q4_0, Q5_0, Q8_0, IQ4_NL, MXFP4    . Q8_0
  *   Q4_1, Q5_1                         . Q8_1 (uses its s = d*sum(q))
  *   Q2_K .. Q6_K, IQ4_XS               . Q8_K (Q2_K/Q4_K/Q5_K mins via bsums)
  *   RVL_* and MLX_* project formats    . Q8_0
@@ -178,6 +178,24 @@ float vec_dot_iq4_nl_q8_0_ref(int64_t n, const void *vw, const void *va)
             q[j + 16] = rvl_kvalues_iq4nl[w[i].qs[j] >> 4];
         }
         sum += (float)idot32(q, a[i].qs) * (rvl_f16_to_f32(w[i].d) * rvl_f16_to_f32(a[i].d));
+    }
+    return sum;
+}
+
+/* llama.cpp's ggml_vec_dot_mxfp4_q8_0: the doubled E2M1 levels as
+ * integers, the block scale 2^(e-128) times the activation's d. */
+float vec_dot_mxfp4_q8_0_ref(int64_t n, const void *vw, const void *va)
+{
+    const block_mxfp4 *w = vw;
+    const block_q8_0 *a = va;
+    float sum = 0;
+    int q[32];
+    for (int64_t i = 0; i < n / 32; i++) {
+        for (int j = 0; j < 16; j++) {
+            q[j] = rvl_kvalues_mxfp4[w[i].qs[j] & 0xF];
+            q[j + 16] = rvl_kvalues_mxfp4[w[i].qs[j] >> 4];
+        }
+        sum += (float)idot32(q, a[i].qs) * (rvl_e8m0_half(w[i].e) * rvl_f16_to_f32(a[i].d));
     }
     return sum;
 }

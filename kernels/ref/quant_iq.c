@@ -1,11 +1,13 @@
 /*
- * quant_iq.c - ggml's non-linear and lattice formats: IQ4_NL and IQ4_XS
- * (quantize + dequantize), and dequantize-only IQ2_XXS, IQ2_XS, IQ2_S,
- * IQ3_XXS, IQ3_S, IQ1_S, IQ1_M, TQ1_0, TQ2_0, MXFP4, NVFP4 (files made by
+ * quant_iq.c - ggml's non-linear and lattice formats: IQ4_NL, IQ4_XS and
+ * MXFP4 (quantize + dequantize), and dequantize-only IQ2_XXS, IQ2_XS,
+ * IQ2_S, IQ3_XXS, IQ3_S, IQ1_S, IQ1_M, TQ1_0, TQ2_0, NVFP4 (files made by
  * llama.cpp load here; we do not produce them).
  *
  * The IQ4 quantizer is llama.cpp's quantize_row_iq4_nl_impl search (with
- * ntry = 7, what llama-quantize uses with and without an imatrix).
+ * ntry = 7, what llama-quantize uses with and without an imatrix); the
+ * MXFP4 quantizer is llama.cpp's quantize_row_mxfp4_ref (no imatrix use,
+ * as in llama.cpp), the same bytes.
  * Dequantizers agree bit for bit with gguf-py (one documented exception:
  * see dequantize_iq1_m_ref).
  */
@@ -418,19 +420,67 @@ void dequantize_tq2_0_ref(const void *vx, float *y, int64_t n)
  * Microscaling FP4 (E2M1 values, doubled to integers)
  * ====================================================================== */
 
-static const int8_t kvalues_fp4[16] = { 0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12 };
+const int8_t rvl_kvalues_mxfp4[16] = { 0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12 };
+#define kvalues_fp4 rvl_kvalues_mxfp4
 
-/* E8M0 exponent e as 2^(e-127), halved to undo the doubled values. */
-static inline float e8m0_half(uint8_t e)
+/* The code of the value nearest to x among d * levels: the first of the
+ * 16 with the smallest |d*level - x| (so 0, not -0, and on a tie the
+ * code listed first; a NaN x gets 0), llama.cpp's best_index_mxfp4. */
+static inline int mxfp4_index(float x, float d)
 {
-    return rvl_bits_f32(e < 2 ? 0x00200000u << e : (uint32_t)(e - 1) << 23);
+    int best = 0;
+    float best_err = fabsf((float)kvalues_fp4[0] * d - x);
+    for (int i = 1; i < 16; i++) {
+        const float err = fabsf((float)kvalues_fp4[i] * d - x);
+        if (err < best_err) {
+            best = i;
+            best_err = err;
+        }
+    }
+    return best;
+}
+
+/* The block exponent of llama.cpp's quantize_row_mxfp4_ref: e =
+ * floor(log2f(amax)) - 2 + 127, so that amax / 2^(e-127) is in [4, 8)
+ * and the largest level (6) covers it up to rounding; 0 for an all-zero
+ * block. Computed like ggml, with libm's log2f, whose float result
+ * (rounded up to the next integer for amax just below a power of two)
+ * decides the exponent. ggml converts the float to uint8_t directly,
+ * undefined in C outside 0..255; on x86 (cvttss2si, then the low byte)
+ * it wraps modulo 256 for amax < 2^-125 and gives 0 for an infinite
+ * amax, which this reproduces with defined conversions. */
+static inline uint8_t mxfp4_exponent(float amax)
+{
+    if (!(amax > 0.0f))
+        return 0;
+    const float l = floorf(log2f(amax)) - 2 + 127;
+    if (!(fabsf(l) < 2147483648.0f))
+        return 0;
+    return (uint8_t)(uint32_t)(int32_t)l;
+}
+
+void quantize_mxfp4_ref(const float *x, void *vy, int64_t n, const float *qw)
+{
+    (void)qw;
+    block_mxfp4 *y = vy;
+    for (int64_t i = 0; i < n / 32; i++, x += 32) {
+        float amax = 0.0f;
+        for (int j = 0; j < 32; j++)
+            if (amax < fabsf(x[j]))
+                amax = fabsf(x[j]);
+        const uint8_t e = mxfp4_exponent(amax);
+        const float d = rvl_e8m0_half(e);
+        y[i].e = e;
+        for (int j = 0; j < 16; j++)
+            y[i].qs[j] = (uint8_t)(mxfp4_index(x[j], d) | mxfp4_index(x[j + 16], d) << 4);
+    }
 }
 
 void dequantize_mxfp4_ref(const void *vx, float *y, int64_t n)
 {
     const block_mxfp4 *x = vx;
     for (int64_t i = 0; i < n / 32; i++, y += 32) {
-        const float d = e8m0_half(x[i].e);
+        const float d = rvl_e8m0_half(x[i].e);
         for (int j = 0; j < 16; j++) {
             y[j] = d * (float)kvalues_fp4[x[i].qs[j] & 0xf];
             y[j + 16] = d * (float)kvalues_fp4[x[i].qs[j] >> 4];

@@ -167,6 +167,22 @@ float KN(vec_dot_iq4_nl_q8_0)(int64_t n, const void *vw, const void *va)
     return hsum_ps(_mm256_add_ps(acc0, acc1));
 }
 
+/* MXFP4: the doubled E2M1 levels by vpshufb, as IQ4_NL; the weight
+ * scale is the E8M0 byte (rvl_e8m0_half) instead of an f16. */
+float KN(vec_dot_mxfp4_q8_0)(int64_t n, const void *vw, const void *va)
+{
+    const block_mxfp4 *w = vw;
+    const block_q8_0 *a = va;
+    const __m128i t = ld128(rvl_kvalues_mxfp4);
+    const __m256i lv = _mm256_set_m128i(t, t);
+#define BLK(i, acc)                                                                \
+    fma_i32x(dot_s8s8(_mm256_shuffle_epi8(lv, nibbles32(w[i].qs)), ld256(a[i].qs)), \
+            _mm_mul_ss(_mm_set_ss(rvl_e8m0_half(w[i].e)), f16x2(&a[i])), acc)
+    LOOP2(n / 32, BLK)
+#undef BLK
+    return hsum_ps(_mm256_add_ps(acc0, acc1));
+}
+
 #undef LOOP2
 
 /* ======================================================================

@@ -29,6 +29,7 @@ enum {
     RVL_FTYPE_MOSTLY_IQ4_NL = 25,
     RVL_FTYPE_MOSTLY_IQ4_XS = 30,
     RVL_FTYPE_MOSTLY_BF16 = 32,
+    RVL_FTYPE_MOSTLY_MXFP4_MOE = 38,
     RVL_FTYPE_NONE = 0xffffffffu,   /* no general.file_type (project formats) */
 };
 

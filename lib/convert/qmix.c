@@ -58,6 +58,7 @@ static const rvl_qmix mixes[] = {
     {"Q3_K_S", RVL_FTYPE_MOSTLY_Q3_K_S, RVL_TYPE_Q3_K, true, "Q3_K, Q6_K output"},
     {"Q2_K", RVL_FTYPE_MOSTLY_Q2_K, RVL_TYPE_Q2_K, true, "Q2_K, Q3_K/Q4_K for attn_v/ffn_down/attn_output"},
     {"Q2_K_S", RVL_FTYPE_MOSTLY_Q2_K_S, RVL_TYPE_Q2_K, true, "Q2_K, needs an importance matrix"},
+    {"MXFP4_MOE", RVL_FTYPE_MOSTLY_MXFP4_MOE, RVL_TYPE_MXFP4, true, "MXFP4 MoE experts, Q8_0 for the rest"},
     /* aliases llama-quantize accepts */
     {"Q3_K", RVL_FTYPE_MOSTLY_Q3_K_M, RVL_TYPE_Q3_K, true, "alias for Q3_K_M"},
     {"Q4_K", RVL_FTYPE_MOSTLY_Q4_K_M, RVL_TYPE_Q4_K, true, "alias for Q4_K_M"},
@@ -217,6 +218,12 @@ static uint32_t rules(state *s, uint32_t type, const rvl_qmix_tensor *t, categor
     uint32_t ft = s->ftype;
     int il, nl;
 
+    /* MXFP4_MOE: the 3-D expert tensors MXFP4, everything else Q8_0 */
+    if (ft == RVL_FTYPE_MOSTLY_MXFP4_MOE) {
+        if (cat == CAT_OUTPUT || (s->tied && cat == CAT_TOKEN_EMBD))
+            return p->output_type != NONE ? p->output_type : RVL_TYPE_Q8_0;
+        return t->n_dims >= 3 && t->ne[2] > 1 ? RVL_TYPE_MXFP4 : RVL_TYPE_Q8_0;
+    }
     if (cat == CAT_OUTPUT || (s->tied && cat == CAT_TOKEN_EMBD)) {
         if (p->output_type != NONE)
             return p->output_type;

@@ -116,6 +116,7 @@ typedef struct {
 static const int_dot int_dots[] = {
     ID(Q4_0, vec_dot_q4_0_q8_0), ID(Q4_1, vec_dot_q4_1_q8_1), ID(Q5_0, vec_dot_q5_0_q8_0),
     ID(Q5_1, vec_dot_q5_1_q8_1), ID(Q8_0, vec_dot_q8_0_q8_0), ID(IQ4_NL, vec_dot_iq4_nl_q8_0),
+    ID(MXFP4, vec_dot_mxfp4_q8_0),
     ID(RVL_I4S_G32, vec_dot_q4_0_q8_0), ID(Q2_K, vec_dot_q2_K_q8_K), ID(Q3_K, vec_dot_q3_K_q8_K),
     ID(Q4_K, vec_dot_q4_K_q8_K), ID(Q5_K, vec_dot_q5_K_q8_K), ID(Q6_K, vec_dot_q6_K_q8_K),
     ID(IQ4_XS, vec_dot_iq4_xs_q8_K),
@@ -223,8 +224,8 @@ static void test_neon_overrides_the_listed_kernels(void)
 {
     static const uint32_t dots[] = {
         RVL_K_Q4_0, RVL_K_Q4_1, RVL_K_Q5_0, RVL_K_Q5_1, RVL_K_Q8_0, RVL_K_Q2_K, RVL_K_Q3_K,
-        RVL_K_Q4_K, RVL_K_Q5_K, RVL_K_Q6_K, RVL_K_IQ4_NL, RVL_K_IQ4_XS, RVL_K_F16, RVL_K_F32,
-        RVL_K_BF16, RVL_K_RVL_I4S_G32,
+        RVL_K_Q4_K, RVL_K_Q5_K, RVL_K_Q6_K, RVL_K_IQ4_NL, RVL_K_IQ4_XS, RVL_K_MXFP4, RVL_K_F16,
+        RVL_K_F32, RVL_K_BF16, RVL_K_RVL_I4S_G32,
     };
     static const uint32_t quants[] = { RVL_K_Q8_0, RVL_K_Q8_1, RVL_K_Q8_K, RVL_K_F16, RVL_K_BF16 };
     static const uint32_t dequants[] = { RVL_K_F16, RVL_K_BF16, RVL_K_Q8_0, RVL_K_Q4_0,
