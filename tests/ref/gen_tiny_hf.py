@@ -82,10 +82,24 @@ Variants (the first seven also named in tests/test_tiny_hf.c):
                 attn_q), routed_scaling_factor 1. llama.cpp takes a missing
                 q_lora_rank only at V2-Lite's real depth (26/27 layers):
                 --llamacpp runs it on a copy with the key set to 0
-  qwen3moe, qwen2moe and deepseek2 take the byte-level BPE vocabulary of the
-  gguf-py variants as a tokenizer.json (their converter reads no
-  tokenizer.model); see PRE_SHIM for the one thing done to the converter
-  for them.
+  gpt-oss       GptOssForCausalLM: 4 experts of 32, router with bias, top-2 of
+                the router logits then softmax over those two; experts
+                stored (expert, in, out) with gate and up interleaved in
+                gate_up_proj's columns, biases on gate/up and down; the
+                clamped SwiGLU (up + 1) * g * sigmoid(1.702 g), g clamped
+                above at 7, up to [-7, 7] (gate/up weights drawn GPTOSS_GU
+                = 4 times the usual scale so the clamp binds: the fraction
+                clamped is in manifest.tsv); per-head attention sinks
+                N(0, 2^2) (a logit in every softmax's denominator); Q/K/V/O
+                biases; window 8 on layer 0; YaRN 4 past original context
+                32, theta 150000, truncate false (the correction range not
+                rounded: llama.cpp rounds it, see the README); NeoX RoPE.
+                The converter writes arch gpt-oss, splits gate_up into
+                ffn_gate_exps / ffn_up_exps (and their biases), f32
+  qwen3moe, qwen2moe, deepseek2 and gpt-oss take the byte-level BPE
+  vocabulary of the gguf-py variants as a tokenizer.json (their converter
+  reads no tokenizer.model); see PRE_SHIM for the one thing done to the
+  converter for them.
 
 Geometry of all of them: hidden 64, 2 layers (gemma3: 6, deepseek2: 3), 4 query heads
 over 2 KV heads (GQA) of 16 (qwen3: of 32; deepseek2: MLA above), intermediate 128,
@@ -180,7 +194,10 @@ weights ignored (1/k each), experts permuted, each expert's gate and up
 swapped, the shared expert or its sigmoid gate off; for DeepSeek also
 routed_scaling_factor 1, the leading dense layer's FFN skipped, kv_a_norm
 and q_a_norm off, the RoPE part taken from the wrong end of a head or as
-NeoX halves, YaRN off, YaRN's mscale^2 on the softmax scale off. The
+NeoX halves, YaRN off, YaRN's mscale^2 on the softmax scale off; for
+gpt-oss sinks off, clamp off, (up + 1) -> up, alpha 1, window off or on
+the other layer, softmax over all experts then top-k (not renormalized),
+each bias off, YaRN off, its attention factor 1, its range rounded. The
 smallest is 0.04 (gemma3's local base, GELU -> SiLU), the rest 0.06 or
 more, far above the test's tolerance (1e-4; the issue asks for 1e-3), so
 the test catches those mistakes.
@@ -566,12 +583,24 @@ HF_VARIANTS = [
          top_k=2, moe_ff=32, norm_topk=False, q_lora=48, scale=2.0, reseed=1000),
     dict(name="deepseek2-lite", family="deepseek2", gguf_arch="deepseek2", layers=3, experts=8,
          top_k=2, moe_ff=32, norm_topk=False, q_lora=None, scale=1.0),
+    # gpt-oss: attention sinks, window 8 on layer 0, biases everywhere,
+    # YaRN, top-2 of the router logits then softmax over those two, the
+    # clamped SwiGLU (alpha 1.702, limit 7, (up + 1) * glu)
+    dict(name="gpt-oss", family="gptoss", gguf_arch="gpt-oss", layers=2, experts=4, top_k=2,
+         moe_ff=32, reseed=3000),
 ]
-MOE_FAMILIES = ("mixtral", "qwen3moe", "qwen2moe", "deepseek2")
-BPE_FAMILIES = ("qwen3moe", "qwen2moe", "deepseek2")     # tokenizer.json, not tokenizer.model
+MOE_FAMILIES = ("mixtral", "qwen3moe", "qwen2moe", "deepseek2", "gptoss")
+BPE_FAMILIES = ("qwen3moe", "qwen2moe", "deepseek2", "gptoss")     # tokenizer.json
 # the tokenizer pre-type given to the converter for BPE_FAMILIES (PRE_SHIM):
 # what the family's releases carry
-BPE_PRE = {"qwen3moe": "qwen2", "qwen2moe": "qwen2", "deepseek2": "deepseek-v3"}
+BPE_PRE = {"qwen3moe": "qwen2", "qwen2moe": "qwen2", "deepseek2": "deepseek-v3",
+           "gptoss": "gpt-4o"}
+# gpt-oss: its experts' gate/up weights drawn GPTOSS_GU times the usual
+# scale, so that the SwiGLU clamp (limit 7) binds for a good fraction of
+# the activations, and their down weights 1/GPTOSS_GU times, to keep the
+# experts' output in proportion
+GPTOSS_GU = 4.0
+GPTOSS_SINK_STD = 2.0
 # DeepSeek MLA geometry: latent KV rank, the per-head query/key split into a
 # part without position (nope) and a RoPE part, the value head
 DS_KV_RANK, DS_NOPE, DS_ROPE, DS_V = 32, 16, 8, 16
@@ -623,6 +652,15 @@ def hf_rope(v, **o):
                 "llama_4_scaling_beta": o.get("beta", 0.1)}
     if fam in ("qwen3", "mixtral", "qwen3moe", "qwen2moe"):
         return {"rope_type": "default", "rope_theta": o.get("theta", 1000000.0)}
+    if fam == "gptoss":
+        # gpt-oss's YaRN (truncate false: the correction range not rounded),
+        # factor 4 past original context 32; attention factor 1 + 0.1 ln 4
+        if o.get("no_yarn"):
+            return {"rope_type": "default", "rope_theta": 150000.0}
+        extra = {"attention_factor": o["attn_factor"]} if "attn_factor" in o else {}
+        return {**extra, "rope_type": "yarn", "rope_theta": 150000.0, "factor": 4.0,
+                "original_max_position_embeddings": 32, "beta_fast": 32.0, "beta_slow": 1.0,
+                "truncate": o.get("truncate", False)}
     if fam == "deepseek2":
         # YaRN 4 past original context 32 with DeepSeek-V2's mscale =
         # mscale_all_dim = 0.707: cos/sin unscaled (the ratio is 1), the
@@ -685,6 +723,16 @@ def make_hf_config(v, **o):
                                        attention_dropout=0.0, **common)
     if fam in BPE_FAMILIES:
         common.update(bos_token_id=BOS, eos_token_id=BOS, pad_token_id=None)
+    if fam == "gptoss":
+        types = ["sliding_attention" if i % 2 == 0 else "full_attention" for i in range(n)]
+        if o.get("swap_pattern"):
+            types = types[::-1]
+        return transformers.GptOssConfig(
+            **dict(common, intermediate_size=v["moe_ff"]), head_dim=HEAD_DIM,
+            num_local_experts=v["experts"], num_experts_per_tok=o.get("top_k", v["top_k"]),
+            sliding_window=window, layer_types=types, swiglu_limit=o.get("limit", 7.0),
+            attention_bias=True, rms_norm_eps=1e-5, tie_word_embeddings=False,
+            output_router_logits=False, router_aux_loss_coef=0.0)
     if fam == "deepseek2":
         # intermediate_size 128: the leading dense layer's FFN; the shared
         # expert is n_shared_experts x moe_intermediate_size
@@ -730,6 +778,8 @@ def randomize_hf(model, seed, family):
     with torch.no_grad():
         for name in sorted(params):
             p = params[name]
+            if family == "gptoss" and _gptoss_param(p, name, g):
+                continue
             if name.endswith("norm.weight"):
                 u = (torch.rand(p.shape, generator=g) - 0.5) * 0.5
                 p.copy_(u if gemma else 1 + u)
@@ -754,6 +804,23 @@ def randomize_hf(model, seed, family):
                 p.copy_(torch.randn(p.shape, generator=g) * 0.5)
             else:
                 raise SystemExit("unexpected parameter " + name)
+
+
+def _gptoss_param(p, name, g):
+    """gpt-oss's own parameters (the rest as randomize_hf draws them):
+    sinks N(0, GPTOSS_SINK_STD^2), one logit per head; the experts stored
+    (expert, in, out), gate and up interleaved in gate_up_proj's columns."""
+    if name.endswith("self_attn.sinks"):
+        p.copy_(torch.randn(p.shape, generator=g) * GPTOSS_SINK_STD)
+    elif name.endswith("experts.gate_up_proj"):
+        p.copy_(torch.randn(p.shape, generator=g) * (GPTOSS_GU / math.sqrt(p.shape[1])))
+    elif name.endswith("experts.down_proj"):
+        p.copy_(torch.randn(p.shape, generator=g) / (GPTOSS_GU * math.sqrt(p.shape[1])))
+    elif name.endswith(("experts.gate_up_proj_bias", "experts.down_proj_bias")):
+        p.copy_(torch.randn(p.shape, generator=g) * 0.5)
+    else:
+        return False
+    return True
 
 
 def hf_logits(v, state, ids, mutate=None, **o):
@@ -877,6 +944,8 @@ def hf_sensitivity(v, model, ref, ids):
                     w = layer.mlp.gate_up_proj.weight
                     w.copy_(torch.cat([w[FF:], w[:FF]]))
         row("gate/up halves swapped", split_wrong)
+    elif fam == "gptoss":
+        gptoss_rows(v, row)
     elif fam in MOE_FAMILIES:
         k = v["top_k"]
         row("top-1 instead of top-2", top_k=1)
@@ -978,6 +1047,114 @@ def deepseek_rows(v, row):
     row("YaRN mscale^2 off (softmax scale 1/sqrt(24))", no_mscale)
 
 
+def gptoss_rows(v, row):
+    """gpt-oss's features, each got wrong."""
+    import torch.nn.functional as F
+
+    def router(mode):
+        def mutate(m):
+            for mlp in _moe_mlps(m):
+                r = mlp.router
+
+                def fwd(h, r=r):
+                    logits = F.linear(h, r.weight, r.bias)
+                    if mode == "softmax-all":
+                        # softmax over all experts, then top-k, not
+                        # renormalized (Mixtral's order without its
+                        # renormalization)
+                        val, idx = torch.topk(torch.softmax(logits, dim=-1), r.top_k, dim=-1)
+                    else:
+                        val, idx = torch.topk(logits, r.top_k, dim=-1)
+                        val = torch.full_like(val, 1.0 / r.top_k)
+                    return logits, val, idx
+                r.forward = fwd
+        return mutate
+
+    def sinks_off(m):
+        with torch.no_grad():
+            for layer in _layers(m):
+                layer.self_attn.sinks.fill_(float("-inf"))
+
+    def gate_up_swapped(m):
+        with torch.no_grad():
+            for mlp in _moe_mlps(m):
+                for p in (mlp.experts.gate_up_proj, mlp.experts.gate_up_proj_bias):
+                    p.copy_(torch.stack([p[..., 1::2], p[..., ::2]], dim=-1).reshape(p.shape))
+
+    def no_plus_one(m):
+        for mlp in _moe_mlps(m):
+            e = mlp.experts
+
+            def gate(gu, e=e):
+                g_, u = gu[..., ::2], gu[..., 1::2]
+                g_ = g_.clamp(max=e.limit)
+                u = u.clamp(min=-e.limit, max=e.limit)
+                return u * (g_ * torch.sigmoid(g_ * e.alpha))
+            e._apply_gate = gate
+
+    def alpha_1(m):
+        for mlp in _moe_mlps(m):
+            mlp.experts.alpha = 1.0
+
+    def attn_bias_off(m):
+        with torch.no_grad():
+            for layer in _layers(m):
+                a = layer.self_attn
+                for proj in (a.q_proj, a.k_proj, a.v_proj, a.o_proj):
+                    proj.bias.zero_()
+
+    def expert_bias_off(m):
+        with torch.no_grad():
+            for mlp in _moe_mlps(m):
+                mlp.experts.gate_up_proj_bias.zero_()
+                mlp.experts.down_proj_bias.zero_()
+
+    def router_bias_off(m):
+        with torch.no_grad():
+            for mlp in _moe_mlps(m):
+                mlp.router.bias.zero_()
+
+    row("sinks off", sinks_off)
+    row("SwiGLU clamp off", limit=float("inf"))
+    row("SwiGLU (up + 1) -> up", no_plus_one)
+    row("SwiGLU alpha 1", alpha_1)
+    row("window off", window=4 * N_TOKENS)
+    row("window on layer 1 instead", swap_pattern=True)
+    row("softmax over all, then top-2 (not renormalized)", router("softmax-all"))
+    row("top-1 instead of top-2", top_k=1)
+    row("router weights ignored (1/2 each)", router("uniform"))
+    row("experts permuted (rolled by 1)", roll_experts)
+    row("expert gate/up swapped", gate_up_swapped)
+    row("router bias off", router_bias_off)
+    row("expert biases off", expert_bias_off)
+    row("attention biases off", attn_bias_off)
+    row("no YaRN", no_yarn=True)
+    row("YaRN attention factor 1", attn_factor=1.0)
+    # llama.cpp rounds YaRN's correction range outward (floor/ceil) whatever
+    # the config says; gpt-oss's truncate false keeps it fractional
+    row("YaRN range rounded (truncate true)", truncate=True)
+
+
+def gptoss_clamped(model, ids):
+    """The fraction of the routed experts' gate and up activations that the
+    SwiGLU clamp changes (gate > limit; |up| > limit)."""
+    n = {"gate": 0, "up": 0, "all": 0}
+    for mlp in _moe_mlps(model):
+        e = mlp.experts
+        orig = e._apply_gate
+
+        def gate(gu, e=e, orig=orig):
+            n["gate"] += int((gu[..., ::2] > e.limit).sum())
+            n["up"] += int((gu[..., 1::2].abs() > e.limit).sum())
+            n["all"] += gu[..., ::2].numel()
+            return orig(gu)
+        e._apply_gate = gate
+    logits_of(model, ids)
+    for mlp in _moe_mlps(model):
+        del mlp.experts._apply_gate
+    return n["gate"] / n["all"], n["up"] / n["all"]
+
+
 def _pairs_from_halves(h):
     """Rows (..., d, in) in rotate-half order re-read as adjacent pairs:
     row 2i + s of the result is row i + s*d/2 (what a reader applying NeoX
@@ -1024,7 +1201,9 @@ def roll_experts(m):
     # expert e's weights read as expert e + 1's; the router unchanged
     with torch.no_grad():
         for mlp in _moe_mlps(m):
-            for p in (mlp.experts.gate_up_proj, mlp.experts.down_proj):
+            e = mlp.experts
+            for p in (e.gate_up_proj, e.down_proj) + tuple(
+                    getattr(e, b) for b in ("gate_up_proj_bias", "down_proj_bias") if hasattr(e, b)):
                 p.copy_(torch.roll(p, 1, dims=0))
 
 
@@ -1244,6 +1423,9 @@ def main():
                 f"; smallest top-{v['top_k']} margin {margin:.3g} (layer {where[0]}, token {where[1]})"
             if margin < 1e-3 or min(min(h) for _, h in hist) == 0:
                 raise SystemExit(f"{v['name']}: routing near a tie or an expert unused: reseed")
+        if v["family"] == "gptoss":
+            cg, cu = gptoss_clamped(model, ids)
+            extra += f"; clamped gate {cg:.3f} up {cu:.3f}"
         report(v["name"], v["gguf_arch"], N_TOKENS, ref, hf_sensitivity(v, model, ref, ids), extra)
         if v["family"] == "phi3":
             # the first PHI3_ORIG tokens alone: within the original
