@@ -66,12 +66,44 @@ Variants (the first seven also named in tests/test_tiny_hf.c):
                 top-2, norm_topk_prob false, a shared expert of 96
                 (ffn_*_shexp) scaled by sigmoid(shared_expert_gate . x)
                 (ffn_gate_inp_shexp [64, 1]), Q/K/V biases, theta 1e6
-  qwen3moe and qwen2moe take the byte-level BPE vocabulary of the gguf-py
-  variants as a tokenizer.json (their converter reads no tokenizer.model);
-  see PRE_SHIM for the one thing done to the converter for them.
+  deepseek2     DeepseekV2ForCausalLM, 3 layers: MLA (q_lora_rank 48: q_a_proj,
+                q_a_layernorm, q_b_proj; kv_lora_rank 32; per head 16 dims
+                without position + 8 RoPE dims (adjacent pairs, DeepSeek's
+                interleaved layout), value 16; the latent's RoPE key shared
+                by the 4 heads), layer 0 a dense FFN of 128
+                (first_k_dense_replace 1), layers 1-2 MoE: 8 experts of 32,
+                top-2 of a softmax over all (greedy), not renormalized, times
+                routed_scaling_factor 2, plus 1 shared expert of 32; YaRN 4
+                past original context 32 with mscale = mscale_all_dim =
+                0.707 (V2's): softmax scale (1 + 0.0707 ln 4)^2 / sqrt(24).
+                The converter writes arch deepseek2 with kv_b_proj split
+                into attn_k_b (transposed) and attn_v_b
+  deepseek2-lite  the same with q_lora_rank null (V2-Lite's plain q_proj ->
+                attn_q), routed_scaling_factor 1. llama.cpp takes a missing
+                q_lora_rank only at V2-Lite's real depth (26/27 layers):
+                --llamacpp runs it on a copy with the key set to 0
+  gpt-oss       GptOssForCausalLM: 4 experts of 32, router with bias, top-2 of
+                the router logits then softmax over those two; experts
+                stored (expert, in, out) with gate and up interleaved in
+                gate_up_proj's columns, biases on gate/up and down; the
+                clamped SwiGLU (up + 1) * g * sigmoid(1.702 g), g clamped
+                above at 7, up to [-7, 7] (gate/up weights drawn GPTOSS_GU
+                = 4 times the usual scale so the clamp binds: the fraction
+                clamped is in manifest.tsv); per-head attention sinks
+                N(0, 2^2) (a logit in every softmax's denominator); Q/K/V/O
+                biases; window 8 on layer 0; YaRN 4 past original context
+                32, theta 150000, truncate false (the correction range not
+                rounded: llama.cpp rounds it, see the README); NeoX RoPE.
+                The converter writes arch gpt-oss, splits gate_up into
+                ffn_gate_exps / ffn_up_exps (and their biases), f32
+  qwen3moe, qwen2moe, deepseek2 and gpt-oss take the byte-level BPE
+  vocabulary of the gguf-py variants as a tokenizer.json (their converter
+  reads no tokenizer.model); see PRE_SHIM for the one thing done to the
+  converter for them.
 
-Geometry of all of them: hidden 64, 2 layers (gemma3: 6), 4 query heads over 2 KV heads
-(GQA) of 16 (qwen3: of 32), intermediate 128, vocabulary 272 (256 GPT-2 byte tokens, 13
+Geometry of all of them: hidden 64, 2 layers (gemma3: 6, deepseek2: 3), 4 query heads
+over 2 KV heads (GQA) of 16 (qwen3: of 32; deepseek2: MLA above), intermediate 128,
+vocabulary 272 (256 GPT-2 byte tokens, 13
 merges, 3 control tokens), f32 weights.
 
 Weights: the model is built by transformers, then every parameter is
@@ -84,7 +116,10 @@ scores have a standard deviation of a few units and the rotation matters;
 other projections N(0, 1/fan_in); Q/K/V biases N(0, 0.25). Gemma stores
 its RMSNorm gain as w with the norm multiplying by 1 + w: there w is
 U(-0.25, 0.25); phi3's fused qkv_proj gets the Q/K scale on its Q and K
-rows. The HF variants draw from seed SEED + 100 + index.
+rows; DeepSeek's q_b_proj (or q_proj) and kv_a_proj_with_mqa (whose RoPE
+key rows are not normalized) get the Q/K scale. The HF variants draw from
+seed SEED + 100 + index (+ "reseed" where the first draw gave a routing
+near-tie).
 
 GGUF of the HF variants: made by convert_hf_to_gguf.py of the llama.cpp
 that the llama-cpp-python 0.3.36 sdist vendors (vendor/llama.cpp; the sdist
@@ -156,7 +191,13 @@ instead of 1 + w, GELU -> SiLU, local base = global base, long <-> short
 factors, YaRN's log multiplier ignored, temperature scaling off; for the
 MoE variants top-1 instead of top-2, renormalization toggled, the router's
 weights ignored (1/k each), experts permuted, each expert's gate and up
-swapped, the shared expert or its sigmoid gate off. The
+swapped, the shared expert or its sigmoid gate off; for DeepSeek also
+routed_scaling_factor 1, the leading dense layer's FFN skipped, kv_a_norm
+and q_a_norm off, the RoPE part taken from the wrong end of a head or as
+NeoX halves, YaRN off, YaRN's mscale^2 on the softmax scale off; for
+gpt-oss sinks off, clamp off, (up + 1) -> up, alpha 1, window off or on
+the other layer, softmax over all experts then top-k (not renormalized),
+each bias off, YaRN off, its attention factor 1, its range rounded. The
 smallest is 0.04 (gemma3's local base, GELU -> SiLU), the rest 0.06 or
 more, far above the test's tolerance (1e-4; the issue asks for 1e-3), so
 the test catches those mistakes.
@@ -535,9 +576,34 @@ HF_VARIANTS = [
          top_k=2, moe_ff=32, norm_topk=False, head_dim=32),
     dict(name="qwen2moe", family="qwen2moe", gguf_arch="qwen2moe", layers=2, experts=4, top_k=2,
          moe_ff=32, shared_ff=96, norm_topk=False),
+    # DeepSeek-V2 (MLA with a compressed query, rank 48) and V2-Lite (plain
+    # q_proj): one leading dense layer, then 8 routed experts (top-2 of a
+    # softmax, not renormalized, times routed_scaling_factor) + 1 shared
+    dict(name="deepseek2", family="deepseek2", gguf_arch="deepseek2", layers=3, experts=8,
+         top_k=2, moe_ff=32, norm_topk=False, q_lora=48, scale=2.0, reseed=1000),
+    dict(name="deepseek2-lite", family="deepseek2", gguf_arch="deepseek2", layers=3, experts=8,
+         top_k=2, moe_ff=32, norm_topk=False, q_lora=None, scale=1.0),
+    # gpt-oss: attention sinks, window 8 on layer 0, biases everywhere,
+    # YaRN, top-2 of the router logits then softmax over those two, the
+    # clamped SwiGLU (alpha 1.702, limit 7, (up + 1) * glu)
+    dict(name="gpt-oss", family="gptoss", gguf_arch="gpt-oss", layers=2, experts=4, top_k=2,
+         moe_ff=32, reseed=3000),
 ]
-MOE_FAMILIES = ("mixtral", "qwen3moe", "qwen2moe")
-BPE_FAMILIES = ("qwen3moe", "qwen2moe")     # tokenizer.json, not tokenizer.model
+MOE_FAMILIES = ("mixtral", "qwen3moe", "qwen2moe", "deepseek2", "gptoss")
+BPE_FAMILIES = ("qwen3moe", "qwen2moe", "deepseek2", "gptoss")     # tokenizer.json
+# the tokenizer pre-type given to the converter for BPE_FAMILIES (PRE_SHIM):
+# what the family's releases carry
+BPE_PRE = {"qwen3moe": "qwen2", "qwen2moe": "qwen2", "deepseek2": "deepseek-v3",
+           "gptoss": "gpt-4o"}
+# gpt-oss: its experts' gate/up weights drawn GPTOSS_GU times the usual
+# scale, so that the SwiGLU clamp (limit 7) binds for a good fraction of
+# the activations, and their down weights 1/GPTOSS_GU times, to keep the
+# experts' output in proportion
+GPTOSS_GU = 4.0
+GPTOSS_SINK_STD = 2.0
+# DeepSeek MLA geometry: latent KV rank, the per-head query/key split into a
+# part without position (nope) and a RoPE part, the value head
+DS_KV_RANK, DS_NOPE, DS_ROPE, DS_V = 32, 16, 8, 16
 
 
 def sp_model_bytes():
@@ -586,6 +652,24 @@ def hf_rope(v, **o):
                 "llama_4_scaling_beta": o.get("beta", 0.1)}
     if fam in ("qwen3", "mixtral", "qwen3moe", "qwen2moe"):
         return {"rope_type": "default", "rope_theta": o.get("theta", 1000000.0)}
+    if fam == "gptoss":
+        # gpt-oss's YaRN (truncate false: the correction range not rounded),
+        # factor 4 past original context 32; attention factor 1 + 0.1 ln 4
+        if o.get("no_yarn"):
+            return {"rope_type": "default", "rope_theta": 150000.0}
+        extra = {"attention_factor": o["attn_factor"]} if "attn_factor" in o else {}
+        return {**extra, "rope_type": "yarn", "rope_theta": 150000.0, "factor": 4.0,
+                "original_max_position_embeddings": 32, "beta_fast": 32.0, "beta_slow": 1.0,
+                "truncate": o.get("truncate", False)}
+    if fam == "deepseek2":
+        # YaRN 4 past original context 32 with DeepSeek-V2's mscale =
+        # mscale_all_dim = 0.707: cos/sin unscaled (the ratio is 1), the
+        # softmax scale times (1 + 0.0707 ln 4)^2
+        if o.get("no_yarn"):
+            return {"rope_type": "default", "rope_theta": 10000.0}
+        return {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0,
+                "original_max_position_embeddings": 32, "beta_fast": 32.0, "beta_slow": 1.0,
+                "mscale": 0.707, "mscale_all_dim": 0.707}
     if fam == "gemma3":
         full = {"rope_type": "linear", "factor": 8.0, "rope_theta": 1000000.0}
         if o.get("no_global_scaling"):
@@ -639,6 +723,29 @@ def make_hf_config(v, **o):
                                        attention_dropout=0.0, **common)
     if fam in BPE_FAMILIES:
         common.update(bos_token_id=BOS, eos_token_id=BOS, pad_token_id=None)
+    if fam == "gptoss":
+        types = ["sliding_attention" if i % 2 == 0 else "full_attention" for i in range(n)]
+        if o.get("swap_pattern"):
+            types = types[::-1]
+        return transformers.GptOssConfig(
+            **dict(common, intermediate_size=v["moe_ff"]), head_dim=HEAD_DIM,
+            num_local_experts=v["experts"], num_experts_per_tok=o.get("top_k", v["top_k"]),
+            sliding_window=window, layer_types=types, swiglu_limit=o.get("limit", 7.0),
+            attention_bias=True, rms_norm_eps=1e-5, tie_word_embeddings=False,
+            output_router_logits=False, router_aux_loss_coef=0.0)
+    if fam == "deepseek2":
+        # intermediate_size 128: the leading dense layer's FFN; the shared
+        # expert is n_shared_experts x moe_intermediate_size
+        return transformers.DeepseekV2Config(
+            **dict(common, num_key_value_heads=HEADS), n_routed_experts=v["experts"],
+            num_experts_per_tok=o.get("top_k", v["top_k"]), moe_intermediate_size=v["moe_ff"],
+            n_shared_experts=1, first_k_dense_replace=1, q_lora_rank=v["q_lora"],
+            kv_lora_rank=DS_KV_RANK, qk_nope_head_dim=DS_NOPE, qk_rope_head_dim=DS_ROPE,
+            v_head_dim=DS_V, topk_method="greedy", n_group=None, topk_group=None,
+            norm_topk_prob=o.get("norm_topk", v["norm_topk"]),
+            routed_scaling_factor=o.get("scale", v["scale"]), rms_norm_eps=1e-6,
+            attention_bias=False, tie_word_embeddings=False, output_router_logits=False,
+            router_aux_loss_coef=0.0)
     if fam in MOE_FAMILIES:
         moe = dict(num_experts_per_tok=o.get("top_k", v["top_k"]), tie_word_embeddings=False,
                    output_router_logits=False, router_aux_loss_coef=0.0)
@@ -671,12 +778,18 @@ def randomize_hf(model, seed, family):
     with torch.no_grad():
         for name in sorted(params):
             p = params[name]
+            if family == "gptoss" and _gptoss_param(p, name, g):
+                continue
             if name.endswith("norm.weight"):
                 u = (torch.rand(p.shape, generator=g) - 0.5) * 0.5
                 p.copy_(u if gemma else 1 + u)
             elif name.endswith("embed_tokens.weight"):
                 p.copy_(torch.randn(p.shape, generator=g))
             elif name.endswith(("q_proj.weight", "k_proj.weight")):
+                p.copy_(torch.randn(p.shape, generator=g) * (2 / math.sqrt(p.shape[1])))
+            elif name.endswith(("q_b_proj.weight", "kv_a_proj_with_mqa.weight")):
+                # MLA: the query, and the key's RoPE part (the latent is
+                # normalized, so its scale drops out), at the Q/K scale
                 p.copy_(torch.randn(p.shape, generator=g) * (2 / math.sqrt(p.shape[1])))
             elif name.endswith("qkv_proj.weight"):
                 w = torch.randn(p.shape, generator=g) / math.sqrt(p.shape[1])
@@ -693,6 +806,23 @@ def randomize_hf(model, seed, family):
                 raise SystemExit("unexpected parameter " + name)
 
 
+def _gptoss_param(p, name, g):
+    """gpt-oss's own parameters (the rest as randomize_hf draws them):
+    sinks N(0, GPTOSS_SINK_STD^2), one logit per head; the experts stored
+    (expert, in, out), gate and up interleaved in gate_up_proj's columns."""
+    if name.endswith("self_attn.sinks"):
+        p.copy_(torch.randn(p.shape, generator=g) * GPTOSS_SINK_STD)
+    elif name.endswith("experts.gate_up_proj"):
+        p.copy_(torch.randn(p.shape, generator=g) * (GPTOSS_GU / math.sqrt(p.shape[1])))
+    elif name.endswith("experts.down_proj"):
+        p.copy_(torch.randn(p.shape, generator=g) / (GPTOSS_GU * math.sqrt(p.shape[1])))
+    elif name.endswith(("experts.gate_up_proj_bias", "experts.down_proj_bias")):
+        p.copy_(torch.randn(p.shape, generator=g) * 0.5)
+    else:
+        return False
+    return True
+
+
 def hf_logits(v, state, ids, mutate=None, **o):
     m = build_model(make_hf_config(v, **o))
     m.load_state_dict(state)
@@ -703,6 +833,16 @@ def hf_logits(v, state, ids, mutate=None, **o):
 
 def _layers(m):
     return m.model.layers
+
+
+def _moe_mlps(m):
+    """The mixture-of-experts blocks (DeepSeek's leading dense layer has
+    none)."""
+    return [layer.mlp for layer in _layers(m) if hasattr(layer.mlp, "experts")]
+
+
+def _router(mlp):
+    return mlp.router if hasattr(mlp, "router") else mlp.gate
 
 
 def hf_sensitivity(v, model, ref, ids):
@@ -804,11 +944,15 @@ def hf_sensitivity(v, model, ref, ids):
                     w = layer.mlp.gate_up_proj.weight
                     w.copy_(torch.cat([w[FF:], w[:FF]]))
         row("gate/up halves swapped", split_wrong)
+    elif fam == "gptoss":
+        gptoss_rows(v, row)
     elif fam in MOE_FAMILIES:
         k = v["top_k"]
         row("top-1 instead of top-2", top_k=1)
         if fam == "mixtral":
             row("no renormalization", lambda m: set_router(m, "plain"))
+        elif fam == "deepseek2":
+            row("renormalized", lambda m: set_router(m, "renorm"))
         elif v["norm_topk"]:
             row("no renormalization", norm_topk=False)
         else:
@@ -835,7 +979,194 @@ def hf_sensitivity(v, model, ref, ids):
             row("no QK-norm", no_qk_norm_moe)
         if fam == "mixtral":
             row("Q/K not reordered", qk_layout)
+        if fam == "deepseek2":
+            deepseek_rows(v, row)
     return out
+
+
+def deepseek_rows(v, row):
+    """DeepSeek-V2's own features, each got wrong (MLA's absorbed and
+    expanded forms are the same math: no row)."""
+    qk = DS_NOPE + DS_ROPE
+
+    def q_weight(attn):
+        return attn.q_b_proj.weight if v["q_lora"] else attn.q_proj.weight
+
+    def rope_first(m):
+        # a reader taking each query head's first 8 dims as its RoPE part
+        # (and the last 16 as the part without position)
+        with torch.no_grad():
+            for layer in _layers(m):
+                w = q_weight(layer.self_attn)
+                h = w.reshape(HEADS, qk, -1)
+                w.copy_(torch.cat([h[:, DS_ROPE:], h[:, :DS_ROPE]], dim=1).reshape(w.shape))
+
+    def rope_halves(m):
+        # NeoX halves instead of the adjacent pairs DeepSeek rotates: the
+        # RoPE rows of the query heads and of the shared key, reordered
+        with torch.no_grad():
+            for layer in _layers(m):
+                a = layer.self_attn
+                w = q_weight(a)
+                h = w.reshape(HEADS, qk, -1).clone()
+                h[:, DS_NOPE:] = torch.from_numpy(_pairs_from_halves(h[:, DS_NOPE:]))
+                w.copy_(h.reshape(w.shape))
+                kv = a.kv_a_proj_with_mqa.weight
+                kv[DS_KV_RANK:] = torch.from_numpy(_pairs_from_halves(kv[None, DS_KV_RANK:])[0])
+
+    def no_mscale(m):
+        for layer in _layers(m):
+            layer.self_attn.scaling = qk ** -0.5
+
+    def kv_a_norm_off(m):
+        for layer in _layers(m):
+            layer.self_attn.kv_a_layernorm = torch.nn.Identity()
+
+    def q_a_norm_off(m):
+        for layer in _layers(m):
+            layer.self_attn.q_a_layernorm = torch.nn.Identity()
+
+    def shexp_off(m):
+        with torch.no_grad():
+            for mlp in _moe_mlps(m):
+                mlp.shared_experts.down_proj.weight.zero_()
+
+    def dense_ffn_skipped(m):
+        m.model.layers[0].mlp = _Zero()
+
+    if v["scale"] != 1.0:
+        row("routed_scaling_factor 1", scale=1.0)
+    row("shared expert off", shexp_off)
+    row("leading dense FFN skipped", dense_ffn_skipped)
+    row("kv_a_norm off", kv_a_norm_off)
+    if v["q_lora"]:
+        row("q_a_norm off", q_a_norm_off)
+    row("RoPE part = first 8 dims of a head", rope_first)
+    row("RoPE pairs as NeoX halves", rope_halves)
+    row("no YaRN", no_yarn=True)
+    row("YaRN mscale^2 off (softmax scale 1/sqrt(24))", no_mscale)
+
+
+def gptoss_rows(v, row):
+    """gpt-oss's features, each got wrong."""
+    import torch.nn.functional as F
+
+    def router(mode):
+        def mutate(m):
+            for mlp in _moe_mlps(m):
+                r = mlp.router
+
+                def fwd(h, r=r):
+                    logits = F.linear(h, r.weight, r.bias)
+                    if mode == "softmax-all":
+                        # softmax over all experts, then top-k, not
+                        # renormalized (Mixtral's order without its
+                        # renormalization)
+                        val, idx = torch.topk(torch.softmax(logits, dim=-1), r.top_k, dim=-1)
+                    else:
+                        val, idx = torch.topk(logits, r.top_k, dim=-1)
+                        val = torch.full_like(val, 1.0 / r.top_k)
+                    return logits, val, idx
+                r.forward = fwd
+        return mutate
+
+    def sinks_off(m):
+        with torch.no_grad():
+            for layer in _layers(m):
+                layer.self_attn.sinks.fill_(float("-inf"))
+
+    def gate_up_swapped(m):
+        with torch.no_grad():
+            for mlp in _moe_mlps(m):
+                for p in (mlp.experts.gate_up_proj, mlp.experts.gate_up_proj_bias):
+                    p.copy_(torch.stack([p[..., 1::2], p[..., ::2]], dim=-1).reshape(p.shape))
+
+    def no_plus_one(m):
+        for mlp in _moe_mlps(m):
+            e = mlp.experts
+
+            def gate(gu, e=e):
+                g_, u = gu[..., ::2], gu[..., 1::2]
+                g_ = g_.clamp(max=e.limit)
+                u = u.clamp(min=-e.limit, max=e.limit)
+                return u * (g_ * torch.sigmoid(g_ * e.alpha))
+            e._apply_gate = gate
+
+    def alpha_1(m):
+        for mlp in _moe_mlps(m):
+            mlp.experts.alpha = 1.0
+
+    def attn_bias_off(m):
+        with torch.no_grad():
+            for layer in _layers(m):
+                a = layer.self_attn
+                for proj in (a.q_proj, a.k_proj, a.v_proj, a.o_proj):
+                    proj.bias.zero_()
+
+    def expert_bias_off(m):
+        with torch.no_grad():
+            for mlp in _moe_mlps(m):
+                mlp.experts.gate_up_proj_bias.zero_()
+                mlp.experts.down_proj_bias.zero_()
+
+    def router_bias_off(m):
+        with torch.no_grad():
+            for mlp in _moe_mlps(m):
+                mlp.router.bias.zero_()
+
+    row("sinks off", sinks_off)
+    row("SwiGLU clamp off", limit=float("inf"))
+    row("SwiGLU (up + 1) -> up", no_plus_one)
+    row("SwiGLU alpha 1", alpha_1)
+    row("window off", window=4 * N_TOKENS)
+    row("window on layer 1 instead", swap_pattern=True)
+    row("softmax over all, then top-2 (not renormalized)", router("softmax-all"))
+    row("top-1 instead of top-2", top_k=1)
+    row("router weights ignored (1/2 each)", router("uniform"))
+    row("experts permuted (rolled by 1)", roll_experts)
+    row("expert gate/up swapped", gate_up_swapped)
+    row("router bias off", router_bias_off)
+    row("expert biases off", expert_bias_off)
+    row("attention biases off", attn_bias_off)
+    row("no YaRN", no_yarn=True)
+    row("YaRN attention factor 1", attn_factor=1.0)
+    # llama.cpp rounds YaRN's correction range outward (floor/ceil) whatever
+    # the config says; gpt-oss's truncate false keeps it fractional
+    row("YaRN range rounded (truncate true)", truncate=True)
+
+
+def gptoss_clamped(model, ids):
+    """The fraction of the routed experts' gate and up activations that the
+    SwiGLU clamp changes (gate > limit; |up| > limit)."""
+    n = {"gate": 0, "up": 0, "all": 0}
+    for mlp in _moe_mlps(model):
+        e = mlp.experts
+        orig = e._apply_gate
+
+        def gate(gu, e=e, orig=orig):
+            n["gate"] += int((gu[..., ::2] > e.limit).sum())
+            n["up"] += int((gu[..., 1::2].abs() > e.limit).sum())
+            n["all"] += gu[..., ::2].numel()
+            return orig(gu)
+        e._apply_gate = gate
+    logits_of(model, ids)
+    for mlp in _moe_mlps(model):
+        del mlp.experts._apply_gate
+    return n["gate"] / n["all"], n["up"] / n["all"]
+
+
+def _pairs_from_halves(h):
+    """Rows (..., d, in) in rotate-half order re-read as adjacent pairs:
+    row 2i + s of the result is row i + s*d/2 (what a reader applying NeoX
+    halves to pair-ordered rows computes, in transformers' pair layout)."""
+    a = h.numpy() if hasattr(h, "numpy") else h
+    n, d = a.shape[0], a.shape[1]
+    return np.ascontiguousarray(a.reshape(n, 2, d // 2, -1).swapaxes(1, 2).reshape(a.shape))
+
+
+class _Zero(torch.nn.Module):
+    def forward(self, h):
+        return torch.zeros_like(h)
 
 
 # --- mixtures of experts: mutations for the sensitivity rows, routing ----
@@ -843,18 +1174,25 @@ def hf_sensitivity(v, model, ref, ids):
 
 def set_router(m, mode):
     """Replace each router's forward: softmax over all experts, top-k, then
-    "plain" (the top-k probabilities as they are, no renormalization) or
-    "uniform" (1/k each: the router's weights ignored)."""
+    "plain" (the top-k probabilities as they are, no renormalization),
+    "uniform" (1/k each: the router's weights ignored; DeepSeek: times its
+    routed_scaling_factor) or "renorm" (DeepSeek: renormalized, then
+    scaled)."""
     import torch.nn.functional as F
-    for layer in _layers(m):
-        gate = layer.mlp.gate
+    for mlp in _moe_mlps(m):
+        gate = mlp.gate
 
         def fwd(h, gate=gate):
             h = h.reshape(-1, gate.hidden_dim)
             logits = F.linear(h, gate.weight)
             top, idx = torch.topk(torch.softmax(logits.float(), dim=-1), gate.top_k, dim=-1)
+            if mode == "renorm":
+                # DeepSeek-V2's router ignores norm_topk_prob: renormalized
+                # here, then routed_scaling_factor
+                top = top / top.sum(dim=-1, keepdim=True) * gate.routed_scaling_factor
             if mode == "uniform":
-                top = torch.full_like(top, 1.0 / gate.top_k)
+                # DeepSeek's routed_scaling_factor kept
+                top = torch.full_like(top, getattr(gate, "routed_scaling_factor", 1.0) / gate.top_k)
             return logits, top.to(logits.dtype), idx
         gate.forward = fwd
 
@@ -862,15 +1200,17 @@ def set_router(m, mode):
 def roll_experts(m):
     # expert e's weights read as expert e + 1's; the router unchanged
     with torch.no_grad():
-        for layer in _layers(m):
-            for p in (layer.mlp.experts.gate_up_proj, layer.mlp.experts.down_proj):
+        for mlp in _moe_mlps(m):
+            e = mlp.experts
+            for p in (e.gate_up_proj, e.down_proj) + tuple(
+                    getattr(e, b) for b in ("gate_up_proj_bias", "down_proj_bias") if hasattr(e, b)):
                 p.copy_(torch.roll(p, 1, dims=0))
 
 
 def swap_expert_gate_up(m):
     with torch.no_grad():
-        for layer in _layers(m):
-            w = layer.mlp.experts.gate_up_proj
+        for mlp in _moe_mlps(m):
+            w = mlp.experts.gate_up_proj
             n = w.shape[1] // 2
             w.copy_(torch.cat([w[:, n:], w[:, :n]], dim=1))
 
@@ -898,20 +1238,21 @@ def moe_routing(model, ids, k):
     between the k-th and (k+1)-th largest logit over all tokens and layers
     (a near-tie would make the golden depend on rounding)."""
     got = []
-    hooks = [layer.mlp.gate.register_forward_hook(lambda mod, a, out: got.append(out[0].detach()))
-             for layer in _layers(model)]
+    hooks = [_router(mlp).register_forward_hook(lambda mod, a, out: got.append(out[0].detach()))
+             for mlp in _moe_mlps(model)]
     logits_of(model, ids)
     for h in hooks:
         h.remove()
     hist, margin, where = [], float("inf"), None
-    for li, lg in enumerate(got):
+    moe_layers = [i for i, layer in enumerate(_layers(model)) if hasattr(layer.mlp, "experts")]
+    for li, lg in zip(moe_layers, got):
         srt, idx = torch.sort(lg.to(torch.float64), dim=-1, descending=True)
         hist.append(np.bincount(idx[:, :k].reshape(-1).numpy(), minlength=lg.shape[1]).tolist())
         gap = (srt[:, k - 1] - srt[:, k]).numpy()
         t = int(np.argmin(gap))
         if gap[t] < margin:
             margin, where = float(gap[t]), (li, t)
-    return hist, margin, where
+    return list(zip(moe_layers, hist)), margin, where
 
 
 def hf_short_sensitivity(v, model, ref_short, ids):
@@ -1067,22 +1408,24 @@ def main():
     sp_bytes = sp_model_bytes()
     for i, v in enumerate(HF_VARIANTS):
         model = build_model(make_hf_config(v))
-        randomize_hf(model, HF_SEED + i, v["family"])
+        randomize_hf(model, HF_SEED + i + v.get("reseed", 0), v["family"])
         ref = logits_of(model, ids)
         assert ref.shape == (N_TOKENS, VOCAB) and np.all(np.isfinite(ref))
         hf_dir = os.path.join(work, "hf", v["name"])
         save_hf_dir(hf_dir, v, model, sp_bytes)
-        convert(hf_dir, os.path.join(work, v["name"] + ".gguf"),
-                pre="qwen2" if v["family"] in BPE_FAMILIES else None)
+        convert(hf_dir, os.path.join(work, v["name"] + ".gguf"), pre=BPE_PRE.get(v["family"]))
         ref.astype("<f4").tofile(os.path.join(work, v["name"] + ".logits"))
         extra = ""
         if v["family"] in MOE_FAMILIES:
             hist, margin, where = moe_routing(model, ids, v["top_k"])
             extra = "; experts chosen " + " | ".join(
-                f"L{li} " + " ".join(map(str, h)) for li, h in enumerate(hist)) + \
+                f"L{li} " + " ".join(map(str, h)) for li, h in hist) + \
                 f"; smallest top-{v['top_k']} margin {margin:.3g} (layer {where[0]}, token {where[1]})"
-            if margin < 1e-3 or min(min(h) for h in hist) == 0:
+            if margin < 1e-3 or min(min(h) for _, h in hist) == 0:
                 raise SystemExit(f"{v['name']}: routing near a tie or an expert unused: reseed")
+        if v["family"] == "gptoss":
+            cg, cu = gptoss_clamped(model, ids)
+            extra += f"; clamped gate {cg:.3f} up {cu:.3f}"
         report(v["name"], v["gguf_arch"], N_TOKENS, ref, hf_sensitivity(v, model, ref, ids), extra)
         if v["family"] == "phi3":
             # the first PHI3_ORIG tokens alone: within the original
@@ -1144,11 +1487,21 @@ def llamacpp_check(out, ids):
     runs = [(v["name"], v["name"], N_TOKENS) for v in VARIANTS + HF_VARIANTS]
     runs += [(v["name"] + "-short", v["name"], PHI3_ORIG) for v in HF_VARIANTS
              if v["family"] == "phi3"]
+    tmp = os.path.join("/tmp", "gen_tiny_hf_llamacpp")
+    os.makedirs(tmp, exist_ok=True)
     for golden, model, n in runs:
         ref = np.fromfile(os.path.join(out, golden + ".logits"), "<f4").reshape(n, VOCAB)
         res = []
+        path = os.path.join(out, model + ".gguf")
+        if model == "deepseek2-lite":
+            # llama.cpp takes a DeepSeek2 without q_lora_rank for V2-Lite
+            # only when it has 26 or 27 layers (its real depth), and reads
+            # the key otherwise: a copy with the key 0 (plain attn_q)
+            path = os.path.join(tmp, model + ".gguf")
+            gguf_with_key(os.path.join(out, model + ".gguf"), path,
+                          "deepseek2.attention.q_lora_rank", 0, gguf.GGUFValueType.UINT32)
         for label, kv in (("f32 KV", {"type_k": 0, "type_v": 0}), ("f16 KV", {})):
-            llm = lc.Llama(model_path=os.path.join(out, model + ".gguf"), n_ctx=n,
+            llm = lc.Llama(model_path=path, n_ctx=n,
                            n_batch=n, logits_all=True, n_threads=1, n_threads_batch=1,
                            verbose=False, **kv)
             llm.eval(ids[:n])
@@ -1157,6 +1510,28 @@ def llamacpp_check(out, ids):
             del llm
         print(f"llama.cpp {lc.__version__} vs transformers, {golden} (n_ctx {n}): " +
               ", ".join(res), flush=True)
+
+
+def gguf_with_key(src, dst, key, val, vtype):
+    """A copy of GGUF src with one more key (gguf-py, as its
+    gguf_new_metadata.py script copies a file)."""
+    r = gguf.GGUFReader(src)
+    arch = r.fields["general.architecture"].contents()
+    w = gguf.GGUFWriter(dst, arch, endianess=r.endianess)
+    for f in r.fields.values():
+        if f.name.startswith("GGUF.") or f.name == "general.architecture":
+            continue
+        sub = f.types[-1] if f.types[0] == gguf.GGUFValueType.ARRAY else None
+        w.add_key_value(f.name, f.contents(), f.types[0], sub_type=sub)
+    w.add_key_value(key, val, vtype)
+    for t in r.tensors:
+        w.add_tensor_info(t.name, t.data.shape, t.data.dtype, t.data.nbytes, t.tensor_type)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_ti_data_to_file()
+    for t in r.tensors:
+        w.write_tensor_data(t.data)
+    w.close()
 
 
 def _gguf_version():
