@@ -82,6 +82,18 @@ Variants (the first seven also named in tests/test_tiny_hf.c):
                 attn_q), routed_scaling_factor 1. llama.cpp takes a missing
                 q_lora_rank only at V2-Lite's real depth (26/27 layers):
                 --llamacpp runs it on a copy with the key set to 0
+  deepseek3     DeepseekV3ForCausalLM on deepseek2's geometry (MLA with
+                q_lora_rank 48, dense layer 0, 8 experts + 1 shared) with
+                V3's router: sigmoid scores; e_score_correction_bias (a
+                buffer, N(0, 0.1^2)) added for the choice only; 4 groups of
+                2 experts, the 2 groups with the largest sum of their top-2
+                eligible; top-2 of those; the chosen sigmoid scores
+                renormalized, times routed_scaling_factor 2.5; YaRN with
+                mscale = mscale_all_dim = 1 (V3's). config.json also carries
+                scoring_func "sigmoid" and topk_method "noaux_tc" as V3's
+                does (the converter writes expert_gating_func 2 from it).
+                Its routing margin is that of the group choice and of the
+                expert choice on the biased sigmoid scores (ds3_routing)
   gpt-oss       GptOssForCausalLM: 4 experts of 32, router with bias, top-2 of
                 the router logits then softmax over those two; experts
                 stored (expert, in, out) with gate and up interleaved in
@@ -96,7 +108,7 @@ Variants (the first seven also named in tests/test_tiny_hf.c):
                 rounded: llama.cpp rounds it, see the README); NeoX RoPE.
                 The converter writes arch gpt-oss, splits gate_up into
                 ffn_gate_exps / ffn_up_exps (and their biases), f32
-  qwen3moe, qwen2moe, deepseek2 and gpt-oss take the byte-level BPE
+  qwen3moe, qwen2moe, deepseek2/3 and gpt-oss take the byte-level BPE
   vocabulary of the gguf-py variants as a tokenizer.json (their converter
   reads no tokenizer.model); see PRE_SHIM for the one thing done to the
   converter for them.
@@ -588,6 +600,13 @@ HF_VARIANTS = [
     # clamped SwiGLU (alpha 1.702, limit 7, (up + 1) * glu)
     dict(name="gpt-oss", family="gptoss", gguf_arch="gpt-oss", layers=2, experts=4, top_k=2,
          moe_ff=32, reseed=3000),
+    # DeepSeek-V3's router on the deepseek2 geometry: sigmoid scores, a
+    # correction bias used only to choose, 4 groups of 2 experts of which
+    # the best 2 groups (by the sum of their top-2) are eligible, the top-2
+    # weights renormalized then times routed_scaling_factor 2.5
+    dict(name="deepseek3", family="deepseek2", v3=True, gguf_arch="deepseek2", layers=3,
+         experts=8, top_k=2, moe_ff=32, norm_topk=True, q_lora=48, scale=2.5, n_group=4,
+         topk_group=2, reseed=1000),
 ]
 MOE_FAMILIES = ("mixtral", "qwen3moe", "qwen2moe", "deepseek2", "gptoss")
 BPE_FAMILIES = ("qwen3moe", "qwen2moe", "deepseek2", "gptoss")     # tokenizer.json
@@ -661,6 +680,13 @@ def hf_rope(v, **o):
         return {**extra, "rope_type": "yarn", "rope_theta": 150000.0, "factor": 4.0,
                 "original_max_position_embeddings": 32, "beta_fast": 32.0, "beta_slow": 1.0,
                 "truncate": o.get("truncate", False)}
+    if fam == "deepseek2" and v.get("v3"):
+        # DeepSeek-V3's mscale = mscale_all_dim = 1
+        if o.get("no_yarn"):
+            return {"rope_type": "default", "rope_theta": 10000.0}
+        return {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0,
+                "original_max_position_embeddings": 32, "beta_fast": 32.0, "beta_slow": 1.0,
+                "mscale": 1.0, "mscale_all_dim": 1.0}
     if fam == "deepseek2":
         # YaRN 4 past original context 32 with DeepSeek-V2's mscale =
         # mscale_all_dim = 0.707: cos/sin unscaled (the ratio is 1), the
@@ -733,6 +759,21 @@ def make_hf_config(v, **o):
             sliding_window=window, layer_types=types, swiglu_limit=o.get("limit", 7.0),
             attention_bias=True, rms_norm_eps=1e-5, tie_word_embeddings=False,
             output_router_logits=False, router_aux_loss_coef=0.0)
+    if fam == "deepseek2" and v.get("v3"):
+        # scoring_func / topk_method: not transformers' fields (it always
+        # uses sigmoid and groups), but V3's config.json carries them and the
+        # converter reads scoring_func (expert_gating_func)
+        return transformers.DeepseekV3Config(
+            **dict(common, num_key_value_heads=HEADS), n_routed_experts=v["experts"],
+            num_experts_per_tok=o.get("top_k", v["top_k"]), moe_intermediate_size=v["moe_ff"],
+            n_shared_experts=1, first_k_dense_replace=1, q_lora_rank=v["q_lora"],
+            kv_lora_rank=DS_KV_RANK, qk_nope_head_dim=DS_NOPE, qk_rope_head_dim=DS_ROPE,
+            v_head_dim=DS_V, n_group=o.get("n_group", v["n_group"]),
+            topk_group=o.get("topk_group", v["topk_group"]),
+            norm_topk_prob=o.get("norm_topk", v["norm_topk"]),
+            routed_scaling_factor=o.get("scale", v["scale"]), rope_interleave=True,
+            rms_norm_eps=1e-6, attention_bias=False, tie_word_embeddings=False,
+            scoring_func="sigmoid", topk_method="noaux_tc")
     if fam == "deepseek2":
         # intermediate_size 128: the leading dense layer's FFN; the shared
         # expert is n_shared_experts x moe_intermediate_size
@@ -804,6 +845,50 @@ def randomize_hf(model, seed, family):
                 p.copy_(torch.randn(p.shape, generator=g) * 0.5)
             else:
                 raise SystemExit("unexpected parameter " + name)
+
+
+def ds3_correction_bias(model, seed):
+    """DeepSeek-V3's e_score_correction_bias (a buffer, not a parameter):
+    N(0, 0.1^2) per expert from its own generator, large against the spread
+    of the sigmoid scores so that it changes choices."""
+    g = torch.Generator().manual_seed(seed + 1)
+    with torch.no_grad():
+        for mlp in _moe_mlps(model):
+            b = mlp.gate.e_score_correction_bias
+            b.copy_(torch.randn(b.shape, generator=g) * 0.1)
+
+
+def ds3_routing(model, ids):
+    """moe_routing() for DeepSeek-V3's router: the choice is made on
+    sigmoid(logit) + bias within the best groups, so the margins are those
+    of the group choice (topk_group-th against the next group score) and of
+    the expert choice among the eligible ones (k-th against (k+1)-th)."""
+    got = []
+    mlps = _moe_mlps(model)
+    hooks = [mlp.gate.register_forward_hook(lambda mod, a, out: got.append((mod, out[0].detach())))
+             for mlp in mlps]
+    logits_of(model, ids)
+    for h in hooks:
+        h.remove()
+    moe_layers = [i for i, layer in enumerate(_layers(model)) if hasattr(layer.mlp, "experts")]
+    hist, margin, where = [], float("inf"), None
+    for li, (r, lg) in zip(moe_layers, got):
+        ch = torch.sigmoid(lg.to(torch.float64)) + r.e_score_correction_bias.to(torch.float64)
+        ng, per = r.num_group, r.num_experts // r.num_group
+        gs = ch.view(-1, ng, per).topk(2, dim=-1)[0].sum(dim=-1)
+        gsrt, gidx = torch.sort(gs, dim=-1, descending=True)
+        mask = torch.zeros_like(gs).scatter_(1, gidx[:, :r.topk_group], 1.0)
+        ch = ch.masked_fill(mask.repeat_interleave(per, dim=1) == 0, float("-inf"))
+        srt, idx = torch.sort(ch, dim=-1, descending=True)
+        hist.append(np.bincount(idx[:, :r.top_k].reshape(-1).numpy(), minlength=r.num_experts).tolist())
+        gaps = [(srt[:, r.top_k - 1] - srt[:, r.top_k]).numpy()]
+        if r.topk_group < ng:
+            gaps.append((gsrt[:, r.topk_group - 1] - gsrt[:, r.topk_group]).numpy())
+        gap = np.minimum.reduce(gaps)
+        t = int(np.argmin(gap))
+        if gap[t] < margin:
+            margin, where = float(gap[t]), (li, t)
+    return list(zip(moe_layers, hist)), margin, where
 
 
 def _gptoss_param(p, name, g):
@@ -951,13 +1036,16 @@ def hf_sensitivity(v, model, ref, ids):
         row("top-1 instead of top-2", top_k=1)
         if fam == "mixtral":
             row("no renormalization", lambda m: set_router(m, "plain"))
+        elif fam == "deepseek2" and v.get("v3"):
+            row("not renormalized", norm_topk=False)
         elif fam == "deepseek2":
             row("renormalized", lambda m: set_router(m, "renorm"))
         elif v["norm_topk"]:
             row("no renormalization", norm_topk=False)
         else:
             row("renormalized", norm_topk=True)
-        row(f"router weights ignored (1/{k} each)", lambda m: set_router(m, "uniform"))
+        if not v.get("v3"):
+            row(f"router weights ignored (1/{k} each)", lambda m: set_router(m, "uniform"))
         row("experts permuted (rolled by 1)", roll_experts)
         row("expert gate/up swapped", swap_expert_gate_up)
         if fam == "qwen2moe":
@@ -1036,6 +1124,8 @@ def deepseek_rows(v, row):
 
     if v["scale"] != 1.0:
         row("routed_scaling_factor 1", scale=1.0)
+    if v.get("v3"):
+        ds3_router_rows(v, row)
     row("shared expert off", shexp_off)
     row("leading dense FFN skipped", dense_ffn_skipped)
     row("kv_a_norm off", kv_a_norm_off)
@@ -1153,6 +1243,43 @@ def gptoss_clamped(model, ids):
     for mlp in _moe_mlps(model):
         del mlp.experts._apply_gate
     return n["gate"] / n["all"], n["up"] / n["all"]
+
+
+def ds3_router_rows(v, row):
+    """DeepSeek-V3's router, each part got wrong."""
+    import torch.nn.functional as F
+
+    def router(mode):
+        def mutate(m):
+            for mlp in _moe_mlps(m):
+                r = mlp.gate
+                orig = r.forward
+
+                def fwd(h, r=r, orig=orig):
+                    logits, w, idx = orig(h)
+                    lg = logits.float()
+                    if mode == "bias-in-weights":
+                        # the weights taken from the biased choice scores
+                        w = (torch.sigmoid(lg) + r.e_score_correction_bias).gather(1, idx)
+                        w = w / w.sum(dim=-1, keepdim=True) * r.routed_scaling_factor
+                    elif mode == "softmax":
+                        # softmax scores (V2's) in place of sigmoid, the
+                        # same choice
+                        w = torch.softmax(lg, dim=-1).gather(1, idx)
+                        w = w / w.sum(dim=-1, keepdim=True) * r.routed_scaling_factor
+                    return logits, w, idx
+                r.forward = fwd
+        return mutate
+
+    def bias_off(m):
+        with torch.no_grad():
+            for mlp in _moe_mlps(m):
+                mlp.gate.e_score_correction_bias.zero_()
+
+    row("correction bias off", bias_off)
+    row("correction bias in the weights too", router("bias-in-weights"))
+    row("no group limit (n_group 1)", n_group=1, topk_group=1)
+    row("softmax weights instead of sigmoid", router("softmax"))
 
 
 def _pairs_from_halves(h):
@@ -1409,6 +1536,8 @@ def main():
     for i, v in enumerate(HF_VARIANTS):
         model = build_model(make_hf_config(v))
         randomize_hf(model, HF_SEED + i + v.get("reseed", 0), v["family"])
+        if v.get("v3"):
+            ds3_correction_bias(model, HF_SEED + i + v.get("reseed", 0))
         ref = logits_of(model, ids)
         assert ref.shape == (N_TOKENS, VOCAB) and np.all(np.isfinite(ref))
         hf_dir = os.path.join(work, "hf", v["name"])
@@ -1417,7 +1546,8 @@ def main():
         ref.astype("<f4").tofile(os.path.join(work, v["name"] + ".logits"))
         extra = ""
         if v["family"] in MOE_FAMILIES:
-            hist, margin, where = moe_routing(model, ids, v["top_k"])
+            hist, margin, where = (ds3_routing(model, ids) if v.get("v3") else
+                                   moe_routing(model, ids, v["top_k"]))
             extra = "; experts chosen " + " | ".join(
                 f"L{li} " + " ".join(map(str, h)) for li, h in hist) + \
                 f"; smallest top-{v['top_k']} margin {margin:.3g} (layer {where[0]}, token {where[1]})"
