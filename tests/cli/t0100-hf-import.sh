@@ -55,7 +55,7 @@ for dir in "$D"/hf/*/; do
     ref="$D/$name.gguf"
     case $name in
     *-nonorm) continue ;;    # refused (below)
-    deepseek2*|gpt-oss)      # not imported yet (issue 19): refused naming the architecture
+    deepseek*|gpt-oss)       # not imported yet (issue 19): refused naming the architecture
         run 1 ruvllm quantize -q "$dir" "$TMP/$name.gguf" F32
         arch=$(tr -d ' \n' <"$dir/config.json" | sed -n 's/.*"architectures":\["\([A-Za-z0-9]*\)".*/\1/p')
         assert "$name: its architecture is named in config.json" '[ -n "$arch" ]'
