@@ -160,6 +160,13 @@ static void qkv_token(const rvl_forward *c, uint32_t l, float *q, float *k, floa
     }
 }
 
+/* Expert e of layer l: its gate, up and down weights (three in a row).
+ * The one place the forward pass takes an expert's weights. */
+static const rvl_weight *expert_weights(const rvl_forward *c, uint32_t l, uint32_t e)
+{
+    return &c->m->layers[l].exps[3 * (size_t)e];
+}
+
 /* The mixture-of-experts FFN of layer l on the nb normed rows of xb, into
  * xo: the router's softmax gives each token its n_expert_used most likely
  * experts (the first of equal ones), weighted by their probabilities
@@ -210,12 +217,13 @@ static void moe_ffn(rvl_forward *c, uint32_t l, uint32_t nb, size_t xb_stride)
                 }
         if (!n)
             continue;
-        const rvl_weight *gu[2] = {&L->exps[3 * (size_t)e], &L->exps[3 * (size_t)e + 1]};
+        const rvl_weight *ew = expert_weights(c, l, e);
+        const rvl_weight *gu[2] = {&ew[0], &ew[1]};
         float *gu_out[2] = {c->hb, c->hb2};
         const size_t gu_stride[2] = {fe, fe};
         rvl_matmul_shared(&c->mm, c->moe_x, dim, n, 2, gu, gu_out, gu_stride);
         rvl_ops_glu_rows(c->pool, RVL_ACT_SILU, c->hb, c->hb2, fe, n);
-        rvl_matmul_run(&c->mm, c->moe_o, dim, &L->exps[3 * (size_t)e + 2], c->hb, fe, n);
+        rvl_matmul_run(&c->mm, c->moe_o, dim, &ew[2], c->hb, fe, n);
         for (uint32_t i = 0; i < n; i++) {
             float *xo = c->xo + (size_t)c->moe_idx[i] * dim;
             const float *o = c->moe_o + (size_t)i * dim, wi = c->moe_idxw[i];
