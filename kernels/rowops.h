@@ -37,6 +37,10 @@ void swiglu_f32_ref(float *g, const float *u, int64_t n);
  * g = 0.5 g (1 + tanh(sqrt(2/pi) (g + 0.044715 g^3))) * u. */
 void geglu_tanh_f32_ref(float *g, const float *u, int64_t n);
 
+/* gpt-oss's clamped SwiGLU, in place over n elements: with x = min(g, 7)
+ * and y = clamp(u, -7, 7), g = x sigmoid(1.702 x) (y + 1). */
+void swiglu_oai_f32_ref(float *g, const float *u, int64_t n);
+
 /* Soft-capping in place (Gemma's attention and final logits): x = cap *
  * tanh(x / cap), cap > 0. */
 void softcap_f32_ref(float *x, int64_t n, float cap);

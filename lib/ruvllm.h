@@ -470,7 +470,19 @@ typedef enum {
  * pre-attention RMSNorm, attention, residual, pre-FFN RMSNorm, SiLU-gated
  * FFN, residual; every other setting is a feature a backend implements or
  * refuses naming it (rvl_family_missing). */
-typedef enum { RVL_ACT_SILU = 0, RVL_ACT_GELU_TANH } rvl_act;
+typedef enum {
+    RVL_ACT_SILU = 0,
+    RVL_ACT_GELU_TANH,
+    RVL_ACT_SWIGLU_OAI,     /* gpt-oss: g = min(g, 7), u = clamp(u, -7, 7),
+                               g sigmoid(1.702 g) (u + 1) */
+} rvl_act;
+/* How a router turns its logits into the experts' weights (llama.cpp's
+ * expert_gating_func values). */
+typedef enum {
+    RVL_MOE_SOFTMAX = 1,    /* softmax over every expert, then the top k */
+    RVL_MOE_SIGMOID = 2,    /* sigmoid of each logit (DeepSeek-V3) */
+    RVL_MOE_SOFTMAX_WEIGHT = 3, /* the top k logits, then softmax over them (gpt-oss) */
+} rvl_moe_gating;
 typedef enum {
     RVL_LAYER_GLOBAL = 0,   /* attends to every earlier position */
     RVL_LAYER_WINDOW,       /* to the last swa_window positions, on swa_rope_base */
@@ -498,7 +510,24 @@ typedef struct {
     bool moe;               /* the FFN is a mixture of experts: a softmax router picks
                                n_expert_used of n_expert SiLU-gated experts per token */
     bool moe_renorm;        /* the chosen experts' weights renormalized to sum 1 */
-    bool moe_shared;        /* plus a shared expert scaled by sigmoid(its own gate) */
+    bool moe_shared;        /* plus a shared expert (ffn_{gate,up,down}_shexp) */
+    bool moe_shared_gate;   /* ... scaled by sigmoid(its own gate . x) (Qwen2-MoE) */
+    rvl_moe_gating moe_gating; /* 0: softmax */
+    bool moe_sel_bias;      /* exp_probs_b: a per-expert bias added to the scores for
+                               the choice only, not to the weights (DeepSeek-V3) */
+    bool moe_bias;          /* biases on the router and on every expert's matrices (gpt-oss) */
+    float moe_scale;        /* expert_weights_scale: the routed experts' weights times
+                               this (0: 1) */
+    uint32_t moe_groups;    /* expert_group_count: top-k within the moe_groups_used
+                               groups of the best top-2 sums (0, 1: no groups) */
+    uint32_t moe_groups_used;
+    uint32_t moe_dense_lead; /* leading_dense_block_count: the first layers' FFN is dense */
+    bool mla;               /* DeepSeek's multi-head latent attention (rvl_hparams' mla_*) */
+    bool attn_sinks;        /* a learned logit per head in every softmax's denominator
+                               (attn_sinks.weight, gpt-oss) */
+    bool attn_out_bias;     /* attn_output.bias (gpt-oss) */
+    bool yarn_exact_ramp;   /* YaRN's ramp between the unrounded correction dims
+                               (transformers' truncate: false; gpt-oss) */
 } rvl_block;
 
 typedef struct {
@@ -531,7 +560,18 @@ typedef struct {
     uint32_t n_expert;      /* <arch>.expert_count (0: dense FFN) */
     uint32_t n_expert_used; /* <arch>.expert_used_count */
     uint32_t n_ff_exp;      /* <arch>.expert_feed_forward_length (default n_ff) */
-    uint32_t n_ff_shexp;    /* <arch>.expert_shared_feed_forward_length (default n_ff) */
+    uint32_t n_ff_shexp;    /* <arch>.expert_shared_feed_forward_length (default n_ff;
+                               deepseek2: expert_shared_count x n_ff_exp) */
+    /* multi-head latent attention (block.mla): queries through a rank
+     * mla_q_rank bottleneck (0: one attn_q), keys and values from one
+     * normalized latent of mla_kv_rank per token plus one shared RoPE key of
+     * rope_dim; per head mla_k_dim (no-RoPE + RoPE) and mla_v_dim. The cache
+     * holds the latent and the RoPE key: head_dim = mla_kv_rank + rope_dim,
+     * one kv head. */
+    uint32_t mla_q_rank;    /* <arch>.attention.q_lora_rank */
+    uint32_t mla_kv_rank;   /* <arch>.attention.kv_lora_rank */
+    uint32_t mla_k_dim;     /* <arch>.attention.key_length_mla */
+    uint32_t mla_v_dim;     /* <arch>.attention.value_length_mla */
     rvl_block block;        /* what each layer does */
 } rvl_hparams;
 

@@ -196,6 +196,7 @@ typedef struct {
     uint32_t rope_dim;       /* 0: head_dim */
     uint32_t n_ff;           /* 0: 128 */
     uint32_t n_expert;       /* 0: a dense FFN */
+    uint32_t n_head_kv;      /* 0: 2 */
 } variant;
 
 static void check_variant(const variant *v)
@@ -219,7 +220,7 @@ static void check_variant(const variant *v)
     assert_int_equal(hp->n_layer, v->n_layer ? v->n_layer : 2);
     assert_int_equal(hp->n_embd, 64);
     assert_int_equal(hp->n_head, 4);
-    assert_int_equal(hp->n_head_kv, 2);
+    assert_int_equal(hp->n_head_kv, v->n_head_kv ? v->n_head_kv : 2);
     assert_int_equal(hp->head_dim, v->head_dim ? v->head_dim : 16);
     assert_int_equal(hp->rope_dim, v->rope_dim ? v->rope_dim : hp->head_dim);
     assert_int_equal(hp->block.qk_norm, v->qk_norm);
@@ -455,6 +456,48 @@ static void test_qwen2moe_matches_transformers(void **state)
                              .rope_type = RVL_ROPE_NEOX, .n_expert = 4});
 }
 
+/* DeepSeek-V2 (deepseek2): multi-head latent attention (queries through a
+ * rank-48 bottleneck, a latent of 32 and a RoPE key of 8 per token: the
+ * cache's one head of 40), YaRN with DeepSeek's mscale in the softmax
+ * scale, a leading dense layer, then 8 experts, top 2 not renormalized,
+ * scaled by 2, and a shared expert. */
+static void test_deepseek2_matches_transformers(void **state)
+{
+    (void)state;
+    check_variant(&(variant){.name = "deepseek2", .arch = "deepseek2", .rope_type = RVL_ROPE_NORM,
+                             .n_layer = 3, .n_head_kv = 1, .head_dim = 40, .rope_dim = 8,
+                             .n_expert = 8});
+}
+
+/* DeepSeek-V2-Lite: one attn_q instead of the bottleneck. */
+static void test_deepseek2_lite_matches_transformers(void **state)
+{
+    (void)state;
+    check_variant(&(variant){.name = "deepseek2-lite", .arch = "deepseek2",
+                             .rope_type = RVL_ROPE_NORM, .n_layer = 3, .n_head_kv = 1,
+                             .head_dim = 40, .rope_dim = 8, .n_expert = 8});
+}
+
+/* DeepSeek-V3's router: sigmoid scores, the selection bias, the best 2 of
+ * 4 groups, renormalized, scaled by 2.5. */
+static void test_deepseek3_matches_transformers(void **state)
+{
+    (void)state;
+    check_variant(&(variant){.name = "deepseek3", .arch = "deepseek2", .rope_type = RVL_ROPE_NORM,
+                             .n_layer = 3, .n_head_kv = 1, .head_dim = 40, .rope_dim = 8,
+                             .n_expert = 8});
+}
+
+/* gpt-oss: sinks, the window of 8 on layer 0, biases everywhere, the
+ * top-2-then-softmax router over 4 experts, the clamped SwiGLU, YaRN with
+ * the unrounded ramp. */
+static void test_gpt_oss_matches_transformers(void **state)
+{
+    (void)state;
+    check_variant(&(variant){.name = "gpt-oss", .arch = "gpt-oss", .rope_type = RVL_ROPE_NEOX,
+                             .bias = true, .n_ff = 32, .n_expert = 4});
+}
+
 /* The metadata the loader must have read for the scaled variants. */
 static void test_scaled_variants_load_their_rope_scaling_metadata(void **state)
 {
@@ -504,6 +547,10 @@ int main(void)
         cmocka_unit_test(test_mixtral_matches_transformers),
         cmocka_unit_test(test_qwen3moe_matches_transformers),
         cmocka_unit_test(test_qwen2moe_matches_transformers),
+        cmocka_unit_test(test_deepseek2_matches_transformers),
+        cmocka_unit_test(test_deepseek2_lite_matches_transformers),
+        cmocka_unit_test(test_deepseek3_matches_transformers),
+        cmocka_unit_test(test_gpt_oss_matches_transformers),
         cmocka_unit_test(test_scaled_variants_load_their_rope_scaling_metadata),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -52,6 +52,16 @@ void geglu_tanh_f32_ref(float *g, const float *u, int64_t n)
     }
 }
 
+void swiglu_oai_f32_ref(float *g, const float *u, int64_t n)
+{
+    const float alpha = 1.702f, limit = 7.0f;
+    for (int64_t i = 0; i < n; i++) {
+        const float x = g[i] < limit ? g[i] : limit;
+        const float y = u[i] < -limit ? -limit : u[i] > limit ? limit : u[i];
+        g[i] = x / (1.0f + expf(-alpha * x)) * (y + 1.0f);
+    }
+}
+
 void softcap_f32_ref(float *x, int64_t n, float cap)
 {
     for (int64_t i = 0; i < n; i++)

@@ -39,6 +39,9 @@
 #define SOFTCAPS .attn_softcap = 1, .final_softcap = 1
 #define WINDOW .swa_window = 1
 
+/* What a file may switch on in a family with experts. */
+#define MOE_MAY .moe_renorm = true
+
 static void gemma_finish(rvl_hparams *hp);
 
 static const rvl_family families[] = {
@@ -46,14 +49,37 @@ static const rvl_family families[] = {
      * converter does not write; a file that sets one gets it), Mixtral
      * (experts renormalized, expert_count) */
     {.name = "llama", .rope_type = RVL_ROPE_NORM, .bias = RVL_FAMILY_BIAS_OPTIONAL,
-     .block = {LLAMA_BLOCK}, .may = {WINDOW, .moe = true}, .moe_renorm = true},
+     .block = {LLAMA_BLOCK}, .may = {WINDOW, .moe = true, MOE_MAY}, .moe_renorm = true},
     /* Qwen1.5-MoE, Qwen2-MoE: Q/K/V biases, experts whose weights are not
      * renormalized, a shared expert with a sigmoid gate */
     {.name = "qwen2moe", .rope_type = RVL_ROPE_NEOX, .bias = RVL_FAMILY_BIAS_REQUIRED,
-     .block = {LLAMA_BLOCK, .qkv_bias = true, .moe = true, .moe_shared = true}},
+     .block = {LLAMA_BLOCK, .qkv_bias = true, .moe = true, .moe_shared = true,
+               .moe_shared_gate = true}, .may = {MOE_MAY}},
     /* Qwen3-MoE (Qwen3-30B-A3B ...): Qwen3's attention, experts renormalized */
     {.name = "qwen3moe", .rope_type = RVL_ROPE_NEOX, .bias = RVL_FAMILY_BIAS_NONE,
-     .block = {LLAMA_BLOCK, .qk_norm = true, .moe = true}, .moe_renorm = true},
+     .block = {LLAMA_BLOCK, .qk_norm = true, .moe = true}, .may = {MOE_MAY},
+     .moe_renorm = true},
+    /* DeepSeek-V2, V2-Lite, V3 and their kin (deepseek2): multi-head latent
+     * attention (queries through q_lora_rank, or one attn_q in the Lite
+     * models; keys and values from the kv_lora_rank latent), leading dense
+     * layers, then experts with shared ones; V3's router: sigmoid scores,
+     * a selection bias (exp_probs_b), group-limited top-k, renormalized,
+     * scaled (expert_weights_scale) */
+    {.name = "deepseek2", .rope_type = RVL_ROPE_NORM, .bias = RVL_FAMILY_BIAS_NONE,
+     .block = {LLAMA_BLOCK, .mla = true, .moe = true, .moe_shared = true},
+     .may = {MOE_MAY, .moe_gating = RVL_MOE_SIGMOID, .moe_sel_bias = true, .moe_scale = 1,
+             .moe_groups = 1, .moe_groups_used = 1, .moe_dense_lead = 1}},
+    /* gpt-oss (OpenAI's open-weight models): Q/K/V and output biases,
+     * learned attention sinks, a 128-token window on every other layer
+     * (the first), experts with biases behind a top-k-then-softmax router
+     * and the clamped SwiGLU; its FFN norm is named post_attention_norm;
+     * YaRN with transformers' unrounded ramp (truncate: false) */
+    {.name = "gpt-oss", .rope_type = RVL_ROPE_NEOX, .bias = RVL_FAMILY_BIAS_REQUIRED,
+     .block = {.norm_pre_attn = true, .norm_pre_ffn = true, .act = RVL_ACT_SWIGLU_OAI,
+               .qkv_bias = true, .attn_out_bias = true, .attn_sinks = true,
+               .swa_window = 128, .swa_period = 2, .moe = true,
+               .moe_gating = RVL_MOE_SOFTMAX_WEIGHT, .moe_bias = true, .yarn_exact_ramp = true},
+     .may = {WINDOW}, .ffn_norm = "post_attention_norm"},
     /* Ministral 3, Mistral Small 3.x/Magistral text (mistral3): the llama
      * block with YaRN (rope.scaling.yarn_log_multiplier) and Llama 4's
      * attention temperature (attention.temperature_scale) */
@@ -110,7 +136,8 @@ const rvl_family *rvl_family_find(const char *arch)
 
 const char *rvl_family_names(void)
 {
-    return "llama, mistral3, qwen2, qwen2moe, qwen3, qwen3moe, gemma2, gemma3, phi3";
+    return "llama, mistral3, qwen2, qwen2moe, qwen3, qwen3moe, deepseek2, gpt-oss, gemma2, gemma3, "
+           "phi3";
 }
 
 /* ====================================================================
@@ -149,9 +176,24 @@ const char *rvl_family_missing(const rvl_block *b, const rvl_block *have)
     FLAG(moe);
     FLAG(moe_renorm);
     FLAG(moe_shared);
+    FLAG(moe_shared_gate);
+    FLAG(moe_sel_bias);
+    FLAG(moe_bias);
+    FLAG(moe_scale);
+    FLAG(moe_groups);
+    FLAG(moe_groups_used);
+    FLAG(moe_dense_lead);
+    FLAG(mla);
+    FLAG(attn_sinks);
+    FLAG(attn_out_bias);
+    FLAG(yarn_exact_ramp);
 #undef FLAG
-    if (b->act != RVL_ACT_SILU && b->act != have->act)
-        return b->act == RVL_ACT_GELU_TANH ? "act gelu_tanh" : "act";
+    /* the activation and the gating: `have` names the last one of its
+     * enum a backend implements, and with it every one before */
+    if (b->moe_gating > RVL_MOE_SOFTMAX && b->moe_gating > have->moe_gating)
+        return b->moe_gating == RVL_MOE_SIGMOID ? "moe_gating sigmoid" : "moe_gating softmax_weight";
+    if (b->act > have->act)
+        return b->act == RVL_ACT_GELU_TANH ? "act gelu_tanh" : "act swiglu_oai";
     return NULL;
 }
 
@@ -159,12 +201,12 @@ const char *rvl_family_missing(const rvl_block *b, const rvl_block *have)
  * What a file asks for
  * ==================================================================== */
 
-/* Keys (under "<arch>.", llama.cpp's names) and tensors (layer 0's: a
- * family that has the feature requires the tensor in every layer, which
- * the weight loader checks) that switch a recipe feature on. A key at 0
- * or at its neutral value asks for nothing; so does a window as long as
- * the training context. */
-typedef enum { SRC_F32, SRC_U32, SRC_TENSOR } src_kind;
+/* Keys (under "<arch>.", llama.cpp's names) and tensors (blk.N.<name> in
+ * any layer: the weight loader then requires it in every layer that has
+ * the feature) that switch a recipe feature on. A key at 0 or at its
+ * neutral value asks for nothing; so does a window as long as the
+ * training context (SRC_WINDOW). */
+typedef enum { SRC_F32, SRC_U32, SRC_WINDOW, SRC_BOOL, SRC_TENSOR } src_kind;
 static const struct {
     const char *name;
     src_kind kind;
@@ -175,17 +217,41 @@ static const struct {
     {"attention.scale", SRC_F32, offsetof(rvl_block, q_scale), 0},
     {"attn_logit_softcapping", SRC_F32, offsetof(rvl_block, attn_softcap), 0},
     {"final_logit_softcapping", SRC_F32, offsetof(rvl_block, final_softcap), 0},
-    {"attention.sliding_window", SRC_U32, offsetof(rvl_block, swa_window), 0},
+    {"attention.sliding_window", SRC_WINDOW, offsetof(rvl_block, swa_window), 0},
     {"rope.freq_base_swa", SRC_F32, offsetof(rvl_block, swa_rope_base), 0},
     {"attention.temperature_scale", SRC_F32, offsetof(rvl_block, attn_temp_scale), 0},
-    {"blk.0.attn_q_norm.weight", SRC_TENSOR, offsetof(rvl_block, qk_norm), 0},
-    {"blk.0.attn_k_norm.weight", SRC_TENSOR, offsetof(rvl_block, qk_norm), 0},
-    {"blk.0.post_attention_norm.weight", SRC_TENSOR, offsetof(rvl_block, norm_post_attn), 0},
-    {"blk.0.post_ffw_norm.weight", SRC_TENSOR, offsetof(rvl_block, norm_post_ffn), 0},
-    {"blk.0.attn_qkv.weight", SRC_TENSOR, offsetof(rvl_block, fused_qkv), 0},
-    {"blk.0.ffn_gate_inp.weight", SRC_TENSOR, offsetof(rvl_block, moe), 0},
-    {"blk.0.ffn_gate_inp_shexp.weight", SRC_TENSOR, offsetof(rvl_block, moe_shared), 0},
+    {"expert_weights_scale", SRC_F32, offsetof(rvl_block, moe_scale), 1},
+    {"expert_weights_norm", SRC_BOOL, offsetof(rvl_block, moe_renorm), 0},
+    {"expert_gating_func", SRC_U32, offsetof(rvl_block, moe_gating), RVL_MOE_SOFTMAX},
+    {"expert_group_count", SRC_U32, offsetof(rvl_block, moe_groups), 1},
+    {"expert_group_used_count", SRC_U32, offsetof(rvl_block, moe_groups_used), 0},
+    {"leading_dense_block_count", SRC_U32, offsetof(rvl_block, moe_dense_lead), 0},
+    {"attn_q_norm.weight", SRC_TENSOR, offsetof(rvl_block, qk_norm), 0},
+    {"attn_k_norm.weight", SRC_TENSOR, offsetof(rvl_block, qk_norm), 0},
+    {"post_attention_norm.weight", SRC_TENSOR, offsetof(rvl_block, norm_post_attn), 0},
+    {"post_ffw_norm.weight", SRC_TENSOR, offsetof(rvl_block, norm_post_ffn), 0},
+    {"attn_qkv.weight", SRC_TENSOR, offsetof(rvl_block, fused_qkv), 0},
+    {"attn_output.bias", SRC_TENSOR, offsetof(rvl_block, attn_out_bias), 0},
+    {"attn_sinks.weight", SRC_TENSOR, offsetof(rvl_block, attn_sinks), 0},
+    {"attn_kv_a_mqa.weight", SRC_TENSOR, offsetof(rvl_block, mla), 0},
+    {"ffn_gate_inp.weight", SRC_TENSOR, offsetof(rvl_block, moe), 0},
+    {"ffn_gate_inp.bias", SRC_TENSOR, offsetof(rvl_block, moe_bias), 0},
+    {"exp_probs_b.bias", SRC_TENSOR, offsetof(rvl_block, moe_sel_bias), 0},
+    {"ffn_up_shexp.weight", SRC_TENSOR, offsetof(rvl_block, moe_shared), 0},
+    {"ffn_gate_inp_shexp.weight", SRC_TENSOR, offsetof(rvl_block, moe_shared_gate), 0},
 };
+
+/* Does any layer have tensor blk.N.<suffix>? */
+static bool any_layer_has(const rvl_file *f, const rvl_hparams *hp, const char *suffix)
+{
+    char name[128];
+    for (uint32_t l = 0; l < hp->n_layer; l++) {
+        snprintf(name, sizeof name, "blk.%u.%s", l, suffix);
+        if (rvl_file_find_tensor(f, name))
+            return true;
+    }
+    return false;
+}
 
 /* Keys that change the computation and have no recipe field yet: present
  * at a value other than their neutral one, they are refused. */
@@ -295,13 +361,26 @@ int rvl_family_recipe(const rvl_family *fam, const rvl_file *f, rvl_hparams *hp,
         rvl_block one = {0};
         char *one_field = (char *)&one + sources[i].off;
         if (tensor)
-            snprintf(key, sizeof key, "%s", sources[i].name);
+            snprintf(key, sizeof key, "blk.N.%s", sources[i].name);
         else
             snprintf(key, sizeof key, "%s.%s", hp->arch, sources[i].name);
 
         /* what the file asks for, into the recipe and into `one` alone */
         if (tensor) {
-            if (!rvl_file_find_tensor(f, key))
+            char own[96];
+            snprintf(own, sizeof own, "%s.weight", fam->ffn_norm ? fam->ffn_norm : "ffn_norm");
+            if (strcmp(sources[i].name, own) == 0 || !any_layer_has(f, hp, sources[i].name))
+                continue; /* the family's FFN norm is not a feature */
+            *(bool *)field = *(bool *)one_field = true;
+        } else if (sources[i].kind == SRC_BOOL) {
+            const rvl_kv *kv = rvl_file_find_kv(f, key);
+            uint64_t u = 0;
+            if (!kv)
+                continue;
+            if (kv->type != RVL_GGUF_BOOL)
+                return rvl_seterr(RVL_EFORMAT, "%s: metadata key '%s' is not a bool", path, key);
+            u = *(const unsigned char *)kv->data;
+            if (!u)
                 continue;
             *(bool *)field = *(bool *)one_field = true;
         } else if (sources[i].kind == SRC_F32) {
@@ -321,7 +400,8 @@ int rvl_family_recipe(const rvl_family *fam, const rvl_file *f, rvl_hparams *hp,
                     return rc;
                 continue;
             }
-            if (v == 0 || v >= hp->n_ctx_train)
+            if (v == 0 || (sources[i].kind == SRC_WINDOW && v >= hp->n_ctx_train) ||
+                (sources[i].kind == SRC_U32 && v == (uint32_t)sources[i].neutral))
                 continue;
             *(uint32_t *)field = *(uint32_t *)one_field = v;
         }
@@ -350,7 +430,8 @@ int rvl_family_recipe(const rvl_family *fam, const rvl_file *f, rvl_hparams *hp,
     }
     if ((rc = window_pattern(fam, f, hp)) < 0)
         return rc;
-    hp->block.moe_renorm = hp->block.moe && fam->moe_renorm;
+    if (fam->moe_renorm) /* the family's rule, whatever the file says */
+        hp->block.moe_renorm = hp->block.moe;
     if (fam->finish) {
         fam->finish(hp);
         if ((miss = rvl_family_missing(&hp->block, have)))

@@ -26,6 +26,8 @@ typedef struct {
     rvl_block may;             /* what its files may switch on besides (a
                                   nonzero field: the feature) */
     bool moe_renorm;           /* with experts: their weights renormalized */
+    const char *ffn_norm;      /* the FFN norm's tensor (blk.N.<this>.weight), or NULL:
+                                  ffn_norm (gpt-oss: post_attention_norm) */
     /* where the family is truly different: fills in what llama.cpp derives
      * rather than reads (Gemma's embedding scale), after the file's keys;
      * or NULL */

@@ -45,9 +45,13 @@
 const rvl_block rvl_forward_block = {
     .norm_pre_attn = true, .norm_post_attn = true, .norm_pre_ffn = true, .norm_post_ffn = true,
     .qk_norm = true, .qkv_bias = true, .fused_qkv = true, .fused_gate_up = true,
-    .act = RVL_ACT_GELU_TANH, .embd_scale = 1, .q_scale = 1, .attn_softcap = 1,
+    .act = RVL_ACT_SWIGLU_OAI, .embd_scale = 1, .q_scale = 1, .attn_softcap = 1,
     .final_softcap = 1, .swa_window = 1, .swa_period = 1, .swa_rope_base = 1,
     .attn_temp_scale = 1, .moe = true, .moe_renorm = true, .moe_shared = true,
+    .moe_shared_gate = true, .moe_gating = RVL_MOE_SOFTMAX_WEIGHT, .moe_sel_bias = true,
+    .moe_bias = true, .moe_scale = 1, .moe_groups = 1, .moe_groups_used = 1,
+    .moe_dense_lead = 1, .mla = true, .attn_sinks = true, .attn_out_bias = true,
+    .yarn_exact_ramp = true,
 };
 
 /* Tokens processed together (RVL_UBATCH): each weight row is read once
@@ -88,6 +92,17 @@ struct rvl_forward {
     uint32_t *moe_idx;            /* (UBATCH * n_expert_used) which tokens, with */
     float *moe_idxw;              /* their weights */
     float *sh_router;             /* (n_layer, dim) the shared expert's gate vectors, or NULL */
+    float *moe_s;                 /* (n_expert) one token's selection scores */
+    float *moe_rb, *moe_sb;       /* (n_layer, n_expert) router biases (moe_bias), selection
+                                     biases (moe_sel_bias), or NULL */
+    float *moe_eb;                /* (n_layer, n_expert, 2 n_ff_exp + dim) each expert's gate,
+                                     up and down biases (moe_bias), or NULL */
+    float *attn_ob;               /* (n_layer, dim) attention output biases, or NULL */
+    /* multi-head latent attention (block.mla), else NULL */
+    float *mla_qa;                /* (UBATCH, q_rank) the queries' bottleneck */
+    float *mla_q;                 /* (UBATCH, n_head * k_dim) the queries */
+    float *mla_v;                 /* (UBATCH, n_head * v_dim) the heads' values */
+    float *mla_norm;              /* (n_layer, q_rank + kv_rank) q_a and kv_a norm gains */
     float *xo;                    /* (UBATCH, dim) matmul output */
     float *logits;                /* (vocab) or (n_batch, vocab) with all_logits */
     float *norm_w;                /* dequantized norm weights: (2*n_layer+1, dim) */
@@ -167,42 +182,108 @@ static const rvl_weight *expert_weights(const rvl_forward *c, uint32_t l, uint32
     return &c->m->layers[l].exps[3 * (size_t)e];
 }
 
+/* The top k of n scores, by repeated arg-max (the first of equal ones):
+ * their indices into sel. */
+static void top_k(const float *s, uint32_t n, uint32_t k, int32_t *sel)
+{
+    for (uint32_t j = 0; j < k; j++) {
+        int32_t best = -1;
+        for (uint32_t e = 0; e < n; e++) {
+            bool taken = false;
+            for (uint32_t i = 0; i < j; i++)
+                taken |= sel[i] == (int32_t)e;
+            if (!taken && s[e] > -INFINITY && (best < 0 || s[e] > s[best]))
+                best = (int32_t)e;
+        }
+        sel[j] = best < 0 ? 0 : best;
+    }
+}
+
+/* One token's routing: from the router's logits p (ne, overwritten with
+ * the probabilities) the n_expert_used experts into sel and their weights
+ * into w, as llama.cpp's build_moe_ffn and transformers define them: the
+ * gating (softmax, sigmoid, or the chosen logits' softmax), the choice on
+ * the probabilities plus the selection bias (DeepSeek-V3's exp_probs_b,
+ * not in the weights) within the best groups (the sum of each group's two
+ * best), the weights renormalized (moe_renorm) and scaled (moe_scale).
+ * s: ne floats of scratch. */
+static void route_token(const rvl_hparams *hp, float *p, const float *sel_bias, float *s,
+                        int32_t *sel, float *w)
+{
+    const rvl_block *B = &hp->block;
+    const uint32_t ne = hp->n_expert, nu = hp->n_expert_used;
+    if (B->moe_gating == RVL_MOE_SIGMOID)
+        for (uint32_t e = 0; e < ne; e++)
+            p[e] = 1.0f / (1.0f + expf(-p[e]));
+    else if (B->moe_gating != RVL_MOE_SOFTMAX_WEIGHT)
+        softmax_f32_ref(p, p, ne);
+    for (uint32_t e = 0; e < ne; e++)
+        s[e] = sel_bias ? p[e] + sel_bias[e] : p[e];
+    if (B->moe_groups > 1) { /* keep the groups of the best top-2 sums */
+        const uint32_t ng = B->moe_groups, per = ne / ng;
+        float gs[64];
+        int32_t keep[64];
+        for (uint32_t g = 0; g < ng && g < 64; g++) {
+            int32_t two[2];
+            top_k(s + (size_t)g * per, per, per < 2 ? per : 2, two);
+            gs[g] = s[(size_t)g * per + (uint32_t)two[0]] +
+                    (per < 2 ? 0.0f : s[(size_t)g * per + (uint32_t)two[1]]);
+        }
+        top_k(gs, ng, B->moe_groups_used, keep);
+        for (uint32_t g = 0; g < ng; g++) {
+            bool kept = false;
+            for (uint32_t i = 0; i < B->moe_groups_used; i++)
+                kept |= keep[i] == (int32_t)g;
+            for (uint32_t e = 0; !kept && e < per; e++)
+                s[(size_t)g * per + e] = -INFINITY;
+        }
+    }
+    top_k(s, ne, nu, sel);
+    float sum = 0;
+    for (uint32_t j = 0; j < nu; j++) {
+        w[j] = p[sel[j]];
+        sum += w[j];
+    }
+    if (B->moe_gating == RVL_MOE_SOFTMAX_WEIGHT)
+        softmax_f32_ref(w, w, nu);
+    else if (B->moe_renorm)
+        for (uint32_t j = 0; j < nu; j++)
+            w[j] /= sum > 6.103515625e-5f ? sum : 6.103515625e-5f;
+    if (B->moe_scale)
+        for (uint32_t j = 0; j < nu; j++)
+            w[j] *= B->moe_scale;
+}
+
+/* rows += bias, n floats per row, nb rows stride apart */
+static void add_bias(float *rows, size_t stride, const float *bias, uint32_t n, uint32_t nb)
+{
+    for (uint32_t t = 0; t < nb; t++)
+        for (uint32_t i = 0; i < n; i++)
+            rows[(size_t)t * stride + i] += bias[i];
+}
+
 /* The mixture-of-experts FFN of layer l on the nb normed rows of xb, into
- * xo: the router's softmax gives each token its n_expert_used most likely
- * experts (the first of equal ones), weighted by their probabilities
- * (renormalized to sum 1 with moe_renorm); each chosen expert runs once,
- * as one GEMM over the rows of the tokens that chose it; plus, with
- * moe_shared, the shared expert times sigmoid(its gate . x). */
+ * xo: the router (route_token) gives each token its n_expert_used experts
+ * and their weights; each chosen expert runs once, as one GEMM over the
+ * rows of the tokens that chose it (with its biases: moe_bias); plus, with
+ * moe_shared, the shared expert (times sigmoid(its gate . x) with
+ * moe_shared_gate). */
 static void moe_ffn(rvl_forward *c, uint32_t l, uint32_t nb, size_t xb_stride)
 {
     const rvl_hparams *hp = &c->m->hp;
+    const rvl_block *B = &hp->block;
     const rvl_layer *L = &c->m->layers[l];
     const uint32_t dim = hp->n_embd, ne = hp->n_expert, nu = hp->n_expert_used;
     const uint32_t fe = hp->n_ff_exp, fs = hp->n_ff_shexp;
+    const size_t eb = 2 * (size_t)fe + dim; /* one expert's biases */
 
     rvl_matmul_run(&c->mm, c->moe_p, ne, &L->router, c->xb, xb_stride, nb);
-    for (uint32_t t = 0; t < nb; t++) {
-        float *p = c->moe_p + (size_t)t * ne, *w = c->moe_w + (size_t)t * nu;
-        int32_t *sel = c->moe_sel + (size_t)t * nu;
-        softmax_f32_ref(p, p, ne);
-        float sum = 0;
-        for (uint32_t j = 0; j < nu; j++) { /* top-k by repeated arg-max */
-            int32_t best = -1;
-            for (uint32_t e = 0; e < ne; e++) {
-                bool taken = false;
-                for (uint32_t i = 0; i < j; i++)
-                    taken |= sel[i] == (int32_t)e;
-                if (!taken && (best < 0 || p[e] > p[best]))
-                    best = (int32_t)e;
-            }
-            sel[j] = best;
-            w[j] = p[best];
-            sum += w[j];
-        }
-        if (hp->block.moe_renorm)
-            for (uint32_t j = 0; j < nu; j++)
-                w[j] /= sum;
-    }
+    if (B->moe_bias)
+        add_bias(c->moe_p, ne, c->moe_rb + (size_t)l * ne, ne, nb);
+    for (uint32_t t = 0; t < nb; t++)
+        route_token(hp, c->moe_p + (size_t)t * ne,
+                    B->moe_sel_bias ? c->moe_sb + (size_t)l * ne : NULL, c->moe_s,
+                    c->moe_sel + (size_t)t * nu, c->moe_w + (size_t)t * nu);
     memset(c->xo, 0, (size_t)nb * dim * sizeof *c->xo);
     for (uint32_t e = 0; e < ne; e++) {
         uint32_t n = 0; /* the tokens that chose expert e */
@@ -222,8 +303,15 @@ static void moe_ffn(rvl_forward *c, uint32_t l, uint32_t nb, size_t xb_stride)
         float *gu_out[2] = {c->hb, c->hb2};
         const size_t gu_stride[2] = {fe, fe};
         rvl_matmul_shared(&c->mm, c->moe_x, dim, n, 2, gu, gu_out, gu_stride);
-        rvl_ops_glu_rows(c->pool, RVL_ACT_SILU, c->hb, c->hb2, fe, n);
+        const float *b = B->moe_bias ? c->moe_eb + ((size_t)l * ne + e) * eb : NULL;
+        if (b) {
+            add_bias(c->hb, fe, b, fe, n);
+            add_bias(c->hb2, fe, b + fe, fe, n);
+        }
+        rvl_ops_glu_rows(c->pool, B->act, c->hb, c->hb2, fe, n);
         rvl_matmul_run(&c->mm, c->moe_o, dim, &ew[2], c->hb, fe, n);
+        if (b)
+            add_bias(c->moe_o, dim, b + 2 * (size_t)fe, dim, n);
         for (uint32_t i = 0; i < n; i++) {
             float *xo = c->xo + (size_t)c->moe_idx[i] * dim;
             const float *o = c->moe_o + (size_t)i * dim, wi = c->moe_idxw[i];
@@ -231,7 +319,7 @@ static void moe_ffn(rvl_forward *c, uint32_t l, uint32_t nb, size_t xb_stride)
                 xo[d] += wi * o[d];
         }
     }
-    if (!hp->block.moe_shared)
+    if (!B->moe_shared)
         return;
     const rvl_weight *gu[2] = {&L->sh_gate, &L->sh_up};
     float *gu_out[2] = {c->hb, c->hb2};
@@ -239,18 +327,114 @@ static void moe_ffn(rvl_forward *c, uint32_t l, uint32_t nb, size_t xb_stride)
     rvl_matmul_shared(&c->mm, c->xb, xb_stride, nb, 2, gu, gu_out, gu_stride);
     rvl_ops_glu_rows(c->pool, RVL_ACT_SILU, c->hb, c->hb2, fs, nb);
     rvl_matmul_run(&c->mm, c->moe_o, dim, &L->sh_down, c->hb, fs, nb);
-    const float *g = c->sh_router + (size_t)l * dim;
+    const float *g = B->moe_shared_gate ? c->sh_router + (size_t)l * dim : NULL;
     for (uint32_t t = 0; t < nb; t++) {
         const float *x = c->xb + (size_t)t * xb_stride;
         float z = 0;
-        for (uint32_t d = 0; d < dim; d++)
+        for (uint32_t d = 0; g && d < dim; d++)
             z += g[d] * x[d];
-        const float s = 1.0f / (1.0f + expf(-z));
+        const float s = g ? 1.0f / (1.0f + expf(-z)) : 1.0f;
         float *xo = c->xo + (size_t)t * dim;
         const float *o = c->moe_o + (size_t)t * dim;
         for (uint32_t d = 0; d < dim; d++)
             xo[d] += s * o[d];
     }
+}
+
+/* Grouped-query attention of layer l on the nb normed rows of xb, into
+ * xo: Q/K/V projections (LoRA adapters on each), qkv_token's steps, the
+ * keys and values into the cache, attention over its pages, the output
+ * projection (with its bias: attn_out_bias). */
+static void gqa_attention(rvl_forward *c, uint32_t l, uint32_t nb, uint32_t pos0,
+                          size_t xb_stride, bool own_rope)
+{
+    const rvl_hparams *hp = &c->m->hp;
+    const rvl_layer *L = &c->m->layers[l];
+    const uint32_t dim = hp->n_embd;
+    const size_t q_dim = (size_t)hp->n_head * hp->head_dim;
+    const size_t kv_dim = (size_t)hp->n_head_kv * hp->head_dim;
+    const rvl_weight *qkv[3] = {&L->wq, &L->wk, &L->wv};
+    float *qkv_out[3] = {c->q, c->k, c->v};
+    const size_t qkv_stride[3] = {q_dim, kv_dim, kv_dim};
+    rvl_matmul_shared(&c->mm, c->xb, xb_stride, nb, 3, qkv, qkv_out, qkv_stride);
+    rvl_lora_apply(c->lora, c->pool, l, RVL_LORA_Q, c->xb, xb_stride, nb, c->q, q_dim);
+    rvl_lora_apply(c->lora, c->pool, l, RVL_LORA_K, c->xb, xb_stride, nb, c->k, kv_dim);
+    rvl_lora_apply(c->lora, c->pool, l, RVL_LORA_V, c->xb, xb_stride, nb, c->v, kv_dim);
+    for (uint32_t t = 0; t < nb; t++)
+        qkv_token(c, l, c->q + (size_t)t * q_dim, c->k + (size_t)t * kv_dim,
+                  c->v + (size_t)t * kv_dim, pos0 + t, own_rope);
+    TRACE("Qcur", l, c->q, q_dim, q_dim);
+    TRACE("Kcur", l, c->k, kv_dim, kv_dim);
+    TRACE("Vcur", l, c->v, kv_dim, kv_dim);
+    /* keys after RoPE into the cache, then attention over its pages */
+    rvl_kvcache_write(c->kv, l, pos0, nb, c->k, kv_dim, c->v, kv_dim);
+    rvl_kvcache_attend(c->kv, c->pool, l, c->q, q_dim, pos0, nb, c->xb, xb_stride);
+    TRACE("kqv_out", l, c->xb, xb_stride, q_dim);
+    rvl_matmul_run(&c->mm, c->xo, dim, &L->wo, c->xb, xb_stride, nb);
+    rvl_lora_apply(c->lora, c->pool, l, RVL_LORA_O, c->xb, xb_stride, nb, c->xo, dim);
+    if (hp->block.attn_out_bias)
+        add_bias(c->xo, dim, c->attn_ob + (size_t)l * dim, dim, nb);
+}
+
+/* Multi-head latent attention (DeepSeek-V2/V3, block.mla) of layer l on
+ * the nb normed rows of xb, into xo, in the absorbed form for prompts
+ * and decode alike: per token the cache holds one row of head_dim =
+ * kv_rank + rope_dim, the normalized latent c and the shared key k_pe
+ * after RoPE, and its values are that same row (kvcache.h v_is_k). A
+ * head's query [q_nope; q_pe] becomes [k_b_h q_nope; RoPE(q_pe)], so that
+ * its score against a row is q_nope . (k_b_h^T c) + q_pe . k_pe, the
+ * expanded form's; the first kv_rank floats of its output, sum_t p_t c_t,
+ * are mapped back by v_b_h (and the rest, sum_t p_t k_pe_t, dropped)
+ * before the output projection. */
+static void mla_attention(rvl_forward *c, uint32_t l, uint32_t nb, uint32_t pos0,
+                          size_t xb_stride)
+{
+    const rvl_hparams *hp = &c->m->hp;
+    const rvl_layer *L = &c->m->layers[l];
+    const uint32_t nh = hp->n_head, hd = hp->head_dim, R = hp->mla_kv_rank;
+    const uint32_t rd = hp->rope_dim, kd = hp->mla_k_dim, nope = kd - rd, vd = hp->mla_v_dim;
+    const size_t q_dim = (size_t)nh * hd, qk = (size_t)nh * kd, vo = (size_t)nh * vd;
+    const size_t half = rd / 2;
+    const float *norms = c->mla_norm + (size_t)l * (hp->mla_q_rank + R);
+
+    /* queries: through the low-rank bottleneck and its norm, or attn_q */
+    if (hp->mla_q_rank) {
+        rvl_matmul_run(&c->mm, c->mla_qa, hp->mla_q_rank, &L->wq_a, c->xb, xb_stride, nb);
+        rvl_ops_norm_rows(c->pool, c->mla_qa, hp->mla_q_rank, c->mla_qa, hp->mla_q_rank, norms,
+                          hp->mla_q_rank, nb, hp->rms_eps);
+        rvl_matmul_run(&c->mm, c->mla_q, qk, &L->wq_b, c->mla_qa, hp->mla_q_rank, nb);
+    } else {
+        rvl_matmul_run(&c->mm, c->mla_q, qk, &L->wq, c->xb, xb_stride, nb);
+    }
+    /* the latent and the shared RoPE key: the cache's rows, in c->k */
+    rvl_matmul_run(&c->mm, c->k, hd, &L->wkv_a, c->xb, xb_stride, nb);
+    for (uint32_t t = 0; t < nb; t++) {
+        float *k = c->k + (size_t)t * hd;
+        const float *cs = c->rope_cos + (size_t)(pos0 + t) * half;
+        const float *sn = c->rope_sin + (size_t)(pos0 + t) * half;
+        rmsnorm_f32_ref(k, k, norms + hp->mla_q_rank, R, hp->rms_eps);
+        rope_f32_ref(k + R, 1, hd, rd, cs, sn, hp->rope_type == RVL_ROPE_NEOX);
+    }
+    /* each head's query absorbed: k_b_h q_nope into the first kv_rank dims */
+    for (uint32_t h = 0; h < nh; h++)
+        rvl_matmul_run(&c->mm, c->q + (size_t)h * hd, q_dim, &L->k_b[h],
+                       c->mla_q + (size_t)h * kd, qk, nb);
+    for (uint32_t t = 0; t < nb; t++) {
+        float *q = c->q + (size_t)t * q_dim;
+        const float *cs = c->rope_cos + (size_t)(pos0 + t) * half;
+        const float *sn = c->rope_sin + (size_t)(pos0 + t) * half;
+        for (uint32_t h = 0; h < nh; h++)
+            memcpy(q + (size_t)h * hd + R, c->mla_q + (size_t)t * qk + (size_t)h * kd + nope,
+                   rd * sizeof *q);
+        rope_f32_ref(q + R, nh, hd, rd, cs, sn, hp->rope_type == RVL_ROPE_NEOX);
+    }
+    rvl_kvcache_write(c->kv, l, pos0, nb, c->k, hd, c->k, hd);
+    rvl_kvcache_attend(c->kv, c->pool, l, c->q, q_dim, pos0, nb, c->xb, xb_stride);
+    /* each head's latent output through v_b_h, then the output projection */
+    for (uint32_t h = 0; h < nh; h++)
+        rvl_matmul_run(&c->mm, c->mla_v + (size_t)h * vd, vo, &L->v_b[h],
+                       c->xb + (size_t)h * hd, xb_stride, nb);
+    rvl_matmul_run(&c->mm, c->xo, hp->n_embd, &L->wo, c->mla_v, vo, nb);
 }
 
 /* ====================================================================
@@ -266,7 +450,7 @@ static bool forward_chunk(rvl_forward *c, const int32_t *tokens, uint32_t nb, ui
     const rvl_hparams *hp = &m->hp;
     const rvl_block *B = &hp->block;
     const uint32_t dim = hp->n_embd, hd = hp->head_dim;
-    const uint32_t q_dim = hp->n_head * hd, kv_dim = hp->n_head_kv * hd, ff = hp->n_ff;
+    const uint32_t q_dim = hp->n_head * hd, ff = hp->n_ff;
     const size_t xb_stride = dim > q_dim ? dim : q_dim;
 
     /* embedding rows, whatever their format (times embd_scale) */
@@ -287,25 +471,10 @@ static bool forward_chunk(rvl_forward *c, const int32_t *tokens, uint32_t nb, ui
         rvl_ops_norm_rows(c->pool, c->xb, xb_stride, c->x, dim,
                           c->norm_w + (size_t)(2 * l) * dim, dim, nb, hp->rms_eps);
         TRACE("attn_norm", l, c->xb, xb_stride, dim);
-        const rvl_weight *qkv[3] = {&L->wq, &L->wk, &L->wv};
-        float *qkv_out[3] = {c->q, c->k, c->v};
-        const size_t qkv_stride[3] = {q_dim, kv_dim, kv_dim};
-        rvl_matmul_shared(&c->mm, c->xb, xb_stride, nb, 3, qkv, qkv_out, qkv_stride);
-        rvl_lora_apply(c->lora, c->pool, l, RVL_LORA_Q, c->xb, xb_stride, nb, c->q, q_dim);
-        rvl_lora_apply(c->lora, c->pool, l, RVL_LORA_K, c->xb, xb_stride, nb, c->k, kv_dim);
-        rvl_lora_apply(c->lora, c->pool, l, RVL_LORA_V, c->xb, xb_stride, nb, c->v, kv_dim);
-        for (uint32_t t = 0; t < nb; t++)
-            qkv_token(c, l, c->q + (size_t)t * q_dim, c->k + (size_t)t * kv_dim,
-                      c->v + (size_t)t * kv_dim, pos0 + t, own_rope);
-        TRACE("Qcur", l, c->q, q_dim, q_dim);
-        TRACE("Kcur", l, c->k, kv_dim, kv_dim);
-        TRACE("Vcur", l, c->v, kv_dim, kv_dim);
-        /* keys after RoPE into the cache, then attention over its pages */
-        rvl_kvcache_write(c->kv, l, pos0, nb, c->k, kv_dim, c->v, kv_dim);
-        rvl_kvcache_attend(c->kv, c->pool, l, c->q, q_dim, pos0, nb, c->xb, xb_stride);
-        TRACE("kqv_out", l, c->xb, xb_stride, q_dim);
-        rvl_matmul_run(&c->mm, c->xo, dim, &L->wo, c->xb, xb_stride, nb);
-        rvl_lora_apply(c->lora, c->pool, l, RVL_LORA_O, c->xb, xb_stride, nb, c->xo, dim);
+        if (B->mla)
+            mla_attention(c, l, nb, pos0, xb_stride);
+        else
+            gqa_attention(c, l, nb, pos0, xb_stride, own_rope);
         TRACE("attn_out", l, c->xo, dim, dim);
         if (B->norm_post_attn) {
             rvl_ops_norm_rows(c->pool, c->xo, dim, c->xo, dim, c->post_w + (size_t)(2 * l) * dim,
@@ -320,7 +489,7 @@ static bool forward_chunk(rvl_forward *c, const int32_t *tokens, uint32_t nb, ui
         rvl_ops_norm_rows(c->pool, c->xb, xb_stride, c->x, dim,
                           c->norm_w + (size_t)(2 * l + 1) * dim, dim, nb, hp->rms_eps);
         TRACE("ffn_norm", l, c->xb, xb_stride, dim);
-        if (B->moe) {
+        if (B->moe && l >= B->moe_dense_lead) {
             moe_ffn(c, l, nb, xb_stride);
             TRACE("ffn_moe_out", l, c->xo, dim, dim);
         } else {
@@ -452,6 +621,15 @@ static void forward_free(rvl_forward *c)
     free(c->moe_idx);
     free(c->moe_idxw);
     free(c->sh_router);
+    free(c->moe_s);
+    free(c->moe_rb);
+    free(c->moe_sb);
+    free(c->moe_eb);
+    free(c->attn_ob);
+    free(c->mla_qa);
+    free(c->mla_q);
+    free(c->mla_v);
+    free(c->mla_norm);
     free(c->mm.act);
     free(c->mm.unpack);
     free(c);
@@ -552,8 +730,35 @@ static int cpu_open(rvl_backend **out, const rvl_model *m, const rvl_ctx_params 
         c->moe_o = calloc(UBATCH * dim, sizeof(float));
         c->moe_idx = calloc(UBATCH * nu, sizeof(uint32_t));
         c->moe_idxw = calloc(UBATCH * nu, sizeof(float));
-        if (hp->block.moe_shared)
+        if (hp->block.moe_shared_gate)
             c->sh_router = calloc((size_t)hp->n_layer * dim, sizeof(float));
+        c->moe_s = calloc(ne, sizeof(float));
+        if (hp->block.moe_bias) {
+            c->moe_rb = calloc((size_t)hp->n_layer * ne, sizeof(float));
+            c->moe_eb = calloc((size_t)hp->n_layer * ne * (2 * hp->n_ff_exp + dim), sizeof(float));
+        }
+        if (hp->block.moe_sel_bias)
+            c->moe_sb = calloc((size_t)hp->n_layer * ne, sizeof(float));
+        if (!c->moe_s || (hp->block.moe_bias && (!c->moe_rb || !c->moe_eb)) ||
+            (hp->block.moe_sel_bias && !c->moe_sb)) {
+            forward_free(c);
+            return rvl_seterr(RVL_ENOMEM, "out of memory");
+        }
+    }
+    if (hp->block.attn_out_bias && !(c->attn_ob = calloc((size_t)hp->n_layer * dim, sizeof(float)))) {
+        forward_free(c);
+        return rvl_seterr(RVL_ENOMEM, "out of memory");
+    }
+    if (hp->block.mla) {
+        c->mla_qa = calloc(UBATCH * (size_t)(hp->mla_q_rank ? hp->mla_q_rank : 1), sizeof(float));
+        c->mla_q = calloc(UBATCH * (size_t)hp->n_head * hp->mla_k_dim, sizeof(float));
+        c->mla_v = calloc(UBATCH * (size_t)hp->n_head * hp->mla_v_dim, sizeof(float));
+        c->mla_norm = calloc((size_t)hp->n_layer * (hp->mla_q_rank + hp->mla_kv_rank),
+                             sizeof(float));
+        if (!c->mla_qa || !c->mla_q || !c->mla_v || !c->mla_norm) {
+            forward_free(c);
+            return rvl_seterr(RVL_ENOMEM, "out of memory");
+        }
     }
     c->xo = calloc(UBATCH * dim, sizeof(float));
     c->logits = calloc((size_t)c->n_batch * hp->n_vocab, sizeof(float));
@@ -583,7 +788,7 @@ static int cpu_open(rvl_backend **out, const rvl_model *m, const rvl_ctx_params 
         (hp->block.qkv_bias && !c->bias) ||
         (hp->block.qk_norm && !c->qk_norm) || !c->mm.act ||
         (moe && (!c->moe_p || !c->moe_sel || !c->moe_w || !c->moe_x || !c->moe_o ||
-                 !c->moe_idx || !c->moe_idxw || (hp->block.moe_shared && !c->sh_router)))) {
+                 !c->moe_idx || !c->moe_idxw || (hp->block.moe_shared_gate && !c->sh_router)))) {
         uint32_t n = c->n_ctx;
         forward_free(c);
         return rvl_seterr(RVL_ENOMEM, "out of memory for a context of %u tokens", n);
@@ -611,6 +816,20 @@ static int cpu_open(rvl_backend **out, const rvl_model *m, const rvl_ctx_params 
         attn_mul = 1.0f;
     }
     c->kq_scale = attn_mul * q_scale;
+    if (hp->block.mla) {
+        /* DeepSeek's YaRN: the rotation unscaled, the softmax scale
+         * mscale^2 / sqrt(k_dim) with mscale = attn_factor (1 + 0.1
+         * mscale_all_dim ln factor), the file's yarn_log_multiplier being
+         * 0.1 mscale_all_dim (llama.cpp's converter; transformers'
+         * softmax_scale) */
+        float ms = hp->rope_attn_factor;
+        if (rh.rope_scaling == RVL_ROPE_SCALING_YARN && rh.rope_factor > 1)
+            ms *= 1.0f + hp->yarn_log_mul * logf(rh.rope_factor);
+        c->rot_mscale = 1.0f;
+        c->kq_scale = ms * ms / sqrtf((float)hp->mla_k_dim);
+        kp.v_is_k = true;
+        kp.rope_off = hp->mla_kv_rank;
+    }
     kp.scale = c->kq_scale;
     kp.softcap = hp->block.attn_softcap;
     /* the windowed layers' windows (rvl_family_layer_kind) */
@@ -626,8 +845,22 @@ static int cpu_open(rvl_backend **out, const rvl_model *m, const rvl_ctx_params 
                 win[l] = hp->block.swa_window;
         kp.window = win;
     }
+    /* gpt-oss's sinks: one logit per layer and head */
+    float *sinks = NULL;
+    if (hp->block.attn_sinks) {
+        sinks = calloc((size_t)hp->n_layer * hp->n_head, sizeof *sinks);
+        if (!sinks) {
+            free(win);
+            forward_free(c);
+            return rvl_seterr(RVL_ENOMEM, "out of memory");
+        }
+        for (uint32_t l = 0; l < hp->n_layer; l++)
+            dequant_vec(&m->layers[l].sinks, sinks + (size_t)l * hp->n_head);
+        kp.sinks = sinks;
+    }
     rc = rvl_kvcache_open(&c->kv, &kp, nth);
     free(win); /* copied */
+    free(sinks);
     if (rc < 0) {
         forward_free(c);
         return rc;
@@ -651,9 +884,33 @@ static int cpu_open(rvl_backend **out, const rvl_model *m, const rvl_ctx_params 
             dequant_vec(&L->post_attn_norm, c->post_w + (size_t)(2 * l) * dim);
         if (hp->block.norm_post_ffn)
             dequant_vec(&L->post_ffn_norm, c->post_w + (size_t)(2 * l + 1) * dim);
+        if (c->attn_ob)
+            dequant_vec(&L->bo, c->attn_ob + (size_t)l * dim);
+        if (c->mla_norm) {
+            float *g = c->mla_norm + (size_t)l * (hp->mla_q_rank + hp->mla_kv_rank);
+            if (hp->mla_q_rank)
+                dequant_vec(&L->q_a_norm, g);
+            dequant_vec(&L->kv_a_norm, g + hp->mla_q_rank);
+        }
+        if (!L->router.present)
+            continue; /* a dense layer */
+        const size_t ne = hp->n_expert, eb = 2 * (size_t)hp->n_ff_exp + dim;
+        if (c->moe_rb)
+            dequant_vec(&L->router_b, c->moe_rb + (size_t)l * ne);
+        if (c->moe_sb)
+            dequant_vec(&L->sel_bias, c->moe_sb + (size_t)l * ne);
+        for (size_t e = 0; c->moe_eb && e < ne; e++)
+            for (int k = 0; k < 3; k++) { /* row e of each bias matrix */
+                const rvl_weight *w = &L->exps_b[k];
+                w->kf->dequantize((const char *)w->data + e * w->row_bytes,
+                                  c->moe_eb + ((size_t)l * ne + e) * eb +
+                                      (size_t)k * hp->n_ff_exp,
+                                  (int64_t)w->ne0);
+            }
     }
     for (uint32_t l = 0; c->sh_router && l < hp->n_layer; l++)
-        dequant_vec(&m->layers[l].sh_router, c->sh_router + (size_t)l * dim);
+        if (m->layers[l].sh_router.present)
+            dequant_vec(&m->layers[l].sh_router, c->sh_router + (size_t)l * dim);
     dequant_vec(&m->output_norm, c->norm_w + (size_t)(2 * hp->n_layer) * dim);
     *out = (rvl_backend *)c;
     return 0;

@@ -73,6 +73,9 @@ typedef struct {
                                     * NULL; copied at open. At most 3 different windows */
     float scale, softcap;          /* attention */
     int q_f16;                     /* round q to f16 against f16 pages (llama.cpp) */
+    bool v_is_k;        /* TEMP (lead): MLA's latent cache, values are the key rows */
+    uint32_t rope_off;  /* TEMP (lead) */
+    const float *sinks; /* TEMP (lead) */
 } rvl_kvcache_params;
 
 /* The tier formats of a fixed or tiered rvl_kv_type, per kind: fills

@@ -150,17 +150,16 @@ static int check_all_used(rvl_model *m)
 
 /* A 3-D expert tensor [ne0, ne1, n_expert] (each expert a matrix of ne1
  * rows) as one row view per expert: views[3e] (stride 3). */
-static int get_experts(rvl_model *m, rvl_weight *views, const char *name, uint64_t ne0,
-                       uint64_t ne1)
+static int get_stack(rvl_model *m, rvl_weight *views, size_t stride, const char *name,
+                     uint64_t ne0, uint64_t ne1, uint32_t n, const char *what)
 {
     const rvl_tensor_info *t = rvl_file_find_tensor(m->file, name);
     const char *path = rvl_file_path(m->file);
-    const uint32_t n = m->hp.n_expert;
     if (!t)
         return rvl_seterr(RVL_EFORMAT, "%s: missing tensor '%s'", path, name);
     if (t->n_dims != 3 || t->ne[0] != ne0 || t->ne[1] != ne1 || t->ne[2] != n)
-        return rvl_seterr(RVL_EFORMAT, "%s: tensor '%s' is not [%llu x %llu x %u] (experts)", path,
-                          name, (unsigned long long)ne0, (unsigned long long)ne1, n);
+        return rvl_seterr(RVL_EFORMAT, "%s: tensor '%s' is not [%llu x %llu x %u] (%s)", path,
+                          name, (unsigned long long)ne0, (unsigned long long)ne1, n, what);
     const rvl_kformat *kf = rvl_kformat_get(t->type);
     if (!kf || !kf->dequantize || !kf->vec_dot) {
         const rvl_type_info *ti = rvl_type_get(t->type);
@@ -170,11 +169,60 @@ static int get_experts(rvl_model *m, rvl_weight *views, const char *name, uint64
     m->used[t - rvl_file_tensor(m->file, 0)] = true;
     const uint64_t row_bytes = rvl_kformat_row_bytes(kf, ne0);
     for (uint32_t e = 0; e < n; e++)
-        views[3 * (size_t)e] = (rvl_weight){.present = true, .type = t->type, .kf = kf,
+        views[stride * e] = (rvl_weight){.present = true, .type = t->type, .kf = kf,
                                             .ne0 = ne0, .ne1 = ne1, .row_bytes = row_bytes,
                                             .data = (const char *)t->data +
                                                     (uint64_t)e * ne1 * row_bytes};
     return 0;
+}
+
+static int get_experts(rvl_model *m, rvl_weight *views, const char *name, uint64_t ne0,
+                       uint64_t ne1)
+{
+    return get_stack(m, views, 3, name, ne0, ne1, m->hp.n_expert, "experts");
+}
+
+/* Layer i's multi-head latent attention (block.mla): the query path (a
+ * rank-q_rank bottleneck with its norm, or one attn_q), the latent
+ * projection with its norm, and the per-head absorption matrices. */
+static int load_mla(rvl_model *m, rvl_layer *L, uint32_t i, rvl_weight *views)
+{
+    const rvl_hparams *hp = &m->hp;
+    const uint64_t E = hp->n_embd, QK = (uint64_t)hp->n_head * hp->mla_k_dim;
+    const uint64_t R = hp->mla_kv_rank, NOPE = hp->mla_k_dim - hp->rope_dim;
+    char nm[96];
+    int rc;
+#define W(field, suffix, a, b, req)                                            \
+    do {                                                                       \
+        snprintf(nm, sizeof nm, "blk.%u.%s", i, suffix);                       \
+        if ((rc = get_weight(m, &L->field, nm, a, b, req)) < 0)                \
+            return rc;                                                         \
+    } while (0)
+    if (hp->mla_q_rank) {
+        W(wq_a, "attn_q_a.weight", E, hp->mla_q_rank, true);
+        W(q_a_norm, "attn_q_a_norm.weight", hp->mla_q_rank, 0, true);
+        W(wq_b, "attn_q_b.weight", hp->mla_q_rank, QK, true);
+    } else {
+        W(wq, "attn_q.weight", E, QK, true);
+    }
+    W(wkv_a, "attn_kv_a_mqa.weight", E, R + hp->rope_dim, true);
+    W(kv_a_norm, "attn_kv_a_norm.weight", R, 0, true);
+    W(wo, "attn_output.weight", (uint64_t)hp->n_head * hp->mla_v_dim, E, true);
+#undef W
+    snprintf(nm, sizeof nm, "blk.%u.attn_kv_b.weight", i);
+    if (rvl_file_find_tensor(m->file, nm) && !(snprintf(nm, sizeof nm, "blk.%u.attn_k_b.weight", i),
+                                                 rvl_file_find_tensor(m->file, nm)))
+        return rvl_seterr(RVL_EUNSUPPORTED, "%s: a DeepSeek file of the old layout (one "
+                          "attn_kv_b, no attn_k_b/attn_v_b): convert it again with a current "
+                          "llama.cpp or with 'ruvllm quantize' from the Hugging Face directory",
+                          rvl_file_path(m->file));
+    L->k_b = views;
+    L->v_b = views + hp->n_head;
+    snprintf(nm, sizeof nm, "blk.%u.attn_k_b.weight", i);
+    if ((rc = get_stack(m, L->k_b, 1, nm, NOPE, R, hp->n_head, "heads")) < 0)
+        return rc;
+    snprintf(nm, sizeof nm, "blk.%u.attn_v_b.weight", i);
+    return get_stack(m, L->v_b, 1, nm, R, hp->mla_v_dim, hp->n_head, "heads");
 }
 
 static int load_weights(rvl_model *m, const rvl_family *fam)
@@ -219,7 +267,9 @@ static int load_weights(rvl_model *m, const rvl_family *fam)
     m->layers = calloc(hp->n_layer, sizeof *m->layers);
     if (hp->block.moe)
         m->experts = calloc((size_t)hp->n_layer * 3 * hp->n_expert, sizeof *m->experts);
-    if (!m->layers || (hp->block.moe && !m->experts))
+    if (hp->block.mla)
+        m->mla_views = calloc((size_t)hp->n_layer * 2 * hp->n_head, sizeof *m->mla_views);
+    if (!m->layers || (hp->block.moe && !m->experts) || (hp->block.mla && !m->mla_views))
         return rvl_seterr(RVL_ENOMEM, "out of memory");
     for (uint32_t i = 0; i < hp->n_layer; i++) {
         rvl_layer *L = &m->layers[i];
@@ -230,7 +280,10 @@ static int load_weights(rvl_model *m, const rvl_family *fam)
             return rc;                                                         \
     } while (0)
         W(attn_norm, "attn_norm.weight", E, 0, true);
-        if (hp->block.fused_qkv) { /* Q, K and V rows of one tensor */
+        if (hp->block.mla) {
+            if ((rc = load_mla(m, L, i, m->mla_views + (size_t)i * 2 * hp->n_head)) < 0)
+                return rc;
+        } else if (hp->block.fused_qkv) { /* Q, K and V rows of one tensor */
             W(wq, "attn_qkv.weight", E, QD + 2 * KVD, true);
             row_views(&L->wq, (uint64_t[]){QD, KVD, KVD}, (rvl_weight *[]){&L->wq, &L->wk, &L->wv},
                       3);
@@ -239,7 +292,10 @@ static int load_weights(rvl_model *m, const rvl_family *fam)
             W(wk, "attn_k.weight", E, KVD, true);
             W(wv, "attn_v.weight", E, KVD, true);
         }
-        W(wo, "attn_output.weight", QD, E, true);
+        if (!hp->block.mla)
+            W(wo, "attn_output.weight", QD, E, true);
+        W(bo, "attn_output.bias", E, 0, hp->block.attn_out_bias);
+        W(sinks, "attn_sinks.weight", hp->n_head, 0, hp->block.attn_sinks);
         W(post_attn_norm, "post_attention_norm.weight", E, 0, hp->block.norm_post_attn);
         W(bq, "attn_q.bias", QD, 0, hp->block.qkv_bias);
         W(bk, "attn_k.bias", KVD, 0, hp->block.qkv_bias);
@@ -248,10 +304,19 @@ static int load_weights(rvl_model *m, const rvl_family *fam)
             W(q_norm, "attn_q_norm.weight", hp->head_dim, 0, true);
             W(k_norm, "attn_k_norm.weight", hp->head_dim, 0, true);
         }
-        W(ffn_norm, "ffn_norm.weight", E, 0, true);
-        if (hp->block.moe) {
+        char fnn[64];
+        snprintf(fnn, sizeof fnn, "%s.weight", fam->ffn_norm ? fam->ffn_norm : "ffn_norm");
+        W(ffn_norm, fnn, E, 0, true);
+        const bool moe = hp->block.moe && i >= hp->block.moe_dense_lead;
+        if (moe) {
             const uint64_t FE = hp->n_ff_exp, FS = hp->n_ff_shexp;
             W(router, "ffn_gate_inp.weight", E, hp->n_expert, true);
+            W(router_b, "ffn_gate_inp.bias", hp->n_expert, 0, hp->block.moe_bias);
+            W(sel_bias, "exp_probs_b.bias", hp->n_expert, 0, hp->block.moe_sel_bias);
+            static const char *const bn[3] = {"ffn_gate_exps.bias", "ffn_up_exps.bias",
+                                              "ffn_down_exps.bias"};
+            for (int k = 0; k < 3 && hp->block.moe_bias; k++)
+                W(exps_b[k], bn[k], k < 2 ? FE : E, hp->n_expert, true);
             L->exps = m->experts + (size_t)i * 3 * hp->n_expert;
             static const char *const en[3] = {"ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"};
             for (int k = 0; k < 3; k++) {
@@ -260,7 +325,7 @@ static int load_weights(rvl_model *m, const rvl_family *fam)
                     return rc;
             }
             if (hp->block.moe_shared) {
-                W(sh_router, "ffn_gate_inp_shexp.weight", E, 0, true);
+                W(sh_router, "ffn_gate_inp_shexp.weight", E, 0, hp->block.moe_shared_gate);
                 W(sh_gate, "ffn_gate_shexp.weight", E, FS, true);
                 W(sh_up, "ffn_up_shexp.weight", E, FS, true);
                 W(sh_down, "ffn_down_shexp.weight", FS, E, true);
@@ -272,7 +337,7 @@ static int load_weights(rvl_model *m, const rvl_family *fam)
             W(w_gate, "ffn_gate.weight", E, F, true);
             W(w_up, "ffn_up.weight", E, F, true);
         }
-        if (!hp->block.moe)
+        if (!moe)
             W(w_down, "ffn_down.weight", F, E, true);
         W(post_ffn_norm, "post_ffw_norm.weight", E, 0, hp->block.norm_post_ffn);
 #undef W
@@ -566,11 +631,56 @@ static int load_hparams(rvl_model *m, const rvl_family **famp)
                       hp->n_ff)) < 0)
         return rc;
 
+    /* DeepSeek's shared experts: expert_shared_count of n_ff_exp each */
+    uint32_t n_shexp = 0;
+    if ((rc = get_u32(f, A, "expert_shared_count", &n_shexp, false, 0)) < 0)
+        return rc;
+    snprintf(key, sizeof key, "%s.expert_shared_feed_forward_length", A);
+    if (n_shexp && !rvl_file_find_kv(f, key)) {
+        if (n_shexp > 64)
+            return rvl_seterr(RVL_EFORMAT, "%s: %s.expert_shared_count %u is out of range", path,
+                              A, n_shexp);
+        hp->n_ff_shexp = n_shexp * hp->n_ff_exp;
+    }
+    /* multi-head latent attention's dimensions (the cache's head is the
+     * latent plus the RoPE key: attention.key_length) */
+    if ((rc = get_u32(f, A, "attention.q_lora_rank", &hp->mla_q_rank, false, 0)) < 0 ||
+        (rc = get_u32(f, A, "attention.kv_lora_rank", &hp->mla_kv_rank, false, 0)) < 0 ||
+        (rc = get_u32(f, A, "attention.key_length_mla", &hp->mla_k_dim, false, 0)) < 0 ||
+        (rc = get_u32(f, A, "attention.value_length_mla", &hp->mla_v_dim, false, 0)) < 0)
+        return rc;
+
     if ((rc = rvl_model_check_hparams(hp, path)) < 0)
         return rc;
     /* the block recipe: the family's, completed by the file's keys */
     if ((rc = rvl_family_recipe(fam, f, hp, &rvl_forward_block)) < 0)
         return rc;
+    if (hp->block.mla &&
+        (hp->mla_kv_rank < 1 || hp->mla_kv_rank > 8192 || hp->n_head_kv != 1 ||
+         hp->head_dim != hp->mla_kv_rank + hp->rope_dim || hp->mla_k_dim <= hp->rope_dim ||
+         hp->mla_k_dim > 1024 || hp->mla_v_dim < 1 || hp->mla_v_dim > 1024 ||
+         hp->mla_q_rank > 65536))
+        return rvl_seterr(RVL_EFORMAT, "%s: the latent attention's dimensions do not fit "
+                          "(%s.attention.kv_lora_rank %u + rope.dimension_count %u must be "
+                          "attention.key_length %u with head_count_kv 1; key_length_mla %u, "
+                          "value_length_mla %u, q_lora_rank %u)", path, A, hp->mla_kv_rank,
+                          hp->rope_dim, hp->head_dim, hp->mla_k_dim, hp->mla_v_dim,
+                          hp->mla_q_rank);
+    if (hp->block.moe && (hp->block.moe_dense_lead >= hp->n_layer ||
+                          (hp->block.moe_groups > 1 &&
+                           (hp->n_expert % hp->block.moe_groups || hp->block.moe_groups > 64 ||
+                            hp->block.moe_groups_used < 1 ||
+                            hp->block.moe_groups_used > hp->block.moe_groups ||
+                            hp->n_expert_used > hp->block.moe_groups_used *
+                                                    (hp->n_expert / hp->block.moe_groups)))))
+        return rvl_seterr(RVL_EFORMAT, "%s: %s.leading_dense_block_count %u or the expert "
+                          "groups (%u, %u used, of %u experts) are out of range", path, A,
+                          hp->block.moe_dense_lead, hp->block.moe_groups,
+                          hp->block.moe_groups_used, hp->n_expert);
+    if (hp->block.moe_gating > RVL_MOE_SOFTMAX_WEIGHT)
+        return rvl_seterr(RVL_EUNSUPPORTED, "%s: %s.expert_gating_func %d is not implemented "
+                          "(1 softmax, 2 sigmoid, 3 softmax of the chosen)", path, A,
+                          (int)hp->block.moe_gating);
     if (hp->block.moe != (hp->n_expert > 0))
         return rvl_seterr(RVL_EFORMAT, "%s: %s.expert_count is %u but the file %s experts "
                           "(blk.0.ffn_gate_inp.weight)", path, A, hp->n_expert,
@@ -646,6 +756,7 @@ void rvl_model_close(rvl_model *m)
     rvl_tok_close(m->tok);
     free(m->layers);
     free(m->experts);
+    free(m->mla_views);
     free(m->used);
     free(m->packed);
     rvl_file_close(m->file);

@@ -43,6 +43,20 @@ typedef struct {
                                          (model-owned) */
     rvl_weight sh_gate, sh_up, sh_down; /* the shared expert (moe_shared) */
     rvl_weight sh_router;             /* ffn_gate_inp_shexp (dim): its sigmoid gate */
+    rvl_weight router_b;              /* ffn_gate_inp.bias (n_expert) (moe_bias) */
+    rvl_weight exps_b[3];             /* ffn_{gate,up,down}_exps.bias (moe_bias):
+                                         (n_ff_exp or dim) x n_expert, expert e's row e */
+    rvl_weight sel_bias;              /* exp_probs_b.bias (n_expert) (moe_sel_bias) */
+    rvl_weight bo;                    /* attn_output.bias (dim) (attn_out_bias) */
+    rvl_weight sinks;                 /* attn_sinks.weight (n_head) (attn_sinks) */
+    /* multi-head latent attention (block.mla; then wq is attn_q of the
+     * Lite models or absent, wk/wv absent) */
+    rvl_weight wq_a, q_a_norm, wq_b;  /* (q_rank, dim), (q_rank), (n_head*k_dim, q_rank) */
+    rvl_weight wkv_a;                 /* attn_kv_a_mqa (kv_rank + rope_dim, dim) */
+    rvl_weight kv_a_norm;             /* (kv_rank) */
+    rvl_weight *k_b, *v_b;            /* per head h: attn_k_b's (kv_rank, k_dim - rope_dim)
+                                         and attn_v_b's (v_dim, kv_rank) matrix (views,
+                                         model-owned) */
     rvl_weight w_down;                /* (dim, ff) */
 } rvl_layer;
 
@@ -57,6 +71,7 @@ struct rvl_model {
                                          and within rope_orig_ctx; or absent */
     rvl_layer *layers;                /* owned: n_layer */
     rvl_weight *experts;              /* owned: every layer's expert views */
+    rvl_weight *mla_views;            /* owned: every layer's k_b and v_b head views */
     struct rvl_tokenizer *tok;        /* owned */
     void *packed;                     /* owned: every weight's packed rows */
     size_t packed_bytes;

@@ -50,6 +50,8 @@ static void swiglu_part(void *arg, int ith, int nth)
         return;
     if (j->act == RVL_ACT_GELU_TANH)
         geglu_tanh_f32_ref(j->g + i0, j->u + i0, (int64_t)(i1 - i0));
+    else if (j->act == RVL_ACT_SWIGLU_OAI)
+        swiglu_oai_f32_ref(j->g + i0, j->u + i0, (int64_t)(i1 - i0));
     else
         swiglu_f32_ref(j->g + i0, j->u + i0, (int64_t)(i1 - i0));
 }

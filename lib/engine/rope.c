@@ -17,6 +17,9 @@
  *            between; attention logits are multiplied by mscale^2 with
  *            mscale = attn_factor * (1 + 0.1 ln factor), divided by
  *            1 + 0.1 yarn_log_mul ln factor where the file has that key.
+ *            The ramp's ends are rounded out to whole pairs, but for
+ *            block.yarn_exact_ramp (transformers' truncate: false: gpt-oss;
+ *            llama.cpp rounds there too).
  *
  * Whatever the scaling, rope.scaling.attn_factor multiplies the attention
  * logits by its square (LongRoPE's sqrt(1 + ln(factor) / ln(original))).
@@ -58,8 +61,12 @@ void rvl_rope_tables(const rvl_hparams *hp, const float *freq_div, uint32_t n_ct
     } else if (hp->rope_scaling == RVL_ROPE_SCALING_YARN) {
         freq_scale = 1.0f / hp->rope_factor;
         ext = hp->yarn_ext_factor;
-        float lo = floorf(yarn_corr_dim(hp->rope_dim, hp->rope_orig_ctx, hp->yarn_beta_fast, base));
-        float hi = ceilf(yarn_corr_dim(hp->rope_dim, hp->rope_orig_ctx, hp->yarn_beta_slow, base));
+        float lo = yarn_corr_dim(hp->rope_dim, hp->rope_orig_ctx, hp->yarn_beta_fast, base);
+        float hi = yarn_corr_dim(hp->rope_dim, hp->rope_orig_ctx, hp->yarn_beta_slow, base);
+        if (!hp->block.yarn_exact_ramp) { /* transformers' truncate: true, llama.cpp always */
+            lo = floorf(lo);
+            hi = ceilf(hi);
+        }
         ramp_lo = lo > 0 ? lo : 0;
         ramp_hi = hi < (float)(hp->rope_dim - 1) ? hi : (float)(hp->rope_dim - 1);
         if (ext != 0 && hp->rope_factor > 1) {
