@@ -425,6 +425,12 @@ static void print_stats(const rvl_ctx *c, const run_report *rp, const gen_result
                     "B/token; %.2f MiB without the windows' rings)", u.n_global,
                     u.global_layer_bytes / n, u.n_windowed, u.window, u.windowed_layer_bytes / n,
                     (double)u.bytes_untrimmed / (1 << 20));
+        const rvl_hparams *hp = rvl_model_hparams(rvl_ctx_model(c));
+        if (hp->block.mla) /* its rows against per-head keys and values */
+            fprintf(stderr, " (latent attention: %.0f B/token; a per-head cache in the same "
+                    "format would hold %.2f MiB)", (double)u.bytes / n,
+                    (double)u.bytes * hp->n_head * (hp->mla_k_dim + hp->mla_v_dim) /
+                        hp->head_dim / (1 << 20));
         fputc('\n', stderr);
     }
 }

@@ -7,8 +7,11 @@ weights' values; the text it generates is noise.
     scripts/make-synthetic-gguf.py OUT.gguf [--shape llama-7b] [--type Q4_0]
         [--vocab-from MODEL.gguf]
 
-Shapes are Llama 2 7B's (32 layers, 4096 wide, 32 heads, FFN 11008) and
-Llama 3.2 1B's. The tokenizer (and so the vocabulary size) is copied from
+Shapes are Llama 2 7B's (32 layers, 4096 wide, 32 heads, FFN 11008),
+Llama 3.2 1B's, and qwen3moe-a3b: 6 layers of Qwen3-30B-A3B (2048 wide, 32
+heads of 128, 4 kv heads, QK-norm, 128 experts of width 768, 8 per token),
+a mixture of experts of 2 GB whose per-token work is the real model's per
+layer (the router's weights are random, so its choices are spread). The tokenizer (and so the vocabulary size) is copied from
 --vocab-from (default: the default model, SmolLM2's 49152 tokens), so
 prompts tokenize. Every matrix is Q4_0 (or Q8_0) with random quants and
 small random scales; norms are ones. Made with gguf-py 0.19.0, numpy.
@@ -23,6 +26,9 @@ import gguf
 SHAPES = {
     "llama-7b": dict(n_layer=32, n_embd=4096, n_head=32, n_head_kv=32, n_ff=11008, ctx=4096, base=10000.0),
     "llama-1b": dict(n_layer=16, n_embd=2048, n_head=32, n_head_kv=8, n_ff=8192, ctx=8192, base=500000.0),
+    "qwen3moe-a3b": dict(n_layer=6, n_embd=2048, n_head=32, n_head_kv=4, n_ff=6144, ctx=40960,
+                         base=1000000.0, arch="qwen3moe", head_dim=128, n_expert=128,
+                         n_expert_used=8, n_ff_exp=768),
 }
 
 
@@ -51,7 +57,8 @@ def main():
     a = ap.parse_args()
     s = SHAPES[a.shape]
     r = gguf.GGUFReader(a.vocab_from)
-    w = gguf.GGUFWriter(a.out + ".tmp", "llama")
+    arch = s.get("arch", "llama")
+    w = gguf.GGUFWriter(a.out + ".tmp", arch)
     w.add_name(f"synthetic {a.shape} {a.type}")
     w.add_block_count(s["n_layer"])
     w.add_context_length(s["ctx"])
@@ -61,6 +68,12 @@ def main():
     w.add_head_count_kv(s["n_head_kv"])
     w.add_layer_norm_rms_eps(1e-5)
     w.add_rope_freq_base(s["base"])
+    if "n_expert" in s:
+        w.add_key_length(s["head_dim"])
+        w.add_value_length(s["head_dim"])
+        w.add_expert_count(s["n_expert"])
+        w.add_expert_used_count(s["n_expert_used"])
+        w.add_expert_feed_forward_length(s["n_ff_exp"])
     w.add_file_type(2 if a.type == "Q4_0" else 7)
     n_vocab = 0
     for name, f in r.fields.items():
@@ -81,8 +94,9 @@ def main():
         else:
             w.add_key_value(name, f.parts[f.data[0]].tolist()[0], t)
     rng = np.random.default_rng(7)
-    E, F, hd = s["n_embd"], s["n_ff"], s["n_embd"] // s["n_head"]
-    KV = s["n_head_kv"] * hd
+    E, F = s["n_embd"], s["n_ff"]
+    hd = s.get("head_dim", E // s["n_head"])
+    Q, KV = s["n_head"] * hd, s["n_head_kv"] * hd
 
     def mat(name, rows, cols):
         data, qt = rand_quant(rng, rows, cols, a.type)
@@ -94,13 +108,24 @@ def main():
     for i in range(s["n_layer"]):
         w.add_tensor(f"blk.{i}.attn_norm.weight", np.ones(E, dtype=np.float32))
         w.add_tensor(f"blk.{i}.ffn_norm.weight", np.ones(E, dtype=np.float32))
-        mat(f"blk.{i}.attn_q.weight", E, E)
+        mat(f"blk.{i}.attn_q.weight", Q, E)
         mat(f"blk.{i}.attn_k.weight", KV, E)
         mat(f"blk.{i}.attn_v.weight", KV, E)
-        mat(f"blk.{i}.attn_output.weight", E, E)
-        mat(f"blk.{i}.ffn_gate.weight", F, E)
-        mat(f"blk.{i}.ffn_up.weight", F, E)
-        mat(f"blk.{i}.ffn_down.weight", E, F)
+        mat(f"blk.{i}.attn_output.weight", E, Q)
+        if "n_expert" not in s:
+            mat(f"blk.{i}.ffn_gate.weight", F, E)
+            mat(f"blk.{i}.ffn_up.weight", F, E)
+            mat(f"blk.{i}.ffn_down.weight", E, F)
+            continue
+        ne, fe = s["n_expert"], s["n_ff_exp"]
+        w.add_tensor(f"blk.{i}.attn_q_norm.weight", np.ones(hd, dtype=np.float32))
+        w.add_tensor(f"blk.{i}.attn_k_norm.weight", np.ones(hd, dtype=np.float32))
+        w.add_tensor(f"blk.{i}.ffn_gate_inp.weight",
+                     (rng.standard_normal((ne, E)) * 0.05).astype(np.float32))
+        for nm, rows, cols in (("gate", fe, E), ("up", fe, E), ("down", E, fe)):
+            blocks = [rand_quant(rng, rows, cols, a.type) for _ in range(ne)]
+            data = np.stack([b[0] for b in blocks])  # (n_expert, rows, row bytes)
+            w.add_tensor(f"blk.{i}.ffn_{nm}_exps.weight", data, raw_dtype=blocks[0][1])
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()

@@ -87,8 +87,15 @@ struct rvl_forward {
     float *moe_p;                 /* (UBATCH, n_expert) router logits, then probabilities */
     int32_t *moe_sel;             /* (UBATCH, n_expert_used) each token's experts */
     float *moe_w;                 /* (UBATCH, n_expert_used) and their weights */
-    float *moe_x;                 /* (UBATCH, dim) the rows of one expert's tokens */
-    float *moe_o;                 /* (UBATCH, dim) one expert's output */
+    float *moe_x;                 /* (UBATCH * n_expert_used, dim) each expert's tokens' rows */
+    float *moe_h, *moe_h2;        /* (UBATCH * n_expert_used, n_ff_exp) their gate and up */
+    float *moe_o;                 /* (UBATCH * n_expert_used, dim) the experts' outputs */
+    unsigned char *moe_act, *moe_act2, *moe_actd; /* (UBATCH * n_expert_used) activation
+                                     rows (mm.act_stride bytes) of gate, up (when its format
+                                     differs), down */
+    uint32_t *moe_cnt, *moe_first; /* (n_expert) each expert's rows and its first */
+    rvl_matmul_group *moe_grp;    /* (2 * RVL_MOE_GROUP) one pool job's matrices */
+    void *moe_scratch;            /* rvl_matmul_grouped's */
     uint32_t *moe_idx;            /* (UBATCH * n_expert_used) which tokens, with */
     float *moe_idxw;              /* their weights */
     float *sh_router;             /* (n_layer, dim) the shared expert's gate vectors, or NULL */
@@ -181,6 +188,18 @@ static const rvl_weight *expert_weights(const rvl_forward *c, uint32_t l, uint32
 {
     return &c->m->layers[l].exps[3 * (size_t)e];
 }
+
+/* The forward pass is done with expert e's weights (expert_weights). */
+static void expert_done(const rvl_forward *c, uint32_t l, uint32_t e, const rvl_weight *w)
+{
+    (void)c;
+    (void)l;
+    (void)e;
+    (void)w;
+}
+
+/* Most experts whose GEMMs run as one pool job (moe_ffn). */
+#define RVL_MOE_GROUP 64
 
 /* The top k of n scores, by repeated arg-max (the first of equal ones):
  * their indices into sel. */
@@ -284,40 +303,98 @@ static void moe_ffn(rvl_forward *c, uint32_t l, uint32_t nb, size_t xb_stride)
         route_token(hp, c->moe_p + (size_t)t * ne,
                     B->moe_sel_bias ? c->moe_sb + (size_t)l * ne : NULL, c->moe_s,
                     c->moe_sel + (size_t)t * nu, c->moe_w + (size_t)t * nu);
-    memset(c->xo, 0, (size_t)nb * dim * sizeof *c->xo);
+    /* the rows of each expert's tokens, expert after expert (moe_x row r:
+     * token moe_idx[r], its weight moe_idxw[r]) */
+    uint32_t *cnt = c->moe_cnt, *first = c->moe_first;
+    memset(cnt, 0, ne * sizeof *cnt);
+    for (size_t i = 0; i < (size_t)nb * nu; i++)
+        cnt[c->moe_sel[i]]++;
+    uint32_t rows = 0;
     for (uint32_t e = 0; e < ne; e++) {
-        uint32_t n = 0; /* the tokens that chose expert e */
-        for (uint32_t t = 0; t < nb; t++)
-            for (uint32_t j = 0; j < nu; j++)
-                if (c->moe_sel[(size_t)t * nu + j] == (int32_t)e) {
-                    c->moe_idx[n] = t;
-                    c->moe_idxw[n] = c->moe_w[(size_t)t * nu + j];
-                    memcpy(c->moe_x + (size_t)n * dim, c->xb + (size_t)t * xb_stride,
-                           dim * sizeof *c->moe_x);
-                    n++;
-                }
-        if (!n)
-            continue;
-        const rvl_weight *ew = expert_weights(c, l, e);
-        const rvl_weight *gu[2] = {&ew[0], &ew[1]};
-        float *gu_out[2] = {c->hb, c->hb2};
-        const size_t gu_stride[2] = {fe, fe};
-        rvl_matmul_shared(&c->mm, c->moe_x, dim, n, 2, gu, gu_out, gu_stride);
-        const float *b = B->moe_bias ? c->moe_eb + ((size_t)l * ne + e) * eb : NULL;
-        if (b) {
-            add_bias(c->hb, fe, b, fe, n);
-            add_bias(c->hb2, fe, b + fe, fe, n);
+        first[e] = rows;
+        rows += cnt[e];
+        cnt[e] = 0;
+    }
+    for (uint32_t t = 0; t < nb; t++)
+        for (uint32_t j = 0; j < nu; j++) {
+            const uint32_t e = (uint32_t)c->moe_sel[(size_t)t * nu + j];
+            const uint32_t r = first[e] + cnt[e]++;
+            c->moe_idx[r] = t;
+            c->moe_idxw[r] = c->moe_w[(size_t)t * nu + j];
+            memcpy(c->moe_x + (size_t)r * dim, c->xb + (size_t)t * xb_stride,
+                   dim * sizeof *c->moe_x);
         }
-        rvl_ops_glu_rows(c->pool, B->act, c->hb, c->hb2, fe, n);
-        rvl_matmul_run(&c->mm, c->moe_o, dim, &ew[2], c->hb, fe, n);
-        if (b)
-            add_bias(c->moe_o, dim, b + 2 * (size_t)fe, dim, n);
-        for (uint32_t i = 0; i < n; i++) {
-            float *xo = c->xo + (size_t)c->moe_idx[i] * dim;
-            const float *o = c->moe_o + (size_t)i * dim, wi = c->moe_idxw[i];
-            for (uint32_t d = 0; d < dim; d++)
-                xo[d] += wi * o[d];
+    /* the chosen experts in groups (as many as their weights can be held
+     * at once), each group's gate and up as one pool job over every
+     * expert's rows, then its down; the inputs quantized once per kind */
+    const rvl_weight *ew0 = &c->m->layers[l].exps[0];
+    rvl_matmul mx = c->mm; /* the activations of up to UBATCH x n_expert_used rows */
+    const unsigned char *act_g, *act_u;
+    size_t as_g, as_u;
+    mx.act = c->moe_act;
+    rvl_matmul_prepare_act(&mx, &ew0[0], c->moe_x, dim, rows, &act_g, &as_g);
+    act_u = act_g;
+    as_u = as_g;
+    if (ew0[1].kf->vec_dot_type != ew0[0].kf->vec_dot_type) {
+        mx.act = c->moe_act2;
+        rvl_matmul_prepare_act(&mx, &ew0[1], c->moe_x, dim, rows, &act_u, &as_u);
+    }
+    for (uint32_t e0 = 0; e0 < ne;) {
+        uint32_t n_g = 0, e1 = e0, r0 = rows, r1 = 0;
+        const rvl_weight *ew[RVL_MOE_GROUP];
+        for (; e1 < ne && n_g < RVL_MOE_GROUP; e1++) {
+            if (!cnt[e1])
+                continue;
+            ew[n_g] = expert_weights(c, l, e1);
+            c->moe_grp[2 * n_g] = (rvl_matmul_group){&ew[n_g][0], c->moe_h + (size_t)first[e1] * fe,
+                                                      fe, act_g + first[e1] * as_g, as_g, cnt[e1]};
+            c->moe_grp[2 * n_g + 1] = (rvl_matmul_group){&ew[n_g][1],
+                                                          c->moe_h2 + (size_t)first[e1] * fe, fe,
+                                                          act_u + first[e1] * as_u, as_u, cnt[e1]};
+            r0 = first[e1] < r0 ? first[e1] : r0;
+            r1 = first[e1] + cnt[e1];
+            n_g++;
         }
+        if (!n_g)
+            break;
+        rvl_matmul_grouped(&c->mm, 2 * (int)n_g, c->moe_grp, c->moe_scratch);
+        for (uint32_t e = e0; B->moe_bias && e < e1; e++) {
+            const float *b = c->moe_eb + ((size_t)l * ne + e) * eb;
+            add_bias(c->moe_h + (size_t)first[e] * fe, fe, b, fe, cnt[e]);
+            add_bias(c->moe_h2 + (size_t)first[e] * fe, fe, b + fe, fe, cnt[e]);
+        }
+        rvl_ops_glu_rows(c->pool, B->act, c->moe_h + (size_t)r0 * fe, c->moe_h2 + (size_t)r0 * fe,
+                         fe, r1 - r0);
+        const unsigned char *act_d;
+        size_t as_d;
+        mx.act = c->moe_actd + (size_t)r0 * c->mm.act_stride;
+        rvl_matmul_prepare_act(&mx, &ew[0][2], c->moe_h + (size_t)r0 * fe, fe, r1 - r0, &act_d,
+                               &as_d);
+        for (uint32_t i = 0, e = e0; e < e1; e++) {
+            if (!cnt[e])
+                continue;
+            c->moe_grp[i] = (rvl_matmul_group){&ew[i][2], c->moe_o + (size_t)first[e] * dim, dim,
+                                               act_d + (first[e] - r0) * as_d, as_d, cnt[e]};
+            i++;
+        }
+        rvl_matmul_grouped(&c->mm, (int)n_g, c->moe_grp, c->moe_scratch);
+        for (uint32_t i = 0, e = e0; e < e1; e++) {
+            if (!cnt[e])
+                continue;
+            if (B->moe_bias)
+                add_bias(c->moe_o + (size_t)first[e] * dim, dim,
+                         c->moe_eb + ((size_t)l * ne + e) * eb + 2 * (size_t)fe, dim, cnt[e]);
+            expert_done(c, l, e, ew[i++]);
+        }
+        e0 = e1;
+    }
+    /* each token's experts in the order of their index, as one at a time */
+    memset(c->xo, 0, (size_t)nb * dim * sizeof *c->xo);
+    for (uint32_t r = 0; r < rows; r++) {
+        float *xo = c->xo + (size_t)c->moe_idx[r] * dim;
+        const float *o = c->moe_o + (size_t)r * dim, wi = c->moe_idxw[r];
+        for (uint32_t d = 0; d < dim; d++)
+            xo[d] += wi * o[d];
     }
     if (!B->moe_shared)
         return;
@@ -617,6 +694,15 @@ static void forward_free(rvl_forward *c)
     free(c->moe_sel);
     free(c->moe_w);
     free(c->moe_x);
+    free(c->moe_h);
+    free(c->moe_h2);
+    free(c->moe_act);
+    free(c->moe_act2);
+    free(c->moe_actd);
+    free(c->moe_cnt);
+    free(c->moe_first);
+    free(c->moe_grp);
+    free(c->moe_scratch);
     free(c->moe_o);
     free(c->moe_idx);
     free(c->moe_idxw);
@@ -726,8 +812,14 @@ static int cpu_open(rvl_backend **out, const rvl_model *m, const rvl_ctx_params 
         c->moe_p = calloc(UBATCH * ne, sizeof(float));
         c->moe_sel = calloc(UBATCH * nu, sizeof(int32_t));
         c->moe_w = calloc(UBATCH * nu, sizeof(float));
-        c->moe_x = calloc(UBATCH * dim, sizeof(float));
-        c->moe_o = calloc(UBATCH * dim, sizeof(float));
+        c->moe_x = calloc(UBATCH * nu * dim, sizeof(float));
+        c->moe_o = calloc(UBATCH * nu * dim, sizeof(float));
+        c->moe_h = calloc(UBATCH * nu * hp->n_ff_exp, sizeof(float));
+        c->moe_h2 = calloc(UBATCH * nu * hp->n_ff_exp, sizeof(float));
+        c->moe_cnt = calloc(ne, sizeof(uint32_t));
+        c->moe_first = calloc(ne, sizeof(uint32_t));
+        c->moe_grp = calloc(2 * RVL_MOE_GROUP, sizeof *c->moe_grp);
+        c->moe_scratch = malloc(rvl_matmul_grouped_scratch(2 * RVL_MOE_GROUP));
         c->moe_idx = calloc(UBATCH * nu, sizeof(uint32_t));
         c->moe_idxw = calloc(UBATCH * nu, sizeof(float));
         if (hp->block.moe_shared_gate)
@@ -778,6 +870,12 @@ static int cpu_open(rvl_backend **out, const rvl_model *m, const rvl_ctx_params 
         c->qk_norm = calloc((size_t)hp->n_layer * 2 * hd, sizeof(float));
     c->mm.pool = c->pool;
     c->mm.act = malloc(UBATCH * c->mm.act_stride);
+    if (moe) {
+        const size_t ab = UBATCH * (size_t)hp->n_expert_used * c->mm.act_stride;
+        c->moe_act = malloc(ab);
+        c->moe_act2 = malloc(ab);
+        c->moe_actd = malloc(ab);
+    }
     if (m->packed_max_group) {
         c->mm.unpack_stride = (size_t)(m->packed_max_group + 63) / 64 * 64;
         c->mm.unpack = aligned_alloc(64, c->mm.unpack_stride * (size_t)rvl_pool_size(c->pool));
@@ -788,7 +886,9 @@ static int cpu_open(rvl_backend **out, const rvl_model *m, const rvl_ctx_params 
         (hp->block.qkv_bias && !c->bias) ||
         (hp->block.qk_norm && !c->qk_norm) || !c->mm.act ||
         (moe && (!c->moe_p || !c->moe_sel || !c->moe_w || !c->moe_x || !c->moe_o ||
-                 !c->moe_idx || !c->moe_idxw || (hp->block.moe_shared_gate && !c->sh_router)))) {
+                 !c->moe_idx || !c->moe_idxw || (hp->block.moe_shared_gate && !c->sh_router) ||
+                 !c->moe_h || !c->moe_h2 || !c->moe_cnt || !c->moe_first || !c->moe_grp ||
+                 !c->moe_scratch || !c->moe_act || !c->moe_act2 || !c->moe_actd))) {
         uint32_t n = c->n_ctx;
         forward_free(c);
         return rvl_seterr(RVL_ENOMEM, "out of memory for a context of %u tokens", n);

@@ -8,27 +8,42 @@
 
 #include "engine/matmul.h"
 
-/* One weight of a job: its rows are chunks first..first + its count - 1
- * of the job's shared counter. */
+/* One weight of a job and the activation rows it multiplies: its rows
+ * are chunks first..first + its count - 1 of the job's shared counter. */
 typedef struct {
     const rvl_weight *w;
     float *y;
     size_t y_stride;              /* floats between output rows */
     uint64_t chunk;               /* rows per chunk (whole tiles) */
     uint64_t first;               /* index of this part's first chunk */
+    const unsigned char *act;     /* nb rows in the weight's vec_dot_type */
+    size_t act_stride;            /* bytes between activation rows */
+    uint32_t nb;
 } matmul_part;
 
 typedef struct {
-    matmul_part part[RVL_MATMUL_PARTS];
+    matmul_part few[RVL_MATMUL_PARTS];
+    const matmul_part *part;      /* few, or the caller's (rvl_matmul_grouped) */
     int n_parts;
     unsigned char *unpack;        /* rvl_matmul.unpack */
     size_t unpack_stride;
-    const unsigned char *act;     /* nb rows in the weights' vec_dot_type */
-    size_t act_stride;            /* bytes between activation rows */
-    uint32_t nb;
     uint64_t n_chunks;
     atomic_uint_fast64_t next;    /* next chunk to take */
 } matmul_job;
+
+/* The part chunk ci belongs to: the last whose first chunk is <= ci. */
+static const matmul_part *part_of(const matmul_job *j, uint64_t ci)
+{
+    int lo = 0, hi = j->n_parts - 1;
+    while (lo < hi) {
+        const int mid = (lo + hi + 1) / 2;
+        if (j->part[mid].first <= ci)
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+    return &j->part[lo];
+}
 
 /* Threads take chunks of contiguous rows from a shared counter, so a
  * thread that was preempted (a busy machine) does not hold everyone up.
@@ -42,11 +57,11 @@ static void matmul_rows(void *arg, int ith, int nth)
         uint64_t ci = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed);
         if (ci >= j->n_chunks)
             break;
-        int pi = 0;
-        while (pi + 1 < j->n_parts && ci >= j->part[pi + 1].first)
-            pi++;
-        const matmul_part *pt = &j->part[pi];
+        const matmul_part *pt = part_of(j, ci);
         const rvl_weight *w = pt->w;
+        const unsigned char *act = pt->act;
+        const size_t act_stride = pt->act_stride;
+        const uint32_t nb = pt->nb;
         const int64_t n = (int64_t)w->ne0;
         const uint64_t rows = w->ne1;
         const char *base = w->data;
@@ -63,14 +78,14 @@ static void matmul_rows(void *arg, int ith, int nth)
              * x nb tokens of arithmetic) */
             const uint64_t pr1 = r1 < w->packed_rows ? r1 : w->packed_rows;
             const char *pk = (const char *)w->packed;
-            if (j->nb == 1) {
+            if (nb == 1) {
                 w->kf->gemv8(n, pk + r0 * w->row_bytes, (int64_t)((pr1 - r0) / RVL_GEMM_ROWS),
-                             j->act, pt->y + r0);
+                             act, pt->y + r0);
             } else {
                 unsigned char *u = j->unpack + (size_t)ith * j->unpack_stride;
                 for (uint64_t r = r0; r < pr1; r += RVL_GEMM_ROWS) {
                     w->kf->unpack8(n, pk + r * w->row_bytes, u, w->row_bytes);
-                    gemm(n, u, w->row_bytes, RVL_GEMM_ROWS, j->act, j->act_stride, (int)j->nb,
+                    gemm(n, u, w->row_bytes, RVL_GEMM_ROWS, act, act_stride, (int)nb,
                          pt->y + r, pt->y_stride);
                 }
             }
@@ -81,16 +96,16 @@ static void matmul_rows(void *arg, int ith, int nth)
              * the same whatever the grouping (formats.h) */
             for (uint64_t r = r0; r < r1; r += RVL_GEMM_ROWS) {
                 const int nr = (int)(r1 - r < RVL_GEMM_ROWS ? r1 - r : RVL_GEMM_ROWS);
-                gemm(n, base + r * w->row_bytes, w->row_bytes, nr, j->act, j->act_stride,
-                     (int)j->nb, pt->y + r, pt->y_stride);
+                gemm(n, base + r * w->row_bytes, w->row_bytes, nr, act, act_stride, (int)nb,
+                     pt->y + r, pt->y_stride);
             }
             continue;
         }
         const rvl_vec_dot_fn dot = w->kf->vec_dot;
         for (uint64_t r = r0; r < r1; r++) {
             const char *row = base + r * w->row_bytes;
-            for (uint32_t t = 0; t < j->nb; t++)
-                pt->y[t * pt->y_stride + r] = dot(n, row, j->act + t * j->act_stride);
+            for (uint32_t t = 0; t < nb; t++)
+                pt->y[t * pt->y_stride + r] = dot(n, row, act + t * act_stride);
         }
     }
 }
@@ -145,18 +160,47 @@ void rvl_matmul_act(const rvl_matmul *mm, int n, const rvl_weight *const *ws, fl
                     const size_t *y_strides, const unsigned char *act, size_t act_stride,
                     uint32_t nb)
 {
-    matmul_job j = {.n_parts = n, .act = act, .act_stride = act_stride, .nb = nb,
-                    .unpack = mm->unpack, .unpack_stride = mm->unpack_stride};
+    matmul_job j = {.n_parts = n, .unpack = mm->unpack, .unpack_stride = mm->unpack_stride};
     uint64_t total = 0;
     for (int i = 0; i < n; i++) {
         const uint64_t chunk = rvl_matmul_chunk_rows(ws[i]->ne1, rvl_pool_size(mm->pool));
-        j.part[i] = (matmul_part){ws[i], ys[i], y_strides[i], chunk, total};
+        j.few[i] = (matmul_part){ws[i], ys[i], y_strides[i], chunk, total, act, act_stride, nb};
         total += (ws[i]->ne1 + chunk - 1) / chunk;
     }
+    j.part = j.few;
     j.n_chunks = total;
     atomic_init(&j.next, 0);
     rvl_pool_run(mm->pool, matmul_rows, &j);
 }
+
+void rvl_matmul_grouped(const rvl_matmul *mm, int n, const rvl_matmul_group *g, void *scratch)
+{
+    matmul_part *part = scratch;
+    matmul_job j = {.part = part, .n_parts = n, .unpack = mm->unpack,
+                    .unpack_stride = mm->unpack_stride};
+    uint64_t total = 0;
+    /* chunks of about 8 per thread over the whole job: many small
+     * matrices (experts of a few tokens each) share one pool run */
+    uint64_t rows = 0;
+    for (int i = 0; i < n; i++)
+        rows += g[i].w->ne1;
+    const int nth = rvl_pool_size(mm->pool);
+    for (int i = 0; i < n; i++) {
+        uint64_t chunk = rvl_matmul_chunk_rows(rows, nth);
+        if (chunk > g[i].w->ne1)
+            chunk = (g[i].w->ne1 + RVL_GEMM_ROWS - 1) / RVL_GEMM_ROWS * RVL_GEMM_ROWS;
+        part[i] = (matmul_part){g[i].w, g[i].y, g[i].y_stride, chunk, total, g[i].act,
+                                g[i].act_stride, g[i].nb};
+        total += (g[i].w->ne1 + chunk - 1) / chunk;
+    }
+    if (n == 0)
+        return;
+    j.n_chunks = total;
+    atomic_init(&j.next, 0);
+    rvl_pool_run(mm->pool, matmul_rows, &j);
+}
+
+size_t rvl_matmul_grouped_scratch(int n) { return (size_t)n * sizeof(matmul_part); }
 
 void rvl_matmul_run(const rvl_matmul *mm, float *y, size_t y_stride, const rvl_weight *w,
                     const float *x, size_t x_stride, uint32_t nb)

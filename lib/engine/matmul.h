@@ -63,6 +63,21 @@ void rvl_matmul_act(const rvl_matmul *mm, int n, const rvl_weight *const *ws, fl
                     const size_t *y_strides, const unsigned char *act, size_t act_stride,
                     uint32_t nb);
 
+/* Many weights, each with its own activation rows, as one pool job (the
+ * experts of a mixture, each over the tokens that chose it): g[i].y =
+ * g[i].w g[i].act. The results are the same bits as rvl_matmul_act's for
+ * each weight alone. scratch: rvl_matmul_grouped_scratch(n) bytes. */
+typedef struct {
+    const rvl_weight *w;
+    float *y;
+    size_t y_stride;
+    const unsigned char *act;     /* nb rows in w's vec_dot_type */
+    size_t act_stride;
+    uint32_t nb;
+} rvl_matmul_group;
+void rvl_matmul_grouped(const rvl_matmul *mm, int n, const rvl_matmul_group *g, void *scratch);
+size_t rvl_matmul_grouped_scratch(int n);
+
 /* Rows per chunk the threads take of a weight of `rows` rows on a pool
  * of n_threads (whole RVL_GEMM_ROWS tiles). */
 uint64_t rvl_matmul_chunk_rows(uint64_t rows, int n_threads);

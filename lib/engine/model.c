@@ -368,20 +368,35 @@ static int load_weights(rvl_model *m, const rvl_family *fam)
  * Packed decode layout (formats.h gemv8)
  * ==================================================================== */
 
-/* The weights the forward pass multiplies, for packing. */
+/* The weights the forward pass multiplies, for packing: how many, and
+ * the first cap of them into ws (NULL: only count). */
 static size_t matmul_weights(rvl_model *m, rvl_weight **ws, size_t cap)
 {
     size_t n = 0;
+#define ADD(w) do { if (ws && n < cap) ws[n] = (w); n++; } while (0)
     for (uint32_t i = 0; i < m->hp.n_layer; i++) {
         rvl_layer *L = &m->layers[i];
-        rvl_weight *lw[] = { &L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down };
+        rvl_weight *lw[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down,
+                            &L->wq_a, &L->wq_b, &L->wkv_a, &L->sh_gate, &L->sh_up, &L->sh_down};
         for (size_t k = 0; k < sizeof lw / sizeof lw[0]; k++)
-            if (n < cap)
-                ws[n++] = lw[k];
+            ADD(lw[k]);
+        for (size_t e = 0; L->exps && e < 3 * (size_t)m->hp.n_expert; e++)
+            ADD(&L->exps[e]);
     }
-    if (n < cap)
-        ws[n++] = &m->output;
+    ADD(&m->output);
+#undef ADD
     return n;
+}
+
+/* Every weight matmul_weights lists, in an array of the caller's to free;
+ * NULL when out of memory. */
+static rvl_weight **all_matmul_weights(rvl_model *m, size_t *n)
+{
+    *n = matmul_weights(m, NULL, 0);
+    rvl_weight **ws = malloc(*n * sizeof *ws);
+    if (ws)
+        matmul_weights(m, ws, *n);
+    return ws;
 }
 
 static bool packable(const rvl_weight *w)
@@ -410,11 +425,12 @@ static void release_source(const rvl_weight *w)
 
 void rvl_model_release_packed_source(const rvl_model *m)
 {
-    rvl_weight *ws[8 * 1024 + 1];
-    size_t n = matmul_weights((rvl_model *)m, ws, sizeof ws / sizeof ws[0]);
-    for (size_t i = 0; i < n; i++)
+    size_t n;
+    rvl_weight **ws = all_matmul_weights((rvl_model *)m, &n);
+    for (size_t i = 0; ws && i < n; i++)
         if (releasable(m, ws[i]))
             release_source(ws[i]);
+    free(ws);
 }
 
 static int cmp_range(const void *a, const void *b)
@@ -429,11 +445,14 @@ static int cmp_range(const void *a, const void *b)
  * decode reads. */
 static int prefault_unpacked(rvl_model *m)
 {
-    rvl_weight *ws[8 * 1024 + 1];
-    const size_t n = matmul_weights(m, ws, sizeof ws / sizeof ws[0]);
+    size_t n;
+    rvl_weight **ws = all_matmul_weights(m, &n);
     const void *(*skip)[2] = malloc((n + 1) * sizeof *skip);
-    if (!skip)
+    if (!skip || !ws) {
+        free(ws);
+        free(skip);
         return rvl_seterr(RVL_ENOMEM, "out of memory");
+    }
     size_t k = 0;
     for (size_t i = 0; i < n; i++)
         if (releasable(m, ws[i])) {
@@ -444,6 +463,7 @@ static int prefault_unpacked(rvl_model *m)
     qsort(skip, k, sizeof *skip, cmp_range);
     rvl_file_prefault(m->file, (const void *const (*)[2])skip, k);
     free(skip);
+    free(ws);
     return 0;
 }
 
@@ -456,20 +476,26 @@ static int pack_weights(rvl_model *m)
     const char *env = getenv("RUVLLM_REPACK");
     if (env && strcmp(env, "0") == 0)
         return 0;
-    rvl_weight *ws[8 * 1024 + 1];
-    const size_t n = matmul_weights(m, ws, sizeof ws / sizeof ws[0]);
+    size_t n;
+    rvl_weight **ws = all_matmul_weights(m, &n);
+    if (!ws)
+        return rvl_seterr(RVL_ENOMEM, "out of memory");
     uint64_t total = 0;
     for (size_t i = 0; i < n; i++)
         if (packable(ws[i]))
             total += ws[i]->ne1 / RVL_GEMM_ROWS * RVL_GEMM_ROWS * ws[i]->row_bytes;
-    if (total == 0)
+    if (total == 0) {
+        free(ws);
         return 0;
+    }
     const size_t huge = (size_t)2 << 20;
     const size_t bytes = (size_t)((total + huge - 1) / huge * huge);
     void *p = NULL;
-    if (posix_memalign(&p, huge, bytes))
+    if (posix_memalign(&p, huge, bytes)) {
+        free(ws);
         return rvl_seterr(RVL_ENOMEM, "out of memory for the packed weights (%llu MiB)",
                           (unsigned long long)(bytes >> 20));
+    }
 #ifdef MADV_HUGEPAGE
     (void)madvise(p, bytes, MADV_HUGEPAGE);
 #endif
@@ -493,6 +519,7 @@ static int pack_weights(rvl_model *m)
             m->packed_max_group = gbytes;
         dst += rows * w->row_bytes;
     }
+    free(ws);
     return 0;
 }
 
