@@ -11,7 +11,11 @@ Shapes are Llama 2 7B's (32 layers, 4096 wide, 32 heads, FFN 11008),
 Llama 3.2 1B's, and qwen3moe-a3b: 6 layers of Qwen3-30B-A3B (2048 wide, 32
 heads of 128, 4 kv heads, QK-norm, 128 experts of width 768, 8 per token),
 a mixture of experts of 2 GB whose per-token work is the real model's per
-layer (the router's weights are random, so its choices are spread). The tokenizer (and so the vocabulary size) is copied from
+layer (the router's weights are random, so its choices are spread); and
+gpt-oss-20b: 4 of its 24 layers (2880 wide, 64 heads of 64, 8 kv heads,
+sinks, biases, a 128-token window on every other layer, 32 experts of
+2880, 4 per token, YaRN), experts in MXFP4 as OpenAI ships them, the rest
+in --type. The tokenizer (and so the vocabulary size) is copied from
 --vocab-from (default: the default model, SmolLM2's 49152 tokens), so
 prompts tokenize. Every matrix is Q4_0 (or Q8_0) with random quants and
 small random scales; norms are ones. Made with gguf-py 0.19.0, numpy.
@@ -29,7 +33,19 @@ SHAPES = {
     "qwen3moe-a3b": dict(n_layer=6, n_embd=2048, n_head=32, n_head_kv=4, n_ff=6144, ctx=40960,
                          base=1000000.0, arch="qwen3moe", head_dim=128, n_expert=128,
                          n_expert_used=8, n_ff_exp=768),
+    "gpt-oss-20b": dict(n_layer=4, n_embd=2880, n_head=64, n_head_kv=8, n_ff=2880, ctx=131072,
+                        base=150000.0, arch="gpt-oss", head_dim=64, n_expert=32, n_expert_used=4,
+                        n_ff_exp=2880),
 }
+
+
+def rand_mxfp4(rng, rows, cols):
+    """MXFP4 blocks of 32: an e8m0 scale byte (2^-7 .. 2^-5) and 16 bytes of nibbles."""
+    nb = cols // 32
+    blk = np.empty((rows, nb, 17), dtype=np.uint8)
+    blk[:, :, 0] = rng.integers(120, 123, (rows, nb), dtype=np.uint8)
+    blk[:, :, 1:] = rng.integers(0, 256, (rows, nb, 16), dtype=np.uint8)
+    return blk.reshape(rows, nb * 17), gguf.GGMLQuantizationType.MXFP4
 
 
 def rand_quant(rng, rows, cols, qtype):
@@ -74,6 +90,11 @@ def main():
         w.add_expert_count(s["n_expert"])
         w.add_expert_used_count(s["n_expert_used"])
         w.add_expert_feed_forward_length(s["n_ff_exp"])
+    if arch == "gpt-oss":
+        w.add_uint32(f"{arch}.attention.sliding_window", 128)
+        w.add_string(f"{arch}.rope.scaling.type", "yarn")
+        w.add_float32(f"{arch}.rope.scaling.factor", 32.0)
+        w.add_uint32(f"{arch}.rope.scaling.original_context_length", 4096)
     w.add_file_type(2 if a.type == "Q4_0" else 7)
     n_vocab = 0
     for name, f in r.fields.items():
@@ -107,7 +128,8 @@ def main():
     mat("output.weight", n_vocab, E)
     for i in range(s["n_layer"]):
         w.add_tensor(f"blk.{i}.attn_norm.weight", np.ones(E, dtype=np.float32))
-        w.add_tensor(f"blk.{i}.ffn_norm.weight", np.ones(E, dtype=np.float32))
+        ffn_norm = "post_attention_norm" if s.get("arch") == "gpt-oss" else "ffn_norm"
+        w.add_tensor(f"blk.{i}.{ffn_norm}.weight", np.ones(E, dtype=np.float32))
         mat(f"blk.{i}.attn_q.weight", Q, E)
         mat(f"blk.{i}.attn_k.weight", KV, E)
         mat(f"blk.{i}.attn_v.weight", KV, E)
@@ -118,12 +140,27 @@ def main():
             mat(f"blk.{i}.ffn_down.weight", E, F)
             continue
         ne, fe = s["n_expert"], s["n_ff_exp"]
-        w.add_tensor(f"blk.{i}.attn_q_norm.weight", np.ones(hd, dtype=np.float32))
-        w.add_tensor(f"blk.{i}.attn_k_norm.weight", np.ones(hd, dtype=np.float32))
+        oss = arch == "gpt-oss"
+
+        def vec(name, n, scale):
+            w.add_tensor(name, (rng.standard_normal(n) * scale).astype(np.float32))
+
+        if oss:
+            for nm, n in (("q", Q), ("k", KV), ("v", KV), ("output", E)):
+                vec(f"blk.{i}.attn_{nm}.bias", n, 0.01)
+            vec(f"blk.{i}.attn_sinks.weight", s["n_head"], 1.0)
+            vec(f"blk.{i}.ffn_gate_inp.bias", ne, 0.01)
+            for nm, n in (("gate", fe), ("up", fe), ("down", E)):
+                w.add_tensor(f"blk.{i}.ffn_{nm}_exps.bias",
+                             (rng.standard_normal((ne, n)) * 0.01).astype(np.float32))
+        else:
+            w.add_tensor(f"blk.{i}.attn_q_norm.weight", np.ones(hd, dtype=np.float32))
+            w.add_tensor(f"blk.{i}.attn_k_norm.weight", np.ones(hd, dtype=np.float32))
         w.add_tensor(f"blk.{i}.ffn_gate_inp.weight",
                      (rng.standard_normal((ne, E)) * 0.05).astype(np.float32))
         for nm, rows, cols in (("gate", fe, E), ("up", fe, E), ("down", E, fe)):
-            blocks = [rand_quant(rng, rows, cols, a.type) for _ in range(ne)]
+            blocks = [rand_mxfp4(rng, rows, cols) if oss else rand_quant(rng, rows, cols, a.type)
+                      for _ in range(ne)]
             data = np.stack([b[0] for b in blocks])  # (n_expert, rows, row bytes)
             w.add_tensor(f"blk.{i}.ffn_{nm}_exps.weight", data, raw_dtype=blocks[0][1])
     w.write_header_to_file()
