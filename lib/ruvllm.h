@@ -1194,6 +1194,11 @@ typedef struct {
  * message body (of the final channel). */
 void rvl_think_init(rvl_think *t, bool inside);   /* RVL_THINK_TAGS */
 void rvl_think_init_format(rvl_think *t, rvl_think_format format, bool inside);
+/* The same from the rendered prompt, which may have opened the reasoning
+ * (tags: rvl_think_prompt_inside) or, for harmony, a message body (its
+ * last <|message|> after every <|end|> and <|start|>; the analysis
+ * channel's is reasoning, any other's answer). */
+void rvl_think_init_prompt(rvl_think *t, rvl_think_format format, const char *prompt, size_t n);
 /* The reply format of a chat format: harmony for gpt-oss, else tags. */
 rvl_think_format rvl_chat_think_format(const rvl_chat *c);
 int rvl_think_push(rvl_think *t, const char *s, size_t n, rvl_think_sink sink, void *ud);

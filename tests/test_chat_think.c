@@ -201,10 +201,43 @@ static void test_think_harmony_splits_analysis_from_final(void **s)
                   "<|channel|>analysis<|message|><|end|><|start|>assistant<|chan");
 }
 
-static void test_think_harmony_prompt_that_opens_the_final_channel(void **s)
+/* Split a reply after a rendered prompt, in pieces of every size. */
+static void check_after_prompt(rvl_think_format format, const char *prompt, const char *reply,
+                               const char *answer, const char *reasoning)
+{
+    for (size_t step = 1; step <= strlen(reply) + 1; step++) {
+        sink_t k = {0};
+        rvl_think t;
+        rvl_think_init_prompt(&t, format, prompt, strlen(prompt));
+        for (size_t i = 0; i < strlen(reply); i += step)
+            assert_int_equal(rvl_think_push(&t, reply + i, i + step > strlen(reply) ? strlen(reply) - i : step,
+                                            sink, &k), 0);
+        assert_int_equal(rvl_think_flush(&t, sink, &k), 0);
+        assert_buf(&k.part[RVL_THINK_ANSWER], answer);
+        assert_buf(&k.part[RVL_THINK_REASONING], reasoning);
+        sink_free(&k);
+    }
+}
+
+static void test_think_harmony_prompt_that_opens_a_message(void **s)
 {
     (void)s;
     check_split_format(RVL_THINK_HARMONY, "Answer.<|return|>", true, "Answer.", "", "<|return|>");
+    /* gpt-oss's own generation prompt opens no message: the reply brings its header */
+    static const char gen[] = "<|start|>user<|message|>Hi<|end|><|start|>assistant";
+    check_after_prompt(RVL_THINK_HARMONY, gen, "<|channel|>analysis<|message|>R<|end|><|start|>assistant"
+                       "<|channel|>final<|message|>A", "A", "R");
+    /* a prompt that opened the analysis channel: the reply starts in the reasoning */
+    check_after_prompt(RVL_THINK_HARMONY, "<|start|>user<|message|>Hi<|end|><|start|>assistant<|channel|>analysis<|message|>",
+                       "Let me see.<|end|><|start|>assistant<|channel|>final<|message|>Hello!", "Hello!", "Let me see.");
+    /* ... or the final channel: answer */
+    check_after_prompt(RVL_THINK_HARMONY, "<|start|>assistant<|channel|>final<|message|>", "Hello!", "Hello!", "");
+    /* a closed message in the prompt opens nothing */
+    check_after_prompt(RVL_THINK_HARMONY, "<|start|>assistant<|channel|>analysis<|message|>x<|end|>",
+                       "Plain", "Plain", "");
+    /* tags: as rvl_think_prompt_inside says */
+    check_after_prompt(RVL_THINK_TAGS, "<|im_start|>assistant\n<think>\n", "R</think>A", "A", "R");
+    check_after_prompt(RVL_THINK_TAGS, "<|im_start|>assistant\n", "R</think>A", "R</think>A", "");
 }
 
 static void test_think_sink_error_stops_the_push(void **s)
@@ -320,7 +353,7 @@ int main(void)
         cmocka_unit_test(test_think_reply_cut_before_the_close_tag_is_reasoning),
         cmocka_unit_test(test_think_prompt_that_opens_the_section),
         cmocka_unit_test(test_think_harmony_splits_analysis_from_final),
-        cmocka_unit_test(test_think_harmony_prompt_that_opens_the_final_channel),
+        cmocka_unit_test(test_think_harmony_prompt_that_opens_a_message),
         cmocka_unit_test(test_think_sink_error_stops_the_push),
         cmocka_unit_test(test_thinking_switch_reaches_qwen3_template_and_builtin),
         cmocka_unit_test(test_gpt_oss_template_effort_and_stops),

@@ -56,6 +56,52 @@ void rvl_think_init_format(rvl_think *t, rvl_think_format format, bool inside)
         t->state = inside ? S_THINK : S_START;
 }
 
+static const char *last_of(const char *s, size_t n, const char *tag)
+{
+    const char *last = NULL;
+    size_t l = strlen(tag);
+    for (const char *p = s; p && (p = memmem(p, n - (size_t)(p - s), tag, l)); p++)
+        last = p;
+    return last;
+}
+
+/* harmony: does the prompt end inside a message body (its last <|message|>
+ * after every end or start tag), and on which channel? */
+static bool harmony_prompt_inside(const char *prompt, size_t n, bool *analysis)
+{
+    static const char *const stops[] = {"<|end|>", "<|return|>", "<|call|>", "<|start|>", NULL};
+    *analysis = false;
+    const char *msg = last_of(prompt, n, H_MESSAGE);
+    if (!msg)
+        return false;
+    const char *head = prompt;
+    for (const char *const *t = stops; *t; t++) {
+        const char *p = last_of(prompt, n, *t);
+        if (p && p > msg)
+            return false;
+        if (p && p + strlen(*t) > head)
+            head = p + strlen(*t);
+    }
+    const char *ch = last_of(head, (size_t)(msg - head), H_CHANNEL);
+    if (ch) {
+        const char *name = ch + sizeof H_CHANNEL - 1;
+        size_t k = strcspn(name, " <");
+        *analysis = k == 8 && name + k <= msg && memcmp(name, "analysis", 8) == 0;
+    }
+    return true;
+}
+
+void rvl_think_init_prompt(rvl_think *t, rvl_think_format format, const char *prompt, size_t n)
+{
+    if (format != RVL_THINK_HARMONY) {
+        rvl_think_init_format(t, format, rvl_think_prompt_inside(prompt, n));
+        return;
+    }
+    bool analysis;
+    rvl_think_init_format(t, format, prompt && harmony_prompt_inside(prompt, n, &analysis));
+    t->analysis = t->state == H_BODY && analysis;
+}
+
 bool rvl_think_prompt_inside(const char *prompt, size_t n)
 {
     const char *open = NULL, *close = NULL;
