@@ -739,8 +739,7 @@ static int generate_reply(chat_state *st, const int32_t *ids, const float *logit
     gen_params gp = {
         .ctx = st->ctx, .smp = smp, .tok = st->tok, .stop_tokens = stops, .stop_strs = stops,
         .max_tokens = st->set.max_tokens < 0 ? SIZE_MAX : (size_t)st->set.max_tokens,
-        /* harmony's channels are special tokens: the splitter reads them */
-        .special = rvl_chat_think_format(st->tmpl) == RVL_THINK_HARMONY,
+        .special = false,   /* harmony's markers render anyway: user-defined (tok.c) */
         .emit = opt_json ? NULL : emit_stream, .ud = st,
         .context_shift = opt_shift,
         .shift_keep = opt_keep < 0 ? (uint32_t)n : (uint32_t)opt_keep,

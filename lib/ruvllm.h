@@ -1163,8 +1163,10 @@ int rvl_chat_set_reasoning_effort(rvl_chat *c, const char *effort);
  * and a body: <|channel|>analysis<|message|>...<|end|><|start|>assistant
  * <|channel|>final<|message|>...; the analysis channel's bodies are the
  * reasoning, every other channel's (final, commentary) the answer, and
- * the headers and <|end|> the tags. The reply text must carry the special
- * tokens (detokenized with special = true). A reply that does not open
+ * the headers and <|end|> the tags. The markers are in the reply's text:
+ * <|channel|>, <|message|>, <|start|>, <|constrain|> and <|end|> are
+ * user-defined tokens, rendered always, as llama.cpp makes them (text/
+ * tok.c); <|return|> and <|call|> end the reply. A reply that does not open
  * with a header (<|channel|>, <|start|> or " to=") is all answer; a reply
  * cut inside a header has said nothing yet.
  * ====================================================================== */
