@@ -308,6 +308,12 @@ static void test_gpt_oss_special_tokens(void **s)
     assert_true(rvl_tok_is_eog(t, 199999));   /* <|endoftext|> */
     assert_false(rvl_tok_is_eog(t, 200007));
     assert_false(rvl_tok_is_eog(t, 200005));
+    /* and nothing else: llama.cpp's llama_vocab_is_eog on this file is true
+     * for exactly 199999, 200002 and 200012 */
+    int n_eog = 0;
+    for (int32_t id = 0; id < rvl_tok_n_vocab(t); id++)
+        n_eog += rvl_tok_is_eog(t, id);
+    assert_int_equal(n_eog, 3);
     /* llama.cpp makes the message markers (and <|end|>) user-defined:
      * parsed and rendered always, so a reply's channels show in its text */
     static const char *const user[] = {"<|channel|>", "<|message|>", "<|start|>", "<|constrain|>", "<|end|>"};
