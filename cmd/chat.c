@@ -129,7 +129,8 @@ typedef struct {
     bool out_failed;            /* writing standard output failed: stop */
     bool template_warned;       /* the template's warning was given (it would repeat each turn) */
     rvl_think think;            /* a thinking model's reply: reasoning shown dimmed */
-    bool think_inside;          /* the last rendered prompt opened <think> itself */
+    rvl_think think0;           /* the splitter as the last rendered prompt left it (it may
+                                   have opened <think> or a harmony message itself) */
 
     /* the settings */
     chat_settings set;
@@ -478,7 +479,7 @@ static int render_msgs(chat_state *st, const rvl_chat_msg *m, size_t n_m, bool g
     if (rc < 0)
         return rc;
     size_t len = strlen(text);
-    st->think_inside = rvl_think_prompt_inside(text, len);
+    rvl_think_init_prompt(&st->think0, rvl_chat_think_format(st->tmpl), text, len);
     bool bos = st->add_bos;
     if (bos) {
         size_t bl = 0;
@@ -738,12 +739,12 @@ static int generate_reply(chat_state *st, const int32_t *ids, const float *logit
     gen_params gp = {
         .ctx = st->ctx, .smp = smp, .tok = st->tok, .stop_tokens = stops, .stop_strs = stops,
         .max_tokens = st->set.max_tokens < 0 ? SIZE_MAX : (size_t)st->set.max_tokens,
-        .special = false,
+        .special = false,   /* harmony's markers render anyway: user-defined (tok.c) */
         .emit = opt_json ? NULL : emit_stream, .ud = st,
         .context_shift = opt_shift,
         .shift_keep = opt_keep < 0 ? (uint32_t)n : (uint32_t)opt_keep,
     };
-    rvl_think_init(&st->think, st->think_inside);
+    st->think = st->think0;
     rc = gen_reply(&gp, logits, r);
     if (rc == 0 && !opt_json && rvl_chat_has_reasoning(st->tmpl))
         rc = rvl_think_flush(&st->think, think_out, st);
@@ -767,18 +768,41 @@ static int generate_reply(chat_state *st, const int32_t *ids, const float *logit
     return rc;
 }
 
+static int keep_answer(void *ud, rvl_think_part part, const char *s, size_t n)
+{
+    return part == RVL_THINK_ANSWER && rvl_buf_add(ud, s, n) < 0 ? RVL_ENOMEM : 0;
+}
+
+/* What of the reply joins the conversation: all of it, but of a harmony
+ * reply (gpt-oss) only the answer: its template refuses channel tags in a
+ * message's content and leaves earlier turns' analysis out itself. */
+static int reply_content(chat_state *st, const gen_result *r, rvl_buf *b)
+{
+    if (rvl_chat_think_format(st->tmpl) != RVL_THINK_HARMONY)
+        return rvl_buf_add(b, r->text.p ? r->text.p : "", r->text.n) < 0 ? -1 : 0;
+    rvl_think th = st->think0;
+    if (rvl_think_push(&th, r->text.p ? r->text.p : "", r->text.n, keep_answer, b) < 0 ||
+        rvl_think_flush(&th, keep_answer, b) < 0)
+        return -1;
+    return 0;
+}
+
 /* The reply joins the conversation and ends its output (a blank line, or
  * the turn's JSON object); a reply cut short says so. 0, or -1 when out
  * of memory or writing the output failed. */
 static int finish_reply(chat_state *st, const char *user, const gen_result *r)
 {
     bool intr = r->finish == GEN_INTERRUPTED;
+    rvl_buf content = {0};
     if (intr && r->text.n == 0 && r->n_ids == 0) {
         conv_remove(st, st->n_conv - 1);   /* nothing of the reply yet: not sent */
-    } else if (conv_push(st, "assistant", r->text.p, r->text.n, intr) < 0) {
+    } else if (reply_content(st, r, &content) < 0 ||
+               conv_push(st, "assistant", content.p ? content.p : "", content.n, intr) < 0) {
+        rvl_buf_free(&content);
         cli_err(st->cmd, "out of memory");
         return -1;
     }
+    rvl_buf_free(&content);
     if (opt_json) {
         json_turn(st, user, r);
     } else {

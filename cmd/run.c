@@ -452,7 +452,7 @@ static int run_main(rvl_cmd *cmd, int argc, char **argv)
     run_sink sink = {0};
     reply_parts parts = {0};
     bool reasons = false;       /* the reply may begin with <think>...</think> */
-    bool think_inside = false;  /* the prompt opened it already */
+    rvl_think think0 = {0};     /* the splitter as the prompt left it */
     int status = 0, rc;
 
     if (opt_verbose)
@@ -495,9 +495,9 @@ static int run_main(rvl_cmd *cmd, int argc, char **argv)
     }
     if (chat && rvl_chat_has_reasoning(chat)) {
         reasons = true;
-        think_inside = rvl_think_prompt_inside(prompt.p, prompt.n);
         sink.filter = !opt_show_reasoning;
-        rvl_think_init(&sink.think, think_inside);
+        rvl_think_init_prompt(&sink.think, rvl_chat_think_format(chat), prompt.p, prompt.n);
+        think0 = sink.think;
     }
     if ((rc = tokenize_all(tok, &prompt, &ids, &rp.n_prompt)) < 0) {
         status = cli_fail(name, rc);
@@ -585,8 +585,7 @@ static int run_main(rvl_cmd *cmd, int argc, char **argv)
 
     if (opt_json) {
         if (reasons) {
-            rvl_think th;
-            rvl_think_init(&th, think_inside);
+            rvl_think th = think0;
             if (rvl_think_push(&th, res.text.p ? res.text.p : "", res.text.n, parts_out, &parts) < 0 ||
                 rvl_think_flush(&th, parts_out, &parts) < 0) {
                 cli_err(name, "out of memory");

@@ -1141,7 +1141,7 @@ typedef enum {
     RVL_CHAT_MISTRAL_V7, RVL_CHAT_MISTRAL_V7_TEKKEN, RVL_CHAT_GEMMA, RVL_CHAT_PHI3,
     RVL_CHAT_PHI4, RVL_CHAT_ZEPHYR, RVL_CHAT_DEEPSEEK2, RVL_CHAT_DEEPSEEK3,
     RVL_CHAT_DEEPSEEK_R1, RVL_CHAT_COMMAND_R, RVL_CHAT_GRANITE, RVL_CHAT_VICUNA,
-    RVL_CHAT_VICUNA_ORCA, RVL_CHAT_QWEN3,
+    RVL_CHAT_VICUNA_ORCA, RVL_CHAT_QWEN3, RVL_CHAT_GPT_OSS,
     RVL_CHAT_FAMILY_COUNT
 } rvl_chat_family;
 const char *rvl_chat_family_name(rvl_chat_family f);         /* "chatml", "llama3", ... */
@@ -1184,8 +1184,12 @@ void rvl_chat_close(rvl_chat *c);                  /* accepts NULL */
 void rvl_chat_set_thinking(rvl_chat *c, int enable);
 /* Does the format's reply start with a <think>...</think> reasoning
  * section (the qwen3 and deepseek-r1 families, or a template that writes
- * <think> or </think>)? */
+ * <think> or </think>), or is it in harmony's channels (gpt-oss)? */
 bool rvl_chat_has_reasoning(const rvl_chat *c);
+/* gpt-oss: `reasoning_effort` for the template ("low", "medium", "high";
+ * NULL, the default, leaves it undefined: the template's own default,
+ * medium). Copied. The built-in gpt-oss format writes it the same way. */
+int rvl_chat_set_reasoning_effort(rvl_chat *c, const char *effort);
 
 /* ======================================================================
  * Reasoning text (lib/chat/think.c): a thinking model's reply begins with
@@ -1194,24 +1198,51 @@ bool rvl_chat_has_reasoning(const rvl_chat *c);
  * at the start of the reply (after whitespace), as llama.cpp's reasoning
  * parser reads it; the whitespace after </think> goes with the tag. A
  * reply cut before </think> is all reasoning. Plain struct: no close.
+ *
+ * gpt-oss writes its reply in harmony's channels, each message a header
+ * and a body: <|channel|>analysis<|message|>...<|end|><|start|>assistant
+ * <|channel|>final<|message|>...; the analysis channel's bodies are the
+ * reasoning, every other channel's (final, commentary) the answer, and
+ * the headers and <|end|> the tags. The markers are in the reply's text:
+ * <|channel|>, <|message|>, <|start|>, <|constrain|> and <|end|> are
+ * user-defined tokens, rendered always, as llama.cpp makes them (text/
+ * tok.c); <|return|> and <|call|> end the reply. A reply that does not open
+ * with a header (<|channel|>, <|start|> or " to=") is all answer; a reply
+ * cut inside a header has said nothing yet.
  * ====================================================================== */
 typedef enum {
     RVL_THINK_ANSWER,      /* the reply proper */
-    RVL_THINK_REASONING,   /* between <think> and </think> */
+    RVL_THINK_REASONING,   /* between <think> and </think>; harmony's analysis channel */
     RVL_THINK_TAG,         /* the tags, and the whitespace before <think>
-                              and after </think> */
+                              and after </think>; harmony's headers and <|end|> */
 } rvl_think_part;
+typedef enum {
+    RVL_THINK_TAGS,        /* <think>...</think> (Qwen3, DeepSeek-R1) */
+    RVL_THINK_HARMONY,     /* harmony's channels (gpt-oss) */
+} rvl_think_format;
 /* Receives the text in order, each byte once; a negative return stops
  * the push with that code. */
 typedef int (*rvl_think_sink)(void *ud, rvl_think_part part, const char *s, size_t n);
 typedef struct {
     int state;
+    rvl_think_format format;
+    bool analysis;         /* harmony: the current message is on the analysis channel */
+    int name_at;           /* harmony: how the channel name being read matches */
     size_t n_pend;
     char pend[64];         /* bytes not yet decided: a possible tag */
 } rvl_think;
 /* inside: the prompt already opened the reasoning section
- * (rvl_think_prompt_inside). */
-void rvl_think_init(rvl_think *t, bool inside);
+ * (rvl_think_prompt_inside); for harmony, the prompt already opened a
+ * message body (of the final channel). */
+void rvl_think_init(rvl_think *t, bool inside);   /* RVL_THINK_TAGS */
+void rvl_think_init_format(rvl_think *t, rvl_think_format format, bool inside);
+/* The same from the rendered prompt, which may have opened the reasoning
+ * (tags: rvl_think_prompt_inside) or, for harmony, a message body (its
+ * last <|message|> after every <|end|> and <|start|>; the analysis
+ * channel's is reasoning, any other's answer). */
+void rvl_think_init_prompt(rvl_think *t, rvl_think_format format, const char *prompt, size_t n);
+/* The reply format of a chat format: harmony for gpt-oss, else tags. */
+rvl_think_format rvl_chat_think_format(const rvl_chat *c);
 int rvl_think_push(rvl_think *t, const char *s, size_t n, rvl_think_sink sink, void *ud);
 /* The end of the reply: what is held back goes out. */
 int rvl_think_flush(rvl_think *t, rvl_think_sink sink, void *ud);

@@ -28,6 +28,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "ruvllm.h"
@@ -117,7 +118,8 @@ static const char *tmpl_file(const cJSON *meta)
 }
 
 static const char *const CONVS[] = {
-    "no_system", "non_alternating", "single_user", "system_multi", "system_multi_nogen", "think",
+    "developer", "no_system", "non_alternating", "reasoning", "reasoning_last", "single_user",
+    "system_multi", "system_multi_nogen", "think", "tools",
 };
 #define N_CONVS (sizeof CONVS / sizeof CONVS[0])
 
@@ -479,6 +481,21 @@ static void test_chat_detect_finds_each_template_family(void **state)
     assert_int_equal(rvl_chat_family_from_name("nope"), RVL_CHAT_UNKNOWN);
 }
 
+/* The golden's "Current date: 2024-07-26" (strftime_now pinned) becomes
+ * today's local date, which the built-in gpt-oss format writes. */
+static void put_today(char *gold)
+{
+    char today[16];
+    time_t now = time(NULL);
+    struct tm tm;
+    localtime_r(&now, &tm);
+    strftime(today, sizeof today, "%Y-%m-%d", &tm);
+    char *d = strstr(gold, "Current date: 2024-07-26");
+    assert_non_null(d);
+    assert_int_equal(strlen(today), 10);
+    memcpy(d + 14, today, 10);
+}
+
 /* The built-in formatter of each family gives what the real template gives
  * for plain conversations; templates.json lists the conversations where a
  * template adds something of its own (a default system prompt, a date). */
@@ -491,7 +508,11 @@ static void test_chat_builtin_matches_real_templates(void **state)
         rvl_chat_family f = rvl_chat_family_from_name(cJSON_GetObjectItem(m, "family")->valuestring);
         const cJSON *skip = cJSON_GetObjectItem(m, "builtin_differs");
         for (size_t c = 0; c < N_CONVS; c++) {
-            bool skipped = false;
+            /* the built-ins write system, user and assistant turns; a
+             * developer role and tools are the templates' own */
+            bool skipped = !strcmp(CONVS[c], "developer") || !strcmp(CONVS[c], "tools");
+            if (f == RVL_CHAT_GPT_OSS)   /* harmony has a developer role */
+                skipped = !strcmp(CONVS[c], "tools");
             for (const cJSON *s = skip ? skip->child : NULL; s; s = s->next)
                 if (!strcmp(s->valuestring, CONVS[c]) || !strcmp(s->valuestring, "*")) skipped = true;
             char path[512];
@@ -509,15 +530,21 @@ static void test_chat_builtin_matches_real_templates(void **state)
             assert_int_equal(rvl_chat_conv_parse(arr, strlen(arr), path, &msgs, &nm), 0);
             const cJSON *bos = cJSON_GetObjectItem(m, "bos"), *eos = cJSON_GetObjectItem(m, "eos");
             const cJSON *think = cJSON_GetObjectItem(cJSON_GetObjectItem(m, "context"), "enable_thinking");
+            const cJSON *effort = cJSON_GetObjectItem(cJSON_GetObjectItem(m, "context"), "reasoning_effort");
             bool agp = cJSON_IsTrue(cJSON_GetObjectItem(conv, "add_generation_prompt"));
             char *out;
-            if (think) {
-                /* through rvl_chat, which passes enable_thinking on */
+            if (f == RVL_CHAT_GPT_OSS)
+                put_today(gold);
+            if (think || effort) {
+                /* through rvl_chat, which passes enable_thinking and reasoning_effort on */
                 rvl_chat *rc;
                 assert_int_equal(rvl_chat_open(&rc, NULL, 0, rvl_chat_family_name(f),
                                                cJSON_IsString(bos) ? bos->valuestring : NULL,
                                                cJSON_IsString(eos) ? eos->valuestring : NULL, NULL), 0);
-                rvl_chat_set_thinking(rc, cJSON_IsTrue(think));
+                if (think)
+                    rvl_chat_set_thinking(rc, cJSON_IsTrue(think));
+                if (effort)
+                    assert_int_equal(rvl_chat_set_reasoning_effort(rc, effort->valuestring), 0);
                 assert_int_equal(rvl_chat_format(rc, msgs, nm, agp, &out, NULL), 0);
                 rvl_chat_close(rc);
             } else {

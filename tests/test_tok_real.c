@@ -28,6 +28,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
+#include <zstd.h>
 
 #include "ruvllm.h"
 
@@ -188,8 +190,9 @@ static int check_model(const rvl_tokenizer *t, const char *name, bool special)
             print_ids("ruvllm   ", ids, n);
             bad++;
         }
-        /* back to text, without the BOS the CLI added */
-        size_t skip = n > 0 && rvl_tok_add_bos(t) && ids[0] == bos ? 1 : 0, len = 0, need = 0;
+        /* back to text, without a leading BOS (the script drops it too,
+         * also one the case wrote itself) */
+        size_t skip = n > 0 && ids[0] == bos ? 1 : 0, len = 0, need = 0;
         int rc = rvl_detok_ids(t, ids + skip, n - skip, special, NULL, 0, &need);
         assert_true(rc == 0 || rc == RVL_ERANGE);
         char *text = malloc(need + 1);
@@ -221,6 +224,124 @@ static void check_named(const char *name, const char *file)
     int bad = check_model(t, name, false) + check_model(t, name, true);
     rvl_tok_close(t);
     assert_int_equal(bad, 0);
+}
+
+/* The vocabulary-only GGUF tests/ref/tok/NAME.vocab.gguf.zst (made by
+ * llama.cpp's converter: tests/ref/gen_tok_vocab19.py), decompressed to a
+ * temporary file for rvl_file_open. Always present: never skipped. */
+static rvl_tokenizer *open_ref_vocab(const char *name)
+{
+    char path[512];
+    snprintf(path, sizeof path, REF_DIR "/%s.vocab.gguf.zst", name);
+    size_t zlen;
+    char *z = test_slurp(path, &zlen);
+    if (!z)
+        fail_msg("cannot read %s", path);
+    unsigned long long n = ZSTD_getFrameContentSize(z, zlen);
+    assert_true(n != ZSTD_CONTENTSIZE_ERROR && n != ZSTD_CONTENTSIZE_UNKNOWN && n < (1ull << 30));
+    char *raw = malloc(n);
+    assert_non_null(raw);
+    assert_int_equal(ZSTD_decompress(raw, n, z, zlen), n);
+    free(z);
+    char tmp[] = "/tmp/rvl_vocab_XXXXXX";
+    int fd = mkstemp(tmp);
+    assert_true(fd >= 0);
+    assert_int_equal(write(fd, raw, n), (ssize_t)n);
+    close(fd);
+    free(raw);
+    rvl_file *f = NULL;
+    rvl_tokenizer *t = NULL;
+    if (rvl_file_open(&f, tmp) != 0)
+        fail_msg("%s: %s", path, rvl_errmsg());
+    if (rvl_tok_open(&t, f) != 0)
+        fail_msg("%s: tokenizer: %s", path, rvl_errmsg());
+    rvl_file_close(f);
+    unlink(tmp);
+    return t;
+}
+
+static void check_ref_vocab(const char *name)
+{
+    rvl_tokenizer *t = open_ref_vocab(name);
+    int bad = check_model(t, name, false) + check_model(t, name, true);
+    rvl_tok_close(t);
+    assert_int_equal(bad, 0);
+}
+
+/* gpt-oss's o200k_harmony (pre-tokenizer gpt-4o) and DeepSeek-V3's 128k
+ * vocabulary (deepseek-v3): ids and text as llama.cpp's */
+static void test_gpt_oss_tokenizes_like_llama_cpp(void **s)
+{
+    (void)s;
+    check_ref_vocab("gpt-oss");
+}
+
+static void test_deepseek_v3_tokenizes_like_llama_cpp(void **s)
+{
+    (void)s;
+    check_ref_vocab("deepseek-v3");
+}
+
+static int32_t find(const rvl_tokenizer *t, const char *text)
+{
+    return rvl_tok_find(t, text, strlen(text));
+}
+
+/* harmony's tokens: control tokens; the reply ends at <|return|> or
+ * <|call|> (and <|endoftext|>), not at <|end|>, which only closes a
+ * message (llama.cpp: EOG minus <|end|> when <|return|> and <|call|> are
+ * there; <|end|> then renders as text) */
+static void test_gpt_oss_special_tokens(void **s)
+{
+    (void)s;
+    rvl_tokenizer *t = open_ref_vocab("gpt-oss");
+    assert_int_equal(rvl_tok_n_vocab(t), 201088);
+    assert_string_equal(rvl_tok_model(t), "gpt2");
+    assert_false(rvl_tok_add_bos(t));
+    assert_int_equal(find(t, "<|startoftext|>"), 199998);
+    assert_int_equal(find(t, "<|return|>"), 200002);
+    assert_int_equal(find(t, "<|channel|>"), 200005);
+    assert_int_equal(find(t, "<|end|>"), 200007);
+    assert_int_equal(find(t, "<|call|>"), 200012);
+    assert_true(rvl_tok_is_eog(t, 200002));
+    assert_true(rvl_tok_is_eog(t, 200012));
+    assert_true(rvl_tok_is_eog(t, 199999));   /* <|endoftext|> */
+    assert_false(rvl_tok_is_eog(t, 200007));
+    assert_false(rvl_tok_is_eog(t, 200005));
+    /* and nothing else: llama.cpp's llama_vocab_is_eog on this file is true
+     * for exactly 199999, 200002 and 200012 */
+    int n_eog = 0;
+    for (int32_t id = 0; id < rvl_tok_n_vocab(t); id++)
+        n_eog += rvl_tok_is_eog(t, id);
+    assert_int_equal(n_eog, 3);
+    /* llama.cpp makes the message markers (and <|end|>) user-defined:
+     * parsed and rendered always, so a reply's channels show in its text */
+    static const char *const user[] = {"<|channel|>", "<|message|>", "<|start|>", "<|constrain|>", "<|end|>"};
+    for (size_t i = 0; i < sizeof user / sizeof *user; i++) {
+        int32_t id = find(t, user[i]);
+        assert_int_equal(rvl_tok_type(t, id), RVL_TOK_USER_DEFINED);
+        const char *p;
+        size_t len;
+        assert_int_equal(rvl_tok_piece(t, id, false, &p, &len), 0);
+        assert_int_equal(len, strlen(user[i]));
+        assert_memory_equal(p, user[i], len);
+    }
+    assert_int_equal(rvl_tok_type(t, 200002), RVL_TOK_CONTROL);   /* <|return|> */
+    rvl_tok_close(t);
+}
+
+static void test_deepseek_v3_special_tokens(void **s)
+{
+    (void)s;
+    rvl_tokenizer *t = open_ref_vocab("deepseek-v3");
+    assert_int_equal(rvl_tok_n_vocab(t), 129280);
+    assert_int_equal(rvl_tok_bos(t), 0);
+    assert_int_equal(rvl_tok_eos(t), 1);
+    assert_true(rvl_tok_is_eog(t, 1));
+    int32_t user = find(t, "<\xef\xbd\x9cUser\xef\xbd\x9c>");
+    assert_true(user > 0);
+    assert_false(rvl_tok_is_eog(t, user));
+    rvl_tok_close(t);
 }
 
 static void test_gemma3_tokenizes_like_llama_cpp(void **s)
@@ -361,6 +482,13 @@ static void test_user_defined_tokens_match_without_special_in_every_vocabulary(v
         rvl_tok_close(t);
         n_vocab++;
     }
+    static const char *const refs[] = {"gpt-oss", "deepseek-v3"};
+    for (size_t i = 0; i < sizeof refs / sizeof *refs; i++) {
+        rvl_tokenizer *t = open_ref_vocab(refs[i]);
+        bad += check_added_tokens(t, refs[i], &n_user, &n_control);
+        rvl_tok_close(t);
+        n_vocab++;
+    }
     for (size_t i = 0; i < sizeof models / sizeof *models; i++) {
         rvl_tokenizer *t = open_model_tok(models[i]);
         if (!t)
@@ -382,6 +510,10 @@ int main(void)
         cmocka_unit_test(test_gemma3_tokenizes_like_llama_cpp),
         cmocka_unit_test(test_gemma3_special_tokens),
         cmocka_unit_test(test_smollm2_tokenizes_like_llama_cpp),
+        cmocka_unit_test(test_gpt_oss_tokenizes_like_llama_cpp),
+        cmocka_unit_test(test_gpt_oss_special_tokens),
+        cmocka_unit_test(test_deepseek_v3_tokenizes_like_llama_cpp),
+        cmocka_unit_test(test_deepseek_v3_special_tokens),
         cmocka_unit_test(test_user_defined_tokens_match_without_special_in_every_vocabulary),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "chat/jinja/jinja.h"
@@ -166,6 +167,9 @@ static const struct {
     [RVL_CHAT_VICUNA] = {"vicuna", {"</s>", NULL}},
     [RVL_CHAT_VICUNA_ORCA] = {"vicuna-orca", {"</s>", NULL}},
     [RVL_CHAT_QWEN3] = {"qwen3", {"<|im_end|>", NULL}},
+    /* harmony: <|end|> closes a message, not the reply (llama.cpp: EOG are
+     * <|return|> and <|call|>) */
+    [RVL_CHAT_GPT_OSS] = {"gpt-oss", {"<|return|>", "<|call|>", NULL}},
 };
 
 const char *rvl_chat_family_name(rvl_chat_family f)
@@ -195,6 +199,7 @@ rvl_chat_family rvl_chat_detect(const char *src)
 {
     if (!src) return RVL_CHAT_UNKNOWN;
 #define HAS(s) (strstr(src, s) != NULL)
+    if (HAS("<|start|>") && HAS("<|channel|>")) return RVL_CHAT_GPT_OSS;
     if (HAS("<|im_sep|>")) return RVL_CHAT_PHI4;
     if (HAS("<|im_start|>")) return HAS("enable_thinking") ? RVL_CHAT_QWEN3 : RVL_CHAT_CHATML;
     if (HAS("<|start_header_id|>") && HAS("<|end_header_id|>")) return RVL_CHAT_LLAMA3;
@@ -228,6 +233,7 @@ typedef struct {
     const char *sys;           /* the first message's content when it is a system message */
     size_t first;              /* the first message after that system message */
     int think;                 /* enable_thinking: -1 undefined, 0 false, 1 true */
+    const char *effort;        /* reasoning_effort (gpt-oss); NULL: undefined */
 } conv;
 
 static bool is_sp(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; }
@@ -531,6 +537,47 @@ static void fmt_vicuna(rvl_buf *b, const conv *c)
     if (c->add_gen) rvl_buf_adds(b, "ASSISTANT:");
 }
 
+/* gpt-oss's harmony format, as its template writes a plain conversation:
+ * a system message with the model identity, knowledge cutoff, today's date
+ * (local time, as transformers' strftime_now) and the reasoning effort; a
+ * leading system or developer message as the developer's instructions;
+ * assistant turns on the final channel (the last one, when no generation
+ * prompt follows, ending in <|return|>). */
+static void fmt_gpt_oss(rvl_buf *b, const conv *c)
+{
+    char date[32] = "";
+    time_t now = time(NULL);
+    struct tm tm;
+    if (localtime_r(&now, &tm)) strftime(date, sizeof date, "%Y-%m-%d", &tm);
+    rvl_buf_adds(b, "<|start|>system<|message|>You are ChatGPT, a large language model trained by OpenAI.\n"
+                    "Knowledge cutoff: 2024-06\nCurrent date: ");
+    rvl_buf_adds(b, date);
+    rvl_buf_adds(b, "\n\nReasoning: ");
+    rvl_buf_adds(b, c->effort ? c->effort : "medium");
+    rvl_buf_adds(b, "\n\n# Valid channels: analysis, commentary, final. Channel must be included for "
+                    "every message.<|end|>");
+    size_t first = 0;
+    if (c->n && (role_is(&c->msgs[0], "system") || role_is(&c->msgs[0], "developer"))) {
+        first = 1;
+        if (c->msgs[0].content && *c->msgs[0].content) {
+            rvl_buf_adds(b, "<|start|>developer<|message|># Instructions\n\n");
+            rvl_buf_adds(b, c->msgs[0].content);
+            rvl_buf_adds(b, "\n\n<|end|>");
+        }
+    }
+    for (size_t i = first; i < c->n; i++) {
+        const rvl_chat_msg *m = &c->msgs[i];
+        const char *content = m->content ? m->content : "";
+        if (role_is(m, "user")) {
+            rvl_buf_adds(b, "<|start|>user<|message|>"); rvl_buf_adds(b, content); rvl_buf_adds(b, "<|end|>");
+        } else if (role_is(m, "assistant")) {
+            rvl_buf_adds(b, "<|start|>assistant<|channel|>final<|message|>"); rvl_buf_adds(b, content);
+            rvl_buf_adds(b, i + 1 == c->n && !c->add_gen ? "<|return|>" : "<|end|>");
+        }
+    }
+    if (c->add_gen) rvl_buf_adds(b, "<|start|>assistant");
+}
+
 static void (*const FORMATTERS[RVL_CHAT_FAMILY_COUNT])(rvl_buf *b, const conv *c) = {
     [RVL_CHAT_CHATML] = fmt_chatml,
     [RVL_CHAT_PHI4] = fmt_phi4,
@@ -552,10 +599,11 @@ static void (*const FORMATTERS[RVL_CHAT_FAMILY_COUNT])(rvl_buf *b, const conv *c
     [RVL_CHAT_VICUNA] = fmt_vicuna,
     [RVL_CHAT_VICUNA_ORCA] = fmt_vicuna,
     [RVL_CHAT_QWEN3] = fmt_qwen3,
+    [RVL_CHAT_GPT_OSS] = fmt_gpt_oss,
 };
 
 static int builtin_render(rvl_chat_family f, const rvl_chat_msg *msgs, size_t n, bool add_gen,
-                          const char *bos, const char *eos, int think, char **out)
+                          const char *bos, const char *eos, int think, const char *effort, char **out)
 {
     *out = NULL;
     if ((unsigned)f >= RVL_CHAT_FAMILY_COUNT || !FORMATTERS[f])
@@ -564,7 +612,7 @@ static int builtin_render(rvl_chat_family f, const rvl_chat_msg *msgs, size_t n,
     const conv c = {
         .f = f, .msgs = msgs, .n = n, .add_gen = add_gen,
         .bos = bos ? bos : "", .eos = eos ? eos : "",
-        .sys = sys, .first = sys ? 1 : 0, .think = think,
+        .sys = sys, .first = sys ? 1 : 0, .think = think, .effort = effort,
     };
     rvl_buf b = {0};
     FORMATTERS[f](&b, &c);
@@ -575,7 +623,7 @@ static int builtin_render(rvl_chat_family f, const rvl_chat_msg *msgs, size_t n,
 int rvl_chat_builtin_render(rvl_chat_family f, const rvl_chat_msg *msgs, size_t n,
                             bool add_gen, const char *bos, const char *eos, char **out)
 {
-    return builtin_render(f, msgs, n, add_gen, bos, eos, -1, out);
+    return builtin_render(f, msgs, n, add_gen, bos, eos, -1, NULL, out);
 }
 
 /* ======================================================================
@@ -586,6 +634,7 @@ struct rvl_chat {
     rvl_chat_tmpl *tmpl;       /* NULL: built-in formatter */
     rvl_chat_family family;
     int think;                 /* enable_thinking: -1 undefined, 0 false, 1 true */
+    char effort[16];           /* reasoning_effort (gpt-oss); "": undefined */
     bool writes_think;         /* the template's text has <think> or </think> */
     char *bos, *eos;
     char desc[300];
@@ -716,6 +765,7 @@ int rvl_chat_open_model(rvl_chat **out, const rvl_file *f, const rvl_tokenizer *
     if (rc || tmpl.ptr || (override && *override) || !tok) return rc;
     /* no template: pick the family from the vocabulary's special tokens */
     static const struct { const char *tok; rvl_chat_family f; } VOCAB[] = {
+        {"<|channel|>", RVL_CHAT_GPT_OSS},   /* before <|end|>: harmony has it too */
         {"<|im_sep|>", RVL_CHAT_PHI4}, {"<|im_start|>", RVL_CHAT_CHATML},
         {"<|eot_id|>", RVL_CHAT_LLAMA3}, {"<start_of_turn>", RVL_CHAT_GEMMA},
         {"<|end|>", RVL_CHAT_PHI3}, {"<|START_OF_TURN_TOKEN|>", RVL_CHAT_COMMAND_R},
@@ -742,28 +792,55 @@ int rvl_chat_format(const rvl_chat *c, const rvl_chat_msg *msgs, size_t n, bool 
 {
     *out = NULL;
     if (warning) *warning = NULL;
+    const char *effort = c->effort[0] ? c->effort : NULL;
     if (c->tmpl) {
+        /* the variables beyond transformers' usual ones: {"enable_thinking":
+         * bool, "reasoning_effort": "word"} as set (the effort is [a-z]+) */
+        char extra[96];
+        snprintf(extra, sizeof extra, "{%s%s%s%s%s}",
+                 c->think < 0 ? "" : c->think ? "\"enable_thinking\": true" : "\"enable_thinking\": false",
+                 c->think >= 0 && effort ? ", " : "", effort ? "\"reasoning_effort\": \"" : "",
+                 effort ? effort : "", effort ? "\"" : "");
         rvl_chat_render_opts o = {
             .msgs = msgs, .n_msgs = n, .add_generation_prompt = add_generation_prompt,
             .bos_token = c->bos, .eos_token = c->eos,
-            .context_json = c->think < 0 ? NULL : c->think ? "{\"enable_thinking\": true}"
-                                                           : "{\"enable_thinking\": false}",
+            .context_json = c->think < 0 && !effort ? NULL : extra,
         };
         int rc = rvl_chat_tmpl_render_ex(c->tmpl, &o, out, NULL);
         if (rc == 0) return 0;
         if (rc == RVL_ENOMEM) return rc;
         rvl_chat_family f = c->family ? c->family : RVL_CHAT_CHATML;
         if (warning) *warning = warnf("%s; using the built-in %s format", rvl_errmsg(), rvl_chat_family_name(f));
-        return builtin_render(f, msgs, n, add_generation_prompt, c->bos, c->eos, c->think, out);
+        return builtin_render(f, msgs, n, add_generation_prompt, c->bos, c->eos, c->think, effort, out);
     }
-    return builtin_render(c->family, msgs, n, add_generation_prompt, c->bos, c->eos, c->think, out);
+    return builtin_render(c->family, msgs, n, add_generation_prompt, c->bos, c->eos, c->think, effort, out);
 }
 
 void rvl_chat_set_thinking(rvl_chat *c, int enable) { c->think = enable < 0 ? -1 : enable > 0; }
 
+int rvl_chat_set_reasoning_effort(rvl_chat *c, const char *effort)
+{
+    if (!effort) {
+        c->effort[0] = 0;
+        return 0;
+    }
+    size_t n = strlen(effort);
+    if (n == 0 || n >= sizeof c->effort || strspn(effort, "abcdefghijklmnopqrstuvwxyz") != n)
+        return rvl_seterr(RVL_EINVAL, "reasoning effort '%s': want a word such as low, medium or high",
+                          effort);
+    memcpy(c->effort, effort, n + 1);
+    return 0;
+}
+
 bool rvl_chat_has_reasoning(const rvl_chat *c)
 {
-    return c->family == RVL_CHAT_QWEN3 || c->family == RVL_CHAT_DEEPSEEK_R1 || c->writes_think;
+    return c->family == RVL_CHAT_QWEN3 || c->family == RVL_CHAT_DEEPSEEK_R1 ||
+           c->family == RVL_CHAT_GPT_OSS || c->writes_think;
+}
+
+rvl_think_format rvl_chat_think_format(const rvl_chat *c)
+{
+    return c->family == RVL_CHAT_GPT_OSS ? RVL_THINK_HARMONY : RVL_THINK_TAGS;
 }
 
 rvl_chat_family rvl_chat_family_of(const rvl_chat *c) { return c->family; }

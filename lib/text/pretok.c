@@ -50,12 +50,20 @@
     "|\\s*[\\r\\n]|\\s+(?!\\S)|\\s+"
 
 /* GPT-4o / Llama 4 / Tekken: upper/lower-case aware words. PCRE2 knows
- * Lu/Ll/Lt/Lm/Lo, so the Hugging Face form is used directly. */
+ * Lu/Ll/Lt/Lm/Lo, so the Hugging Face form is used directly (Tekken). */
 #define RX_UPPER "[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]"
 #define RX_LOWER "[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]"
+/* gpt-4o (gpt-oss's o200k_harmony, Llama 4): llama.cpp's form, not the
+ * tokenizer.json's: "upper" is a letter other than a-z, "lower" a letter
+ * other than A-Z, and combining marks (\p{M}) are no letters, so they end
+ * a word (Hugging Face keeps them in it: Devanagari and Khmer split
+ * differently). Checked on o200k_harmony against llama.cpp
+ * (tests/ref/tok/gpt-oss.*). */
+#define RX_LC_UPPER "(?:(?=\\p{L})[^a-z])"
+#define RX_LC_LOWER "(?:(?=\\p{L})[^A-Z])"
 #define RX_GPT4O \
-    "[^\\r\\n\\p{L}\\p{N}]?" RX_UPPER "*" RX_LOWER "+" RX_CONTR "?" \
-    "|[^\\r\\n\\p{L}\\p{N}]?" RX_UPPER "+" RX_LOWER "*" RX_CONTR "?" \
+    "[^\\r\\n\\p{L}\\p{N}]?" RX_LC_UPPER "*" RX_LC_LOWER "+" RX_CONTR "?" \
+    "|[^\\r\\n\\p{L}\\p{N}]?" RX_LC_UPPER "+" RX_LC_LOWER "*" RX_CONTR "?" \
     "|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
 #define RX_TEKKEN \
     "[^\\r\\n\\p{L}\\p{N}]?" RX_UPPER "*" RX_LOWER "+" \

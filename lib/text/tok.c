@@ -359,6 +359,15 @@ static int build_eog(rvl_tokenizer *t)
         t->n_eog = j;
         t->tok[end].attr = A_USER;
     }
+    /* harmony's message markers are always parsed and rendered, as
+     * llama.cpp makes them (user-defined, whatever the file says): a
+     * reply's channels show in its text */
+    static const char *const HARMONY_USER[] = {"<|channel|>", "<|message|>", "<|start|>", "<|constrain|>", NULL};
+    for (const char *const *nm = HARMONY_USER; *nm; nm++) {
+        int32_t id = find_text(t, *nm, strlen(*nm));
+        if (id >= 0)
+            t->tok[id].attr = A_USER;
+    }
     qsort(t->eog, t->n_eog, sizeof *t->eog, cmp_i32);
     return 0;
 }

@@ -71,7 +71,7 @@ def make_env():
 
 
 def render(env, src, conv, meta):
-    ctx = {"messages": conv["messages"], "tools": None, "documents": None,
+    ctx = {"messages": conv["messages"], "tools": conv.get("tools"), "documents": None,
            "add_generation_prompt": conv["add_generation_prompt"]}
     for k in ("bos", "eos"):
         if meta.get(k) is not None:

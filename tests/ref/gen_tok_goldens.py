@@ -48,9 +48,12 @@ SEP = b"\n__ggml_vocab_test__\n"
 SHARED = ["gpt-2", "llama-spm", "deepseek-coder", "falcon", "starcoder", "mpt"]
 
 MODELS = {
-    # name -> file name in ${XDG_CACHE_HOME:-~/.cache}/ruvllm/models
+    # name -> file name in ${XDG_CACHE_HOME:-~/.cache}/ruvllm/models, or a
+    # zstd-compressed vocabulary in tests/ref/tok/ (tests/ref/gen_tok_vocab19.py)
     "gemma3": "gemma-3-270m-q4_k_m.gguf",
     "smollm2": "SmolLM2-135M-Instruct.Q4_1.gguf",
+    "gpt-oss": "gpt-oss.vocab.gguf.zst",
+    "deepseek-v3": "deepseek-v3.vocab.gguf.zst",
 }
 
 EXTRA = [
@@ -89,6 +92,32 @@ EXTRA = [
 ]
 
 
+# cases aimed at one vocabulary, after EXTRA
+EXTRA_BY_NAME = {
+    # o200k: the regex's case-aware words and contractions, digit triples,
+    # slashes kept with punctuation; harmony's special tokens (control)
+    "gpt-oss": [
+        "HTTPServer XMLHttpRequest camelCaseWord ALLCAPS iPhone", "I'M you'RE they'Ve WE'LL",
+        "Straße ÜBER über ÉCOLE école ǅungla", "ΑΘΗΝΑ Αθήνα", "МОСКВА Москва",
+        "12345678 1,234,567.891 v2.0.1", "a/b/c //x// path/to/file.txt\n", "!!!\n\n???///",
+        "<|start|>user<|message|>Hi<|end|><|start|>assistant",
+        "<|channel|>analysis<|message|>Think.<|end|><|start|>assistant<|channel|>final<|message|>4<|return|>",
+        "<|start|>assistant to=functions.get_weather<|channel|>commentary <|constrain|>json<|message|>{\"a\":1}<|call|>",
+        "<|startoftext|><|endoftext|><|endofprompt|><|reserved_200017|><|reserved_201087|>",
+        "<|channel|", "<|end|>>", "text<|message|>text",
+    ],
+    # DeepSeek-V3: digit triples, CJK and kana runs, punctuation+letters,
+    # its full-width-bar special tokens
+    "deepseek-v3": [
+        "1234567 12.3456 2024年7月26日", "ひらがなカタカナ漢字 mixed", "中文，标点。English!",
+        ".NET #include @user $var 'quoted'", "a.b.c (x) [y] {z}",
+        "<｜begin▁of▁sentence｜>You are helpful.<｜User｜>Hi<｜Assistant｜>Hello<｜end▁of▁sentence｜>",
+        "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>f\n```json\n{}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>",
+        "<think>\nreasoning\n</think>\n\nanswer", "<｜User｜", "｜>", "<｜place▁holder▁no▁0｜>",
+    ],
+}
+
+
 def detokenize(llama_cpp, llm, ids, special):
     """llama.cpp's text of ids as its CLI streams it: llama_token_to_piece
     per token, concatenated (common_token_to_piece). Not Llama.detokenize,
@@ -104,6 +133,8 @@ def detokenize(llama_cpp, llm, ids, special):
 
 
 def model_path(name):
+    if MODELS[name].endswith(".zst"):
+        return str(OUT / MODELS[name])
     d = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return os.path.join(d, "ruvllm", "models", MODELS[name])
 
@@ -137,13 +168,19 @@ def main():
     path = a.model or model_path(a.name)
     cases, seen = shared_cases(a.shared)
     n_shared = len(cases)
-    for s in EXTRA:
+    for s in EXTRA + EXTRA_BY_NAME.get(a.name, []):
         b = s.encode("utf-8")
         if b not in seen:
             seen.add(b)
             cases.append(b)
 
-    llm = Llama(model_path=path, vocab_only=True, verbose=False)
+    load = path
+    if path.endswith(".zst"):   # a vocabulary of tests/ref/tok: decompressed for llama.cpp
+        import subprocess, tempfile
+        tmpdir = tempfile.mkdtemp()
+        load = os.path.join(tmpdir, os.path.basename(path)[:-4])
+        subprocess.run(["zstd", "-d", "-q", "-f", path, "-o", load], check=True)
+    llm = Llama(model_path=load, vocab_only=True, verbose=False)
     plain, special, bad, detok, sdetok = [], [], [], [], []
     for i, c in enumerate(cases):
         ids = llm.tokenize(c, add_bos=True, special=False)
