@@ -73,6 +73,15 @@ typedef struct {
                                     * NULL; copied at open. At most 3 different windows */
     float scale, softcap;          /* attention */
     int q_f16;                     /* round q to f16 against f16 pages (llama.cpp) */
+    bool v_is_k;        /* MLA's latent cache: the values are the key rows themselves (no value
+                         * pages; attention's value side reads the key pages, so each output head
+                         * is sum_t p_t k_t). fmt_v must equal fmt_k; f32, f16, q8 tiers only;
+                         * no key centering ("MLA's latent cache" above) */
+    uint32_t rope_off;  /* where a key head's rotated dims start (context shift): 0, or MLA's
+                         * kv_lora_rank */
+    const float *sinks; /* (n_layer, n_head) sink logits, or NULL: none; copied at open. Each
+                         * query head's softmax gets e^sink in its denominator (gpt-oss; attn.h):
+                         * finite, or -inf for none */
 } rvl_kvcache_params;
 
 /* The tier formats of a fixed or tiered rvl_kv_type, per kind: fills
