@@ -10,6 +10,11 @@
  * at most its ring. One free-slot stack per group and tier.
  * Nothing is allocated after open except by rvl_kvcache_shift.
  *
+ * MLA's latent cache (v_is_k) allocates no value pools: a group's value
+ * pool pointers are its key pools (sb, pb alike, the formats being equal),
+ * so the attention paths read values unchanged; whatever moves or counts
+ * pages loops over kc->nkind kinds (slot_bytes).
+ *
  * Attention of a query token at position qp over one layer:
  *   pages [lo / 32, f0) are quantized (tiers 1, 2: any mix of formats;
  *   lo the first key the query sees: 0, or qp + 1 - W with a window W),
@@ -720,6 +725,10 @@ void rvl_kvcache_commit(rvl_kvcache *kc, uint32_t nb)
  * formats"). Simulated on the same keys (tests/ref/kv_centering.py), the
  * attention KL of tq4 keys halves (0.030 -> 0.016) with a centre from 256
  * positions, 0.019 from 64: an earlier, longer prefix estimates it better.
+ * Centering is off (center_ok) where that invariance does not hold or the
+ * keys are read as values: a sink logit is compared with the scores as
+ * they are, a soft-cap bends them by their size, and MLA's latent cache
+ * (v_is_k) reads its values from the key pages.
  * ==================================================================== */
 
 /* Subtracts (sign -1) or adds (+1) mu of layer l, kv head h, from n rows. */
