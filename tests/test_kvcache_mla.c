@@ -14,7 +14,8 @@
  *    are half those of the same cache with value pages;
  *  - a session file (version 5, flag bit 1, key pages only) round trip
  *    gives the same bits of attention; a file and a cache that disagree
- *    about v_is_k are refused, naming MLA's latent cache;
+ *    about v_is_k are refused, naming MLA's latent cache, and so does
+ *    kv-inspect, which does not read version 5;
  *  - a context shift rotates dims rope_off .. rope_off + rope_dim only;
  *  - formats whose key and value pages differ (q4, tq4, tq3, tiered with
  *    a 4-bit cold tier) are refused at open.
@@ -32,6 +33,7 @@
 
 #include "engine/kvcache.h"
 #include "engine/session_fmt.h"
+#include "ruvllm_tools.h"
 
 #define NL 2
 #define NH 4
@@ -288,6 +290,10 @@ static void test_mla_session_round_trip_keeps_the_bits(void **state)
         assert_int_equal(rvl_session_get32(file + off + RVL_SESS_B_KIND), RVL_SESS_KV);
         assert_int_equal(rvl_session_get32(file + off + RVL_SESS_B_RAW),
                          rvl_kvcache_page_bytes(a, 0, rvl_kvcache_page_tier(a, 0, 0)));
+        /* kv-inspect does not read version 5 and says what it holds */
+        rvl_kv_inspect *kvi = (rvl_kv_inspect *)1;
+        assert_int_equal(rvl_kv_inspect_open_mem(&kvi, path, file, size), RVL_EUNSUPPORTED);
+        assert_non_null(strstr(rvl_errmsg(), "MLA's latent cache"));
         int32_t *got = NULL;
         size_t ng = 0;
         char *extra = NULL;
