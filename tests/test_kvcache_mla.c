@@ -16,6 +16,8 @@
  *    gives the same bits of attention; a file and a cache that disagree
  *    about v_is_k are refused, naming MLA's latent cache, and so does
  *    kv-inspect, which does not read version 5;
+ *  - truncation (into a quantized page) and prefix reuse from the LRU of
+ *    dropped pages keep the keys;
  *  - a context shift rotates dims rope_off .. rope_off + rope_dim only;
  *  - formats whose key and value pages differ (q4, tq4, tq3, tiered with
  *    a 4-bit cold tier) are refused at open.
@@ -348,6 +350,64 @@ static void test_mla_session_round_trip_keeps_the_bits(void **state)
     unlink(path);
 }
 
+/* max |cache row - K| / max |K| over positions 0 .. n - 1 of every layer */
+static double key_error(rvl_kvcache *kc, int hd, uint32_t n)
+{
+    static float ck[NCTX * MAXHD];
+    double err = 0, kmax = 0;
+    for (uint32_t l = 0; l < NL; l++) {
+        cache_rows(kc, l, 1, n, hd, ck); /* the value side: the keys */
+        for (uint32_t t = 0; t < n; t++)
+            for (int e = 0; e < hd; e++) {
+                err = fmax(err, fabs(ck[(size_t)t * hd + e] - K[l][t][e]));
+                kmax = fmax(kmax, fabs(K[l][t][e]));
+            }
+    }
+    return n ? err / kmax : 0;
+}
+
+static void test_mla_truncate_and_prefix_reuse_keep_the_keys(void **state)
+{
+    (void)state;
+    static const int prompt[] = {32, 9};
+    const int hd = 40;
+    make_data(hd);
+    int32_t ids[NCTX];
+    for (int i = 0; i < NCTX; i++)
+        ids[i] = i * 13 % 500;
+    for (size_t f = 0; f < sizeof formats / sizeof *formats; f++) {
+        const rvl_kvcache_params p = mla(hd, formats[f].fmt, formats[f].hot, formats[f].warm);
+        const double tol = formats[f].fmt[1] == F32 ? 0 : formats[f].fmt[1] == F16 ? 1e-3 : 1e-2;
+        rvl_kvcache *kc = NULL;
+        assert_int_equal(rvl_kvcache_open(&kc, &p, 1), 0);
+        feed(kc, NULL, NULL, hd, 200, prompt, 2);
+        rvl_kvcache_set_ids(kc, 0, ids, 200);
+        assert_int_equal(rvl_kvcache_truncate(kc, 70), 0); /* page 2 back to tier 0 */
+        assert_int_equal(rvl_kvcache_page_tier(kc, 0, 2), 0);
+        assert_true(key_error(kc, hd, 70) <= tol);
+        const double e = feed(kc, NULL, NULL, hd, 130, prompt, 2);
+        assert_true(e < 3e-5);
+        assert_true(key_error(kc, hd, 130) <= tol);
+        rvl_kvcache_set_ids(kc, 0, ids, 130);
+        int32_t other[NCTX];
+        memcpy(other, ids, sizeof other);
+        other[100] = -1; /* a prompt that differs from position 100 on */
+        assert_int_equal(rvl_kvcache_reuse(kc, other, 130), 100);
+        assert_true(key_error(kc, hd, 100) <= tol);
+        assert_true(feed(kc, NULL, NULL, hd, 150, prompt, 2) < 3e-5);
+        rvl_kvcache_set_ids(kc, 0, ids, 150);
+        rvl_kvcache_reset(kc); /* its hashed pages go to the LRU, if the cache has room for one */
+        const uint32_t k = rvl_kvcache_reuse(kc, ids, 150);
+        assert_true(k % 32 == 0);
+        if (formats[f].fmt[1] == F32)
+            assert_true(k >= 32); /* room for one page in its LRU */
+        assert_true(key_error(kc, hd, k) <= tol);
+        assert_true(feed(kc, NULL, NULL, hd, 180, prompt, 2) < 3e-5);
+        assert_true(key_error(kc, hd, 180) <= tol);
+        rvl_kvcache_close(kc);
+    }
+}
+
 static void test_mla_context_shift_rotates_only_the_rope_dims(void **state)
 {
     (void)state;
@@ -427,6 +487,7 @@ int main(void)
         cmocka_unit_test(test_mla_attention_is_softmax_of_the_keys_times_the_keys),
         cmocka_unit_test(test_mla_cache_reports_only_the_key_bytes),
         cmocka_unit_test(test_mla_session_round_trip_keeps_the_bits),
+        cmocka_unit_test(test_mla_truncate_and_prefix_reuse_keep_the_keys),
         cmocka_unit_test(test_mla_context_shift_rotates_only_the_rope_dims),
         cmocka_unit_test(test_mla_cache_refuses_formats_with_two_layouts),
     };

@@ -408,7 +408,7 @@ int rvl_kvcache_open(rvl_kvcache **out, const rvl_kvcache_params *p, int n_threa
         return rvl_seterr(RVL_ENOMEM, "out of memory");
     kc->p = *p;
     kc->p.window = NULL; /* not the caller's array: the groups hold the windows */
-    kc->p.sinks = NULL;  /* nor these: kc->sinks */
+    kc->p.sinks = NULL;  /* nor these: kc->sinks, below */
     kc->nkind = p->v_is_k ? 1 : 2;
     kc->kv_dim = p->n_head_kv * p->head_dim;
     kc->max_pages = cdiv(p->n_ctx, PG);
@@ -519,6 +519,7 @@ int rvl_kvcache_open(rvl_kvcache **out, const rvl_kvcache_params *p, int n_threa
         ok &= kc->sinks != NULL;
         if (kc->sinks)
             memcpy(kc->sinks, p->sinks, ns * sizeof *kc->sinks);
+        kc->p.sinks = kc->sinks;
     }
     if (!ok || !kc->ws || !kc->partials || !kc->qrot || !kc->tmp || !kc->ids || !kc->hash ||
         (kc->lru_cap && (!kc->lru || !kc->lru_data))) {
