@@ -13,9 +13,15 @@
  *     mask  : t <= qp, and t > qp - window when window > 0 (the query
  *             sees itself and the window - 1 keys before it: llama.cpp's
  *             standard sliding window of n_swa = window)
- *     out   = sum_t exp(s_t - max s) v_t / sum_t exp(s_t - max s)
+ *     out   = sum_t exp(s_t - M) v_t / (sum_t exp(s_t - M) + exp(sink_h - M))
+ *             M = max(max_t s_t, sink_h)
  *
- * A query with no unmasked key gets out = 0.
+ * sink_h is the attention-sink logit of query head h (gpt-oss: a learned
+ * logit per head that takes its share of the softmax and brings no value;
+ * transformers' GptOss appends it as a column of the scores, softmaxes
+ * and drops it); without sinks (p->sinks NULL) that term is absent. The
+ * logit is used as given: not scaled, not soft-capped.
+ * A query with no unmasked key gets out = 0 (with or without a sink).
  *
  * The cache. Key (value) position t of kv head kh lives in logical page
  * t / page_tokens, row t % page_tokens; the page's physical index is
@@ -104,6 +110,9 @@ typedef struct {
     size_t head_stride;      /* bytes between kv heads inside a page,
                                 >= page_tokens * head_dim * esize */
     const int32_t *page_table; /* logical page -> physical page (>= 0) */
+    const float *sinks;      /* (n_head) attention-sink logits, or NULL: none. Finite
+                                or -inf (none for that head); applied where a result
+                                is normalized: prefill's end, the decode reduce */
 } rvl_attn_params;
 
 /*
@@ -168,6 +177,14 @@ size_t rvl_attn_partials_size(const rvl_attn_params *p, int n_chunks);
  */
 void rvl_attn_decode_reduce(const rvl_attn_params *p, int n_chunks, const float *partials, int h0,
                             int h1, float *out);
+
+/* The normalization of one finished online softmax {m, l, acc} of query
+ * head h: out = (acc * a) * inv with a = e^(m - M), inv = 1 / (l a +
+ * e^(sink_h - M)), M = max(m, sink_h) (without sinks: a = 1, inv = 1 / l;
+ * a row without keys, m = -inf: 0, 0). One compiled body for the reduce
+ * and every variant's prefill, so that prefill and one-chunk decode give
+ * the same bits. */
+float rvl_attn_norm(const rvl_attn_params *p, int h, float m, float l, float *inv);
 
 /* Decode on one thread: decode_chunk for every chunk and kv head, then the
  * reduce. partials: rvl_attn_partials_size(p, n_chunks) floats. */

@@ -55,6 +55,9 @@ const char *rvl_attn_check(const rvl_attn_params *p)
         return "head_stride smaller than a page of one head";
     if (!p->k || !p->v || !p->page_table)
         return "no cache";
+    for (int h = 0; p->sinks && h < p->n_head; h++)
+        if (isnan(p->sinks[h]) || p->sinks[h] == INFINITY)
+            return "an attention-sink logit is NaN or +inf";
     return NULL;
 }
 
@@ -68,6 +71,22 @@ size_t rvl_attn_ws_size(const rvl_attn_params *p)
 size_t rvl_attn_partials_size(const rvl_attn_params *p, int n_chunks)
 {
     return (size_t)n_chunks * (size_t)p->n_head * ((size_t)p->head_dim + 2);
+}
+
+float rvl_attn_norm(const rvl_attn_params *p, int h, float m, float l, float *inv)
+{
+    if (!p->sinks) {
+        *inv = l > 0 ? 1.0f / l : 0.0f;
+        return 1.0f;
+    }
+    if (m == -INFINITY) { /* no key: acc is 0 */
+        *inv = 0.0f;
+        return 0.0f;
+    }
+    const float sk = p->sinks[h], mx = m > sk ? m : sk;
+    const float a = expf(m - mx), la = l * a, e = expf(sk - mx);
+    *inv = 1.0f / (la + e);
+    return a;
 }
 
 void rvl_attn_decode_reduce(const rvl_attn_params *p, int n_chunks, const float *partials, int h0,
@@ -94,6 +113,13 @@ void rvl_attn_decode_reduce(const rvl_attn_params *p, int n_chunks, const float 
             l += pc[1] * wgt;
             for (size_t d = 0; d < hd; d++)
                 o[d] += pc[2 + d] * wgt;
+        }
+        if (p->sinks) { /* the merged {mx, l, o}, normalized as prefill does */
+            float inv;
+            const float a = rvl_attn_norm(p, h, mx, l, &inv);
+            for (size_t d = 0; d < hd; d++)
+                o[d] = o[d] * a * inv;
+            continue;
         }
         const float inv = l > 0 ? 1.0f / l : 0.0f;
         for (size_t d = 0; d < hd; d++)

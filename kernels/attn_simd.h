@@ -477,9 +477,17 @@ void ATTN_CAT(rvl_attn_prefill, ATTN_ISA)(const rvl_attn_params *p, const float 
                     const int row = i * g + r;
                     float *o = out + (size_t)(i0 + i) * out_stride + (size_t)(kh * g + r) * hd;
                     const float *a = w.acc + (size_t)row * hd;
-                    const float inv = w.l[row] > 0 ? 1.0f / w.l[row] : 0.0f;
-                    const VF vi = v_set1(inv);
+                    float inv;
+                    const float sa = rvl_attn_norm(p, kh * g + r, w.m[row], w.l[row], &inv);
+                    const VF vi = v_set1(inv), vs = v_set1(sa);
                     int d = 0;
+                    if (p->sinks) { /* (acc * a) * inv, as the reduce does */
+                        for (; d + W <= hd; d += W)
+                            v_st(o + d, v_mul(v_mul(v_ld(a + d), vs), vi));
+                        for (; d < hd; d++)
+                            o[d] = a[d] * sa * inv;
+                        continue;
+                    }
                     for (; d + W <= hd; d += W)
                         v_st(o + d, v_mul(v_ld(a + d), vi));
                     for (; d < hd; d++)

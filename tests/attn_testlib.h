@@ -12,7 +12,8 @@
  * The oracle is a double-precision softmax(scale * q.k) v over the keys
  * the mask leaves (spelled out here, not taken from attn.h), on the
  * values the kernel sees (f16 K/V widened; q rounded to f16 when q_f16),
- * with tanh soft-capping. A kernel result is accepted per element when
+ * with tanh soft-capping and, when the shape asks for them, attention-sink
+ * logits (one per query head, in the denominator only). A kernel result is accepted per element when
  *
  *     |out - exact| <= (2^-20 + n * 2^-26 + (A + softcap) * 2^-21) * S
  *
@@ -92,6 +93,7 @@ typedef struct {
     int n_kv;
     void *kbuf, *vbuf;
     int32_t *table;
+    float *sinks;   /* (n_head) or NULL */
     float *kf, *vf; /* what the kernel sees, [kv head][t][d] */
 } at_cache;
 
@@ -100,6 +102,11 @@ typedef struct {
     float softcap;
     int window, q_f16;
 } at_shape;
+
+/* Attention-sink logits of the caches made while it is not 0: sink_h =
+ * at_sink_amp * N(0, 1), head 0's -inf and, with 3 or more heads, head 2's
+ * 8 * at_sink_amp (it dominates the softmax). */
+static float at_sink_amp;
 
 static void at_cache_init(at_cache *c, const at_shape *s)
 {
@@ -138,6 +145,12 @@ static void at_cache_init(at_cache *c, const at_shape *s)
     }
     c->table = perm;
     c->p.page_table = perm;
+    if (at_sink_amp != 0) {
+        c->sinks = at_alloc((size_t)s->n_head * sizeof *c->sinks);
+        for (int h = 0; h < s->n_head; h++)
+            c->sinks[h] = h == 0 ? -INFINITY : h == 2 ? 8 * at_sink_amp : at_sink_amp * at_gauss();
+        c->p.sinks = c->sinks;
+    }
     const size_t nv = (size_t)nkh * (size_t)(s->n_kv ? s->n_kv : 1) * hd;
     c->kf = at_alloc(nv * sizeof(float));
     c->vf = at_alloc(nv * sizeof(float));
@@ -167,6 +180,7 @@ static void at_cache_free(at_cache *c)
     free(c->kbuf);
     free(c->vbuf);
     free(c->table);
+    free(c->sinks);
     free(c->kf);
     free(c->vf);
 }
@@ -225,7 +239,10 @@ static double at_exact(const at_cache *c, const float *q, int h, int q_pos, int 
         if (x > mx)
             mx = x;
     }
-    double sum = 0;
+    const double sink = p->sinks ? p->sinks[h] : -INFINITY; /* a column without value */
+    if (sink > mx)
+        mx = sink;
+    double sum = p->sinks ? exp(sink - mx) : 0;
     for (int i = 0; i < n; i++)
         sum += (s[i] = exp(s[i] - mx));
     for (int t = lo; t <= hi; t++) {
@@ -388,9 +405,9 @@ static void at_check_decode(const at_shape *s, float qamp, int q_pos, const int 
             at_note(isa, s->kv_type, r);
             if (r > 1)
                 printf("# %s hd=%d heads=%d/%d n_kv=%d pt=%d type=%d chunks=%d window=%d "
-                       "cap=%g: error/bound %g\n",
+                       "cap=%g sinks=%g: error/bound %g\n",
                        kk->name, s->head_dim, s->n_head, s->n_head_kv, s->n_kv, s->page_tokens,
-                       s->kv_type, chunks[i], s->window, s->softcap, r);
+                       s->kv_type, chunks[i], s->window, s->softcap, at_sink_amp, r);
             ATTN_CHECK(r <= 1);
             ATTN_CHECK(at_guard_ok(out, n));
             at_decode(kk, &c, q, q_pos, s->n_kv, chunks[i], again);
@@ -431,9 +448,10 @@ static void at_check_prefill(const at_shape *s0, int p0, int nq, float qamp)
             const double r = at_ref_check(&refs[i], o);
             at_note(isa, s.kv_type, r);
             if (r > 1)
-                printf("# %s prefill hd=%d heads=%d/%d p0=%d nq=%d token %d window=%d: "
-                       "error/bound %g\n",
-                       kk->name, s.head_dim, s.n_head, s.n_head_kv, p0, nq, i, s.window, r);
+                printf("# %s prefill hd=%d heads=%d/%d p0=%d nq=%d token %d window=%d "
+                       "sinks=%g: error/bound %g\n",
+                       kk->name, s.head_dim, s.n_head, s.n_head_kv, p0, nq, i, s.window,
+                       at_sink_amp, r);
             ATTN_CHECK(r <= 1);
             at_decode(kk, &c, q + (size_t)i * stride, p0 + i, p0 + i + 1, 1, dec);
             ATTN_CHECK(!memcmp(o, dec, n * sizeof *o));

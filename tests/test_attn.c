@@ -15,6 +15,9 @@
  *    token within the bound and, per variant, the same bits as decode
  *    with one chunk for that token (so causal masking is decode run token
  *    by token), whatever the split into token ranges;
+ *  - attention-sink logits (gpt-oss: one per query head in the softmax's
+ *    denominator, -inf and dominating ones included) in decode (1 and 3
+ *    chunks) and prefill, with windows, soft-capping, GQA and MQA;
  *  - sliding windows (1, 7, 32, 50), soft-capping (Gemma 2's 50, and 5 on
  *    large scores so both branches of tanh run), q rounded to f16, large
  *    scores (spiky softmax), a query that sees no key (zeros);
@@ -200,6 +203,33 @@ static void test_prefill_window_softcap_and_odd_dims(void **state)
     }
 }
 
+static void test_sinks_match_double_softmax(void **state)
+{
+    (void)state;
+    static const int heads[][2] = { { 4, 4 }, { 8, 2 }, { 8, 1 }, { 64, 8 } };
+    static const float amps[] = { 1.0f, 4.0f };
+    for (int type = 0; type < 2; type++)
+        for (size_t b = 0; b < sizeof heads / sizeof *heads; b++)
+            for (size_t a = 0; a < sizeof amps / sizeof *amps; a++) {
+                at_sink_amp = amps[a];
+                const at_shape s = { 64, heads[b][0], heads[b][1], 100, 32, type, 0, 0, 0 };
+                at_check_decode(&s, 1.0f, 99, chunks_1_3, 2);
+                const at_shape one = { 80, heads[b][0], heads[b][1], 1, 32, type, 0, 0, 0 };
+                at_check_decode(&one, 1.0f, 0, chunks_1_3, 2);
+                const at_shape win = { 64, heads[b][0], heads[b][1], 300, 32, type, 0, 50, 0 };
+                at_check_decode(&win, 2.0f, 299, chunks_1_3, 2);
+                const at_shape cap = { 96, heads[b][0], heads[b][1], 70, 16, type, 30.0f, 0, 1 };
+                at_check_decode(&cap, 4.0f, 69, chunks_1_3, 2);
+                const at_shape none = { 64, heads[b][0], heads[b][1], 40, 32, type, 0, 5, 0 };
+                at_check_decode(&none, 1.0f, 60, chunks_1_3, 2); /* no key in view: zeros */
+                const at_shape pre = { 64, heads[b][0], heads[b][1], 0, 32, type, 0, 0, 0 };
+                at_check_prefill(&pre, 45, 33, 1.0f);
+                const at_shape pwin = { 80, heads[b][0], heads[b][1], 0, 32, type, 0, 20, 0 };
+                at_check_prefill(&pwin, 30, 40, 1.0f);
+            }
+    at_sink_amp = 0;
+}
+
 static void test_dispatch_serves_the_selected_isa(void **state)
 {
     (void)state;
@@ -252,6 +282,13 @@ static void test_check_refuses_what_the_kernels_cannot_do(void **state)
     assert_non_null(rvl_attn_check(&p));
     p = good, p.page_table = NULL;
     assert_non_null(rvl_attn_check(&p));
+    float sinks[8] = { 0, 1, -INFINITY, 3, 4, 5, 6, -7 };
+    p = good, p.sinks = sinks;
+    assert_null(rvl_attn_check(&p));
+    sinks[5] = NAN;
+    assert_non_null(rvl_attn_check(&p));
+    sinks[5] = INFINITY;
+    assert_non_null(rvl_attn_check(&p));
 }
 
 static int report(void **state)
@@ -282,6 +319,7 @@ int main(void)
         cmocka_unit_test(test_decode_order_of_work_items_does_not_matter),
         cmocka_unit_test(test_prefill_is_decode_token_by_token),
         cmocka_unit_test(test_prefill_window_softcap_and_odd_dims),
+        cmocka_unit_test(test_sinks_match_double_softmax),
     };
     return cmocka_run_group_tests(tests, NULL, report);
 }

@@ -288,9 +288,9 @@ static void test_session_bad_files_are_refused(void **state)
     spill(tpath("magic.rvls"), t, n);
     expect_refused(c, tpath("magic.rvls"), RVL_EFORMAT, "not a ruvllm session");
     memcpy(t, b, n);
-    t[8] = 5;
+    t[8] = 6;
     spill(tpath("ver.rvls"), t, n);
-    expect_refused(c, tpath("ver.rvls"), RVL_EFORMAT, "version 5");
+    expect_refused(c, tpath("ver.rvls"), RVL_EFORMAT, "version 6");
     memcpy(t, b, n);
     t[8] = 1;
     spill(tpath("v1.rvls"), t, n);

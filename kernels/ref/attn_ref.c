@@ -154,9 +154,14 @@ void rvl_attn_prefill_ref(const rvl_attn_params *p, const float *q, size_t q_str
                 for (int r = 0; r < g; r++) {
                     const int row = i * g + r;
                     float *o = out + (size_t)(i0 + i) * out_stride + (size_t)(kh * g + r) * hd;
-                    const float inv = w.l[row] > 0 ? 1.0f / w.l[row] : 0.0f;
-                    for (int d = 0; d < hd; d++)
-                        o[d] = w.acc[(size_t)row * hd + d] * inv;
+                    float inv;
+                    const float a = rvl_attn_norm(p, kh * g + r, w.m[row], w.l[row], &inv);
+                    if (p->sinks)
+                        for (int d = 0; d < hd; d++)
+                            o[d] = w.acc[(size_t)row * hd + d] * a * inv;
+                    else
+                        for (int d = 0; d < hd; d++)
+                            o[d] = w.acc[(size_t)row * hd + d] * inv;
                 }
         }
 }

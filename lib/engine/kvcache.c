@@ -10,6 +10,11 @@
  * at most its ring. One free-slot stack per group and tier.
  * Nothing is allocated after open except by rvl_kvcache_shift.
  *
+ * MLA's latent cache (v_is_k) allocates no value pools: a group's value
+ * pool pointers are its key pools (sb, pb alike, the formats being equal),
+ * so the attention paths read values unchanged; whatever moves or counts
+ * pages loops over kc->nkind kinds (slot_bytes).
+ *
  * Attention of a query token at position qp over one layer:
  *   pages [lo / 32, f0) are quantized (tiers 1, 2: any mix of formats;
  *   lo the first key the query sees: 0, or qp + 1 - W with a window W),
@@ -67,6 +72,9 @@ typedef struct {
 struct rvl_kvcache {
     rvl_kvcache_params p;
     uint32_t kv_dim, max_pages;
+    int nkind;                   /* kinds with pages of their own: 2, or 1 (v_is_k: the value
+                                  * side's pool, slot and page sizes are the keys') */
+    float *sinks;                /* (n_layer, n_head) sink logits, or NULL */
     int maxtier;                 /* coldest tier in use */
     size_t pb[2][3];             /* bytes of one head's page, [kind][tier] */
     size_t sb[2][3];             /* bytes of a slot: n_head_kv pages */
@@ -204,6 +212,13 @@ static unsigned char *slot_ptr(const rvl_kvcache *kc, const kvc_group *g, int ki
     return g->pool[kind][t] + ((size_t)li * g->cap[t] + (size_t)s) * kc->sb[kind][t];
 }
 
+/* Bytes a page of one layer holds in tier t: keys and values, or (v_is_k)
+ * the keys that are both. */
+static size_t slot_bytes(const rvl_kvcache *kc, int t)
+{
+    return kc->sb[0][t] + (kc->nkind == 2 ? kc->sb[1][t] : 0);
+}
+
 static kvc_group *group_of(rvl_kvcache *kc, uint32_t layer) { return &kc->grp[kc->lgrp[layer]]; }
 static const kvc_group *cgroup_of(const rvl_kvcache *kc, uint32_t layer)
 {
@@ -272,7 +287,7 @@ static void move_page(rvl_kvcache *kc, kvc_group *g, uint32_t page, int to, int 
     const int32_t os = g->slot[page], ns = slot_alloc(g, to);
     const int *fmts[2] = {kc->p.fmt_k, kc->p.fmt_v};
     for (uint32_t li = 0; li < g->n_layer; li++)
-        for (int kind = 0; kind < 2; kind++) {
+        for (int kind = 0; kind < kc->nkind; kind++) { /* v_is_k: each slot once */
             const int ff = fmts[kind][from], tf = fmts[kind][to];
             for (uint32_t h = 0; h < kc->p.n_head_kv; h++) {
                 const unsigned char *src = slot_ptr(kc, g, kind, from, li, os) + h * kc->pb[kind][from];
@@ -292,6 +307,16 @@ static void move_page(rvl_kvcache *kc, kvc_group *g, uint32_t page, int to, int 
 /* ====================================================================
  * Open / close
  * ==================================================================== */
+
+/* Whether keys may be stored centred ("Key centering"): not when values
+ * are read from the key pages (v_is_k: they would be k - mu), nor when the
+ * softmax is not invariant to a shift of a query's scores (a sink logit
+ * is compared with the scores as they are; a soft-cap bends them by their
+ * size). */
+static bool center_ok(const rvl_kvcache_params *p)
+{
+    return !p->v_is_k && !p->sinks && !(p->softcap > 0);
+}
 
 /* The layer groups (kvc_group) of p's windows: the global layers first. */
 static int make_groups(rvl_kvcache *kc, const rvl_kvcache_params *p)
@@ -348,6 +373,19 @@ int rvl_kvcache_open(rvl_kvcache **out, const rvl_kvcache_params *p, int n_threa
                           RVL_ATTN_MAX_HEAD_DIM);
     if (p->fmt_k[0] != p->fmt_v[0] || (p->fmt_k[0] != RVL_KVQ_F16 && p->fmt_k[0] != RVL_KVF_F32))
         return rvl_seterr(RVL_EINVAL, "KV cache: the hot tier must be f16 or f32 for keys and values");
+    if (p->v_is_k) /* the value side reads key pages: formats whose two layouts are one */
+        for (int t = 0; t < 3; t++) {
+            const int f = p->fmt_k[t];
+            if (p->fmt_v[t] != f)
+                return rvl_seterr(RVL_EINVAL, "KV cache: MLA's latent cache (the values are the "
+                                  "keys) needs the same formats for keys and values, tier %d has "
+                                  "%s and %s", t, rvl_kvcache_fmt_name(f),
+                                  rvl_kvcache_fmt_name(p->fmt_v[t]));
+            if (f != RVL_KVF_F32 && f != RVL_KVQ_F16 && f != RVL_KVQ_Q8)
+                return rvl_seterr(RVL_EINVAL, "KV cache: MLA's latent cache (the values are the "
+                                  "keys) takes f32, f16, q8, or tiered with q8 as its coldest "
+                                  "tier, not %s", rvl_kvcache_fmt_name(f));
+        }
     for (int kind = 0; kind < 2; kind++)
         for (int t = 0; t < 3; t++) {
             const int f = kind ? p->fmt_v[t] : p->fmt_k[t];
@@ -357,12 +395,21 @@ int rvl_kvcache_open(rvl_kvcache **out, const rvl_kvcache_params *p, int n_threa
             if (why)
                 return rvl_seterr(RVL_EINVAL, "KV cache %s: %s", kind ? "values" : "keys", why);
         }
+    if (p->rope_off >= (uint32_t)hd)
+        return rvl_seterr(RVL_EINVAL, "KV cache: the rotated dims start at %u, past head_dim %d",
+                          p->rope_off, hd);
+    for (size_t i = 0; p->sinks && i < (size_t)p->n_layer * p->n_head; i++)
+        if (isnan(p->sinks[i]) || p->sinks[i] == INFINITY)
+            return rvl_seterr(RVL_EINVAL, "KV cache: the attention-sink logit of layer %zu, head "
+                              "%zu is %f", i / p->n_head, i % p->n_head, p->sinks[i]);
 
     rvl_kvcache *kc = calloc(1, sizeof *kc);
     if (!kc)
         return rvl_seterr(RVL_ENOMEM, "out of memory");
     kc->p = *p;
     kc->p.window = NULL; /* not the caller's array: the groups hold the windows */
+    kc->p.sinks = NULL;  /* nor these: kc->sinks, below */
+    kc->nkind = p->v_is_k ? 1 : 2;
     kc->kv_dim = p->n_head_kv * p->head_dim;
     kc->max_pages = cdiv(p->n_ctx, PG);
     kc->maxtier = p->hot == RVL_KVC_UNBOUNDED ? 0 : p->warm == RVL_KVC_UNBOUNDED ? 1 : 2;
@@ -381,7 +428,7 @@ int rvl_kvcache_open(rvl_kvcache **out, const rvl_kvcache_params *p, int n_threa
             if (t > 0 && t <= kc->maxtier) {
                 kc->tq_k |= kind == 0 && is_tq(f);
                 kc->tq_v |= kind == 1 && is_tq(f);
-                if (kind == 0 && f != RVL_KVQ_F16 && f != RVL_KVF_F32)
+                if (kind == 0 && f != RVL_KVQ_F16 && f != RVL_KVF_F32 && center_ok(p))
                     kc->kc_state = KC_PENDING;
             }
         }
@@ -402,13 +449,15 @@ int rvl_kvcache_open(rvl_kvcache **out, const rvl_kvcache_params *p, int n_threa
             if (g->ring && cap[t] > g->ring)
                 cap[t] = g->ring;
             g->cap[t] = cap[t] < mp ? cap[t] : mp;
-            for (int kind = 0; kind < 2; kind++)
+            for (int kind = 0; kind < kc->nkind; kind++)
                 if (g->cap[t] && g->n_layer) {
                     g->pool[kind][t] = calloc((size_t)g->n_layer * g->cap[t], kc->sb[kind][t]);
                     ok &= g->pool[kind][t] != NULL;
                 }
+            if (kc->nkind == 1) /* v_is_k: the value side reads the key pages */
+                g->pool[1][t] = g->pool[0][t];
             if (t <= kc->maxtier)
-                pool_bytes += (size_t)g->n_layer * g->cap[t] * (kc->sb[0][t] + kc->sb[1][t]);
+                pool_bytes += (size_t)g->n_layer * g->cap[t] * slot_bytes(kc, t);
             g->freel[t] = malloc(((size_t)g->cap[t] + 1) * sizeof(int32_t));
             ok &= g->freel[t] != NULL;
         }
@@ -454,7 +503,7 @@ int rvl_kvcache_open(rvl_kvcache **out, const rvl_kvcache_params *p, int n_threa
     /* the LRU of dropped pages: at most RVL_KVC_LRU_PAGES pages and an
      * eighth of the cache's bytes */
     for (int t = 0; t <= kc->maxtier; t++) {
-        const size_t b = (size_t)p->n_layer * (kc->sb[0][t] + kc->sb[1][t]);
+        const size_t b = (size_t)p->n_layer * slot_bytes(kc, t);
         kc->lru_bytes = b > kc->lru_bytes ? b : kc->lru_bytes;
     }
     const size_t lru_max = pool_bytes / 8 / kc->lru_bytes;
@@ -464,6 +513,14 @@ int rvl_kvcache_open(rvl_kvcache **out, const rvl_kvcache_params *p, int n_threa
         kc->lru_data = malloc(kc->lru_cap * kc->lru_bytes);
     }
     kc->f16f = rvl_kformat_get(RVL_K_F16);
+    if (p->sinks) {
+        const size_t ns = (size_t)p->n_layer * p->n_head;
+        kc->sinks = malloc(ns * sizeof *kc->sinks);
+        ok &= kc->sinks != NULL;
+        if (kc->sinks)
+            memcpy(kc->sinks, p->sinks, ns * sizeof *kc->sinks);
+        kc->p.sinks = kc->sinks;
+    }
     if (!ok || !kc->ws || !kc->partials || !kc->qrot || !kc->tmp || !kc->ids || !kc->hash ||
         (kc->lru_cap && (!kc->lru || !kc->lru_data))) {
         rvl_kvcache_close(kc);
@@ -482,7 +539,8 @@ void rvl_kvcache_close(rvl_kvcache *kc)
         kvc_group *g = &kc->grp[gi];
         for (int t = 0; t < 3; t++) {
             free(g->pool[0][t]);
-            free(g->pool[1][t]);
+            if (g->pool[1][t] != g->pool[0][t]) /* v_is_k: one pool */
+                free(g->pool[1][t]);
             free(g->freel[t]);
         }
         free(g->layer);
@@ -502,6 +560,7 @@ void rvl_kvcache_close(rvl_kvcache *kc)
     free(kc->hash);
     free(kc->lru);
     free(kc->lru_data);
+    free(kc->sinks);
     free(kc);
 }
 
@@ -532,7 +591,7 @@ void *rvl_kvcache_page_data(rvl_kvcache *kc, uint32_t layer, int kind, uint32_t 
 
 double rvl_kvcache_tier_token_bytes(const rvl_kvcache *kc, int tier)
 {
-    return (double)kc->p.n_layer * (double)(kc->sb[0][tier] + kc->sb[1][tier]) / PG;
+    return (double)kc->p.n_layer * (double)slot_bytes(kc, tier) / PG;
 }
 
 /* Bytes the layers of group g hold at n positions: a ring its newest
@@ -549,7 +608,7 @@ static uint64_t group_bytes(const rvl_kvcache *kc, const kvc_group *g, uint32_t 
     uint64_t b = 0;
     for (uint32_t pg = first; pg < np; pg++) {
         const int t = (uint64_t)(pg + 1) * PG <= n ? want_tier(kc, &as, pg, n) : 0;
-        b += kc->sb[0][t] + kc->sb[1][t];
+        b += slot_bytes(kc, t);
     }
     return b * g->n_layer;
 }
@@ -614,7 +673,7 @@ void rvl_kvcache_write(rvl_kvcache *kc, uint32_t layer, uint32_t pos, uint32_t n
     const size_t es = f32 ? 4 : 2;
     for (uint32_t t = 0; t < nb; t++) {
         const uint32_t P = pos + t, pg = P / PG, j = P % PG;
-        for (int kind = 0; kind < 2; kind++) {
+        for (int kind = 0; kind < kc->nkind; kind++) { /* v_is_k: v unused */
             const float *src = kind ? v + t * v_stride : k + t * k_stride;
             unsigned char *base = page_ptr(kc, layer, kind, pg) + (size_t)j * hd * es;
             for (uint32_t h = 0; h < kc->p.n_head_kv; h++) {
@@ -667,6 +726,10 @@ void rvl_kvcache_commit(rvl_kvcache *kc, uint32_t nb)
  * formats"). Simulated on the same keys (tests/ref/kv_centering.py), the
  * attention KL of tq4 keys halves (0.030 -> 0.016) with a centre from 256
  * positions, 0.019 from 64: an earlier, longer prefix estimates it better.
+ * Centering is off (center_ok) where that invariance does not hold or the
+ * keys are read as values: a sink logit is compared with the scores as
+ * they are, a soft-cap bends them by their size, and MLA's latent cache
+ * (v_is_k) reads its values from the key pages.
  * ==================================================================== */
 
 /* Subtracts (sign -1) or adds (+1) mu of layer l, kv head h, from n rows. */
@@ -728,7 +791,7 @@ static void center_keys(rvl_kvcache *kc)
         unsigned char *d = kc->lru_data + (size_t)i * kc->lru_bytes;
         for (uint32_t l = 0; l < kc->p.n_layer; l++) {
             center_slot(kc, l, d);
-            d += kc->sb[0][0] + kc->sb[1][0];
+            d += slot_bytes(kc, 0);
         }
     }
 }
@@ -951,7 +1014,7 @@ uint64_t rvl_kvcache_page_hash(const rvl_kvcache *kc, uint32_t page)
 static void page_copy(rvl_kvcache *kc, uint32_t page, unsigned char *data, bool to_cache)
 {
     for (uint32_t l = 0; l < kc->p.n_layer; l++)
-        for (int kind = 0; kind < 2; kind++) {
+        for (int kind = 0; kind < kc->nkind; kind++) {
             unsigned char *sp = page_ptr(kc, l, kind, page);
             const size_t b = kc->sb[kind][cgroup_of(kc, l)->tier[page]];
             if (to_cache)
@@ -1144,12 +1207,13 @@ static void ring_make_room(kvc_group *g, uint32_t pages)
  * keys). Each page goes straight into the tier its new age gives.
  * ==================================================================== */
 
-static void rotate_back(float *x, uint32_t n_heads, uint32_t hd, const float *cs, const float *sn,
-                        uint32_t rope_dim, bool neox)
+/* Rotates dims off .. off + rope_dim of each of the n_heads heads of x. */
+static void rotate_back(float *x, uint32_t n_heads, uint32_t hd, uint32_t off, const float *cs,
+                        const float *sn, uint32_t rope_dim, bool neox)
 {
     const uint32_t half = rope_dim / 2;
     for (uint32_t h = 0; h < n_heads; h++) {
-        float *r = x + (size_t)h * hd;
+        float *r = x + (size_t)h * hd + off;
         for (uint32_t i = 0; i < half; i++) {
             const uint32_t a = neox ? i : 2 * i, b = neox ? i + half : 2 * i + 1;
             const float x0 = r[a], x1 = r[b];
@@ -1167,7 +1231,7 @@ static void layer_rows(rvl_kvcache *kc, uint32_t l, const uint8_t *ot, const int
     const uint32_t hd = kc->p.head_dim, kvd = kc->kv_dim;
     const kvc_group *g = cgroup_of(kc, l);
     const int *fmts[2] = {kc->p.fmt_k, kc->p.fmt_v};
-    for (int kind = 0; kind < 2; kind++) {
+    for (int kind = 0; kind < kc->nkind; kind++) {
         float *dst = rows + (size_t)kind * np_old * PG * kvd;
         for (uint32_t pg = first; pg < np_old; pg++)
             for (uint32_t h = 0; h < kc->p.n_head_kv; h++) {
@@ -1194,6 +1258,9 @@ int rvl_kvcache_shift(rvl_kvcache *kc, uint32_t keep, uint32_t n_discard, const 
                           keep, n_discard, n);
     if (n_discard == 0)
         return 0;
+    if ((uint64_t)kc->p.rope_off + rope_dim > hd)
+        return rvl_seterr(RVL_EINVAL, "context shift: %u rotated dims from %u do not fit a key "
+                          "head of %u", rope_dim, kc->p.rope_off, hd);
     if (!cos_w || !sin_w) {
         cos_w = cos_d;
         sin_w = sin_d;
@@ -1249,13 +1316,14 @@ int rvl_kvcache_shift(rvl_kvcache *kc, uint32_t keep, uint32_t n_discard, const 
         layer_rows(kc, l, ot + gi * npo, os + gi * npo, ofirst[gi], np_old, rows);
         /* drop the discarded rows, rotate the moved keys back, zero what
          * the group no longer holds */
-        for (int kind = 0; kind < 2; kind++) {
+        for (int kind = 0; kind < kc->nkind; kind++) {
             float *r = rows + (size_t)kind * np_old * PG * kvd;
             memmove(r + (size_t)keep * kvd, r + (size_t)(keep + n_discard) * kvd,
                     (size_t)(n - keep - n_discard) * kvd * sizeof(float));
             if (kind == 0)
                 for (uint32_t i = keep > lo[gi] ? keep : lo[gi]; i < nn; i++)
-                    rotate_back(r + (size_t)i * kvd, nkv, hd, cs, sn, rope_dim, neox);
+                    rotate_back(r + (size_t)i * kvd, nkv, hd, kc->p.rope_off, cs, sn, rope_dim,
+                                neox);
             memset(r + (size_t)g->first * PG * kvd, 0,
                    (size_t)(lo[gi] - g->first * PG) * kvd * sizeof(float));
         }
@@ -1263,7 +1331,7 @@ int rvl_kvcache_shift(rvl_kvcache *kc, uint32_t keep, uint32_t n_discard, const 
         for (uint32_t pg = g->first; pg < np_new; pg++) {
             const int t = g->tier[pg];
             const int nr = nn - pg * PG < PG ? (int)(nn - pg * PG) : PG;
-            for (int kind = 0; kind < 2; kind++)
+            for (int kind = 0; kind < kc->nkind; kind++)
                 for (uint32_t h = 0; h < nkv; h++) {
                     const float *r = rows + (size_t)kind * np_old * PG * kvd;
                     for (int j = 0; j < nr; j++)
@@ -1555,6 +1623,7 @@ void rvl_kvcache_attend(rvl_kvcache *kc, rvl_pool *pool, uint32_t layer, const f
                     .nb = nb, .q = q, .q_stride = q_stride, .out = out, .out_stride = out_stride,
                     .ap = kc->ap};
     j.ap.window = (int)g->window;
+    j.ap.sinks = kc->sinks ? kc->sinks + (size_t)layer * nh : NULL;
     j.ap.k = g->pool[0][0] + (size_t)li * g->cap[0] * kc->sb[0][0];
     j.ap.v = g->pool[1][0] + (size_t)li * g->cap[0] * kc->sb[1][0];
     j.ap.page_table = g->pt0;

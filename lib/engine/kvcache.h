@@ -49,7 +49,34 @@
  * Keys are cached after RoPE: attention then needs no rotation per step
  * and the kernels are position-agnostic; the price is that a context
  * shift must re-rotate the kept keys (rvl_kvcache_shift), which happens
- * rarely.
+ * rarely. A key head's rotated dims are rope_off .. rope_off + rope_dim
+ * (0 for every family but MLA's).
+ *
+ * MLA's latent cache (v_is_k; DeepSeek-V2/V3, absorbed multi-head latent
+ * attention): one kv head per token, K = [c ; k_pe] (c the normalized
+ * latent, kv_lora_rank dims; k_pe the shared RoPE key; rope_off =
+ * kv_lora_rank), and the values are those same rows: each output head is
+ * sum_t p_t k_t, of which the forward pass keeps the first kv_lora_rank
+ * dims. The cache then holds key pages only: the value side of every
+ * attention path (the attn.h kernels over tier-0 pages, kvq.h's accum over
+ * quantized ones) is given the key pages, so only formats whose key and
+ * value pages are laid out alike are taken (f32, f16, q8, tiered with q8
+ * as its coldest tier; q4 keys are per channel and TQ pages are rotated:
+ * refused at open naming MLA's latent cache). Writing ignores v, aging
+ * re-encodes each key slot once, rvl_kvcache_usage and
+ * rvl_kvcache_tier_token_bytes count the key pages alone (half the bytes
+ * of the same cache with values), session files hold only them (version
+ * 5, session_fmt.h), and keys are never centred: values read from centred
+ * keys would be k - mu.
+ *
+ * Sink logits (gpt-oss; not the sink pages above): a learned logit per
+ * layer and query head that takes its share of the softmax and brings no
+ * value, out = sum_t e^(s_t - M) v_t / (e^(sink - M) + sum_t e^(s_t - M)),
+ * used as given (not scaled, not soft-capped), on windowed layers too. The
+ * attn.h kernels apply it where a result is normalized (prefill's end, the
+ * decode reduce, which also merges the quantized pages' partials). Key
+ * centering is off with sink logits and with soft-capping: it shifts each
+ * query's scores by q.mu, which only a plain softmax ignores.
  */
 #ifndef RVL_KVCACHE_H
 #define RVL_KVCACHE_H
@@ -73,9 +100,15 @@ typedef struct {
                                     * NULL; copied at open. At most 3 different windows */
     float scale, softcap;          /* attention */
     int q_f16;                     /* round q to f16 against f16 pages (llama.cpp) */
-    bool v_is_k;        /* TEMP (lead): MLA's latent cache, values are the key rows */
-    uint32_t rope_off;  /* TEMP (lead) */
-    const float *sinks; /* TEMP (lead) */
+    bool v_is_k;        /* MLA's latent cache: the values are the key rows themselves (no value
+                         * pages; attention's value side reads the key pages, so each output head
+                         * is sum_t p_t k_t). fmt_v must equal fmt_k; f32, f16, q8 tiers only;
+                         * no key centering ("MLA's latent cache" above) */
+    uint32_t rope_off;  /* where a key head's rotated dims start (context shift): 0, or MLA's
+                         * kv_lora_rank */
+    const float *sinks; /* (n_layer, n_head) sink logits, or NULL: none; copied at open. Each
+                         * query head's softmax gets e^sink in its denominator (gpt-oss; attn.h):
+                         * finite, or -inf for none */
 } rvl_kvcache_params;
 
 /* The tier formats of a fixed or tiered rvl_kv_type, per kind: fills

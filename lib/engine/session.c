@@ -90,13 +90,22 @@ static int wr_block(writer *w, uint32_t kind, uint32_t layer, uint32_t page,
 int rvl_session_save(rvl_ctx *c, const char *path, const int32_t *ids, size_t n_ids,
                      const char *extra_json)
 {
-    const rvl_model *m = rvl_ctx_model(c);
     rvl_kvcache *kc = rvl_ctx_kvc(c);
     if (!kc) /* another backend holds the cache */
         return rvl_seterr(RVL_EUNSUPPORTED, "%s: session files are not supported by the %s "
                           "backend (cpu only)", path, rvl_ctx_backend(c));
+    if (n_ids != rvl_ctx_pos(c))
+        return rvl_seterr(RVL_EINVAL, "%s: %zu token ids given for a cache of %u tokens", path,
+                          n_ids, rvl_ctx_pos(c));
+    return rvl_session_save_kvc(kc, rvl_model_fingerprint(rvl_ctx_model(c)), path, ids, n_ids,
+                                extra_json);
+}
+
+int rvl_session_save_kvc(rvl_kvcache *kc, uint64_t fingerprint, const char *path,
+                         const int32_t *ids, size_t n_ids, const char *extra_json)
+{
     const rvl_kvcache_params *kp = rvl_kvcache_params_of(kc);
-    const uint32_t n = rvl_ctx_pos(c), nkv = kp->n_head_kv;
+    const uint32_t n = rvl_kvcache_n(kc), nkv = kp->n_head_kv, nkind = kp->v_is_k ? 1 : 2;
     static const unsigned char none[4] = {0};
     writer w = {0};
     unsigned char *page = NULL;
@@ -123,17 +132,19 @@ int rvl_session_save(rvl_ctx *c, const char *path, const int32_t *ids, size_t n_
 
     unsigned char h[RVL_SESS_HDR] = {0};
     memcpy(h, RVL_SESS_MAGIC, RVL_SESS_MAGIC_BYTES);
-    /* version 3 when every layer holds every page (older readers take it) */
+    /* the lowest version that describes the file (older readers take it):
+     * 5 with v_is_k, 3 when every layer holds every page, else 4 */
     bool trimmed = false;
     for (uint32_t l = 0; l < kp->n_layer; l++)
         trimmed |= rvl_kvcache_first_page(kc, l) > 0;
-    rvl_session_put32(h + RVL_SESS_H_VERSION, trimmed ? RVL_SESS_VERSION : 3);
+    rvl_session_put32(h + RVL_SESS_H_VERSION, kp->v_is_k ? RVL_SESS_VERSION : trimmed ? 4 : 3);
     rvl_session_put32(h + RVL_SESS_H_BOM, RVL_SESS_BOM);
-    rvl_session_put64(h + RVL_SESS_H_FINGERPRINT, rvl_model_fingerprint(m));
+    rvl_session_put64(h + RVL_SESS_H_FINGERPRINT, fingerprint);
     put_geometry(h, kp);
     rvl_session_put32(h + RVL_SESS_H_N_TOKENS, n);
     const float *mu = rvl_kvcache_key_center(kc);
-    rvl_session_put32(h + RVL_SESS_H_FLAGS, mu ? RVL_SESS_F_CENTER : 0);
+    rvl_session_put32(h + RVL_SESS_H_FLAGS, (mu ? RVL_SESS_F_CENTER : 0) |
+                                               (kp->v_is_k ? RVL_SESS_F_V_IS_K : 0));
     rvl_session_put64(h + RVL_SESS_H_HASH, XXH3_64bits(h, RVL_SESS_H_HASH));
     if ((rc = wr(&w, h, sizeof h)) < 0)
         goto fail;
@@ -176,14 +187,16 @@ int rvl_session_save(rvl_ctx *c, const char *path, const int32_t *ids, size_t n_
         for (uint32_t pg = rvl_kvcache_first_page(kc, l); pg < np; pg++) { /* a ring: its pages */
             const int t = rvl_kvcache_page_tier(kc, l, pg);
             const uint32_t rows = n - pg * RVL_SESS_PAGE < RVL_SESS_PAGE ? n - pg * RVL_SESS_PAGE : RVL_SESS_PAGE;
-            const size_t kb = nkv * rvl_kvcache_page_bytes(kc, 0, t), vb = nkv * rvl_kvcache_page_bytes(kc, 1, t);
+            const size_t kb = nkv * rvl_kvcache_page_bytes(kc, 0, t);
+            const size_t vb = kp->v_is_k ? 0 : nkv * rvl_kvcache_page_bytes(kc, 1, t);
             memcpy(page, rvl_kvcache_page_data(kc, l, 0, pg), kb);
-            memcpy(page + kb, rvl_kvcache_page_data(kc, l, 1, pg), vb);
+            if (vb)
+                memcpy(page + kb, rvl_kvcache_page_data(kc, l, 1, pg), vb);
             if (rows < RVL_SESS_PAGE) { /* tier 0: zero the rows past the end */
                 const size_t es = kp->fmt_k[0] == RVL_KVF_F32 ? 4 : 2;
                 const size_t used = (size_t)rows * kp->head_dim * es;
                 const size_t hb = rvl_kvcache_page_bytes(kc, 0, 0);
-                for (uint32_t i = 0; i < 2 * nkv; i++)
+                for (uint32_t i = 0; i < nkind * nkv; i++)
                     memset(page + i * hb + used, 0, hb - used);
             }
             const unsigned char info[4] = {(unsigned char)kp->fmt_k[t], (unsigned char)kp->fmt_v[t],
@@ -318,7 +331,6 @@ int rvl_session_load_mem(rvl_ctx *c, const char *path, const void *buf, size_t s
                          int32_t **ids_out, size_t *n_ids, char **extra_json)
 {
     const rvl_model *m = rvl_ctx_model(c);
-    const rvl_hparams *hp = &m->hp;
     rvl_kvcache *kc = rvl_ctx_kvc(c);
     if (!kc) { /* another backend holds the cache */
         *ids_out = NULL;
@@ -328,6 +340,20 @@ int rvl_session_load_mem(rvl_ctx *c, const char *path, const void *buf, size_t s
         return rvl_seterr(RVL_EUNSUPPORTED, "%s: session files are not supported by the %s "
                           "backend (cpu only)", path, rvl_ctx_backend(c));
     }
+    rvl_ctx_reset(c);
+    const int rc = rvl_session_load_kvc(kc, rvl_model_fingerprint(m), m->hp.n_vocab, path, buf,
+                                        size, ids_out, n_ids, extra_json);
+    if (rc < 0)
+        rvl_ctx_reset(c);
+    else
+        rvl_ctx_set_pos(c, (uint32_t)*n_ids);
+    return rc;
+}
+
+int rvl_session_load_kvc(rvl_kvcache *kc, uint64_t fingerprint, uint32_t n_vocab,
+                         const char *path, const void *buf, size_t size, int32_t **ids_out,
+                         size_t *n_ids, char **extra_json)
+{
     const rvl_kvcache_params *kp = rvl_kvcache_params_of(kc);
     reader r = {.path = path, .b = buf, .size = size};
     int32_t *ids = NULL;
@@ -338,7 +364,7 @@ int rvl_session_load_mem(rvl_ctx *c, const char *path, const void *buf, size_t s
     *n_ids = 0;
     if (extra_json)
         *extra_json = NULL;
-    rvl_ctx_reset(c);
+    rvl_kvcache_reset(kc);
 #define BAD(...) do { rc = rvl_seterr(RVL_EFORMAT, __VA_ARGS__); goto fail; } while (0)
     const bool magic = r.size >= RVL_SESS_MAGIC_BYTES &&
                        memcmp(r.b, RVL_SESS_MAGIC, RVL_SESS_MAGIC_BYTES) == 0;
@@ -364,24 +390,35 @@ int rvl_session_load_mem(rvl_ctx *c, const char *path, const void *buf, size_t s
         BAD("%s: file checksum mismatch (offset %zu): the file is truncated or corrupted", path,
             r.size - 8);
     const uint64_t fp = rvl_session_get64(r.b + RVL_SESS_H_FINGERPRINT);
-    if (fp != rvl_model_fingerprint(m))
+    if (fp != fingerprint)
         BAD("%s: made with another model (fingerprint %016llx, this model's is %016llx)", path,
-            (unsigned long long)fp, (unsigned long long)rvl_model_fingerprint(m));
+            (unsigned long long)fp, (unsigned long long)fingerprint);
     const uint32_t nl = rvl_session_get32(r.b + RVL_SESS_H_N_LAYER),
                    nkv = rvl_session_get32(r.b + RVL_SESS_H_N_HEAD_KV),
                    hd = rvl_session_get32(r.b + RVL_SESS_H_HEAD_DIM),
                    ps = rvl_session_get32(r.b + RVL_SESS_H_PAGE),
                    n = rvl_session_get32(r.b + RVL_SESS_H_N_TOKENS),
                    flags = rvl_session_get32(r.b + RVL_SESS_H_FLAGS);
-    if (nl != hp->n_layer || nkv != hp->n_head_kv || hd != hp->head_dim || ps != RVL_SESS_PAGE)
+    /* the cache's geometry (MLA's latent cache is one kv head of its own size) */
+    if (nl != kp->n_layer || nkv != kp->n_head_kv || hd != kp->head_dim || ps != RVL_SESS_PAGE)
         BAD("%s: cache geometry (%u layers, %u kv heads of %u, pages of %u) does not match this "
-            "model's (%u, %u, %u, %u)", path, nl, nkv, hd, ps, hp->n_layer, hp->n_head_kv,
-            hp->head_dim, RVL_SESS_PAGE);
+            "model's (%u, %u, %u, %u)", path, nl, nkv, hd, ps, kp->n_layer, kp->n_head_kv,
+            kp->head_dim, RVL_SESS_PAGE);
     {
         unsigned char mine[RVL_SESS_HDR] = {0};
         put_geometry(mine, kp);
-        if (flags & ~(version == 2 ? 0u : RVL_SESS_F_CENTER))
+        const uint32_t known = version == 2 ? 0u
+                               : version < 5 ? RVL_SESS_F_CENTER
+                                             : RVL_SESS_F_CENTER | RVL_SESS_F_V_IS_K;
+        if (flags & ~known)
             BAD("%s: " RVL_SESS_E_FLAGS, path, flags);
+        if (!(flags & RVL_SESS_F_V_IS_K) != !kp->v_is_k)
+            BAD("%s: %s, this context's %s", path,
+                kp->v_is_k ? "the file's cache keeps values apart from the keys"
+                           : "the file holds MLA's latent cache (the values are the keys, flag "
+                             "bit 1 at offset 76)",
+                kp->v_is_k ? "is MLA's latent cache (the values are the keys)"
+                           : "keeps values apart from the keys");
         /* the tier formats, hot and warm */
         if (memcmp(mine + RVL_SESS_H_FMT_K, r.b + RVL_SESS_H_FMT_K,
                    RVL_SESS_H_FLAGS - RVL_SESS_H_FMT_K) != 0) {
@@ -395,9 +432,9 @@ int rvl_session_load_mem(rvl_ctx *c, const char *path, const void *buf, size_t s
                 path, fk, fv, ck, cv);
         }
     }
-    if (n > rvl_ctx_n_ctx(c))
+    if (n > kp->n_ctx)
         BAD("%s: holds %u tokens, more than this context's %u (use a larger -c)", path, n,
-            rvl_ctx_n_ctx(c));
+            kp->n_ctx);
     r.off = RVL_SESS_HDR;
     if ((rc = rd_block(&r, RVL_SESS_TOKENS, 0, 0, (size_t)n * 4, true)) < 0)
         goto fail;
@@ -408,8 +445,8 @@ int rvl_session_load_mem(rvl_ctx *c, const char *path, const void *buf, size_t s
     }
     for (uint32_t i = 0; i < n; i++) {
         ids[i] = (int32_t)rvl_session_get32((const unsigned char *)r.raw + 4 * (size_t)i);
-        if (ids[i] < 0 || (uint32_t)ids[i] >= hp->n_vocab)
-            BAD("%s: token %u is id %d, outside the vocabulary (%u)", path, i, ids[i], hp->n_vocab);
+        if (ids[i] < 0 || (uint32_t)ids[i] >= n_vocab)
+            BAD("%s: token %u is id %d, outside the vocabulary (%u)", path, i, ids[i], n_vocab);
     }
     /* the JSON blob */
     if ((rc = rd_block(&r, RVL_SESS_EXTRA, 0, 0, RVL_SESS_MAX_EXTRA, false)) < 0)
@@ -422,7 +459,7 @@ int rvl_session_load_mem(rvl_ctx *c, const char *path, const void *buf, size_t s
     memcpy(extra, r.raw, r.raw_len);
     extra[r.raw_len] = 0;
     if (flags & RVL_SESS_F_CENTER) {
-        const size_t nm = (size_t)hp->n_layer * nkv * hd;
+        const size_t nm = (size_t)nl * nkv * hd;
         if ((rc = rd_block(&r, RVL_SESS_CENTER, 0, 0, nm * 4, true)) < 0)
             goto fail;
         float *mu = r.raw; /* aligned: malloc'd; decoded in place */
@@ -442,7 +479,7 @@ int rvl_session_load_mem(rvl_ctx *c, const char *path, const void *buf, size_t s
         BAD("%s: %s", path, why);
     }
     const uint32_t np = (n + RVL_SESS_PAGE - 1) / RVL_SESS_PAGE;
-    for (uint32_t l = 0; l < hp->n_layer; l++) {
+    for (uint32_t l = 0; l < nl; l++) {
         /* the layer's first page: 0, or (version 4) where its window's ring starts */
         uint32_t first = 0;
         if (np) {
@@ -481,11 +518,12 @@ int rvl_session_load_mem(rvl_ctx *c, const char *path, const void *buf, size_t s
                 BAD("%s: kv block at offset %zu: %s", path, at, why);
             }
             const size_t kb = (size_t)nkv * rvl_kvcache_page_bytes(kc, 0, (int)t);
-            const size_t vb = (size_t)nkv * rvl_kvcache_page_bytes(kc, 1, (int)t);
+            const size_t vb = kp->v_is_k ? 0 : (size_t)nkv * rvl_kvcache_page_bytes(kc, 1, (int)t);
             if ((rc = rd_block(&r, RVL_SESS_KV, l, pg, kb + vb, true)) < 0)
                 goto fail;
             memcpy(rvl_kvcache_page_data(kc, l, 0, pg), r.raw, kb);
-            memcpy(rvl_kvcache_page_data(kc, l, 1, pg), (char *)r.raw + kb, vb);
+            if (vb)
+                memcpy(rvl_kvcache_page_data(kc, l, 1, pg), (char *)r.raw + kb, vb);
         }
         if (np && first != rvl_kvcache_first_page(kc, l))
             BAD("%s: layer %u holds pages from %u on, the other layers of its window from %u", path,
@@ -501,7 +539,6 @@ int rvl_session_load_mem(rvl_ctx *c, const char *path, const void *buf, size_t s
     }
 #undef BAD
     rvl_kvcache_set_ids(kc, 0, ids, (uint32_t)n); /* page hashes, for prefix reuse */
-    rvl_ctx_set_pos(c, n);
     *ids_out = ids;
     *n_ids = n;
     if (extra_json)
@@ -511,7 +548,7 @@ int rvl_session_load_mem(rvl_ctx *c, const char *path, const void *buf, size_t s
     free(r.raw);
     return 0;
 fail:
-    rvl_ctx_reset(c);
+    rvl_kvcache_reset(kc);
     free(ids);
     free(extra);
     free(r.raw);

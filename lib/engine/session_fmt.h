@@ -5,18 +5,21 @@
  * (rvl_session_save/load), read by lib/tools/kv_inspect.c (`ruvllm
  * kv-inspect`, which also knows version 1).
  *
- * Layout (little-endian; version 4). Version 1 files (the contiguous
+ * Layout (little-endian; version 5). Version 1 files (the contiguous
  * f16/f32 cache) are refused by rvl_session_load: "session format version
  * 1 is no longer supported, re-create the file". Version 3 is version 4
  * where every layer's blocks start at page 0, and is what the writer puts
  * in the header when that holds (no sliding window freed a page), so
  * that older readers take the file; version 2 is version 3 without key
- * centering (offset 76 is 0). Both are still read. kv-inspect reads
- * versions 1 to 3.
+ * centering (offset 76 is 0). Both are still read. Version 5 is version
+ * 4 with flag bit 1 (the values are the keys: MLA's latent cache) and is
+ * written only for such a cache, so that a reader that does not know it
+ * refuses the file by its version; versions 3 and 4 never have the bit.
+ * kv-inspect reads versions 1 to 3 (and refuses 4 and 5 by their version).
  *
  *   off  size  field
  *   0    8     magic "RVLSESS\0"
- *   8    4     version (4, or 3: see above; 2 is read too)
+ *   8    4     version (5 or 4, or 3: see above; 2 is read too)
  *   12   4     byte-order mark 0x01020304 (reads 0x04030201 on a
  *              big-endian writer's file: refused)
  *   16   8     model fingerprint (xxh3-64 of the architecture, the
@@ -42,8 +45,11 @@
  *              filled is full precision; tiered is (f16, q8, cold, 256,
  *              2048) by default.
  *   76   4     flags: bit 0 set: the keys are stored centred (kvcache.c
- *              "Key centering") and a CENTER block follows EXTRA; other
- *              bits 0 (version 2: the whole field 0)
+ *              "Key centering") and a CENTER block follows EXTRA; bit 1
+ *              set (version 5 only): the values are the keys (kvcache.h
+ *              v_is_k, MLA's latent cache): the value formats at 56..64
+ *              equal the key formats and a KV block holds no value
+ *              pages; other bits 0 (version 2: the whole field 0)
  *   80   8     xxh3-64 of bytes 0..79
  *   88   ...   blocks, in this order: TOKENS (n_tokens i32), EXTRA (the
  *              JSON text, possibly empty), with flag bit 0 a CENTER block
@@ -71,7 +77,8 @@
  *                24 8  xxh3-64 of the stored bytes
  *                32 .. stored bytes
  *              A KV block's raw bytes are n_head_kv key pages then
- *              n_head_kv value pages, each exactly as the cache holds it
+ *              n_head_kv value pages (with flag bit 1: the key pages
+ *              only, byte 13 the key format), each exactly as the cache holds it
  *              (rvl_kvq_page_bytes(format, kind, head_dim) bytes; f32:
  *              32 * head_dim * 4); unused rows of a partial page are zero.
  *              Rules the reader enforces: the page formats are the tier's
@@ -92,16 +99,19 @@
 #ifndef RVL_SESSION_FMT_H
 #define RVL_SESSION_FMT_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 /* ---------------------------------------------------------------- constants */
 #define RVL_SESS_MAGIC "RVLSESS"           /* with its NUL: 8 bytes */
 #define RVL_SESS_MAGIC_BYTES 8u
-#define RVL_SESS_VERSION 4u                /* written (3 when nothing is trimmed); 2, 3 are read too */
+#define RVL_SESS_VERSION 5u                /* written with v_is_k; else 4 (3 when nothing is
+                                            * trimmed); 2 .. 4 are read too */
 #define RVL_SESS_BOM 0x01020304u
 #define RVL_SESS_PAGE 32u                  /* positions per page */
 #define RVL_SESS_TIERS 3                   /* hot, warm, cold */
 #define RVL_SESS_F_CENTER 1u               /* flags: keys stored centred */
+#define RVL_SESS_F_V_IS_K 2u               /* flags (version 5): the values are the keys */
 #define RVL_SESS_MAX_EXTRA ((uint64_t)64 << 20)  /* bytes of the JSON blob */
 
 /* Header fields (versions 2 and 3); the tier formats are 4 bytes apart. */
@@ -159,6 +169,19 @@ enum { RVL_SESS_TOKENS = 1, RVL_SESS_EXTRA = 2, RVL_SESS_KV = 3, RVL_SESS_CENTER
 #define RVL_SESS_E_BOM "byte-order mark at offset 12 is 0x%08x: written on a machine of the " \
                        "other endianness"
 #define RVL_SESS_E_FLAGS "unknown flags 0x%08x at offset 76"
+
+/* ---------------------------------------------------------------- the cache's side
+ * rvl_session_save / rvl_session_load_mem (ruvllm.h, engine/model.h) on a
+ * paged KV cache itself (lib/engine/kvcache.h), for them and the tests:
+ * fingerprint the model's (rvl_model_fingerprint), n_vocab bounds the
+ * token ids. Saving: ids are the n_ids = rvl_kvcache_n(kc) positions'.
+ * Loading empties the cache first and leaves it empty on failure. */
+struct rvl_kvcache;
+int rvl_session_save_kvc(struct rvl_kvcache *kc, uint64_t fingerprint, const char *path,
+                         const int32_t *ids, size_t n_ids, const char *extra_json);
+int rvl_session_load_kvc(struct rvl_kvcache *kc, uint64_t fingerprint, uint32_t n_vocab,
+                         const char *path, const void *buf, size_t size, int32_t **ids,
+                         size_t *n_ids, char **extra_json);
 
 /* ---------------------------------------------------------------- fields */
 static inline uint32_t rvl_session_get32(const unsigned char *p)

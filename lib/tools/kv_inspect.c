@@ -655,7 +655,9 @@ static int open_buf(rvl_kv_inspect *f)
     in->version = rvl_session_get32(b + RVL_SESS_H_VERSION);
     if (in->version < 1 || in->version > 3)
         return rvl_seterr(RVL_EUNSUPPORTED, "%s: session version %u at offset 8 is not one this "
-                          "inspector knows (1, 2, 3)", f->path, in->version);
+                          "inspector knows (1, 2, 3)%s", f->path, in->version,
+                          in->version == 5 ? ": version 5 holds MLA's latent cache (key pages "
+                                             "that are also the values)" : "");
     in->header_bytes = in->version == 1 ? RVL_SESS_V1_HDR : RVL_SESS_HDR;
     in->block_header_bytes = in->version == 1 ? RVL_SESS_V1_BLK : RVL_SESS_BLK;
     if (f->size < (size_t)in->header_bytes + 8)

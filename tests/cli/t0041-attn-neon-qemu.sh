@@ -23,5 +23,6 @@ assert "its TAP ends with a plan" "tail -n 1 '$OUT' | grep -q '^1\.\.[1-9]'"
 out_lacks "not ok"
 out_has "# neon f16: worst error / bound"
 out_has "# neon f32: worst error / bound"
+out_has " - attention sinks: decode and prefill, windowed too"
 
 finish

@@ -5,7 +5,8 @@
  * within the bound stated there, on shuffled NaN-surrounded pages; split
  * counts 1..8 repeatable to the bit; prefill = decode token by token to
  * the bit; GQA ratios 1, 4, 8 and MQA; odd head dims; sliding window;
- * soft-cap; q rounded to f16; a query without keys gives zeros. Fewer
+ * soft-cap; q rounded to f16; a query without keys gives zeros;
+ * attention-sink logits in decode and prefill (windowed too). Fewer
  * shapes than test_attn (qemu is slow).
  *
  * Built from kernels/ alone (no lib/, no cmocka), statically, by the
@@ -114,6 +115,24 @@ static void test_prefill_is_decode_token_by_token(void)
     }
 }
 
+static void test_sinks(void)
+{
+    at_sink_amp = 2.0f;
+    static const int heads[][2] = { { 4, 4 }, { 8, 2 }, { 8, 1 } };
+    for (int type = 0; type < 2; type++)
+        for (size_t b = 0; b < sizeof heads / sizeof *heads; b++) {
+            const at_shape s = { 64, heads[b][0], heads[b][1], 100, 32, type, 0, 0, 0 };
+            at_check_decode(&s, 1.0f, 99, c13, 2);
+            const at_shape win = { 68, heads[b][0], heads[b][1], 150, 32, type, 0, 40, 0 };
+            at_check_decode(&win, 2.0f, 149, c13, 2);
+            const at_shape pre = { 64, heads[b][0], heads[b][1], 0, 32, type, 0, 0, 0 };
+            at_check_prefill(&pre, 45, 33, 1.0f);
+            const at_shape pwin = { 80, heads[b][0], heads[b][1], 0, 32, type, 0, 20, 0 };
+            at_check_prefill(&pwin, 30, 40, 1.0f);
+        }
+    at_sink_amp = 0;
+}
+
 int main(void)
 {
     run("neon variant is served", test_neon_is_selected_and_served);
@@ -122,6 +141,7 @@ int main(void)
     run("split counts 1..8 agree and repeat their bits", test_split_counts_agree);
     run("sliding window, softcap, q in f16, no key in view", test_window_softcap_q_f16);
     run("prefill is decode token by token (bits)", test_prefill_is_decode_token_by_token);
+    run("attention sinks: decode and prefill, windowed too", test_sinks);
     for (int isa = 0; isa < RVL_ISA_COUNT; isa++)
         for (int t = 0; t < 2; t++)
             if (at_worst[isa][t] > 0)
