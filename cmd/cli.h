@@ -134,7 +134,7 @@ typedef struct {
     {OPT_CHOICE, 0, "kv-type-v", "TYPE", "KV cache format of the values only (default: --kv-type)", NULL, &(kv).type_v, 0, 0, CLI_KV_TYPES, COMPL_NONE}, \
     {OPT_INT, 0, "kv-hot", "N", "tiered: the newest N tokens stay in f16 (whole pages of 32)", "256", &(kv).hot, 1, 1 << 20, NULL, COMPL_NONE}, \
     {OPT_INT, 0, "kv-warm", "N", "tiered: the next N tokens are kept in q8, older ones in --kv-cold", "2048", &(kv).warm, 1, 1 << 20, NULL, COMPL_NONE}, \
-    {OPT_CHOICE, 0, "kv-cold", "TYPE", "tiered: format of the oldest tokens", "tq4", &(kv).cold, 0, 0, "q4|tq4", COMPL_NONE}
+    {OPT_CHOICE, 0, "kv-cold", "TYPE", "tiered: format of the oldest tokens (default tq4; q8 for a latent (MLA) cache, which takes no 4-bit format)", NULL, &(kv).cold, 0, 0, "q4|tq4", COMPL_NONE}
 rvl_kv_type cli_kv_type(const char *choice);
 void cli_kv_params(const cli_kv_opts *kv, rvl_ctx_params *cp);
 /* "f16", "q8/f16", "tiered (256 f16, 2048 q8, tq4)": what a context's

@@ -491,7 +491,7 @@ void cli_kv_params(const cli_kv_opts *kv, rvl_ctx_params *cp)
     cp->kv_type_v = kv->type_v ? cli_kv_type(kv->type_v) : cp->kv_type;
     cp->kv_hot = (uint32_t)kv->hot;
     cp->kv_warm = (uint32_t)kv->warm;
-    cp->kv_cold = kv->cold && strcmp(kv->cold, "q4") == 0 ? RVL_KV_Q4 : RVL_KV_TQ4;
+    cp->kv_cold = !kv->cold ? 0 : strcmp(kv->cold, "q4") == 0 ? RVL_KV_Q4 : RVL_KV_TQ4;
 }
 
 void cli_sample_params(const cli_sample_opts *so, uint64_t seed, rvl_sampler_params *sp)

@@ -762,6 +762,12 @@ static int cpu_open(rvl_backend **out, const rvl_model *m, const rvl_ctx_params 
         forward_free(c);
         return rvl_seterr(RVL_EINVAL, "unknown KV cache type %d", kt);
     }
+    if (hp->block.mla && (tk || tv) && !p->kv_cold) {
+        /* MLA's latent cache has no 4-bit tier (its values are its keys):
+         * tiered is f16, then q8 for the warm and the cold tiers */
+        kp.fmt_k[2] = kp.fmt_k[1];
+        kp.fmt_v[2] = kp.fmt_v[1];
+    }
     if (kp.fmt_k[0] == RVL_KVF_F32 || kp.fmt_v[0] == RVL_KVF_F32) /* one hot-tier type */
         kp.fmt_k[0] = kp.fmt_v[0] = RVL_KVF_F32;
     if (tk || tv) {
