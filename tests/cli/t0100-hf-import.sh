@@ -16,19 +16,25 @@
 #      <arch>.attention.scale
 #                          a query_pre_attn_scalar other than the one
 #                          llama.cpp derives (none of these models has one)
-#      tokenizer.ggml.pre  qwen2moe and qwen3moe only: their references were
-#                          converted through gen_tiny_hf.py's PRE_SHIM, which
-#                          names "qwen2" for the tokenizer hash llama.cpp does
+#      tokenizer.ggml.pre  qwen2moe, qwen3moe, deepseek*, gpt-oss only: their
+#                          references were converted through gen_tiny_hf.py's
+#                          PRE_SHIM, which names "qwen2" ("deepseek-v3",
+#                          "gpt-4o") for the tokenizer hash llama.cpp does
 #                          not know; their tokenizer.json's pre-tokenizer is
 #                          plain ByteLevel, GPT-2's split (not Qwen2's, which
 #                          takes digits one by one), and ours says "gpt-2"
 #  - every tensor with the same name, type, shape and data, bit for bit
 #    (Mixtral's and Qwen-MoE's per-expert matrices stacked into the 3-D
 #    ffn_{gate,up,down}_exps, Qwen2-MoE's shared expert and its [dim, 1]
-#    gate, the routers)
+#    gate, the routers; DeepSeek's kv_b_proj split into attn_k_b, each
+#    head's key rows transposed, and attn_v_b, its MLA low-rank pairs,
+#    shared experts and V3's exp_probs_b.bias; gpt-oss's fused 3-D experts
+#    transposed with gate and up de-interleaved (even and odd columns), their
+#    biases, the router's bias, the sinks)
 #    (in llama-quantize's order, by layer then name: quantize's order; the
 #    import itself keeps the converter's);
-# and `dequant --format safetensors` of that file, imported again, gives
+# and `dequant --format safetensors` of that file (but for deepseek2 and
+# gpt-oss, whose export is refused naming the architecture), imported again, gives
 # the same hyper-parameters and the same tensors bit for bit (Gemma's norm
 # gains go back from 1 + w to w and return to the same 1 + w). Ministral 3
 # (mistral3) carries YaRN's mscale_all_dim as
@@ -49,28 +55,25 @@ meta() {
 }
 # name, type and data digest of every tensor, by name
 tensors() { tensor_hashes "$1" | sort; }
+# name and whole shape of every tensor (the fields between type and
+# element count: "16 x 32 x 4"), by name
+shapes() {
+    ruvllm info --no-metadata "$1" |
+        awk '$1 ~ /^[0-9]+$/ { s = $2; for (i = 4; i <= NF - 3; i++) s = s " " $i; print s }' | sort
+}
 
 for dir in "$D"/hf/*/; do
     name=$(basename "$dir")
     ref="$D/$name.gguf"
     case $name in
     *-nonorm) continue ;;    # refused (below)
-    deepseek*|gpt-oss)       # not imported yet (issue 19): refused naming the architecture
-        run 1 ruvllm quantize -q "$dir" "$TMP/$name.gguf" F32
-        arch=$(tr -d ' \n' <"$dir/config.json" | sed -n 's/.*"architectures":\["\([A-Za-z0-9]*\)".*/\1/p')
-        assert "$name: its architecture is named in config.json" '[ -n "$arch" ]'
-        err_has "'$arch'"
-        assert "$name: nothing written" "[ ! -e $TMP/$name.gguf ]"
-        run 1 ruvllm run -m "$ref" -n 1 "x"     # nor run: the converter's file refused by name
-        err_has "unsupported architecture"
-        continue ;;
     esac
     run 0 ruvllm quantize -q "$dir" "$TMP/$name.gguf" F32
     meta "$ref" >"$TMP/meta-ref"
     meta "$TMP/$name.gguf" >"$TMP/meta-ours"
     case $name in
-    qwen*moe)
-        assert "$name: tokenizer.ggml.pre gpt-2 (the reference: the shim's qwen2)" \
+    qwen*moe|deepseek*|gpt-oss)
+        assert "$name: tokenizer.ggml.pre gpt-2 (the reference: the shim's name)" \
             "grep -q -E '^  tokenizer.ggml.pre +string +\"gpt-2\"\$' $TMP/meta-ours"
         grep -v '^  tokenizer\.ggml\.pre ' "$TMP/meta-ref" >"$TMP/meta-x" && mv "$TMP/meta-x" "$TMP/meta-ref"
         grep -v '^  tokenizer\.ggml\.pre ' "$TMP/meta-ours" >"$TMP/meta-x" && mv "$TMP/meta-x" "$TMP/meta-ours"
@@ -87,9 +90,17 @@ for dir in "$D"/hf/*/; do
     if ! cmp -s "$TMP/t-ref" "$TMP/t-ours"; then
         diff "$TMP/t-ref" "$TMP/t-ours" | head -n 6 | sed 's/^/#   /'
     fi
-    assert "$name: shapes as the converter's" \
-        "[ \"\$(ruvllm info --no-metadata $ref | awk '\$1 ~ /^[0-9]+\$/ { \$1 = \"\"; print \$2, \$4 }' | sort)\" = \
-           \"\$(ruvllm info --no-metadata $TMP/$name.gguf | awk '\$1 ~ /^[0-9]+\$/ { \$1 = \"\"; print \$2, \$4 }' | sort)\" ]"
+    shapes "$ref" >"$TMP/s-ref"
+    shapes "$TMP/$name.gguf" >"$TMP/s-ours"
+    assert "$name: shapes as the converter's" "cmp -s $TMP/s-ref $TMP/s-ours"
+    case $name in
+    deepseek*|gpt-oss)       # not exported (DeepSeek's kv_b_proj, gpt-oss's fused experts): refused by name
+        run 1 ruvllm dequant -q --format safetensors --type f32 "$TMP/$name.gguf" "$TMP/$name-hf"
+        err_has "$(sed -n 's/^  general.architecture *string *"\(.*\)"$/\1/p' "$TMP/meta-ours")"
+        assert "$name: no directory written" "[ ! -e $TMP/$name-hf ]"
+        rm -f "$TMP/$name.gguf"
+        continue ;;
+    esac
     # the round trip: safetensors and back
     run 0 ruvllm dequant -q --format safetensors --type f32 "$TMP/$name.gguf" "$TMP/$name-hf"
     run 0 ruvllm quantize -q "$TMP/$name-hf" "$TMP/$name-back.gguf" F32
