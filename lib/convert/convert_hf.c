@@ -2021,9 +2021,13 @@ static int write_import(const char *in, const char *dest, const rvl_file *st, co
     /* general.file_type of the matrices' type (all of one dtype, as
      * Hugging Face stores them) */
     uint32_t mtype = RVL_TYPE_F32;
-    for (uint64_t i = 0; i < nx; i++)
+    bool mxfp4 = false;   /* gpt-oss's MXFP4 experts: the converter says MOSTLY_MXFP4_MOE */
+    for (uint64_t i = 0; i < nx; i++) {
+        mxfp4 |= x[i].type == RVL_TYPE_MXFP4;
         if (x[i].n_dims >= 2 && x[i].type != RVL_TYPE_MXFP4 && !forced_f32(x[i].name, x[i].n_dims))
             mtype = x[i].type;
+    }
+    uint32_t ftype = mxfp4 ? RVL_FTYPE_MOSTLY_MXFP4_MOE : rvl_convert_float_ftype(mtype);
 
     /* metadata, in convert_hf_to_gguf.py's order */
     char name[256], tmp[4096];
@@ -2038,8 +2042,7 @@ static int write_import(const char *in, const char *dest, const rvl_file *st, co
         (phi3 && (rc = write_hparams(w, h, v, 0)) < 0) ||
         (rc = rvl_gguf_writer_kv_str(w, "general.type", "model")) < 0 ||
         (rc = rvl_gguf_writer_kv_str(w, "general.name", name)) < 0 ||
-        (rc = phi3 ? write_phi3(w, h, rvl_convert_float_ftype(mtype))
-                   : write_hparams(w, h, v, rvl_convert_float_ftype(mtype))) < 0 ||
+        (rc = phi3 ? write_phi3(w, h, ftype) : write_hparams(w, h, v, ftype)) < 0 ||
         (rc = rvl_gguf_writer_kv_u32(w, "general.quantization_version", RVL_GGML_QNT_VERSION)) < 0 ||
         (rc = write_vocab(w, v, strs, llama_like(h->arch))) < 0)
         goto out;

@@ -67,6 +67,30 @@ for dir in "$D"/hf/*/; do
     ref="$D/$name.gguf"
     case $name in
     *-nonorm) continue ;;    # refused (below)
+    *-mxfp4)
+        # gpt-oss with MXFP4 experts (*_blocks, *_scales: openai/gpt-oss-*'s
+        # form; a tiny one from tests/ref/gen_gptoss_mxfp4.py): the experts
+        # become GGUF MXFP4 byte for byte as the converter repacks them
+        # (MXFP4_MOE copies MXFP4 tensors as they are), and the whole file,
+        # its experts decoded to F32, is the converter's
+        run 0 ruvllm quantize -q "$dir" "$TMP/$name.gguf" MXFP4_MOE
+        run 0 ruvllm quantize -q "$ref" "$TMP/$name-ref.gguf" MXFP4_MOE
+        tensors "$TMP/$name-ref.gguf" >"$TMP/t-ref"
+        tensors "$TMP/$name.gguf" >"$TMP/t-ours"
+        assert "$name: 6 MXFP4 expert tensors" "[ \$(grep -c '_exps.weight	MXFP4	' $TMP/t-ours) -eq 6 ]"
+        assert "$name: the MXFP4 experts byte for byte as the converter's" \
+            "[ \"\$(grep MXFP4 $TMP/t-ref)\" = \"\$(grep MXFP4 $TMP/t-ours)\" ]"
+        assert "$name: all tensors as the converter's (MXFP4_MOE of both)" "cmp -s $TMP/t-ref $TMP/t-ours"
+        run 0 ruvllm quantize -q --allow-requantize "$dir" "$TMP/$name.gguf" F32
+        run 0 ruvllm quantize -q --allow-requantize "$ref" "$TMP/$name-ref.gguf" F32
+        meta "$TMP/$name-ref.gguf" | grep -v '^  tokenizer\.ggml\.pre ' >"$TMP/meta-ref"
+        meta "$TMP/$name.gguf" | grep -v '^  tokenizer\.ggml\.pre ' >"$TMP/meta-ours"
+        assert "$name: metadata as the converter's" "cmp -s $TMP/meta-ref $TMP/meta-ours"
+        tensors "$TMP/$name-ref.gguf" >"$TMP/t-ref"
+        tensors "$TMP/$name.gguf" >"$TMP/t-ours"
+        assert "$name: all tensors, experts decoded to F32, as the converter's" "cmp -s $TMP/t-ref $TMP/t-ours"
+        rm -f "$TMP/$name.gguf" "$TMP/$name-ref.gguf"
+        continue ;;
     esac
     run 0 ruvllm quantize -q "$dir" "$TMP/$name.gguf" F32
     meta "$ref" >"$TMP/meta-ref"
