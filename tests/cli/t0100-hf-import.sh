@@ -214,5 +214,21 @@ if [ -d "$D/hf/mixtral" ]; then
     run 1 ruvllm quantize -q "$TMP/bad" "$TMP/bad.gguf" F32
     err_has "expert 4's matrix is missing"
 fi
+# DeepSeek and gpt-oss: what llama.cpp computes its own way
+bad_cfg() {   # bad_cfg MODEL SED-EXPR KEY: the edited config.json is refused naming KEY
+    [ -d "$D/hf/$1" ] || return 0
+    rm -f "$TMP/bad"/*
+    for f in "$D"/hf/$1/*; do ln -s "$PWD/$f" "$TMP/bad/"; done
+    rm "$TMP/bad/config.json"
+    sed "$2" "$D/hf/$1/config.json" >"$TMP/bad/config.json"
+    run 1 ruvllm quantize -q "$TMP/bad" "$TMP/bad.gguf" F32
+    err_has "$3"
+}
+bad_cfg deepseek2 's/"mscale": 0.707,/"mscale": 1.0,/' "rope_parameters.mscale"
+bad_cfg deepseek3 's/"scoring_func": "sigmoid"/"scoring_func": "tanh"/' "scoring_func"
+bad_cfg deepseek2 's/"n_routed_experts": 8/"n_routed_experts": null/' "n_routed_experts"
+bad_cfg gpt-oss 's/"swiglu_limit": 7.0/"swiglu_limit": 5.0/' "swiglu_limit"
+bad_cfg gpt-oss 's/"sliding_attention"/"full_attention"/' "layer_types"
+bad_cfg gpt-oss 's/"num_local_experts": 4/"num_local_experts": 3/' "shape"
 assert "nothing left at the output" "[ ! -e $TMP/bad.gguf ]"
 finish
