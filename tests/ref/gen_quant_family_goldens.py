@@ -19,7 +19,15 @@ the rest. The mixtures of experts (mixtral: 4 experts; qwen3moe: 8, which
 switches on llama.cpp's 8-expert rules: attn_v and attn_k Q8_0, attn_output
 Q5_K in the low mixes; qwen2moe: 4 and a shared expert) add the 3-D
 ffn_{gate,up,down}_exps, quantized a matrix an expert, and the routers
-ffn_gate_inp, never quantized.
+ffn_gate_inp, never quantized. deepseek2 and deepseek3 (DeepSeek-V2 and V3
+as convert_hf_to_gguf.py writes them: MLA's attn_q_a/attn_q_b, attn_kv_a_mqa,
+attn_k_b (16 wide: F16, llama.cpp's fallback for rows that are not whole
+32-element blocks) and attn_v_b, a leading dense layer, shared experts,
+V3's exp_probs_b.bias) and gpt-oss (biases, attn_sinks, 4 experts; also
+with MXFP4 experts from gen_gptoss_mxfp4.py) add MXFP4_MOE. DeepSeek-V2-Lite
+(tests/data/tiny/deepseek2-lite.gguf, no q_lora_rank) is left out: this
+llama.cpp's llama_model_quantize refuses the converter's own file ("key not
+found in model: deepseek2.attention.q_lora_rank").
 
 Since the tiny models' rows are not whole K-quant blocks, --wide-moe (check
 only, nothing written; log: tests/ref/quantize/wide-moe.log) also builds
@@ -55,8 +63,14 @@ import numpy as np  # noqa: E402
 TINY = os.path.join(gq.ROOT, "tests/data/tiny")
 # the families' F32 files (mistral is arch llama, ministral3 mistral3)
 MODELS = ["qwen3", "qwen3-hf", "gemma2", "gemma3", "mistral", "ministral3", "phi3", "phi3-partial",
-          "mixtral", "qwen3moe", "qwen2moe"]
+          "mixtral", "qwen3moe", "qwen2moe", "deepseek2", "deepseek3", "gpt-oss", "gpt-oss-mxfp4"]
 MIXES = ["Q4_0", "Q8_0", "Q4_K_M", "Q5_K_M", "Q6_K", "Q3_K_M", "Q2_K"]
+# issue 19's families: also MXFP4_MOE (experts MXFP4, the rest Q8_0); the
+# gpt-oss whose experts are MXFP4 already (gen_gptoss_mxfp4.py) only that
+# (llama.cpp refuses to requantize them to another type)
+MODEL_MIXES = {"deepseek2": MIXES + ["MXFP4_MOE"], "deepseek3": MIXES + ["MXFP4_MOE"],
+               "gpt-oss": MIXES + ["MXFP4_MOE"], "gpt-oss-mxfp4": ["MXFP4_MOE"]}
+FTYPES = dict(gq.FTYPES, MXFP4_MOE=38)   # LLAMA_FTYPE_MOSTLY_MXFP4_MOE
 VERSIONS = {"llama_cpp": "0.3.36", "gguf": "0.19.0", "numpy": "2.4.6"}
 
 
@@ -189,9 +203,9 @@ def main():
         for name in a.models:
             src = os.path.join(TINY, name + ".gguf")
             lines = []
-            for mix in MIXES:
+            for mix in MODEL_MIXES.get(name, MIXES):
                 ref, ours = os.path.join(tmp, "ref.gguf"), os.path.join(tmp, "ours.gguf")
-                gq.llama_quantize(src, ref, gq.FTYPES[mix])
+                gq.llama_quantize(src, ref, FTYPES[mix])
                 gq.ruvllm_quantize(src, ours, mix)
                 bad += gq.compare(f"{name} {mix}", ours, ref)
                 h = hashes(ref)
