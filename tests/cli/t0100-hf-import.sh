@@ -91,6 +91,27 @@ for dir in "$D"/hf/*/; do
         assert "$name: all tensors, experts decoded to F32, as the converter's" "cmp -s $TMP/t-ref $TMP/t-ours"
         rm -f "$TMP/$name.gguf" "$TMP/$name-ref.gguf"
         continue ;;
+    *-bf16)
+        # a BF16 checkpoint (tests/ref/gen_bf16_hf.py; the converter's
+        # --outtype auto): matrices BF16, routers, norms and biases (gpt-oss's
+        # 2-D expert biases too) F32 as the converter keeps them. Through
+        # quantize's BF16 mix, which leaves every tensor it does not quantize
+        # in its type, both files must agree in every type and byte
+        run 0 ruvllm quantize -q "$dir" "$TMP/$name.gguf" BF16
+        run 0 ruvllm quantize -q "$ref" "$TMP/$name-ref.gguf" BF16
+        tensors "$TMP/$name-ref.gguf" >"$TMP/t-ref"
+        tensors "$TMP/$name.gguf" >"$TMP/t-ours"
+        assert "$name: routers F32 as the converter keeps them" \
+            "grep -q 'ffn_gate_inp.weight	F32	' $TMP/t-ours && ! grep -q 'ffn_gate_inp.weight	BF16' $TMP/t-ours"
+        assert "$name: all tensors, types and bytes, as the converter's" "cmp -s $TMP/t-ref $TMP/t-ours"
+        if ! cmp -s "$TMP/t-ref" "$TMP/t-ours"; then
+            diff "$TMP/t-ref" "$TMP/t-ours" | head -n 6 | sed 's/^/#   /'
+        fi
+        meta "$TMP/$name-ref.gguf" | grep -v '^  tokenizer\.ggml\.pre ' >"$TMP/meta-ref"
+        meta "$TMP/$name.gguf" | grep -v '^  tokenizer\.ggml\.pre ' >"$TMP/meta-ours"
+        assert "$name: metadata as the converter's" "cmp -s $TMP/meta-ref $TMP/meta-ours"
+        rm -f "$TMP/$name.gguf" "$TMP/$name-ref.gguf"
+        continue ;;
     esac
     run 0 ruvllm quantize -q "$dir" "$TMP/$name.gguf" F32
     meta "$ref" >"$TMP/meta-ref"
