@@ -1618,8 +1618,8 @@ static int plan_gptoss(const char *in, const rvl_tensor_info *t, const char *s, 
     bool ok = bias ? t->n_dims == 2 && t->ne[1] == E && t->ne[0] == out
                    : t->n_dims == 3 && t->ne[2] == E && t->ne[1] == (down ? ff : dim) && t->ne[0] == out;
     if (!ok)
-        return rvl_seterr(RVL_EFORMAT, "%s: tensor %s: not of the shape %u experts of %u x %u give", in, s,
-                          h->n_expert, h->n_embd, h->n_ff_exp);
+        return rvl_seterr(RVL_EFORMAT, "%s: tensor %s: not the shape num_local_experts %u, hidden_size %u "
+                          "and intermediate_size %u give", in, s, h->n_expert, h->n_embd, h->n_ff_exp);
     char name[64];
     if (down) {
         snprintf(name, sizeof name, "blk.%u.ffn_down_exps.%s", l, bias ? "bias" : "weight");
