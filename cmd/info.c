@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "ruvllm_tools.h"
 
 #define ARRAY_PREVIEW 8
 #define STRING_PREVIEW 72
@@ -140,6 +141,8 @@ static const char *type_name(uint32_t type)
     return ti ? ti->name : "?";
 }
 
+static void print_summary_text(FILE *out, const rvl_file *f);
+
 static void print_text(const rvl_file *f)
 {
     FILE *out = stdout;
@@ -194,6 +197,77 @@ static void print_text(const rvl_file *f)
         human_bytes(sz2, sizeof sz2, (double)totals[k].bytes);
         fprintf(out, "  %-7s %5" PRIu64 " tensors %14" PRIu64 " elements %12s\n", type_name(type),
                 totals[k].tensors, totals[k].elements, sz2);
+    }
+    print_summary_text(out, f);
+}
+
+/* Experts, active parameters and MLA's cache (rvl_convert_summary). */
+static void print_summary_text(FILE *out, const rvl_file *f)
+{
+    rvl_model_summary s;
+    rvl_convert_summary(f, &s);
+    if (s.n_expert) {
+        fprintf(out, "\nexperts: %u per layer, %u used per token, %u shared, %u leading dense layer%s\n",
+                s.n_expert, s.n_expert_used, s.n_expert_shared, s.n_dense_lead, s.n_dense_lead == 1 ? "" : "s");
+        fprintf(out, "  expert parameters          %14" PRIu64 " (%.1f%% of %" PRIu64 ")\n", s.expert_params,
+                s.params ? 100.0 * (double)s.expert_params / (double)s.params : 0.0, s.params);
+        fprintf(out, "  shared expert parameters   %14" PRIu64 "\n", s.shared_params);
+        fprintf(out, "  active parameters a token  %14" PRIu64 " (%.1f%%)\n", s.active_params,
+                s.params ? 100.0 * (double)s.active_params / (double)s.params : 0.0);
+    }
+    if (s.mla) {
+        fprintf(out, "\nMLA: q_lora_rank %u%s, kv_lora_rank %u, rope dimensions %u; per head: key %u, "
+                     "value %u\n", s.q_lora_rank, s.q_lora_rank ? "" : " (plain query projection)",
+                s.kv_lora_rank, s.rope_dim, s.key_length_mla, s.value_length_mla);
+        fprintf(out, "  KV cache a token (f16, %u layers): latent %" PRIu64 " bytes, per head %" PRIu64
+                     " bytes (%.2fx)\n", s.n_layer, s.kv_bytes_latent, s.kv_bytes_per_head,
+                s.kv_bytes_latent ? (double)s.kv_bytes_per_head / (double)s.kv_bytes_latent : 0.0);
+    }
+}
+
+static void print_summary_json(rvl_jw *w, const rvl_file *f)
+{
+    rvl_model_summary s;
+    rvl_convert_summary(f, &s);
+    if (s.n_expert) {
+        rvl_jw_key(w, "moe");
+        rvl_jw_obj(w);
+        rvl_jw_key(w, "n_expert");
+        rvl_jw_u64(w, s.n_expert);
+        rvl_jw_key(w, "n_expert_used");
+        rvl_jw_u64(w, s.n_expert_used);
+        rvl_jw_key(w, "n_expert_shared");
+        rvl_jw_u64(w, s.n_expert_shared);
+        rvl_jw_key(w, "n_dense_lead");
+        rvl_jw_u64(w, s.n_dense_lead);
+        rvl_jw_key(w, "params");
+        rvl_jw_u64(w, s.params);
+        rvl_jw_key(w, "expert_params");
+        rvl_jw_u64(w, s.expert_params);
+        rvl_jw_key(w, "shared_params");
+        rvl_jw_u64(w, s.shared_params);
+        rvl_jw_key(w, "active_params");
+        rvl_jw_u64(w, s.active_params);
+        rvl_jw_obj_end(w);
+    }
+    if (s.mla) {
+        rvl_jw_key(w, "mla");
+        rvl_jw_obj(w);
+        rvl_jw_key(w, "q_lora_rank");
+        rvl_jw_u64(w, s.q_lora_rank);
+        rvl_jw_key(w, "kv_lora_rank");
+        rvl_jw_u64(w, s.kv_lora_rank);
+        rvl_jw_key(w, "rope_dim");
+        rvl_jw_u64(w, s.rope_dim);
+        rvl_jw_key(w, "key_length_mla");
+        rvl_jw_u64(w, s.key_length_mla);
+        rvl_jw_key(w, "value_length_mla");
+        rvl_jw_u64(w, s.value_length_mla);
+        rvl_jw_key(w, "kv_bytes_latent");
+        rvl_jw_u64(w, s.kv_bytes_latent);
+        rvl_jw_key(w, "kv_bytes_per_head");
+        rvl_jw_u64(w, s.kv_bytes_per_head);
+        rvl_jw_obj_end(w);
     }
 }
 
@@ -337,6 +411,7 @@ static void print_json(rvl_jw *w, const rvl_file *f)
     rvl_jw_key(w, "bits_per_weight");
     rvl_jw_f64(w, all_el ? 8.0 * (double)all_b / (double)all_el : 0.0);
     rvl_jw_obj_end(w);
+    print_summary_json(w, f);
     rvl_jw_obj_end(w);
 }
 
@@ -392,7 +467,18 @@ rvl_cmd cmd_info_desc = {
         "With --json the output is one JSON object per file with the keys file, format, "
         "version, alignment, data_offset (GGUF), size, metadata (a list of {key, type, value}; "
         "arrays add elem_type, count and truncated), tensors (name, type, type_id, shape, "
-        "n_elements, bytes, offset) and totals. Several files give a JSON array.",
+        "n_elements, bytes, offset) and totals. Several files give a JSON array.\n"
+        "\n"
+        "A mixture of experts adds its experts: how many a layer has, how many a token uses, the "
+        "shared ones and the leading dense layers, the parameters (tensor elements) of the routed "
+        "experts (ffn_*_exps) and of the shared ones (ffn_*_shexp), and the parameters a token "
+        "computes with: all others plus n_expert_used / n_expert of the routed experts' (JSON: moe "
+        "with n_expert, n_expert_used, n_expert_shared, n_dense_lead, params, expert_params, "
+        "shared_params, active_params). Multi-head latent attention (DeepSeek) adds its ranks and "
+        "widths and the KV cache a token takes in f16 over all layers: the latent one (kv_lora_rank "
+        "+ rope dimensions a layer, as llama.cpp caches it) against a cache of every head's keys and "
+        "values (JSON: mla with q_lora_rank, kv_lora_rank, rope_dim, key_length_mla, "
+        "value_length_mla, kv_bytes_latent, kv_bytes_per_head).",
     .examples = "ruvllm info model.gguf\tmetadata and tensors of a GGUF file\n"
                 "ruvllm info --json --all model.gguf | jq '.metadata[].key'\tevery metadata key\n"
                 "ruvllm info ~/models/SmolLM2-135M-Instruct/\ta Hugging Face directory",

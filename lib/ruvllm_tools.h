@@ -104,6 +104,34 @@ typedef void (*rvl_convert_progress_fn)(void *ud, const rvl_convert_progress *p)
  * they differ or `out` does not exist yet, RVL_EINVAL otherwise. */
 int rvl_convert_check_paths(const char *in, const char *out);
 
+/* What a model file's mixture of experts and latent attention amount to
+ * (for `ruvllm info`), from its GGUF keys and tensor names. Parameters are
+ * tensor elements: the routed experts' are those of the ffn_*_exps
+ * tensors (weights and biases), the shared experts' those of ffn_*_shexp;
+ * a token computes with every other parameter, the shared experts
+ * included, and n_expert_used / n_expert of the routed experts'. The KV
+ * bytes are per token over all layers in f16: the latent cache of MLA
+ * (kv_lora_rank + rope.dimension_count values a layer, the key; the value
+ * is the latent's first kv_lora_rank of them, not kept twice, as llama.cpp
+ * caches it) and the per-head cache the same model would need without it
+ * (head_count x (key_length_mla + value_length_mla)). */
+typedef struct {
+    uint64_t params;                /* all tensors' elements */
+    /* mixtures of experts: n_expert 0 for a dense model (the rest 0 too) */
+    uint32_t n_expert, n_expert_used;
+    uint32_t n_expert_shared;       /* expert_shared_count, or 1 when ffn_*_shexp without it */
+    uint32_t n_dense_lead;          /* leading_dense_block_count */
+    uint64_t expert_params, shared_params, active_params;
+    /* multi-head latent attention (deepseek2): false and 0 otherwise */
+    bool mla;
+    uint32_t n_layer, n_head, q_lora_rank, kv_lora_rank, rope_dim, key_length_mla, value_length_mla;
+    uint64_t kv_bytes_latent, kv_bytes_per_head;
+} rvl_model_summary;
+
+/* Fill *s from f (any model file; a safetensors one has no keys: params
+ * only). Never fails on a well-formed file: 0. */
+int rvl_convert_summary(const rvl_file *f, rvl_model_summary *s);
+
 typedef struct {
     uint32_t type;          /* RVL_TYPE_F32, RVL_TYPE_F16 or RVL_TYPE_BF16 */
     rvl_convert_progress_fn progress;   /* may be NULL */

@@ -14,8 +14,12 @@
  * renamed (model.layers.N.self_attn.q_proj -> blk.N.attn_q, ...), llama's
  * Q/K rows reordered from Hugging Face's two halves to interleaved pairs,
  * mixture-of-experts layers' per-expert matrices stacked into one 3-D
- * tensor per kind (ffn_{gate,up,down}_exps),
- * matrices kept in their dtype (F32, F16, BF16), 1-D tensors in F32. The
+ * tensor per kind (ffn_{gate,up,down}_exps), DeepSeek's kv_b_proj split
+ * into attn_k_b (transposed per head) and attn_v_b, gpt-oss's fused 3-D
+ * experts transposed and de-interleaved, or their MXFP4 blocks repacked
+ * into GGUF's MXFP4 as they are,
+ * matrices kept in their dtype (F32, F16, BF16), in F32 what the converter
+ * keeps in F32 (1-D tensors, norms, routers, biases). The
  * import is opened and unlinked at once (the mapping keeps it), so nothing
  * of it outlives the process.
  */
@@ -128,6 +132,12 @@ typedef struct {
     /* mixtures of experts (Mixtral, Qwen2-MoE, Qwen3-MoE); 0: dense or
      * not in config.json */
     uint32_t n_expert, n_expert_used, n_ff_exp, n_ff_shexp;
+    uint32_t k_len, v_len;  /* attention.key_length/value_length (head_dim but for deepseek2) */
+    /* DeepSeek (deepseek2): MLA's ranks and per-head widths, the experts'
+     * layout and router; 0 / NaN: not written */
+    uint32_t q_lora, kv_lora, k_mla, v_mla, n_dense_lead, n_shexp, n_group, n_group_used, gating;
+    bool has_group, has_group_used, w_norm;
+    double w_scale;
 } hparams;
 
 /* The loader's validation (engine/model.c), so that the import never
@@ -184,7 +194,8 @@ static const struct {
     {"Gemma3ForConditionalGeneration", "gemma3"},   /* its text part (text_config) */
     {"Phi3ForCausalLM", "phi3"}, {"Ministral3ForCausalLM", "mistral3"},
     {"MixtralForCausalLM", "llama"}, {"Qwen2MoeForCausalLM", "qwen2moe"},
-    {"Qwen3MoeForCausalLM", "qwen3moe"},
+    {"Qwen3MoeForCausalLM", "qwen3moe"}, {"DeepseekV2ForCausalLM", "deepseek2"},
+    {"DeepseekV3ForCausalLM", "deepseek2"}, {"GptOssForCausalLM", "gpt-oss"},
 };
 
 /* The families whose converter is llama.cpp's LlamaModel: Q/K rows
@@ -426,6 +437,125 @@ static int read_moe(const char *path, const cJSON *c, hparams *h)
     return 0;
 }
 
+/* A positive count of config.json that may be null or absent (def then). */
+static int ju32_opt(const char *path, const cJSON *c, const char *k, uint32_t def, uint32_t *v)
+{
+    const cJSON *x = jget(c, k);
+    *v = def;
+    if (!x || cJSON_IsNull(x))
+        return 0;
+    if (!ju32(c, k, v) || *v > (1u << 24))
+        return rvl_seterr(RVL_EFORMAT, "%s: bad %s", path, k);
+    return 1;
+}
+
+/* DeepSeek-V2 and V3 (deepseek2): multi-head latent attention written as
+ * llama.cpp's converter writes it - one KV head whose key is the latent
+ * (kv_lora_rank) plus the shared rotary part (qk_rope_head_dim) and whose
+ * value is the latent; the per-head widths as key/value_length_mla - and
+ * the mixture: leading dense layers, routed experts with their scale,
+ * renormalization, gating function (softmax, or V3's sigmoid) and groups,
+ * the shared experts. YaRN's mscale_all_dim becomes yarn_log_multiplier
+ * as 0.1 * mscale_all_dim (llama.cpp's legacy reading for this family). */
+static int read_deepseek2(const char *path, const cJSON *c, hparams *h)
+{
+    uint32_t rope, nope, v, moe_ff;
+    int rc;
+    if ((rc = ju32_opt(path, c, "kv_lora_rank", 512, &h->kv_lora)) < 0 ||
+        (rc = ju32_opt(path, c, "q_lora_rank", 0, &h->q_lora)) < 0 ||
+        (rc = ju32_opt(path, c, "n_shared_experts", 0, &h->n_shexp)) < 0)
+        return rc;
+    if (!ju32(c, "qk_rope_head_dim", &rope) || !ju32(c, "qk_nope_head_dim", &nope) || !ju32(c, "v_head_dim", &v) ||
+        rope == 0 || rope % 2 || rope > 1024 || nope > 1024 || v == 0 || v > 1024 || h->kv_lora == 0 ||
+        h->kv_lora > 65536)
+        return rvl_seterr(RVL_EFORMAT, "%s: missing or bad qk_rope_head_dim, qk_nope_head_dim, v_head_dim or "
+                          "kv_lora_rank", path);
+    h->n_head_kv = 1;
+    h->head_dim = h->k_len = h->kv_lora + rope;
+    h->v_len = h->kv_lora;
+    h->rope_dim = rope;
+    h->k_mla = nope + rope;
+    h->v_mla = v;
+    /* the routed experts */
+    if (!jget(c, "n_routed_experts") || cJSON_IsNull(jget(c, "n_routed_experts")))
+        return refuse(path, "n_routed_experts", "a DeepSeek model without routed experts");
+    if (!ju32(c, "n_routed_experts", &h->n_expert) || h->n_expert == 0 || h->n_expert > 1024)
+        return rvl_seterr(RVL_EFORMAT, "%s: bad n_routed_experts", path);
+    if (!ju32(c, "num_experts_per_tok", &h->n_expert_used) || h->n_expert_used == 0 ||
+        h->n_expert_used > h->n_expert)
+        return rvl_seterr(RVL_EFORMAT, "%s: missing or bad num_experts_per_tok (1 to n_routed_experts %u)",
+                          path, h->n_expert);
+    if ((rc = ju32_opt(path, c, "moe_intermediate_size", h->n_ff, &moe_ff)) < 0 ||
+        (rc = ju32_opt(path, c, "first_k_dense_replace", 0, &h->n_dense_lead)) < 0)
+        return rc;
+    h->n_ff_exp = moe_ff;
+    if (h->n_ff_exp == 0 || h->n_dense_lead > h->n_layer)
+        return rvl_seterr(RVL_EFORMAT, "%s: bad moe_intermediate_size or first_k_dense_replace", path);
+    double freq;
+    if (jnum(c, "moe_layer_freq", &freq) && freq != 1)
+        return refuse(path, "moe_layer_freq", "llama.cpp makes every layer past the leading dense ones a mixture");
+    if ((rc = ju32_opt(path, c, "n_group", 0, &h->n_group)) < 0 ||
+        (h->has_group = rc > 0, rc = ju32_opt(path, c, "topk_group", 0, &h->n_group_used)) < 0)
+        return rc;
+    h->has_group_used = rc > 0;
+    const cJSON *sf = jget(c, "scoring_func");
+    if (sf && !cJSON_IsNull(sf)) {
+        if (jstr_is(c, "scoring_func", "softmax"))
+            h->gating = 1;
+        else if (jstr_is(c, "scoring_func", "sigmoid"))
+            h->gating = 2;
+        else
+            return refuse(path, "scoring_func", "llama.cpp's deepseek2 gates with softmax or sigmoid");
+    }
+    h->w_scale = NAN;
+    const cJSON *rs = jget(c, "routed_scaling_factor");
+    if (rs && !cJSON_IsNull(rs) && (!jnum(c, "routed_scaling_factor", &h->w_scale) || !isfinite(h->w_scale)))
+        return rvl_seterr(RVL_EFORMAT, "%s: bad routed_scaling_factor", path);
+    h->w_norm = cJSON_IsTrue(jget(c, "norm_topk_prob"));
+    /* YaRN's attention scale: llama.cpp's deepseek2 reads mscale_all_dim
+     * (as yarn_log_multiplier) and takes mscale to be the same */
+    const cJSON *rp = jget(c, "rope_parameters");
+    if (!cJSON_IsObject(rp))
+        rp = jget(c, "rope_scaling");
+    double ms, msa;
+    if (cJSON_IsObject(rp) && jnum(rp, "mscale_all_dim", &msa)) {
+        if (!isfinite(msa))
+            return rvl_seterr(RVL_EFORMAT, "%s: bad mscale_all_dim", path);
+        if (jnum(rp, "mscale", &ms) && ms != msa)
+            return refuse(path, "rope_parameters.mscale", "llama.cpp's deepseek2 takes mscale equal to "
+                          "mscale_all_dim");
+        h->yarn_log_mul = 0.1 * msa;
+    }
+    return 0;
+}
+
+/* gpt-oss: windowed and global layers alternating (the first windowed),
+ * the experts of intermediate_size, the clamped SwiGLU llama.cpp computes
+ * with its own constants (alpha 1.702, limit 7). */
+static int read_gptoss(const char *path, const cJSON *c, hparams *h)
+{
+    bool windowed;
+    double x;
+    int rc;
+    if ((rc = read_moe(path, c, h)) < 0)
+        return rc;
+    if (!h->n_expert)
+        return rvl_seterr(RVL_EFORMAT, "%s: no num_local_experts (gpt-oss is a mixture of experts)", path);
+    h->n_ff_exp = h->n_ff;
+    if ((rc = check_layer_types(path, c, h, 2, &windowed)) < 0)
+        return rc;
+    if (!ju32(c, "sliding_window", &h->window) || h->window == 0)
+        return rvl_seterr(RVL_EFORMAT, "%s: missing or bad sliding_window", path);
+    if (!windowed)
+        return refuse(path, "layer_types", "llama.cpp's gpt-oss windows every other layer");
+    h->has_window = true;
+    if (jget(c, "swiglu_limit") && (!jnum(c, "swiglu_limit", &x) || x != 7.0))
+        return refuse(path, "swiglu_limit", "llama.cpp's gpt-oss clamps at 7");
+    if (jget(c, "swiglu_alpha") && (!jnum(c, "swiglu_alpha", &x) || fabs(x - 1.702) > 1e-9))
+        return refuse(path, "swiglu_alpha", "llama.cpp's gpt-oss computes with alpha 1.702");
+    return 0;
+}
+
 /* Gemma 2 and 3: soft-caps, windows, the query scale, the RMSNorm shift. */
 static int read_gemma(const char *path, const cJSON *c, hparams *h)
 {
@@ -476,7 +606,8 @@ static int read_hparams(const char *path, const cJSON *c, hparams *h)
                           "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, "
                           "Gemma2ForCausalLM, Gemma3ForCausalLM (and Gemma3ForConditionalGeneration's "
                           "text part), Phi3ForCausalLM, Ministral3ForCausalLM, MixtralForCausalLM, "
-                          "Qwen2MoeForCausalLM and Qwen3MoeForCausalLM", path, an);
+                          "Qwen2MoeForCausalLM, Qwen3MoeForCausalLM, DeepseekV2ForCausalLM, "
+                          "DeepseekV3ForCausalLM and GptOssForCausalLM", path, an);
     bool g3 = !strcmp(h->arch, "gemma3"), gemma = g3 || !strcmp(h->arch, "gemma2");
     bool phi3 = !strcmp(h->arch, "phi3"), qwen = !strncmp(h->arch, "qwen", 4);
     /* Gemma 3's converter has defaults for what its configs may leave out */
@@ -527,10 +658,15 @@ static int read_hparams(const char *path, const cJSON *c, hparams *h)
         return rc;
     if (!strcmp(h->arch, "mistral3") && (rc = read_ministral3(path, c, h)) < 0)
         return rc;
+    h->k_len = h->v_len = h->head_dim;
     if (!strcmp(h->arch, "llama") || qwen) {
         if ((rc = read_moe(path, c, h)) < 0)
             return rc;
     }
+    if (!strcmp(h->arch, "deepseek2") && (rc = read_deepseek2(path, c, h)) < 0)
+        return rc;
+    if (!strcmp(h->arch, "gpt-oss") && (rc = read_gptoss(path, c, h)) < 0)
+        return rc;
     if (qwen && cJSON_IsTrue(jget(c, "use_sliding_window")))
         return refuse(path, "use_sliding_window", "llama.cpp's qwen2/qwen3 have no windowed layers");
     /* Mistral's window: kept as llama.attention.sliding_window (llama.cpp's
@@ -1167,7 +1303,91 @@ typedef struct {
     const cJSON *f;         /* synthesized: the numbers (Phi-3's LongRoPE factors) */
     /* stacked experts (3-D): expert e's matrix is exps[e] (t is exps[0]) */
     const rvl_tensor_info **exps;
+    /* picked from t by strides (DeepSeek's kv_b_proj split in two, gpt-oss's
+     * fused experts transposed and de-interleaved): output element (i0, i1,
+     * i2) is element base + i0 s[0] + i1 s[1] + i2 s[2] of t */
+    bool gather;
+    uint64_t base, s[3];
+    /* MXFP4 (gpt-oss's experts as *_blocks, t, and *_scales): output row r
+     * of expert e is the source row e * src_rows + roff + r * rstep */
+    const rvl_tensor_info *scales;
+    uint64_t roff, rstep;
 } imp_tensor;
+
+/* The tensors the converter keeps in F32 whatever the checkpoint's dtype:
+ * 1-D ones, norms, routers, and all that are not .weight (biases, DeepSeek's
+ * exp_probs_b.bias). */
+static bool forced_f32(const char *name, uint32_t n_dims)
+{
+    size_t n = strlen(name);
+    return n_dims <= 1 || strstr(name, "ffn_gate_inp") || n < 7 || strcmp(name + n - 7, ".weight") ||
+           (n >= 12 && !strcmp(name + n - 12, "_norm.weight"));
+}
+
+/* Elements picked by strides, in chunks of whole output rows. */
+static int stream_gather(rvl_gguf_writer *w, uint64_t idx, const imp_tensor *x, float *f32, void *obuf,
+                         uint64_t cap)
+{
+    const rvl_tensor_info *t = x->t;
+    const rvl_kformat *kin = rvl_kformat_get(t->type), *kout = rvl_kformat_get(x->type);
+    uint64_t es = rvl_kformat_row_bytes(kin, 1), n0 = x->ne[0], out_row = rvl_kformat_row_bytes(kout, n0);
+    uint64_t rows = x->ne[1] * x->ne[2], per = cap / out_row, k = 0;
+    const char *src = t->data;
+    for (uint64_t r = 0; r < rows; r++) {
+        uint64_t at = x->base + (r % x->ne[1]) * x->s[1] + (r / x->ne[1]) * x->s[2];
+        char *o = (char *)obuf + k * out_row;
+        if (t->type == x->type) {
+            for (uint64_t i = 0; i < n0; i++)
+                memcpy(o + i * es, src + (at + i * x->s[0]) * es, (size_t)es);
+        } else {
+            for (uint64_t i = 0; i < n0; i++)
+                kin->dequantize(src + (at + i * x->s[0]) * es, f32 + i, 1);
+            kout->quantize(f32, o, (int64_t)n0, NULL);
+        }
+        if (++k == per || r + 1 == rows) {
+            if (rvl_interrupted())
+                return rvl_seterr(RVL_EINTR, "interrupted");
+            int rc = rvl_gguf_writer_tensor_data(w, idx, obuf, k * out_row);
+            if (rc < 0)
+                return rc;
+            k = 0;
+        }
+    }
+    return 0;
+}
+
+/* gpt-oss's MXFP4 experts: a block of the checkpoint is 16 bytes holding
+ * elements 2j (low nibble) and 2j + 1 (high) in byte j, and its E8M0 scale
+ * apart; a GGUF MXFP4 block is the scale, then 16 bytes holding elements j
+ * (low) and j + 16 (high). */
+static int stream_mxfp4(rvl_gguf_writer *w, uint64_t idx, const imp_tensor *x, void *obuf, uint64_t cap)
+{
+    const uint8_t *blk = x->t->data, *sc = x->scales->data;
+    uint64_t nb = x->ne[0] / 32, src_rows = x->t->ne[2], out_row = nb * 17;
+    uint64_t rows = x->ne[1] * x->ne[2], per = cap / out_row, k = 0;
+    for (uint64_t r = 0; r < rows; r++) {
+        uint64_t sr = (r / x->ne[1]) * src_rows + x->roff + (r % x->ne[1]) * x->rstep;
+        uint8_t *o = (uint8_t *)obuf + k * out_row;
+        for (uint64_t b = 0; b < nb; b++) {
+            const uint8_t *q = blk + (sr * nb + b) * 16;
+            o[b * 17] = sc[sr * nb + b];
+            for (int j = 0; j < 16; j++) {
+                int k2 = j + 16;
+                uint8_t lo = (q[j / 2] >> (4 * (j & 1))) & 15, hi = (q[k2 / 2] >> (4 * (k2 & 1))) & 15;
+                o[b * 17 + 1 + j] = (uint8_t)(lo | hi << 4);
+            }
+        }
+        if (++k == per || r + 1 == rows) {
+            if (rvl_interrupted())
+                return rvl_seterr(RVL_EINTR, "interrupted");
+            int rc = rvl_gguf_writer_tensor_data(w, idx, obuf, k * out_row);
+            if (rc < 0)
+                return rc;
+            k = 0;
+        }
+    }
+    return 0;
+}
 
 /* The rows of source t (a whole tensor, or one expert's matrix). */
 static int stream_rows(rvl_gguf_writer *w, uint64_t idx, const imp_tensor *x, const rvl_tensor_info *t,
@@ -1207,8 +1427,13 @@ static int stream_rows(rvl_gguf_writer *w, uint64_t idx, const imp_tensor *x, co
     return 0;
 }
 
-static int stream_tensor(rvl_gguf_writer *w, uint64_t idx, const imp_tensor *x, float *f32, void *obuf)
+static int stream_tensor(rvl_gguf_writer *w, uint64_t idx, const imp_tensor *x, float *f32, void *obuf,
+                         uint64_t cap)
 {
+    if (x->scales)
+        return stream_mxfp4(w, idx, x, obuf, cap);
+    if (x->gather)
+        return stream_gather(w, idx, x, f32, obuf, cap);
     if (!x->t) {   /* a 1-D F32 tensor from config.json's numbers */
         const cJSON *e;
         uint64_t k = 0;
@@ -1301,6 +1526,170 @@ static int plan_expert(const char *in, const rvl_tensor_info *t, const char *s, 
     return 1;
 }
 
+static void note_out(uint64_t n0, uint64_t *max_row, uint64_t *max_chunk)
+{
+    if (n0 * 4 > *max_row) *max_row = n0 * 4;
+    if (n0 > *max_chunk) *max_chunk = n0;
+}
+
+/* A tensor picked from t by strides (imp_tensor.gather). */
+static void add_gather(imp_tensor *m, const rvl_tensor_info *t, const char *name, uint32_t n_dims,
+                       uint64_t n0, uint64_t n1, uint64_t n2, uint64_t base, uint64_t s0, uint64_t s1, uint64_t s2)
+{
+    snprintf(m->name, sizeof m->name, "%s", name);
+    m->t = t;
+    m->gather = true;
+    m->n_dims = n_dims;
+    m->type = forced_f32(name, n_dims) ? RVL_TYPE_F32 : t->type;
+    m->ne[0] = n0;
+    m->ne[1] = n1;
+    m->ne[2] = n2;
+    m->base = base;
+    m->s[0] = s0;
+    m->s[1] = s1;
+    m->s[2] = s2;
+}
+
+static int float_dtype(const char *in, const char *s, const rvl_tensor_info *t)
+{
+    if (t->type != RVL_TYPE_F32 && t->type != RVL_TYPE_F16 && t->type != RVL_TYPE_BF16)
+        return rvl_seterr(RVL_EUNSUPPORTED, "%s: tensor %s: dtype %s (F32, F16 or BF16 expected)",
+                          in, s, rvl_type_get(t->type) ? rvl_type_get(t->type)->name : "?");
+    return 0;
+}
+
+/* DeepSeek: the layers past num_hidden_layers (V3's multi-token prediction)
+ * are left out, as the converter leaves them; kv_b_proj (per head, the
+ * keys' nope rows then the values' rows, over the latent) becomes
+ * attn_k_b (each head's key rows transposed: [kv_lora_rank, nope] per head)
+ * and attn_v_b ([v_head_dim, kv_lora_rank] per head). 1 taken, 0 not. */
+static int plan_deepseek2(const char *in, const rvl_tensor_info *t, const char *s, const hparams *h,
+                          imp_tensor *x, uint64_t *nxp, uint64_t *max_row, uint64_t *max_chunk)
+{
+    unsigned l;
+    int n = 0;
+    if (sscanf(s, "model.layers.%u.%n", &l, &n) != 1 || n == 0)
+        return 0;
+    if (l >= h->n_layer)
+        return 1;
+    if (strcmp(s + n, "self_attn.kv_b_proj.weight"))
+        return 0;
+    uint64_t nope = h->k_mla - h->rope_dim, v = h->v_mla, kvl = h->kv_lora, H = h->n_head;
+    int rc = float_dtype(in, s, t);
+    if (rc < 0)
+        return rc;
+    if (t->n_dims != 2 || t->ne[0] != kvl || t->ne[1] != H * (nope + v))
+        return rvl_seterr(RVL_EFORMAT, "%s: tensor %s: not [%llu, %llu] (heads x (qk_nope_head_dim + "
+                          "v_head_dim), kv_lora_rank)", in, s, (unsigned long long)(H * (nope + v)),
+                          (unsigned long long)kvl);
+    char name[64];
+    snprintf(name, sizeof name, "blk.%u.attn_k_b.weight", l);
+    add_gather(&x[(*nxp)++], t, name, 3, nope, kvl, H, 0, kvl, 1, (nope + v) * kvl);
+    snprintf(name, sizeof name, "blk.%u.attn_v_b.weight", l);
+    add_gather(&x[(*nxp)++], t, name, 3, kvl, v, H, nope * kvl, 1, kvl, (nope + v) * kvl);
+    note_out(kvl > nope ? kvl : nope, max_row, max_chunk);
+    return 1;
+}
+
+/* gpt-oss's experts, one 3-D tensor per kind in the checkpoint: down_proj
+ * [experts, ff, dim] and gate_up_proj [experts, dim, 2 ff] (x @ W: the
+ * transposes of GGUF's matrices), gate and up interleaved along 2 ff
+ * (gate the even columns), their biases alike; or MXFP4 (*_blocks and
+ * *_scales, rows the outputs: planned by plan_mxfp4, skipped here).
+ * 1 taken, 0 not. */
+static int plan_gptoss(const char *in, const rvl_tensor_info *t, const char *s, const hparams *h,
+                       imp_tensor *x, uint64_t *nxp, uint64_t *max_row, uint64_t *max_chunk)
+{
+    unsigned l;
+    int n = 0;
+    if (sscanf(s, "model.layers.%u.mlp.experts.%n", &l, &n) != 1 || n == 0 || l >= h->n_layer)
+        return 0;
+    const char *k = s + n;
+    size_t kl = strlen(k);
+    if (kl > 7 && (!strcmp(k + kl - 7, "_blocks") || !strcmp(k + kl - 7, "_scales")))
+        return 1;
+    bool down = !strncmp(k, "down_proj", 9), bias = kl > 5 && !strcmp(k + kl - 5, "_bias");
+    if (!down && strncmp(k, "gate_up_proj", 12))
+        return 0;
+    int rc = float_dtype(in, s, t);
+    if (rc < 0)
+        return rc;
+    uint64_t E = h->n_expert, ff = h->n_ff_exp, dim = h->n_embd, out = down ? dim : 2 * ff;
+    bool ok = bias ? t->n_dims == 2 && t->ne[1] == E && t->ne[0] == out
+                   : t->n_dims == 3 && t->ne[2] == E && t->ne[1] == (down ? ff : dim) && t->ne[0] == out;
+    if (!ok)
+        return rvl_seterr(RVL_EFORMAT, "%s: tensor %s: not the shape num_local_experts %u, hidden_size %u "
+                          "and intermediate_size %u give", in, s, h->n_expert, h->n_embd, h->n_ff_exp);
+    char name[64];
+    if (down) {
+        snprintf(name, sizeof name, "blk.%u.ffn_down_exps.%s", l, bias ? "bias" : "weight");
+        if (bias)
+            add_gather(&x[(*nxp)++], t, name, 2, dim, E, 1, 0, 1, dim, 0);
+        else
+            add_gather(&x[(*nxp)++], t, name, 3, ff, dim, E, 0, dim, 1, ff * dim);
+    } else {
+        for (int u = 0; u < 2; u++) {
+            snprintf(name, sizeof name, "blk.%u.ffn_%s_exps.%s", l, u ? "up" : "gate", bias ? "bias" : "weight");
+            if (bias)
+                add_gather(&x[(*nxp)++], t, name, 2, ff, E, 1, (uint64_t)u, 2, 2 * ff, 0);
+            else
+                add_gather(&x[(*nxp)++], t, name, 3, dim, ff, E, (uint64_t)u, 2 * ff, 2, dim * 2 * ff);
+        }
+    }
+    note_out(dim > ff ? dim : ff, max_row, max_chunk);
+    return 1;
+}
+
+/* gpt-oss's MXFP4 experts: each *_blocks with its *_scales, planned in the
+ * converter's order (before all other tensors, a layer's down then gate
+ * and up). */
+static int plan_mxfp4(const char *in, const rvl_file *st, const rvl_tensor_info *const *by_name, uint64_t n,
+                      const hparams *h, imp_tensor *x, uint64_t *nxp, uint64_t *max_row, uint64_t *max_chunk)
+{
+    for (uint64_t i = 0; i < n; i++) {
+        const rvl_tensor_info *t = by_name[i];
+        char s[256], sn[256], name[64];
+        unsigned l;
+        int m = 0;
+        snprintf(s, sizeof s, "%.*s", (int)(t->name.len > 255 ? 255 : t->name.len), t->name.ptr);
+        if (sscanf(s, "model.layers.%u.mlp.experts.%n", &l, &m) != 1 || m == 0 || l >= h->n_layer)
+            continue;
+        bool down = !strcmp(s + m, "down_proj_blocks");
+        if (!down && strcmp(s + m, "gate_up_proj_blocks"))
+            continue;
+        snprintf(sn, sizeof sn, "%.*s_scales", (int)(strlen(s) - 7), s);
+        const rvl_tensor_info *sc = rvl_file_find_tensor(st, sn);
+        uint64_t E = h->n_expert, rows = down ? h->n_embd : 2ull * h->n_ff_exp;
+        uint64_t cols = down ? h->n_ff_exp : h->n_embd, nb = cols / 32;
+        if (!sc)
+            return rvl_seterr(RVL_EFORMAT, "%s: tensor %s without its %s", in, s, sn);
+        if (t->type != RVL_TYPE_U8 || sc->type != RVL_TYPE_U8 || cols % 32 || t->n_dims != 4 ||
+            t->ne[0] != 16 || t->ne[1] != nb || t->ne[2] != rows || t->ne[3] != E || sc->n_dims != 3 ||
+            sc->ne[0] != nb || sc->ne[1] != rows || sc->ne[2] != E)
+            return rvl_seterr(RVL_EFORMAT, "%s: tensor %s: MXFP4 blocks of another shape than %llu experts "
+                              "of %llu x %llu (U8 [%llu, %llu, %llu, 16] and scales [%llu, %llu, %llu])", in, s,
+                              (unsigned long long)E, (unsigned long long)rows, (unsigned long long)cols,
+                              (unsigned long long)E, (unsigned long long)rows, (unsigned long long)nb,
+                              (unsigned long long)E, (unsigned long long)rows, (unsigned long long)nb);
+        for (int u = 0; u < (down ? 1 : 2); u++) {
+            imp_tensor *o = &x[(*nxp)++];
+            snprintf(name, sizeof name, "blk.%u.ffn_%s_exps.weight", l, down ? "down" : u ? "up" : "gate");
+            snprintf(o->name, sizeof o->name, "%s", name);
+            o->t = t;
+            o->scales = sc;
+            o->type = RVL_TYPE_MXFP4;
+            o->n_dims = 3;
+            o->ne[0] = cols;
+            o->ne[1] = down ? rows : rows / 2;
+            o->ne[2] = E;
+            o->roff = (uint64_t)u;
+            o->rstep = down ? 1 : 2;
+        }
+        note_out(cols, max_row, max_chunk);
+    }
+    return 0;
+}
+
 static int cmp_tensor_name(const void *a, const void *b)
 {
     const rvl_tensor_info *x = *(const rvl_tensor_info *const *)a, *y = *(const rvl_tensor_info *const *)b;
@@ -1335,21 +1724,27 @@ static int plan_tensors(const char *in, const rvl_file *st, const hparams *h, co
     for (uint64_t i = 0; i < n; i++)
         by_name[i] = rvl_file_tensor(st, i);
     qsort(by_name, (size_t)n, sizeof *by_name, cmp_tensor_name);
-    int rc = plan_sorted(in, by_name, n, h, v, x, &nx, max_row, max_chunk, &have_embd);
+    int rc = 0;
+    if (!strcmp(h->arch, "gpt-oss"))
+        rc = plan_mxfp4(in, st, by_name, n, h, x, &nx, max_row, max_chunk);
+    if (rc == 0)
+        rc = plan_sorted(in, by_name, n, h, v, x, &nx, max_row, max_chunk, &have_embd);
     free(by_name);
     if (rc < 0)
         return rc;
-    /* every stacked tensor whole; every layer with its experts */
+    /* every stacked tensor whole; every sparse layer with its experts */
     uint32_t n_stacked = 0;
     for (uint64_t i = 0; i < nx; i++) {
         for (uint32_t e = 0; x[i].exps && e < h->n_expert; e++)
             if (!x[i].exps[e])
                 return rvl_seterr(RVL_EFORMAT, "%s: %s: expert %u's matrix is missing", in, x[i].name, e);
-        n_stacked += x[i].exps != NULL;
+        size_t nl = strlen(x[i].name);
+        n_stacked += nl > 12 && !strcmp(x[i].name + nl - 12, "_exps.weight");
     }
-    if (n_stacked != 3 * h->n_layer && h->n_expert)
+    uint32_t n_sparse = h->n_layer - h->n_dense_lead;
+    if (n_stacked != 3 * n_sparse && h->n_expert)
         return rvl_seterr(RVL_EFORMAT, "%s: %u layers of %u experts, but %u stacked expert tensors "
-                          "(3 a layer)", in, h->n_layer, h->n_expert, n_stacked);
+                          "(3 a layer)", in, n_sparse, h->n_expert, n_stacked);
     if (!have_embd)
         return rvl_seterr(RVL_EFORMAT, "%s: no model.embed_tokens.weight", in);
     *nx_out = nx;
@@ -1368,6 +1763,14 @@ static int plan_sorted(const char *in, const rvl_tensor_info **by_name, uint64_t
         const char *s = text_part_name(s0, s1, sizeof s1);
         if (!s)
             continue;
+        if (!strcmp(h->arch, "deepseek2") || !strcmp(h->arch, "gpt-oss")) {
+            int rc = h->arch[0] == 'd' ? plan_deepseek2(in, t, s, h, x, &nx, max_row, max_chunk)
+                                       : plan_gptoss(in, t, s, h, x, &nx, max_row, max_chunk);
+            if (rc < 0)
+                return rc;
+            if (rc > 0)
+                continue;
+        }
         if (h->n_expert) {
             int rc = plan_expert(in, t, s, h, x, &nx, max_row, max_chunk);
             if (rc < 0)
@@ -1390,7 +1793,7 @@ static int plan_sorted(const char *in, const rvl_tensor_info **by_name, uint64_t
             return rvl_seterr(RVL_EFORMAT, "%s: tensor %s: %llu rows do not split into %u heads", in,
                               s, (unsigned long long)(t->n_dims == 2 ? t->ne[1] : 1), x[nx].perm);
         x[nx].t = t;
-        x[nx].type = t->n_dims == 1 ? RVL_TYPE_F32 : t->type;
+        x[nx].type = forced_f32(x[nx].name, t->n_dims) ? RVL_TYPE_F32 : t->type;
         x[nx].n_dims = t->n_dims;
         x[nx].ne[0] = t->ne[0];
         x[nx].ne[1] = t->n_dims == 2 ? t->ne[1] : 1;
@@ -1459,12 +1862,46 @@ static int write_hparams(rvl_gguf_writer *w, const hparams *h, const vocab *v, u
         U32("expert_count", h->n_expert);
         U32("expert_used_count", h->n_expert_used);
     }
-    if (h->has_head_dim) {
-        U32("attention.key_length", h->head_dim);
-        U32("attention.value_length", h->head_dim);
+    if (h->has_group)
+        U32("expert_group_count", h->n_group);
+    if (h->has_group_used)
+        U32("expert_group_used_count", h->n_group_used);
+    if (h->gating)
+        U32("expert_gating_func", h->gating);
+    if (h->has_head_dim) {   /* (deepseek2's converter writes its own values over these) */
+        U32("attention.key_length", h->k_len);
+        U32("attention.value_length", h->v_len);
     }
     if (rc == 0)
         rc = rvl_gguf_writer_kv_u32(w, "general.file_type", ftype);
+    if (!strcmp(a, "deepseek2")) {
+        U32("leading_dense_block_count", h->n_dense_lead);
+        U32("vocab_size", h->n_vocab ? h->n_vocab : v->n);
+        if (h->q_lora)
+            U32("attention.q_lora_rank", h->q_lora);
+        U32("attention.kv_lora_rank", h->kv_lora);
+        if (!h->has_head_dim) {
+            U32("attention.key_length", h->k_len);
+            U32("attention.value_length", h->v_len);
+        }
+        U32("attention.key_length_mla", h->k_mla);
+        U32("attention.value_length_mla", h->v_mla);
+        U32("expert_feed_forward_length", h->n_ff_exp);
+        U32("expert_shared_count", h->n_shexp);
+        if (!isnan(h->w_scale))
+            F32("expert_weights_scale", h->w_scale);
+        if (h->w_norm && rc == 0)
+            rc = rvl_gguf_writer_kv_bool(w, K("expert_weights_norm"), true);
+        U32("rope.dimension_count", h->rope_dim);
+        if (!isnan(h->yarn_log_mul))
+            F32("rope.scaling.yarn_log_multiplier", h->yarn_log_mul);
+        return rc;
+    }
+    if (!strcmp(a, "gpt-oss")) {
+        U32("attention.sliding_window", h->window);
+        U32("expert_feed_forward_length", h->n_ff_exp);
+        return rc;
+    }
     if (h->n_ff_exp)
         U32("expert_feed_forward_length", h->n_ff_exp);
     if (h->n_ff_shexp)
@@ -1563,7 +2000,8 @@ static int write_import(const char *in, const char *dest, const rvl_file *st, co
     int rc;
     uint64_t n = rvl_file_n_tensors(st), nx = 0, max_row = 64 * 4, max_chunk = 64;
 
-    x = calloc(n + 2, sizeof *x);
+    /* (a checkpoint's tensor gives at most two: kv_b_proj, gate_up_proj) */
+    x = calloc(2 * n + 2, sizeof *x);
     if (!x) {
         rc = rvl_seterr(RVL_ENOMEM, "out of memory");
         goto out;
@@ -1583,9 +2021,13 @@ static int write_import(const char *in, const char *dest, const rvl_file *st, co
     /* general.file_type of the matrices' type (all of one dtype, as
      * Hugging Face stores them) */
     uint32_t mtype = RVL_TYPE_F32;
-    for (uint64_t i = 0; i < nx; i++)
-        if (x[i].n_dims >= 2)
+    bool mxfp4 = false;   /* gpt-oss's MXFP4 experts: the converter says MOSTLY_MXFP4_MOE */
+    for (uint64_t i = 0; i < nx; i++) {
+        mxfp4 |= x[i].type == RVL_TYPE_MXFP4;
+        if (x[i].n_dims >= 2 && x[i].type != RVL_TYPE_MXFP4 && !forced_f32(x[i].name, x[i].n_dims))
             mtype = x[i].type;
+    }
+    uint32_t ftype = mxfp4 ? RVL_FTYPE_MOSTLY_MXFP4_MOE : rvl_convert_float_ftype(mtype);
 
     /* metadata, in convert_hf_to_gguf.py's order */
     char name[256], tmp[4096];
@@ -1600,8 +2042,7 @@ static int write_import(const char *in, const char *dest, const rvl_file *st, co
         (phi3 && (rc = write_hparams(w, h, v, 0)) < 0) ||
         (rc = rvl_gguf_writer_kv_str(w, "general.type", "model")) < 0 ||
         (rc = rvl_gguf_writer_kv_str(w, "general.name", name)) < 0 ||
-        (rc = phi3 ? write_phi3(w, h, rvl_convert_float_ftype(mtype))
-                   : write_hparams(w, h, v, rvl_convert_float_ftype(mtype))) < 0 ||
+        (rc = phi3 ? write_phi3(w, h, ftype) : write_hparams(w, h, v, ftype)) < 0 ||
         (rc = rvl_gguf_writer_kv_u32(w, "general.quantization_version", RVL_GGML_QNT_VERSION)) < 0 ||
         (rc = write_vocab(w, v, strs, llama_like(h->arch))) < 0)
         goto out;
@@ -1612,7 +2053,7 @@ static int write_import(const char *in, const char *dest, const rvl_file *st, co
     if ((rc = rvl_gguf_writer_begin_data(w)) < 0)
         goto out;
     for (uint64_t i = 0; i < nx; i++)
-        if ((rc = stream_tensor(w, i, &x[i], f32, obuf)) < 0) {
+        if ((rc = stream_tensor(w, i, &x[i], f32, obuf, max_chunk * 4)) < 0) {
             if (rc != RVL_EINTR)
                 rvl_preerr(rc, "%s: tensor %s", in, x[i].name);
             goto out;
@@ -1621,7 +2062,7 @@ static int write_import(const char *in, const char *dest, const rvl_file *st, co
     w = NULL;
 out:
     rvl_gguf_writer_abort(w);
-    for (uint64_t i = 0; x && i < n + 2; i++)   /* (all of them: nx is not set on errors) */
+    for (uint64_t i = 0; x && i < 2 * n + 2; i++)   /* (all of them: nx is not set on errors) */
         free(x[i].exps);
     free(x);
     free(strs);

@@ -218,7 +218,9 @@ static uint32_t rules(state *s, uint32_t type, const rvl_qmix_tensor *t, categor
     uint32_t ft = s->ftype;
     int il, nl;
 
-    /* MXFP4_MOE: the 3-D expert tensors MXFP4, everything else Q8_0 */
+    /* MXFP4_MOE: the 3-D tensors MXFP4 (the experts, and as llama.cpp
+     * does, DeepSeek's per-head attn_k_b and attn_v_b too, where their rows
+     * are whole blocks), everything else Q8_0 */
     if (ft == RVL_FTYPE_MOSTLY_MXFP4_MOE) {
         if (cat == CAT_OUTPUT || (s->tied && cat == CAT_TOKEN_EMBD))
             return p->output_type != NONE ? p->output_type : RVL_TYPE_Q8_0;

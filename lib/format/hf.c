@@ -4,7 +4,10 @@
  * PEFT adapters' targets are resolved through (engine/lora.c), and the
  * safetensors export (convert/dequant_hf.c) writes back, for llama
  * (and Mistral, Mixtral), qwen2, qwen3, gemma2, gemma3, phi3, mistral3
- * (Ministral 3), qwen2moe and qwen3moe. Mixture-of-experts layers: the
+ * (Ministral 3), qwen2moe, qwen3moe, deepseek2 (DeepSeek-V2/V3: MLA's
+ * low-rank projections, the routed experts' correction bias) and gpt-oss
+ * (its router with a bias, the attention sinks; its fused 3-D experts are
+ * the import's: convert/convert_hf.c). Mixture-of-experts layers: the
  * router (ffn_gate_inp), Qwen2-MoE's shared expert (ffn_*_shexp, its gate
  * ffn_gate_inp_shexp), and each expert's matrices, which Hugging Face
  * keeps apart (experts.E.w1 / gate_proj, ...) and GGUF stacks into one 3-D
@@ -20,14 +23,15 @@
 
 /* The families the table knows (a bit each). */
 enum { F_LLAMA = 1, F_QWEN2 = 2, F_QWEN3 = 4, F_GEMMA2 = 8, F_GEMMA3 = 16, F_PHI3 = 32,
-       F_MISTRAL3 = 64, F_QWEN2MOE = 128, F_QWEN3MOE = 256, F_ALL = 511,
+       F_MISTRAL3 = 64, F_QWEN2MOE = 128, F_QWEN3MOE = 256, F_DEEPSEEK2 = 512, F_GPTOSS = 1024,
+       F_ALL = 2047,
        F_GEMMA = F_GEMMA2 | F_GEMMA3, F_PERMUTED = F_LLAMA | F_MISTRAL3,
        F_QWEN_MOE = F_QWEN2MOE | F_QWEN3MOE };
 
 static unsigned family_bit(const char *arch)
 {
     static const char *const names[] = {"llama", "qwen2", "qwen3", "gemma2", "gemma3", "phi3", "mistral3",
-                                         "qwen2moe", "qwen3moe"};
+                                         "qwen2moe", "qwen3moe", "deepseek2", "gpt-oss"};
     for (unsigned i = 0; i < sizeof names / sizeof names[0]; i++)
         if (!strcmp(arch, names[i]))
             return 1u << i;
@@ -49,8 +53,8 @@ static const struct {
     unsigned families;
 } blk[] = {
     {"attn_norm", "input_layernorm", F_ALL},
-    {"ffn_norm", "post_attention_layernorm", F_ALL & ~F_GEMMA},
-    {"post_attention_norm", "post_attention_layernorm", F_GEMMA},
+    {"ffn_norm", "post_attention_layernorm", F_ALL & ~F_GEMMA & ~F_GPTOSS},
+    {"post_attention_norm", "post_attention_layernorm", F_GEMMA | F_GPTOSS},
     {"ffn_norm", "pre_feedforward_layernorm", F_GEMMA},
     {"post_ffw_norm", "post_feedforward_layernorm", F_GEMMA},
     {"attn_q", "self_attn.q_proj", F_ALL}, {"attn_k", "self_attn.k_proj", F_ALL},
@@ -62,11 +66,32 @@ static const struct {
     {"ffn_gate", "mlp.gate_proj", F_ALL & ~F_PHI3}, {"ffn_up", "mlp.up_proj", F_ALL & ~F_PHI3},
     {"ffn_down", "mlp.down_proj", F_ALL},
     /* mixtures of experts: the router, Qwen2-MoE's shared expert */
-    {"ffn_gate_inp", "block_sparse_moe.gate", F_LLAMA}, {"ffn_gate_inp", "mlp.gate", F_QWEN_MOE},
+    {"ffn_gate_inp", "block_sparse_moe.gate", F_LLAMA},
+    {"ffn_gate_inp", "mlp.gate", F_QWEN_MOE | F_DEEPSEEK2}, {"ffn_gate_inp", "mlp.router", F_GPTOSS},
     {"ffn_gate_shexp", "mlp.shared_expert.gate_proj", F_QWEN2MOE},
     {"ffn_up_shexp", "mlp.shared_expert.up_proj", F_QWEN2MOE},
     {"ffn_down_shexp", "mlp.shared_expert.down_proj", F_QWEN2MOE},
     {"ffn_gate_inp_shexp", "mlp.shared_expert_gate", F_QWEN2MOE},
+    /* DeepSeek: MLA (queries through a low-rank pair, or q_proj as V2-Lite;
+     * keys and values through the latent kv_a, whose kv_b_proj the import
+     * splits into attn_k_b and attn_v_b), the shared experts */
+    {"attn_q_a", "self_attn.q_a_proj", F_DEEPSEEK2}, {"attn_q_a_norm", "self_attn.q_a_layernorm", F_DEEPSEEK2},
+    {"attn_q_b", "self_attn.q_b_proj", F_DEEPSEEK2},
+    {"attn_kv_a_mqa", "self_attn.kv_a_proj_with_mqa", F_DEEPSEEK2},
+    {"attn_kv_a_norm", "self_attn.kv_a_layernorm", F_DEEPSEEK2},
+    {"ffn_gate_shexp", "mlp.shared_experts.gate_proj", F_DEEPSEEK2},
+    {"ffn_up_shexp", "mlp.shared_experts.up_proj", F_DEEPSEEK2},
+    {"ffn_down_shexp", "mlp.shared_experts.down_proj", F_DEEPSEEK2},
+};
+
+/* Whole names (after the layer's prefix) that do not end in .weight or
+ * .bias on one side: DeepSeek-V3's routing bias, gpt-oss's sinks. */
+static const struct {
+    const char *gguf, *hf;
+    unsigned families;
+} whole[] = {
+    {"exp_probs_b.bias", "mlp.gate.e_score_correction_bias", F_DEEPSEEK2},
+    {"attn_sinks.weight", "self_attn.sinks", F_GPTOSS},
 };
 
 /* The experts' matrices: Hugging Face's per-expert name (after
@@ -78,9 +103,9 @@ static const struct {
     {"ffn_gate_exps", "block_sparse_moe.experts.", "w1", F_LLAMA},
     {"ffn_down_exps", "block_sparse_moe.experts.", "w2", F_LLAMA},
     {"ffn_up_exps", "block_sparse_moe.experts.", "w3", F_LLAMA},
-    {"ffn_gate_exps", "mlp.experts.", "gate_proj", F_QWEN_MOE},
-    {"ffn_up_exps", "mlp.experts.", "up_proj", F_QWEN_MOE},
-    {"ffn_down_exps", "mlp.experts.", "down_proj", F_QWEN_MOE},
+    {"ffn_gate_exps", "mlp.experts.", "gate_proj", F_QWEN_MOE | F_DEEPSEEK2},
+    {"ffn_up_exps", "mlp.experts.", "up_proj", F_QWEN_MOE | F_DEEPSEEK2},
+    {"ffn_down_exps", "mlp.experts.", "down_proj", F_QWEN_MOE | F_DEEPSEEK2},
 };
 
 /* Map `name` from one naming (from: 0 GGUF, 1 Hugging Face) to the other:
@@ -102,9 +127,14 @@ static int map_name(int from, const char *arch, uint32_t n_layer, uint32_t n_hea
     if (sscanf(name, layer_fmt[from], &l, &n) != 1 || n == 0 || l >= n_layer)
         return -1;
     const char *rest = name + n, *dot = strrchr(rest, '.');
+    unsigned fam = family_bit(arch);
+    for (size_t i = 0; i < sizeof whole / sizeof whole[0]; i++)
+        if ((whole[i].families & fam) && !strcmp(rest, from ? whole[i].hf : whole[i].gguf)) {
+            snprintf(out, cap, out_fmt[from], l, from ? whole[i].gguf : whole[i].hf, "");
+            return 1;
+        }
     if (!dot || (strcmp(dot, ".weight") && strcmp(dot, ".bias")))
         return -1;
-    unsigned fam = family_bit(arch);
     for (size_t i = 0; i < sizeof blk / sizeof blk[0]; i++) {
         const char *a = from ? blk[i].hf : blk[i].gguf, *b = from ? blk[i].gguf : blk[i].hf;
         size_t k = strlen(a);

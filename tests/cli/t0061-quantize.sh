@@ -18,7 +18,11 @@ hashes() { tensor_hashes "$@"; }
 
 # issue 18's families and issue 19's mixtures of experts (mixtral,
 # qwen3moe with llama.cpp's 8-expert rules, qwen2moe with a shared
-# expert; 3-D ffn_*_exps quantized an expert at a time, routers kept): the
+# expert; 3-D ffn_*_exps quantized an expert at a time, routers kept;
+# deepseek2/deepseek3 with MLA's attn_kv_a_mqa, attn_k_b, attn_v_b, shared
+# experts, exp_probs_b; gpt-oss with biases and sinks, also from MXFP4
+# experts; these also in MXFP4_MOE, which makes every 3-D tensor MXFP4
+# where its rows allow, DeepSeek's attn_v_b too, as llama.cpp does): the
 # F32 tiny models of tests/data/tiny through each
 # mix give llama.cpp's types (its per-family rules, and its fallbacks for
 # rows that are not whole K-quant blocks: these are 64 wide) and bytes
