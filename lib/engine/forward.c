@@ -29,6 +29,7 @@
 #include <string.h>
 
 #include "engine/backend.h"
+#include "engine/experts.h"
 #include "engine/kvcache.h"
 #include "engine/lora_int.h"
 #include "engine/matmul.h"
@@ -164,7 +165,7 @@ static void qkv_token(const rvl_forward *c, uint32_t l, float *q, float *k, floa
  * The one place the forward pass takes an expert's weights. */
 static const rvl_weight *expert_weights(const rvl_forward *c, uint32_t l, uint32_t e)
 {
-    return &c->m->layers[l].exps[3 * (size_t)e];
+    return rvl_experts_acquire(c->m->xs, l, e); /* pinned until rvl_experts_release */
 }
 
 /* The mixture-of-experts FFN of layer l on the nb normed rows of xb, into
@@ -203,6 +204,7 @@ static void moe_ffn(rvl_forward *c, uint32_t l, uint32_t nb, size_t xb_stride)
             for (uint32_t j = 0; j < nu; j++)
                 w[j] /= sum;
     }
+    rvl_experts_routed(c->m->xs, l, c->moe_sel, nb, c->xb, xb_stride); /* prefetch l+1's */
     memset(c->xo, 0, (size_t)nb * dim * sizeof *c->xo);
     for (uint32_t e = 0; e < ne; e++) {
         uint32_t n = 0; /* the tokens that chose expert e */
@@ -224,6 +226,7 @@ static void moe_ffn(rvl_forward *c, uint32_t l, uint32_t nb, size_t xb_stride)
         rvl_matmul_shared(&c->mm, c->moe_x, dim, n, 2, gu, gu_out, gu_stride);
         rvl_ops_glu_rows(c->pool, RVL_ACT_SILU, c->hb, c->hb2, fe, n);
         rvl_matmul_run(&c->mm, c->moe_o, dim, &ew[2], c->hb, fe, n);
+        rvl_experts_release(c->m->xs, ew);
         for (uint32_t i = 0; i < n; i++) {
             float *xo = c->xo + (size_t)c->moe_idx[i] * dim;
             const float *o = c->moe_o + (size_t)i * dim, wi = c->moe_idxw[i];

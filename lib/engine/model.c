@@ -15,6 +15,7 @@
 #include <sys/mman.h>
 
 #include "engine/backend.h"
+#include "engine/experts.h"
 #include "engine/family.h"
 #include "engine/model.h"
 
@@ -366,10 +367,11 @@ static int prefault_unpacked(rvl_model *m)
 {
     rvl_weight *ws[8 * 1024 + 1];
     const size_t n = matmul_weights(m, ws, sizeof ws / sizeof ws[0]);
-    const void *(*skip)[2] = malloc((n + 1) * sizeof *skip);
+    const size_t nx = 3 * (size_t)m->hp.n_layer; /* the streamed experts' bytes */
+    const void *(*skip)[2] = malloc((n + nx + 1) * sizeof *skip);
     if (!skip)
         return rvl_seterr(RVL_ENOMEM, "out of memory");
-    size_t k = 0;
+    size_t k = rvl_experts_ranges(m->xs, skip, nx);
     for (size_t i = 0; i < n; i++)
         if (releasable(m, ws[i])) {
             skip[k][0] = ws[i]->data;
@@ -617,7 +619,7 @@ int rvl_model_open(rvl_model **out, const char *path)
     }
     const rvl_family *fam = NULL;
     if ((rc = load_hparams(m, &fam)) < 0 || (rc = load_weights(m, fam)) < 0 ||
-        (rc = check_all_used(m)) < 0)
+        (rc = check_all_used(m)) < 0 || (rc = rvl_experts_open(&m->xs, m)) < 0)
         goto fail;
     if ((rc = pack_weights(m)) < 0 || (rc = prefault_unpacked(m)) < 0)
         goto fail;
@@ -644,12 +646,23 @@ void rvl_model_close(rvl_model *m)
     if (!m)
         return;
     rvl_tok_close(m->tok);
+    rvl_experts_close(m->xs);
     free(m->layers);
     free(m->experts);
     free(m->used);
     free(m->packed);
     rvl_file_close(m->file);
     free(m);
+}
+
+int rvl_model_set_expert_budget(rvl_model *m, uint64_t bytes)
+{
+    return m->xs ? rvl_experts_set_budget(m->xs, bytes) : 0;
+}
+
+void rvl_model_expert_stats(const rvl_model *m, rvl_expert_stats *st)
+{
+    rvl_experts_stats(m->xs, st);
 }
 
 const rvl_hparams *rvl_model_hparams(const rvl_model *m) { return &m->hp; }
@@ -749,6 +762,7 @@ uint64_t rvl_model_fingerprint(const rvl_model *cm)
     uint64_t h = XXH3_64bits_digest(st);
     XXH3_freeState(st);
     rvl_model_release_packed_source(m);
+    rvl_experts_drop_pages(m->xs);
     h = h ? h : 1;
     atomic_store(&m->fingerprint, h);
     return h;

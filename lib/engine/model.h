@@ -57,6 +57,7 @@ struct rvl_model {
                                          and within rope_orig_ctx; or absent */
     rvl_layer *layers;                /* owned: n_layer */
     rvl_weight *experts;              /* owned: every layer's expert views */
+    struct rvl_experts *xs;           /* owned: the expert store (engine/experts.h), or NULL */
     struct rvl_tokenizer *tok;        /* owned */
     void *packed;                     /* owned: every weight's packed rows */
     size_t packed_bytes;
