@@ -587,7 +587,7 @@ int rvl_experts_open(rvl_experts **out, const rvl_model *m)
     x->budget = x->total;
     uint64_t budget = x->total;
     int rc = default_budget(x, &budget);
-    if (rc == 0 && budget < x->total)
+    if (rc == 0)
         rc = rvl_experts_set_budget(x, budget);
     if (rc < 0) {
         rvl_experts_close(x);
