@@ -32,6 +32,7 @@
 #include <string.h>
 
 #include "ruvllm.h"
+#include "engine/experts.h" /* the store's own calls: a pin held across other lookups */
 
 #define DATA_DIR "tests/data/tiny"
 enum { MAX_TOKENS = 256 };
@@ -249,6 +250,44 @@ static void test_contexts_share_a_streamed_model(void **state)
 }
 
 /* ====================================================================
+ * A pinned expert stays in its slot
+ * ==================================================================== */
+
+/* Expert 0 of layer 0 pinned, every other expert of both layers looked up
+ * (and released) through the 2 * top-k slots: the pinned slot must still
+ * hold expert 0's bytes, the file's, and the store must not have given it
+ * to another expert; released, it may go. Deterministic (no read-ahead),
+ * unlike the shared-model test above, which races for the same fault. */
+static void test_pinned_expert_is_not_evicted(void **state)
+{
+    (void)state;
+    setenv("RUVLLM_EXPERT_PREFETCH", "0", 1);
+    for (size_t mi = 0; mi < sizeof models / sizeof models[0]; mi++) {
+        rvl_model *m = open_min(models[mi]);
+        const rvl_hparams *hp = rvl_model_hparams(m);
+        const rvl_weight *file = m->layers[0].exps; /* expert 0's views of the mapping */
+        const rvl_weight *w = rvl_experts_acquire(m->xs, 0, 0);
+        assert_ptr_not_equal(w[0].data, file[0].data); /* a slot, not the mapping */
+        for (uint32_t l = 0; l < hp->n_layer; l++)
+            for (uint32_t e = 0; e < hp->n_expert; e++) {
+                if (l == 0 && e == 0)
+                    continue;
+                const rvl_weight *o = rvl_experts_acquire(m->xs, l, e);
+                assert_ptr_not_equal(o, w);
+                rvl_experts_release(m->xs, o);
+            }
+        for (int k = 0; k < 3; k++)
+            assert_memory_equal(w[k].data, file[k].data, w[k].ne1 * w[k].row_bytes);
+        rvl_experts_release(m->xs, w);
+        rvl_expert_stats st;
+        rvl_model_expert_stats(m, &st);
+        assert_int_equal(st.misses, (uint64_t)hp->n_layer * hp->n_expert);
+        rvl_model_close(m);
+    }
+    unsetenv("RUVLLM_EXPERT_PREFETCH");
+}
+
+/* ====================================================================
  * Refusals
  * ==================================================================== */
 
@@ -315,6 +354,7 @@ int main(void)
         cmocka_unit_test(test_streamed_logits_equal_resident),
         cmocka_unit_test(test_streamed_without_prefetch_equal_resident),
         cmocka_unit_test(test_contexts_share_a_streamed_model),
+        cmocka_unit_test(test_pinned_expert_is_not_evicted),
         cmocka_unit_test(test_budget_below_minimum_is_refused),
         cmocka_unit_test(test_env_budget),
     };
