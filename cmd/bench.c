@@ -820,13 +820,12 @@ static int bench_model(const char *name)
             goto out;
         }
     } else {
-        if ((rc = rvl_model_path(opt_model, path, sizeof path)) < 0 || (rc = rvl_model_open(&m, path)) < 0) {
+        if ((rc = rvl_model_path(opt_model, path, sizeof path)) < 0 ||
+            (rc = cli_model_open(&m, path, opt_expert_budget)) < 0) {
             status = cli_fail(name, rc);
             goto out;
         }
     }
-    if ((status = cli_expert_budget(name, m, opt_expert_budget)) != 0)
-        goto out;
     const rvl_hparams *hp = rvl_model_hparams(m);
     const uint32_t depth = (uint32_t)(opt_depth > 0 ? opt_depth : 0);
     const uint32_t need = (np > ng ? np : ng) + depth;
@@ -977,12 +976,11 @@ static int bench_ppl(const char *name)
     if (opt_kl && opt_kl_base && strcmp(opt_kl, opt_kl_base) == 0)
         cli_usage(name, "--kl and --kl-base name the same file");
 
-    if ((rc = rvl_model_path(opt_model, path, sizeof path)) < 0 || (rc = rvl_model_open(&m, path)) < 0) {
+    if ((rc = rvl_model_path(opt_model, path, sizeof path)) < 0 ||
+        (rc = cli_model_open(&m, path, opt_expert_budget)) < 0) {
         status = cli_fail(name, rc);
         goto out;
     }
-    if ((status = cli_expert_budget(name, m, opt_expert_budget)) != 0)
-        goto out;
     if (opt_file) {
         if (read_file(name, opt_file, &text, &n_text) < 0) {
             status = EXIT_RUNTIME;

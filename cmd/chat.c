@@ -1343,10 +1343,8 @@ static int chat_open(chat_state *st)
 {
     int status = 0, rc;
     char *w = NULL;
-    if ((rc = rvl_model_open(&st->model, st->model_path)) < 0)
+    if ((rc = cli_model_open(&st->model, st->model_path, opt_expert_budget)) < 0)
         return cli_fail(st->cmd, rc);
-    if ((status = cli_expert_budget(st->cmd, st->model, opt_expert_budget)) != 0)
-        return status;
     st->tok = rvl_model_tokenizer(st->model);
     if (rvl_tok_warning(st->tok))
         warn(st, "%s: %s", st->model_path, rvl_tok_warning(st->tok));

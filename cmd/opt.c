@@ -523,16 +523,10 @@ int cli_backend_refuse(const rvl_ctx *c, const char *option)
                       rvl_ctx_backend(c));
 }
 
-int cli_expert_budget(const char *cmd, rvl_model *m, double mib)
+int cli_model_open(rvl_model **m, const char *path, double expert_budget_mib)
 {
-    if (mib <= 0)
-        return 0;
-    int rc = rvl_model_set_expert_budget(m, (uint64_t)(mib * 1048576.0));
-    if (rc == RVL_EINVAL) {
-        cli_err(cmd, "--expert-budget: %s", rvl_errmsg());
-        return EXIT_USAGE;
-    }
-    return rc < 0 ? cli_fail(cmd, rc) : 0;
+    const rvl_model_params p = {.expert_budget = (uint64_t)(expert_budget_mib * 1048576.0)};
+    return rvl_model_open_params(m, path, &p);
 }
 
 /* "1.50 GiB", "12.3 MiB", "96.0 KiB" */

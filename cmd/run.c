@@ -472,12 +472,10 @@ static int run_main(rvl_cmd *cmd, int argc, char **argv)
         goto out;
     }
     double t0 = gen_now_ms();
-    if ((rc = rvl_model_open(&m, path)) < 0) {
+    if ((rc = cli_model_open(&m, path, opt_expert_budget)) < 0) {
         status = cli_fail(name, rc);
         goto out;
     }
-    if ((status = cli_expert_budget(name, m, opt_expert_budget)) != 0)
-        goto out;
     if (rvl_tok_warning(rvl_model_tokenizer(m)))
         cli_err(name, "warning: %s: %s", path, rvl_tok_warning(rvl_model_tokenizer(m)));
     if ((status = open_engine(name, m, seed, &c, &lora, &s)) != 0)

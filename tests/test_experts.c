@@ -14,9 +14,10 @@
  * cache was really used (hits and misses both > 0, every lookup counted,
  * bytes_read = (misses + read-ahead) x one expert's bytes). Several
  * contexts on their own threads share one streamed model (2 and 4 of
- * them over 4 slots: pins and waits). A budget below the minimum, a
- * budget set after decoding, and a malformed $RUVLLM_EXPERT_BUDGET are
- * refused with the minimum named.
+ * them over 4 slots: pins and waits); a caller holding several experts
+ * at once gets the mapping's bytes when the slots run out, never a
+ * deadlock. A budget below the minimum (named in the error) and a
+ * malformed $RUVLLM_EXPERT_BUDGET are refused at open.
  *
  * Run from the repository root (make check does).
  */
@@ -52,26 +53,36 @@ static int read_tokens(int32_t *ids, int cap)
     return n;
 }
 
-static rvl_model *open_model(const char *name)
+/* budget 0: the default (every expert resident, for these models) */
+static rvl_model *open_budget(const char *name, uint64_t budget)
 {
     char path[256];
     snprintf(path, sizeof path, "%s/%s.gguf", DATA_DIR, name);
     rvl_model *m = NULL;
-    if (rvl_model_open(&m, path) < 0)
+    const rvl_model_params p = {.expert_budget = budget};
+    if (rvl_model_open_params(&m, path, &p) < 0)
         fail_msg("%s: %s", path, rvl_errmsg());
     return m;
 }
 
-/* A model whose experts are streamed through the smallest budget. */
-static rvl_model *open_min(const char *name)
+static rvl_model *open_model(const char *name) { return open_budget(name, 0); }
+
+static uint64_t min_budget(const char *name)
 {
     rvl_model *m = open_model(name);
     rvl_expert_stats st;
     rvl_model_expert_stats(m, &st);
     assert_true(st.resident);
     assert_true(st.min_budget > 0 && st.min_budget < st.total_bytes);
-    if (rvl_model_set_expert_budget(m, st.min_budget) < 0)
-        fail_msg("%s: %s", name, rvl_errmsg());
+    rvl_model_close(m);
+    return st.min_budget;
+}
+
+/* A model whose experts are streamed through the smallest budget. */
+static rvl_model *open_min(const char *name)
+{
+    rvl_model *m = open_budget(name, min_budget(name));
+    rvl_expert_stats st;
     rvl_model_expert_stats(m, &st);
     assert_false(st.resident);
     assert_int_equal(st.slots, 2 * rvl_model_hparams(m)->n_expert_used);
@@ -287,6 +298,41 @@ static void test_pinned_expert_is_not_evicted(void **state)
     unsetenv("RUVLLM_EXPERT_PREFETCH");
 }
 
+/* A caller holding every slot (experts taken in groups, as a forward pass
+ * may) and asking for one more gets the mapping's views of the same bytes
+ * at once, counted, instead of waiting for itself; released, they go. */
+static void test_holding_every_slot_overflows_to_the_mapping(void **state)
+{
+    (void)state;
+    setenv("RUVLLM_EXPERT_PREFETCH", "0", 1);
+    rvl_model *m = open_min("qwen3moe");
+    const uint32_t n = 2 * rvl_model_hparams(m)->n_expert_used;
+    const rvl_weight *w[16];
+    assert_true(n + 1 <= 16);
+    for (uint32_t e = 0; e <= n; e++)
+        w[e] = rvl_experts_acquire(m->xs, 1, e);
+    const rvl_weight *file = m->layers[1].exps + 3 * (size_t)n;
+    assert_ptr_equal(w[n], file); /* the last one: the mapping's */
+    for (uint32_t e = 0; e < n; e++) {
+        assert_ptr_not_equal(w[e], m->layers[1].exps + 3 * (size_t)e);
+        for (int k = 0; k < 3; k++)
+            assert_memory_equal(w[e][k].data, m->layers[1].exps[3 * (size_t)e + k].data,
+                                w[e][k].ne1 * w[e][k].row_bytes);
+    }
+    rvl_expert_stats st;
+    rvl_model_expert_stats(m, &st);
+    assert_int_equal(st.overflows, 1);
+    assert_int_equal(st.misses, n);
+    for (uint32_t e = 0; e <= n; e++)
+        rvl_experts_release(m->xs, w[e]);
+    /* every slot free again: a new expert gets one */
+    const rvl_weight *o = rvl_experts_acquire(m->xs, 0, 0);
+    assert_ptr_not_equal(o, m->layers[0].exps);
+    rvl_experts_release(m->xs, o);
+    rvl_model_close(m);
+    unsetenv("RUVLLM_EXPERT_PREFETCH");
+}
+
 /* ====================================================================
  * Refusals
  * ==================================================================== */
@@ -295,25 +341,25 @@ static void test_budget_below_minimum_is_refused(void **state)
 {
     (void)state;
     for (size_t mi = 0; mi < sizeof models / sizeof models[0]; mi++) {
-        rvl_model *m = open_model(models[mi]);
-        rvl_expert_stats st;
-        rvl_model_expert_stats(m, &st);
-        assert_int_equal(rvl_model_set_expert_budget(m, st.min_budget - 1), RVL_EINVAL);
-        assert_non_null(strstr(rvl_errmsg(), "below this model's minimum of 1 MiB"));
-        assert_int_equal(rvl_model_set_expert_budget(m, 0), RVL_EINVAL);
-        rvl_model_expert_stats(m, &st);
-        assert_true(st.resident); /* unchanged */
+        const uint64_t min = min_budget(models[mi]);
+        char path[256];
+        snprintf(path, sizeof path, "%s/%s.gguf", DATA_DIR, models[mi]);
+        rvl_model *m = NULL;
+        const rvl_model_params low = {.expert_budget = min - 1};
+        assert_int_equal(rvl_model_open_params(&m, path, &low), RVL_EINVAL);
+        assert_null(m);
+        assert_non_null(strstr(rvl_errmsg(), "below this model's minimum of 0.10 MiB"));
+        assert_non_null(strstr(rvl_errmsg(), path));
         /* a budget of every expert: resident, as by default */
-        assert_int_equal(rvl_model_set_expert_budget(m, st.total_bytes), 0);
-        rvl_model_expert_stats(m, &st);
+        rvl_expert_stats st;
+        rvl_model_expert_stats(m = open_model(models[mi]), &st);
+        rvl_model_close(m);
+        rvl_model_expert_stats(m = open_budget(models[mi], st.total_bytes), &st);
         assert_true(st.resident);
-        /* once decoding has begun the budget stays */
-        float *lg = malloc(sizeof(float) * rvl_model_hparams(m)->n_vocab * 4);
-        int32_t ids[4] = {1, 2, 3, 4};
-        decode(m, ids, 4, 0, 1, lg);
-        free(lg);
-        assert_int_equal(rvl_model_set_expert_budget(m, st.min_budget), RVL_EINVAL);
-        assert_non_null(strstr(rvl_errmsg(), "before the first token"));
+        assert_int_equal(st.slots, 0);
+        rvl_model_close(m);
+        rvl_model_expert_stats(m = open_budget(models[mi], st.total_bytes - 1), &st);
+        assert_false(st.resident);
         rvl_model_close(m);
     }
 }
@@ -339,8 +385,8 @@ static void test_env_budget(void **state)
     rvl_model_close(m);
     unsetenv("RUVLLM_EXPERT_BUDGET");
     /* a dense model has nothing to budget */
-    assert_int_equal(rvl_model_open(&m, DATA_DIR "/llama.gguf"), 0);
-    assert_int_equal(rvl_model_set_expert_budget(m, 1), 0);
+    const rvl_model_params one = {.expert_budget = 1};
+    assert_int_equal(rvl_model_open_params(&m, DATA_DIR "/llama.gguf", &one), 0);
     rvl_model_expert_stats(m, &st);
     assert_true(st.resident);
     assert_int_equal(st.total_bytes, 0);
@@ -355,6 +401,7 @@ int main(void)
         cmocka_unit_test(test_streamed_without_prefetch_equal_resident),
         cmocka_unit_test(test_contexts_share_a_streamed_model),
         cmocka_unit_test(test_pinned_expert_is_not_evicted),
+        cmocka_unit_test(test_holding_every_slot_overflows_to_the_mapping),
         cmocka_unit_test(test_budget_below_minimum_is_refused),
         cmocka_unit_test(test_env_budget),
     };

@@ -9,8 +9,11 @@
  * (layer, expert) to its slot. The forward pass pins a slot while its
  * GEMMs read it (pins, under one mutex: contexts on other threads share
  * the model); an unpinned slot is evicted least recently used first (LRU
- * measured against LFU with aging on a routing trace: see the report of
- * the commit that added this file, and tests/ref/expert_cache_sim.py).
+ * measured against LFU with aging on synthetic routing traces:
+ * tests/ref/expert_cache_sim.py). A thread that holds a pin never waits
+ * for a slot (it could wait for itself): it gets the mapping's views.
+ * The budget is fixed at open, before the weights are packed or
+ * prefaulted, so streamed experts are never faulted in through the map.
  *
  * Prefetch. After layer l's router, rvl_experts_routed hands the prefetch
  * thread the last token's FFN input; the thread applies layer l+1's
@@ -55,7 +58,6 @@ struct rvl_experts {
     uint64_t slot_bytes;        /* the same, each matrix 64-byte aligned */
     uint64_t budget;
     bool resident;
-    atomic_bool started;        /* an expert was routed: the budget is fixed */
     _Atomic uint64_t tokens;
     const char *base;           /* the mapping's byte 0 (file offsets) */
     /* streaming */
@@ -80,8 +82,12 @@ struct rvl_experts {
     int32_t *pf_pick;           /* (nu) */
     int32_t *last_sel;          /* (n_layer, nu) the previous token's choice */
     /* statistics */
-    uint64_t hits, misses, prefetched, prefetch_hits, bytes_read, read_errors;
+    uint64_t hits, misses, prefetched, prefetch_hits, bytes_read, read_errors, overflows;
 };
+
+/* Slots the calling thread has pinned (in any store): a thread holding one
+ * never waits for another, which could be its own. */
+static _Thread_local uint32_t held;
 
 static uint64_t align64(uint64_t n) { return (n + 63) & ~(uint64_t)63; }
 
@@ -217,6 +223,7 @@ const rvl_weight *rvl_experts_acquire(rvl_experts *x, uint32_t l, uint32_t e)
             x->prefetch_hits += s->by_prefetch;
             s->by_prefetch = false;
             pthread_mutex_unlock(&x->mu);
+            held++;
             return s->w;
         }
         const int32_t v = victim(x, UINT64_MAX);
@@ -225,7 +232,12 @@ const rvl_weight *rvl_experts_acquire(rvl_experts *x, uint32_t l, uint32_t e)
             x->misses++;
             break;
         }
-        pthread_cond_wait(&x->cv, &x->mu); /* every slot pinned or loading */
+        if (held) { /* every slot pinned, some by us: the mapping's bytes */
+            x->overflows++;
+            pthread_mutex_unlock(&x->mu);
+            return src;
+        }
+        pthread_cond_wait(&x->cv, &x->mu); /* pinned by others, or loading */
     }
     pthread_mutex_unlock(&x->mu);
     const int rc = read_expert(x, l, e, s);
@@ -234,7 +246,20 @@ const rvl_weight *rvl_experts_acquire(rvl_experts *x, uint32_t l, uint32_t e)
     pthread_mutex_unlock(&x->mu);
     /* a failed read: the same bytes through the mapping (counted in
      * read_errors), rather than wrong logits or none */
-    return rc < 0 ? src : s->w;
+    if (rc < 0)
+        return src;
+    held++;
+    return s->w;
+}
+
+/* madvise(MADV_DONTNEED) the whole pages within [a, b) of the mapping:
+ * the page tables drop them (the page cache may keep them). */
+static void drop_range(const void *a, const void *b)
+{
+    const uintptr_t pg = 4096;
+    const uintptr_t lo = ((uintptr_t)a + pg - 1) & ~(pg - 1), hi = (uintptr_t)b & ~(pg - 1);
+    if (hi > lo)
+        (void)madvise((void *)lo, hi - lo, MADV_DONTNEED);
 }
 
 void rvl_experts_release(rvl_experts *x, const rvl_weight *w)
@@ -242,9 +267,13 @@ void rvl_experts_release(rvl_experts *x, const rvl_weight *w)
     if (x->resident || !x->slots)
         return;
     const char *p = (const char *)w, *b = (const char *)x->slots;
-    if (p < b || p >= b + (size_t)x->n_slots * sizeof *x->slots)
-        return; /* a mapping view (a failed read) */
+    if (p < b || p >= b + (size_t)x->n_slots * sizeof *x->slots) {
+        for (int k = 0; k < 3; k++) /* the mapping's views (an overflow, a failed read) */
+            drop_range(w[k].data, (const char *)w[k].data + mat_bytes(&w[k]));
+        return;
+    }
     slot *s = &x->slots[(size_t)(p - b) / sizeof *x->slots];
+    held -= held > 0;
     pthread_mutex_lock(&x->mu);
     if (s->pins && --s->pins == 0)
         pthread_cond_broadcast(&x->cv);
@@ -254,7 +283,6 @@ void rvl_experts_release(rvl_experts *x, const rvl_weight *w)
 void rvl_experts_routed(rvl_experts *x, uint32_t l, const int32_t *sel, uint32_t nb,
                         const float *xin, size_t stride)
 {
-    atomic_store_explicit(&x->started, true, memory_order_relaxed);
     if (l == x->first)
         atomic_fetch_add_explicit(&x->tokens, nb, memory_order_relaxed);
     if (x->resident || nb == 0)
@@ -364,20 +392,15 @@ static void *prefetch_main(void *arg)
  * Modes
  * ==================================================================== */
 
-/* madvise(MADV_DONTNEED) the whole pages of the streamed experts' bytes:
- * the page tables drop them (the page cache may keep them). */
 void rvl_experts_drop_pages(const rvl_experts *x)
 {
     const void *r[3 * 1024][2];
     const size_t n = rvl_experts_ranges(x, r, sizeof r / sizeof r[0]);
-    const uintptr_t pg = 4096;
-    for (size_t i = 0; i < n; i++) {
-        const uintptr_t a = ((uintptr_t)r[i][0] + pg - 1) & ~(pg - 1);
-        const uintptr_t b = (uintptr_t)r[i][1] & ~(pg - 1);
-        if (b > a)
-            (void)madvise((void *)a, b - a, MADV_DONTNEED);
-    }
+    for (size_t i = 0; i < n; i++)
+        drop_range(r[i][0], r[i][1]);
 }
+
+bool rvl_experts_streamed(const rvl_experts *x) { return x && !x->resident; }
 
 size_t rvl_experts_ranges(const rvl_experts *x, const void *(*out)[2], size_t cap)
 {
@@ -457,19 +480,18 @@ static int start_streaming(rvl_experts *x, uint64_t budget)
     return 0;
 }
 
-int rvl_experts_set_budget(rvl_experts *x, uint64_t bytes)
+/* The budget in bytes: resident, or the slots, the descriptor and the
+ * prefetch thread for streaming. */
+static int set_budget(rvl_experts *x, uint64_t bytes)
 {
     const char *path = rvl_file_path(x->m->file);
-    if (atomic_load(&x->started))
-        return rvl_seterr(RVL_EINVAL, "the expert budget is set before the first token is decoded");
     const uint64_t min = 2ull * x->nu * x->slot_bytes, mib = 1ull << 20;
-    if (bytes < min)
-        return rvl_seterr(RVL_EINVAL, "%s: an expert budget of %llu MiB is below this model's "
-                          "minimum of %llu MiB (%u experts of %.2f MiB: the %u a token uses in a "
-                          "layer and as many read ahead)", path,
-                          (unsigned long long)(bytes / mib), (unsigned long long)((min + mib - 1) / mib),
-                          2 * x->nu, (double)x->slot_bytes / (double)mib, x->nu);
-    stop_streaming(x);
+    if (bytes < min) /* MiB with two decimals, the minimum rounded up */
+        return rvl_seterr(RVL_EINVAL, "%s: an expert budget of %.2f MiB is below this model's "
+                          "minimum of %.2f MiB (%u experts of %.2f MiB: the %u a token uses in a "
+                          "layer and as many read ahead)", path, (double)bytes / (double)mib,
+                          (double)((min * 100 + mib - 1) / mib) / 100.0, 2 * x->nu,
+                          (double)x->slot_bytes / (double)mib, x->nu);
     x->budget = bytes;
     x->resident = bytes >= x->total;
     if (x->resident)
@@ -480,7 +502,7 @@ int rvl_experts_set_budget(rvl_experts *x, uint64_t bytes)
         x->resident = true;
         return rc;
     }
-    rvl_experts_drop_pages(x);
+    rvl_experts_drop_pages(x); /* none yet, unless the file was mapped before */
     return 0;
 }
 
@@ -535,7 +557,7 @@ static int default_budget(const rvl_experts *x, uint64_t *out)
  * Open, close, statistics
  * ==================================================================== */
 
-int rvl_experts_open(rvl_experts **out, const rvl_model *m)
+int rvl_experts_open(rvl_experts **out, const rvl_model *m, uint64_t budget)
 {
     const rvl_hparams *hp = &m->hp;
     *out = NULL;
@@ -585,10 +607,9 @@ int rvl_experts_open(rvl_experts **out, const rvl_model *m)
     for (size_t i = 0; i < (size_t)x->n_layer * x->nu; i++)
         x->last_sel[i] = -1;
     x->budget = x->total;
-    uint64_t budget = x->total;
-    int rc = default_budget(x, &budget);
+    int rc = budget ? 0 : default_budget(x, &budget);
     if (rc == 0)
-        rc = rvl_experts_set_budget(x, budget);
+        rc = set_budget(x, budget);
     if (rc < 0) {
         rvl_experts_close(x);
         return rc;
@@ -626,6 +647,7 @@ void rvl_experts_stats(const rvl_experts *cx, rvl_expert_stats *st)
         .total_bytes = x->total, .min_budget = 2ull * x->nu * x->slot_bytes,
         .slots = x->n_slots, .hits = x->hits, .misses = x->misses, .prefetched = x->prefetched,
         .prefetch_hits = x->prefetch_hits, .bytes_read = x->bytes_read,
-        .read_errors = x->read_errors, .tokens = atomic_load(&x->tokens)};
+        .read_errors = x->read_errors, .overflows = x->overflows,
+        .tokens = atomic_load(&x->tokens)};
     pthread_mutex_unlock(&x->mu);
 }

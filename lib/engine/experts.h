@@ -19,24 +19,26 @@
 typedef struct rvl_experts rvl_experts;
 
 /* The store of model m, whose expert views (m->layers[l].exps) are
- * loaded. Its budget: $RUVLLM_EXPERT_BUDGET (MiB) or the default from
- * available memory (experts.c "Default budget"); resident when the
- * experts fit. *out NULL for a dense model. owned: rvl_experts_close. */
-int rvl_experts_open(rvl_experts **out, const rvl_model *m);
+ * loaded, within `budget` bytes: >= the experts' size keeps them
+ * resident; below the minimum (2 * n_expert_used slots) RVL_EINVAL
+ * naming the minimum in MiB; 0: $RUVLLM_EXPERT_BUDGET (MiB) or the
+ * default from available memory (experts.c "Default budget"). Call it
+ * before the weights are packed or prefaulted: streamed experts must be
+ * neither (rvl_experts_ranges). *out NULL for a dense model. owned:
+ * rvl_experts_close. */
+int rvl_experts_open(rvl_experts **out, const rvl_model *m, uint64_t budget);
 void rvl_experts_close(rvl_experts *x);
-
-/* Set the budget in bytes: >= the experts' size keeps them resident;
- * below the minimum (2 * n_expert_used slots) RVL_EINVAL naming the
- * minimum in MiB. Only before the first expert is taken (RVL_EINVAL
- * after). Going from resident to streaming drops the experts' pages
- * from the mapping. */
-int rvl_experts_set_budget(rvl_experts *x, uint64_t bytes);
+/* Whether the experts are streamed (then never pack or prefault them). */
+bool rvl_experts_streamed(const rvl_experts *x);
 
 /* Expert e of layer l: its gate, up and down weights (three in a row),
- * pinned until rvl_experts_release(x, w) with the pointer returned;
- * waits while every slot is pinned. Safe from several threads (contexts
- * sharing the model). A failed read gives the mapping's views (the same
- * bytes; counted in read_errors). */
+ * pinned until rvl_experts_release(x, w) with the pointer returned. Safe
+ * from several threads (contexts sharing the model). When every slot is
+ * pinned it waits for one if the calling thread holds no pin; if it
+ * holds one (a caller taking several experts at once) it gives the
+ * mapping's views instead, never waiting on itself (counted in
+ * overflows; their pages are dropped at release). A failed read gives
+ * the mapping's views too (read_errors). The bytes are the same. */
 const rvl_weight *rvl_experts_acquire(rvl_experts *x, uint32_t l, uint32_t e);
 void rvl_experts_release(rvl_experts *x, const rvl_weight *w);
 

@@ -603,6 +603,11 @@ static int load_hparams(rvl_model *m, const rvl_family **famp)
 
 int rvl_model_open(rvl_model **out, const char *path)
 {
+    return rvl_model_open_params(out, path, NULL);
+}
+
+int rvl_model_open_params(rvl_model **out, const char *path, const rvl_model_params *p)
+{
     rvl_model *m;
     int rc;
 
@@ -619,7 +624,7 @@ int rvl_model_open(rvl_model **out, const char *path)
     }
     const rvl_family *fam = NULL;
     if ((rc = load_hparams(m, &fam)) < 0 || (rc = load_weights(m, fam)) < 0 ||
-        (rc = check_all_used(m)) < 0 || (rc = rvl_experts_open(&m->xs, m)) < 0)
+        (rc = check_all_used(m)) < 0 || (rc = rvl_experts_open(&m->xs, m, p ? p->expert_budget : 0)) < 0)
         goto fail;
     if ((rc = pack_weights(m)) < 0 || (rc = prefault_unpacked(m)) < 0)
         goto fail;
@@ -653,11 +658,6 @@ void rvl_model_close(rvl_model *m)
     free(m->packed);
     rvl_file_close(m->file);
     free(m);
-}
-
-int rvl_model_set_expert_budget(rvl_model *m, uint64_t bytes)
-{
-    return m->xs ? rvl_experts_set_budget(m->xs, bytes) : 0;
 }
 
 void rvl_model_expert_stats(const rvl_model *m, rvl_expert_stats *st)

@@ -46,9 +46,9 @@ for v in 0 -1 1e30 lots ""; do
     err_has "--expert-budget"
     out_empty
 done
-# below the model's minimum (4 slots of 24 KiB): the minimum is named
-run 2 ruvllm run -m $T/mixtral.gguf -n 4 --expert-budget 0.01 "hello"
-err_has "--expert-budget: $T/mixtral.gguf: an expert budget of 0 MiB is below this model's minimum of 1 MiB"
+# below the model's minimum (4 slots of 24 KiB): refused at open, naming it
+run 1 ruvllm run -m $T/mixtral.gguf -n 4 --expert-budget 0.05 "hello"
+err_has "ruvllm run: $T/mixtral.gguf: an expert budget of 0.05 MiB is below this model's minimum of 0.10 MiB (4 experts of 0.02 MiB"
 out_empty
 
 # a dense model has nothing to budget
