@@ -624,7 +624,8 @@ int rvl_model_open_params(rvl_model **out, const char *path, const rvl_model_par
     }
     const rvl_family *fam = NULL;
     if ((rc = load_hparams(m, &fam)) < 0 || (rc = load_weights(m, fam)) < 0 ||
-        (rc = check_all_used(m)) < 0 || (rc = rvl_experts_open(&m->xs, m, p ? p->expert_budget : 0)) < 0)
+        (rc = check_all_used(m)) < 0 ||
+        (rc = rvl_experts_open(&m->xs, m, p ? p->expert_budget : 0)) < 0) /* before packing */
         goto fail;
     if ((rc = pack_weights(m)) < 0 || (rc = prefault_unpacked(m)) < 0)
         goto fail;
