@@ -25,6 +25,7 @@ static const char *opt_model, *opt_output, *opt_filter, *opt_isa, *opt_synth, *o
 static long long opt_threads = 0, opt_reps = -1, opt_m = -1, opt_mem = -1, opt_p = -1, opt_n = -1,
                  opt_ctx = -1, opt_chunks = -1, opt_depth = -1;
 static bool opt_json, opt_huge;
+static double opt_expert_budget = 0;
 
 static rvl_opt opts[] = {
     OPT_MODEL(opt_model),
@@ -48,6 +49,7 @@ static rvl_opt opts[] = {
     {OPT_STRING, 0, "kl", "FILE", "ppl: compare with a --kl-base FILE: KL divergence and top-token agreement", NULL, &opt_kl, 0, 0, NULL, COMPL_FILE},
     {OPT_INT, 'd', "depth", "N", "model: context depth: the cache holds N positions (random keys and values) before each pp/tg test", "0", &opt_depth, 0, 1 << 20, NULL, COMPL_NONE},
     OPT_KV(opt_kv),
+    OPT_EXPERT_BUDGET(opt_expert_budget),
     OPT_END
 };
 
@@ -78,6 +80,7 @@ static void only(const char *sub, const char *allowed)
         {"type", opt_type != NULL}, {"file", opt_file != NULL}, {"ctx-size", opt_ctx >= 0},
         {"chunks", opt_chunks >= 0}, {"kl-base", opt_kl_base != NULL}, {"kl", opt_kl != NULL},
         {"depth", opt_depth >= 0}, {"huge-pages", opt_huge},
+        {"expert-budget", opt_expert_budget > 0},
     };
     for (size_t i = 0; i < sizeof given / sizeof given[0]; i++) {
         if (!given[i].given)
@@ -774,7 +777,7 @@ static int bench_model(const char *name)
     int type = RVL_TYPE_Q4_0;
     char path[4096];
 
-    only("model", " model repetitions n-prompt n-gen synthetic type depth ");
+    only("model", " model repetitions n-prompt n-gen synthetic type depth expert-budget ");
     if (opt_synth && opt_model)
         cli_usage(name, "give -m MODEL or --synthetic SHAPE, not both");
     if (opt_type && !opt_synth)
@@ -817,7 +820,8 @@ static int bench_model(const char *name)
             goto out;
         }
     } else {
-        if ((rc = rvl_model_path(opt_model, path, sizeof path)) < 0 || (rc = rvl_model_open(&m, path)) < 0) {
+        if ((rc = rvl_model_path(opt_model, path, sizeof path)) < 0 ||
+            (rc = cli_model_open(&m, path, opt_expert_budget)) < 0) {
             status = cli_fail(name, rc);
             goto out;
         }
@@ -932,6 +936,7 @@ static int bench_model(const char *name)
         cli_err(name, "writing to standard output failed: %s", strerror(errno));
         status = EXIT_RUNTIME;
     }
+    cli_expert_stats(stderr, "ruvllm bench: experts (all tests and warm-ups): ", m);
 out:
     rvl_ctx_close(c);
     rvl_model_close(m);
@@ -963,7 +968,7 @@ static int bench_ppl(const char *name)
     int status = 0, rc, fmt = out_format();
     char path[4096];
 
-    only("ppl", " model file ctx-size chunks kl-base kl ");
+    only("ppl", " model file ctx-size chunks kl-base kl expert-budget ");
     if (fmt == OUT_CSV)
         cli_usage(name, "bench ppl prints text or JSON, not csv");
     if (!opt_file && !opt_kl)
@@ -971,7 +976,8 @@ static int bench_ppl(const char *name)
     if (opt_kl && opt_kl_base && strcmp(opt_kl, opt_kl_base) == 0)
         cli_usage(name, "--kl and --kl-base name the same file");
 
-    if ((rc = rvl_model_path(opt_model, path, sizeof path)) < 0 || (rc = rvl_model_open(&m, path)) < 0) {
+    if ((rc = rvl_model_path(opt_model, path, sizeof path)) < 0 ||
+        (rc = cli_model_open(&m, path, opt_expert_budget)) < 0) {
         status = cli_fail(name, rc);
         goto out;
     }

@@ -41,6 +41,7 @@ static cli_kv_opts opt_kv;
 static bool opt_shift;
 static long long opt_keep = 0;
 static long long opt_ctx = 0, opt_threads = 0;
+static double opt_expert_budget = 0;
 static long long opt_n = LLONG_MIN;
 static cli_sample_opts opt_sample = {
     .temp = NAN, .top_k = LLONG_MIN, .top_p = NAN, .min_p = NAN, .repeat_penalty = NAN,
@@ -64,6 +65,7 @@ static rvl_opt opts[] = {
     OPT_SAMPLE(opt_sample),
     {OPT_STRING, 's', "seed", "N", "random seed: the same seed gives the same replies (default: random)", NULL, &opt_seed, 0, 0, NULL, COMPL_NONE},
     OPT_KV(opt_kv),
+    OPT_EXPERT_BUDGET(opt_expert_budget),
     OPT_CONTEXT_SHIFT(opt_shift, opt_keep),
     OPT_LORA(opt_lora),
     {OPT_FLAG, '0', "null", NULL, "with standard input not a terminal: messages are separated by NUL bytes, not newlines", NULL, &opt_null, 0, 0, NULL, COMPL_NONE},
@@ -1159,6 +1161,7 @@ static slash_status slash_stats(chat_state *st, const char *arg)
             (double)pos * per / 1048576.0, (double)n_ctx * per / 1048576.0,
             cli_kv_describe(&opt_kv), per);
     fprintf(out, "backend    %s (device %s)\n", rvl_ctx_backend(st->ctx), rvl_ctx_device(st->ctx));
+    cli_expert_stats(out, "experts    ", st->model);
     if (last->valid) {
         size_t np = last->n_prompt - last->n_reused;
         fprintf(out, "last turn  prompt %zu tokens (%zu reused from the cache, %zu decoded in "
@@ -1364,7 +1367,7 @@ static int chat_open(chat_state *st)
 {
     int status = 0, rc;
     char *w = NULL;
-    if ((rc = rvl_model_open(&st->model, st->model_path)) < 0)
+    if ((rc = cli_model_open(&st->model, st->model_path, opt_expert_budget)) < 0)
         return cli_fail(st->cmd, rc);
     st->tok = rvl_model_tokenizer(st->model);
     if (rvl_tok_warning(st->tok))

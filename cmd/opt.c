@@ -471,6 +471,13 @@ void cli_print_man(const rvl_cmd *cmd, FILE *out)
                  ".TP\n.B RUVLLM_ISA\nForce a kernel instruction set (ref, avx2, avx512, neon).\n"
                  ".TP\n.B RUVLLM_REPACK\n0: keep Q4_0, IQ4_NL and Q4_K weights in the file's row-major "
                  "layout instead of the packed decode layout (the same results, for comparisons).\n"
+                 ".TP\n.B RUVLLM_EXPERT_BUDGET\nThe memory for a mixture of experts' weights in MiB "
+                 "when \\-\\-expert\\-budget is not given (default: MemAvailable less the rest of "
+                 "the model, a 4096\\-token f16 KV cache and a margin of 10%%, at least 512 MiB). "
+                 "Experts beyond it are read from the file as needed, with the same results.\n"
+                 ".TP\n.B RUVLLM_EXPERT_PREFETCH\nStreamed experts: how the next layer's experts are "
+                 "read ahead: router (default: the next layer's router on this layer's input), "
+                 "repeat (those it chose for the previous token) or 0 (none).\n"
                  ".TP\n.B RUVLLM_MAX_INPUT\nThe most bytes a prompt or text input is read to "
                  "(an optional K, M or G suffix; default 256M).\n"
                  ".TP\n.B NO_COLOR\nDisable colors.\n");
@@ -514,6 +521,49 @@ int cli_backend_refuse(const rvl_ctx *c, const char *option)
         return 0;
     return rvl_seterr(RVL_EUNSUPPORTED, "%s is not supported by the %s backend (cpu only)", option,
                       rvl_ctx_backend(c));
+}
+
+int cli_model_open(rvl_model **m, const char *path, double expert_budget_mib)
+{
+    const rvl_model_params p = {.expert_budget = (uint64_t)(expert_budget_mib * 1048576.0)};
+    return rvl_model_open_params(m, path, &p);
+}
+
+/* "1.50 GiB", "12.3 MiB", "96.0 KiB" */
+static const char *size_str(char *buf, size_t cap, double b)
+{
+    if (b >= 1024.0 * 1048576)
+        snprintf(buf, cap, "%.2f GiB", b / (1024.0 * 1048576));
+    else if (b >= 1048576)
+        snprintf(buf, cap, "%.2f MiB", b / 1048576);
+    else
+        snprintf(buf, cap, "%.1f KiB", b / 1024);
+    return buf;
+}
+
+void cli_expert_stats(FILE *out, const char *lead, const rvl_model *m)
+{
+    rvl_expert_stats st;
+    char a[24], b[24], c[24], d[24], e[24];
+    if (!rvl_model_hparams(m)->block.moe)
+        return;
+    rvl_model_expert_stats(m, &st);
+    if (st.resident) {
+        fprintf(out, "%sresident, %s\n", lead, size_str(a, sizeof a, (double)st.total_bytes));
+        return;
+    }
+    const uint64_t look = st.hits + st.misses;
+    fprintf(out, "%sstreamed, budget %s of %s (%u slots of %s) | hit rate %.1f%% (%llu hits, "
+            "%llu misses; %llu read ahead, %llu of them used) | read %s, %s per token\n", lead,
+            size_str(a, sizeof a, (double)st.budget), size_str(b, sizeof b, (double)st.total_bytes),
+            st.slots, size_str(c, sizeof c, (double)st.expert_bytes),
+            look ? 100.0 * (double)st.hits / (double)look : 0.0, (unsigned long long)st.hits,
+            (unsigned long long)st.misses, (unsigned long long)st.prefetched,
+            (unsigned long long)st.prefetch_hits, size_str(d, sizeof d, (double)st.bytes_read),
+            size_str(e, sizeof e, st.tokens ? (double)st.bytes_read / (double)st.tokens : 0.0));
+    if (st.read_errors)
+        fprintf(out, "%s%llu reads failed (the mapping's bytes used instead)\n", lead,
+                (unsigned long long)st.read_errors);
 }
 
 const char *cli_kv_describe(const cli_kv_opts *kv)

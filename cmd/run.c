@@ -20,7 +20,7 @@ static const char *opt_model, *opt_file, *opt_sampling_seed, *opt_system, *opt_c
 static cli_kv_opts opt_kv;
 static bool opt_shift, opt_ignore_eos, opt_show_reasoning;
 static long long opt_keep = 0;
-static double opt_rope_scale = 0, opt_rope_base = 0;
+static double opt_rope_scale = 0, opt_rope_base = 0, opt_expert_budget = 0;
 static long long opt_yarn_orig = 0;
 static long long opt_n = -1, opt_ctx = 0, opt_threads = 0;
 static cli_sample_opts opt_sample = CLI_SAMPLE_DEFAULTS;
@@ -44,6 +44,7 @@ static rvl_opt opts[] = {
     OPT_REASONING(opt_reasoning),
     {OPT_FLAG, 0, "show-reasoning", NULL, "with --chat: print a thinking model's reasoning (<think>...</think>) as it comes instead of leaving it out", NULL, &opt_show_reasoning, 0, 0, NULL, COMPL_NONE},
     OPT_KV(opt_kv),
+    OPT_EXPERT_BUDGET(opt_expert_budget),
     OPT_CONTEXT_SHIFT(opt_shift, opt_keep),
     OPT_LORA(opt_lora),
     {OPT_CHOICE, 0, "rope-scaling", "TYPE", "override the model's RoPE scaling (NTK-aware: the base raised by factor^(d/(d-2)))", NULL, &opt_rope_scaling, 0, 0, "none|linear|yarn|ntk", COMPL_NONE},
@@ -477,7 +478,7 @@ static int run_main(rvl_cmd *cmd, int argc, char **argv)
         goto out;
     }
     double t0 = gen_now_ms();
-    if ((rc = rvl_model_open(&m, path)) < 0) {
+    if ((rc = cli_model_open(&m, path, opt_expert_budget)) < 0) {
         status = cli_fail(name, rc);
         goto out;
     }
@@ -600,8 +601,10 @@ static int run_main(rvl_cmd *cmd, int argc, char **argv)
         if (isatty(STDOUT_FILENO))
             out_write("\n", 1);
     }
-    if (opt_stats)
+    if (opt_stats) {
         print_stats(c, &rp, &res);
+        cli_expert_stats(stderr, "ruvllm run: experts: ", m);
+    }
     goto out;
 
 pipe_err:

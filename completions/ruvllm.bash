@@ -41,6 +41,7 @@ _ruvllm() {
             --kv-hot) return ;;
             --kv-warm) return ;;
             --kv-cold) COMPREPLY=($(compgen -W "q4 tq4" -- "$cur")); return ;;
+            --expert-budget) return ;;
             --keep) return ;;
             --lora) COMPREPLY=($(compgen -f -- "$cur")); return ;;
             --rope-scaling) COMPREPLY=($(compgen -W "none linear yarn ntk" -- "$cur")); return ;;
@@ -50,7 +51,7 @@ _ruvllm() {
             --prompt-cache) COMPREPLY=($(compgen -f -- "$cur")); return ;;
         esac
         if [[ $cur == -* ]]; then
-            COMPREPLY=($(compgen -W "-m --model -f --file -n --max-tokens -c --ctx-size -t --threads --backend --temp --top-k --top-p --min-p --repeat-penalty --repeat-last-n --frequency-penalty --presence-penalty -s --seed --stop --ignore-eos --chat --system --chat-template --reasoning --show-reasoning --kv-type --kv-type-k --kv-type-v --kv-hot --kv-warm --kv-cold --context-shift --keep --lora --rope-scaling --rope-scale --rope-freq-base --yarn-orig-ctx --prompt-cache -e --echo --special --no-bos --tokenize -j --json --stats -v --verbose -h --help " -- "$cur"))
+            COMPREPLY=($(compgen -W "-m --model -f --file -n --max-tokens -c --ctx-size -t --threads --backend --temp --top-k --top-p --min-p --repeat-penalty --repeat-last-n --frequency-penalty --presence-penalty -s --seed --stop --ignore-eos --chat --system --chat-template --reasoning --show-reasoning --kv-type --kv-type-k --kv-type-v --kv-hot --kv-warm --kv-cold --expert-budget --context-shift --keep --lora --rope-scaling --rope-scale --rope-freq-base --yarn-orig-ctx --prompt-cache -e --echo --special --no-bos --tokenize -j --json --stats -v --verbose -h --help " -- "$cur"))
             return
         fi
         ;;
@@ -81,11 +82,12 @@ _ruvllm() {
             --kv-hot) return ;;
             --kv-warm) return ;;
             --kv-cold) COMPREPLY=($(compgen -W "q4 tq4" -- "$cur")); return ;;
+            --expert-budget) return ;;
             --keep) return ;;
             --lora) COMPREPLY=($(compgen -f -- "$cur")); return ;;
         esac
         if [[ $cur == -* ]]; then
-            COMPREPLY=($(compgen -W "-m --model --system --session --chat-template --reasoning --render -n --max-tokens -c --ctx-size -t --threads --backend --temp --top-k --top-p --min-p --repeat-penalty --repeat-last-n --frequency-penalty --presence-penalty -s --seed --kv-type --kv-type-k --kv-type-v --kv-hot --kv-warm --kv-cold --context-shift --keep --lora -0 --null -j --json -h --help " -- "$cur"))
+            COMPREPLY=($(compgen -W "-m --model --system --session --chat-template --reasoning --render -n --max-tokens -c --ctx-size -t --threads --backend --temp --top-k --top-p --min-p --repeat-penalty --repeat-last-n --frequency-penalty --presence-penalty -s --seed --kv-type --kv-type-k --kv-type-v --kv-hot --kv-warm --kv-cold --expert-budget --context-shift --keep --lora -0 --null -j --json -h --help " -- "$cur"))
             return
         fi
         ;;
@@ -140,9 +142,10 @@ _ruvllm() {
             --kv-hot) return ;;
             --kv-warm) return ;;
             --kv-cold) COMPREPLY=($(compgen -W "q4 tq4" -- "$cur")); return ;;
+            --expert-budget) return ;;
         esac
         if [[ $cur == -* ]]; then
-            COMPREPLY=($(compgen -W "-m --model -t --threads -r --repetitions -o --output -j --json --filter --isa --tokens --mem-size --huge-pages -p --n-prompt -n --n-gen --synthetic --type -f --file -c --ctx-size --chunks --kl-base --kl -d --depth --kv-type --kv-type-k --kv-type-v --kv-hot --kv-warm --kv-cold -h --help " -- "$cur"))
+            COMPREPLY=($(compgen -W "-m --model -t --threads -r --repetitions -o --output -j --json --filter --isa --tokens --mem-size --huge-pages -p --n-prompt -n --n-gen --synthetic --type -f --file -c --ctx-size --chunks --kl-base --kl -d --depth --kv-type --kv-type-k --kv-type-v --kv-hot --kv-warm --kv-cold --expert-budget -h --help " -- "$cur"))
             return
         fi
         ;;

@@ -587,6 +587,11 @@ typedef struct rvl_model rvl_model;
  * and weight views (zero copy) and the tokenizer. Errors name the missing
  * key or the tensor whose shape or type is wrong. */
 int rvl_model_open(rvl_model **out, const char *path);
+/* How to open a model; {0} (or NULL) is rvl_model_open's. */
+typedef struct {
+    uint64_t expert_budget; /* bytes for the experts (rvl_expert_stats); 0: the default */
+} rvl_model_params;
+int rvl_model_open_params(rvl_model **out, const char *path, const rvl_model_params *p);
 void rvl_model_close(rvl_model *m);
 const rvl_hparams *rvl_model_hparams(const rvl_model *m);
 const rvl_file *rvl_model_file(const rvl_model *m);
@@ -595,6 +600,34 @@ struct rvl_tokenizer *rvl_model_tokenizer(const rvl_model *m); /* borrowed */
  * type, shape and data: computed once per model (the first call reads all
  * weights), then cached. Session files carry it to refuse another model. */
 uint64_t rvl_model_fingerprint(const rvl_model *m);
+
+/* Experts of a mixture-of-experts model (lib/engine/experts.c): resident in
+ * the mapping, or streamed: a budget of slots that experts are read into
+ * from the file on demand (least recently used evicted), the next layer's
+ * likely experts read ahead while a layer computes. The logits are the
+ * same bit for bit. The budget is fixed at open (rvl_model_open_params):
+ * bytes >= the experts' size keeps them resident; below the minimum (two
+ * slots per expert a token uses) the open fails with RVL_EINVAL naming
+ * the minimum in MiB; 0: $RUVLLM_EXPERT_BUDGET (MiB), else MemAvailable
+ * less the rest of the model, a 4096-token f16 KV cache and max(10%,
+ * 512 MiB), at least the minimum. A dense model has nothing to budget. */
+typedef struct {
+    bool resident;          /* every expert in memory (true for a dense model) */
+    uint64_t budget;        /* bytes */
+    uint64_t min_budget;    /* the least budget rvl_model_open_params takes */
+    uint64_t total_bytes;   /* every expert's matrices */
+    uint64_t expert_bytes;  /* one expert's three matrices (the largest layer's) */
+    uint32_t slots;         /* experts the cache holds (streaming; else 0) */
+    uint64_t hits, misses;  /* the forward pass's expert lookups: in a slot, or read */
+    uint64_t prefetched;    /* experts read ahead by the prefetch thread */
+    uint64_t prefetch_hits; /* hits on an expert read ahead, its first use */
+    uint64_t bytes_read;    /* from the file: (misses + prefetched) * expert_bytes */
+    uint64_t read_errors;   /* failed reads (the mapping's bytes used instead) */
+    uint64_t overflows;     /* lookups that found every slot pinned while the caller held
+                               one: the mapping's bytes used, its pages dropped after */
+    uint64_t tokens;        /* tokens through the first layer with experts */
+} rvl_expert_stats;
+void rvl_model_expert_stats(const rvl_model *m, rvl_expert_stats *st);
 
 /* KV cache storage formats, per page of 32 positions (lib/engine/kvcache.h;
  * layouts in kernels/kvq.h). Bytes per token per head for head_dim 64. */

@@ -29,6 +29,7 @@
 #include <string.h>
 
 #include "engine/backend.h"
+#include "engine/experts.h"
 #include "engine/kvcache.h"
 #include "engine/lora_int.h"
 #include "engine/matmul.h"
@@ -186,16 +187,13 @@ static void qkv_token(const rvl_forward *c, uint32_t l, float *q, float *k, floa
  * The one place the forward pass takes an expert's weights. */
 static const rvl_weight *expert_weights(const rvl_forward *c, uint32_t l, uint32_t e)
 {
-    return &c->m->layers[l].exps[3 * (size_t)e];
+    return rvl_experts_acquire(c->m->xs, l, e); /* pinned until rvl_experts_release */
 }
 
 /* The forward pass is done with expert e's weights (expert_weights). */
-static void expert_done(const rvl_forward *c, uint32_t l, uint32_t e, const rvl_weight *w)
+static void expert_done(const rvl_forward *c, const rvl_weight *w)
 {
-    (void)c;
-    (void)l;
-    (void)e;
-    (void)w;
+    rvl_experts_release(c->m->xs, w);
 }
 
 /* Most experts whose GEMMs run as one pool job (moe_ffn). */
@@ -303,6 +301,7 @@ static void moe_ffn(rvl_forward *c, uint32_t l, uint32_t nb, size_t xb_stride)
         route_token(hp, c->moe_p + (size_t)t * ne,
                     B->moe_sel_bias ? c->moe_sb + (size_t)l * ne : NULL, c->moe_s,
                     c->moe_sel + (size_t)t * nu, c->moe_w + (size_t)t * nu);
+    rvl_experts_routed(c->m->xs, l, c->moe_sel, nb, c->xb, xb_stride); /* prefetch l+1's */
     /* the rows of each expert's tokens, expert after expert (moe_x row r:
      * token moe_idx[r], its weight moe_idxw[r]) */
     uint32_t *cnt = c->moe_cnt, *first = c->moe_first;
@@ -339,10 +338,12 @@ static void moe_ffn(rvl_forward *c, uint32_t l, uint32_t nb, size_t xb_stride)
         mx.act = c->moe_act2;
         rvl_matmul_prepare_act(&mx, &ew0[1], c->moe_x, dim, rows, &act_u, &as_u);
     }
+    /* streamed experts: a group holds no more pins than one token's */
+    const uint32_t max_g = rvl_experts_streamed(c->m->xs) ? nu : RVL_MOE_GROUP;
     for (uint32_t e0 = 0; e0 < ne;) {
         uint32_t n_g = 0, e1 = e0, r0 = rows, r1 = 0;
         const rvl_weight *ew[RVL_MOE_GROUP];
-        for (; e1 < ne && n_g < RVL_MOE_GROUP; e1++) {
+        for (; e1 < ne && n_g < max_g; e1++) {
             if (!cnt[e1])
                 continue;
             ew[n_g] = expert_weights(c, l, e1);
@@ -384,7 +385,7 @@ static void moe_ffn(rvl_forward *c, uint32_t l, uint32_t nb, size_t xb_stride)
             if (B->moe_bias)
                 add_bias(c->moe_o + (size_t)first[e] * dim, dim,
                          c->moe_eb + ((size_t)l * ne + e) * eb + 2 * (size_t)fe, dim, cnt[e]);
-            expert_done(c, l, e, ew[i++]);
+            expert_done(c, ew[i++]);
         }
         e0 = e1;
     }

@@ -15,6 +15,7 @@
 #include <sys/mman.h>
 
 #include "engine/backend.h"
+#include "engine/experts.h"
 #include "engine/family.h"
 #include "engine/model.h"
 
@@ -380,7 +381,9 @@ static size_t matmul_weights(rvl_model *m, rvl_weight **ws, size_t cap)
                             &L->wq_a, &L->wq_b, &L->wkv_a, &L->sh_gate, &L->sh_up, &L->sh_down};
         for (size_t k = 0; k < sizeof lw / sizeof lw[0]; k++)
             ADD(lw[k]);
-        for (size_t e = 0; L->exps && e < 3 * (size_t)m->hp.n_expert; e++)
+        /* streamed experts stay in the file (engine/experts.h) */
+        for (size_t e = 0; L->exps && !rvl_experts_streamed(m->xs) && e < 3 * (size_t)m->hp.n_expert;
+             e++)
             ADD(&L->exps[e]);
     }
     ADD(&m->output);
@@ -447,13 +450,14 @@ static int prefault_unpacked(rvl_model *m)
 {
     size_t n;
     rvl_weight **ws = all_matmul_weights(m, &n);
-    const void *(*skip)[2] = malloc((n + 1) * sizeof *skip);
+    const size_t nx = 3 * (size_t)m->hp.n_layer; /* the streamed experts' bytes */
+    const void *(*skip)[2] = malloc((n + nx + 1) * sizeof *skip);
     if (!skip || !ws) {
         free(ws);
         free(skip);
         return rvl_seterr(RVL_ENOMEM, "out of memory");
     }
-    size_t k = 0;
+    size_t k = rvl_experts_ranges(m->xs, skip, nx);
     for (size_t i = 0; i < n; i++)
         if (releasable(m, ws[i])) {
             skip[k][0] = ws[i]->data;
@@ -738,6 +742,11 @@ static int load_hparams(rvl_model *m, const rvl_family **famp)
 
 int rvl_model_open(rvl_model **out, const char *path)
 {
+    return rvl_model_open_params(out, path, NULL);
+}
+
+int rvl_model_open_params(rvl_model **out, const char *path, const rvl_model_params *p)
+{
     rvl_model *m;
     int rc;
 
@@ -754,7 +763,8 @@ int rvl_model_open(rvl_model **out, const char *path)
     }
     const rvl_family *fam = NULL;
     if ((rc = load_hparams(m, &fam)) < 0 || (rc = load_weights(m, fam)) < 0 ||
-        (rc = check_all_used(m)) < 0)
+        (rc = check_all_used(m)) < 0 ||
+        (rc = rvl_experts_open(&m->xs, m, p ? p->expert_budget : 0)) < 0) /* before packing */
         goto fail;
     if ((rc = pack_weights(m)) < 0 || (rc = prefault_unpacked(m)) < 0)
         goto fail;
@@ -781,6 +791,7 @@ void rvl_model_close(rvl_model *m)
     if (!m)
         return;
     rvl_tok_close(m->tok);
+    rvl_experts_close(m->xs);
     free(m->layers);
     free(m->experts);
     free(m->mla_views);
@@ -788,6 +799,11 @@ void rvl_model_close(rvl_model *m)
     free(m->packed);
     rvl_file_close(m->file);
     free(m);
+}
+
+void rvl_model_expert_stats(const rvl_model *m, rvl_expert_stats *st)
+{
+    rvl_experts_stats(m->xs, st);
 }
 
 const rvl_hparams *rvl_model_hparams(const rvl_model *m) { return &m->hp; }
@@ -887,6 +903,7 @@ uint64_t rvl_model_fingerprint(const rvl_model *cm)
     uint64_t h = XXH3_64bits_digest(st);
     XXH3_freeState(st);
     rvl_model_release_packed_source(m);
+    rvl_experts_drop_pages(m->xs);
     h = h ? h : 1;
     atomic_store(&m->fingerprint, h);
     return h;

@@ -72,6 +72,7 @@ struct rvl_model {
     rvl_layer *layers;                /* owned: n_layer */
     rvl_weight *experts;              /* owned: every layer's expert views */
     rvl_weight *mla_views;            /* owned: every layer's k_b and v_b head views */
+    struct rvl_experts *xs;           /* owned: the expert store (engine/experts.h), or NULL */
     struct rvl_tokenizer *tok;        /* owned */
     void *packed;                     /* owned: every weight's packed rows */
     size_t packed_bytes;
