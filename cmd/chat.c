@@ -36,7 +36,8 @@
  * ==================================================================== */
 
 static const char *opt_model, *opt_system, *opt_session, *opt_chat_template, *opt_render,
-                  *opt_seed, *opt_backend, *opt_reasoning;
+                  *opt_seed, *opt_backend, *opt_reasoning,
+                  *opt_effort;
 static cli_kv_opts opt_kv;
 static bool opt_shift;
 static long long opt_keep = 0;
@@ -57,6 +58,7 @@ static rvl_opt opts[] = {
     {OPT_STRING, 0, "session", "FILE", "continue the conversation saved in FILE (when it exists) and save it there after each turn", NULL, &opt_session, 0, 0, NULL, COMPL_FILE},
     {OPT_STRING, 0, "chat-template", "NAME|FILE", "a built-in template (chatml, qwen3, llama2, llama3, mistral-v1, gemma, phi3, zephyr, ...) or a Jinja template file instead of the model's", NULL, &opt_chat_template, 0, 0, NULL, COMPL_FILE},
     OPT_REASONING(opt_reasoning),
+    OPT_REASONING_EFFORT(opt_effort),
     {OPT_STRING, 0, "render", "CONV", "print the prompt the template makes of the conversation in CONV (a JSON array of {role, content}) and exit", NULL, &opt_render, 0, 0, NULL, COMPL_FILE},
     {OPT_INT, 'n', "max-tokens", "N", "generate at most N tokens per reply (-1: until the end of the turn)", "-1", &opt_n, -1, 1e9, NULL, COMPL_NONE},
     {OPT_INT, 'c', "ctx-size", "N", "context size in tokens (0: min(4096, the model's))", "0", &opt_ctx, 0, 1048576, NULL, COMPL_NONE},
@@ -1324,6 +1326,8 @@ static int do_render(chat_state *st)
     if (rc < 0)
         goto out;
     rvl_chat_set_thinking(c, cli_reasoning(opt_reasoning));
+    if (opt_effort)
+        (void)rvl_chat_set_reasoning_effort(c, opt_effort); /* a checked choice */
     /* --system comes first unless the conversation has its own */
     bool sys = opt_system && !(n && strcmp(msgs[0].role, "system") == 0);
     all = malloc((n + 1) * sizeof *all);
@@ -1395,6 +1399,8 @@ static int chat_open(chat_state *st)
         free(w);
     }
     rvl_chat_set_thinking(st->tmpl, cli_reasoning(opt_reasoning));
+    if (opt_effort)
+        (void)rvl_chat_set_reasoning_effort(st->tmpl, opt_effort); /* a checked choice */
     st->n_ctx = rvl_ctx_n_ctx(st->ctx);
     st->add_bos = rvl_tok_add_bos(st->tok) && rvl_tok_bos(st->tok) >= 0;
     st->cached = malloc(((size_t)st->n_ctx + 1) * sizeof *st->cached);

@@ -177,6 +177,12 @@ void cli_expert_stats(FILE *out, const char *lead, const rvl_model *m);
     "thinking models (Qwen3): reason before answering (the chat template's enable_thinking; default: the template's, on for Qwen3)", \
     NULL, &(var), 0, 0, "on|off", COMPL_NONE}
 int cli_reasoning(const char *choice);
+/* --reasoning-effort low|medium|high (run and chat): gpt-oss's
+ * reasoning_effort for its chat template (llama.cpp: --chat-template-kwargs
+ * '{"reasoning_effort": ...}'). Not given: the template's default. */
+#define OPT_REASONING_EFFORT(var) {OPT_CHOICE, 0, "reasoning-effort", "low|medium|high", \
+    "gpt-oss: how long it reasons (the chat template's reasoning_effort; default: the template's, medium)", \
+    NULL, &(var), 0, 0, "low|medium|high", COMPL_NONE}
 
 /* --lora FILE[:SCALE], repeatable (cmd/cli_lora.c). */
 #define OPT_LORA(var) {OPT_LIST, 0, "lora", "FILE[:SCALE]", \

@@ -16,7 +16,8 @@
 #include "gen.h"
 
 static const char *opt_model, *opt_file, *opt_sampling_seed, *opt_system, *opt_chat_template,
-                  *opt_prompt_cache, *opt_rope_scaling, *opt_backend, *opt_reasoning;
+                  *opt_prompt_cache, *opt_rope_scaling, *opt_backend, *opt_reasoning,
+                  *opt_effort;
 static cli_kv_opts opt_kv;
 static bool opt_shift, opt_ignore_eos, opt_show_reasoning;
 static long long opt_keep = 0;
@@ -42,6 +43,7 @@ static rvl_opt opts[] = {
     {OPT_STRING, 0, "system", "TEXT", "with --chat: a system message before the user turn", NULL, &opt_system, 0, 0, NULL, COMPL_NONE},
     {OPT_STRING, 0, "chat-template", "NAME|FILE", "with --chat: a built-in template (chatml, qwen3, llama2, llama3, mistral-v1, gemma, phi3, zephyr, ...) or a Jinja template file instead of the model's", NULL, &opt_chat_template, 0, 0, NULL, COMPL_FILE},
     OPT_REASONING(opt_reasoning),
+    OPT_REASONING_EFFORT(opt_effort),
     {OPT_FLAG, 0, "show-reasoning", NULL, "with --chat: print a thinking model's reasoning (<think>...</think>) as it comes instead of leaving it out", NULL, &opt_show_reasoning, 0, 0, NULL, COMPL_NONE},
     OPT_KV(opt_kv),
     OPT_EXPERT_BUDGET(opt_expert_budget),
@@ -181,6 +183,8 @@ static int chat_wrap(const char *cmd, const rvl_file *f, const rvl_tokenizer *t,
     if (rc < 0)
         return rc;
     rvl_chat_set_thinking(*chat, cli_reasoning(opt_reasoning));
+    if (opt_effort && (rc = rvl_chat_set_reasoning_effort(*chat, opt_effort)) < 0)
+        return rc;
     rvl_chat_msg msgs[2];
     size_t n = 0;
     if (opt_system)
@@ -278,9 +282,11 @@ static void check_options(const char *cmd)
     for (int i = 0; i < opt_stop.n; i++)
         if (!opt_stop.items[i][0])
             cli_usage(cmd, "--stop: the stop string is empty");
-    if (!opt_chat && (opt_system || opt_chat_template || opt_reasoning || opt_show_reasoning))
+    if (!opt_chat &&
+        (opt_system || opt_chat_template || opt_reasoning || opt_effort || opt_show_reasoning))
         cli_usage(cmd, "%s needs --chat", opt_system ? "--system" : opt_chat_template ? "--chat-template"
-                  : opt_reasoning ? "--reasoning" : "--show-reasoning");
+                  : opt_reasoning ? "--reasoning" : opt_effort ? "--reasoning-effort"
+                  : "--show-reasoning");
     if (opt_lora.n && opt_prompt_cache)
         cli_usage(cmd, "--prompt-cache cannot be combined with --lora (a session file does not "
                   "record the adapters its cache was computed with)");

@@ -35,6 +35,7 @@ _ruvllm() {
             --system) return ;;
             --chat-template) COMPREPLY=($(compgen -f -- "$cur")); return ;;
             --reasoning) COMPREPLY=($(compgen -W "on off" -- "$cur")); return ;;
+            --reasoning-effort) COMPREPLY=($(compgen -W "low medium high" -- "$cur")); return ;;
             --kv-type) COMPREPLY=($(compgen -W "f16 f32 q8 q4 tq4 tq3 tiered" -- "$cur")); return ;;
             --kv-type-k) COMPREPLY=($(compgen -W "f16 f32 q8 q4 tq4 tq3 tiered" -- "$cur")); return ;;
             --kv-type-v) COMPREPLY=($(compgen -W "f16 f32 q8 q4 tq4 tq3 tiered" -- "$cur")); return ;;
@@ -51,7 +52,7 @@ _ruvllm() {
             --prompt-cache) COMPREPLY=($(compgen -f -- "$cur")); return ;;
         esac
         if [[ $cur == -* ]]; then
-            COMPREPLY=($(compgen -W "-m --model -f --file -n --max-tokens -c --ctx-size -t --threads --backend --temp --top-k --top-p --min-p --repeat-penalty --repeat-last-n --frequency-penalty --presence-penalty -s --seed --stop --ignore-eos --chat --system --chat-template --reasoning --show-reasoning --kv-type --kv-type-k --kv-type-v --kv-hot --kv-warm --kv-cold --expert-budget --context-shift --keep --lora --rope-scaling --rope-scale --rope-freq-base --yarn-orig-ctx --prompt-cache -e --echo --special --no-bos --tokenize -j --json --stats -v --verbose -h --help " -- "$cur"))
+            COMPREPLY=($(compgen -W "-m --model -f --file -n --max-tokens -c --ctx-size -t --threads --backend --temp --top-k --top-p --min-p --repeat-penalty --repeat-last-n --frequency-penalty --presence-penalty -s --seed --stop --ignore-eos --chat --system --chat-template --reasoning --reasoning-effort --show-reasoning --kv-type --kv-type-k --kv-type-v --kv-hot --kv-warm --kv-cold --expert-budget --context-shift --keep --lora --rope-scaling --rope-scale --rope-freq-base --yarn-orig-ctx --prompt-cache -e --echo --special --no-bos --tokenize -j --json --stats -v --verbose -h --help " -- "$cur"))
             return
         fi
         ;;
@@ -62,6 +63,7 @@ _ruvllm() {
             --session) COMPREPLY=($(compgen -f -- "$cur")); return ;;
             --chat-template) COMPREPLY=($(compgen -f -- "$cur")); return ;;
             --reasoning) COMPREPLY=($(compgen -W "on off" -- "$cur")); return ;;
+            --reasoning-effort) COMPREPLY=($(compgen -W "low medium high" -- "$cur")); return ;;
             --render) COMPREPLY=($(compgen -f -- "$cur")); return ;;
             -n|--max-tokens) return ;;
             -c|--ctx-size) return ;;
@@ -87,7 +89,7 @@ _ruvllm() {
             --lora) COMPREPLY=($(compgen -f -- "$cur")); return ;;
         esac
         if [[ $cur == -* ]]; then
-            COMPREPLY=($(compgen -W "-m --model --system --session --chat-template --reasoning --render -n --max-tokens -c --ctx-size -t --threads --backend --temp --top-k --top-p --min-p --repeat-penalty --repeat-last-n --frequency-penalty --presence-penalty -s --seed --kv-type --kv-type-k --kv-type-v --kv-hot --kv-warm --kv-cold --expert-budget --context-shift --keep --lora -0 --null -j --json -h --help " -- "$cur"))
+            COMPREPLY=($(compgen -W "-m --model --system --session --chat-template --reasoning --reasoning-effort --render -n --max-tokens -c --ctx-size -t --threads --backend --temp --top-k --top-p --min-p --repeat-penalty --repeat-last-n --frequency-penalty --presence-penalty -s --seed --kv-type --kv-type-k --kv-type-v --kv-hot --kv-warm --kv-cold --expert-budget --context-shift --keep --lora -0 --null -j --json -h --help " -- "$cur"))
             return
         fi
         ;;

@@ -71,5 +71,14 @@ run_in "Hi
 Bye
 " 0 ruvllm chat -m "$MODEL" -t 2 --temp 0 -n 8 --chat-template "$GPTOSS"
 if grep -q "built-in" "$ERR"; then not_ok "the template fell back"; else ok "gpt-oss.jinja renders every turn"; fi
+# --reasoning-effort reaches the template as reasoning_effort (run and chat);
+# without it the template says its own default
+printf '[{"role":"user","content":"hi"}]' >"$TMP/conv.json"
+run 0 ruvllm chat -m "$MODEL" --chat-template "$GPTOSS" --reasoning-effort high --render "$TMP/conv.json"
+out_has 'Reasoning: high'
+run 0 ruvllm chat -m "$MODEL" --chat-template "$GPTOSS" --render "$TMP/conv.json"
+out_has 'Reasoning: medium'
+run 2 ruvllm run -m "$MODEL" --reasoning-effort low "hi"
+run 2 ruvllm run -m "$MODEL" --chat --reasoning-effort extreme "hi"
 
 finish
