@@ -254,6 +254,24 @@ static void check_variant(const variant *v)
         e = compare(what, other, ref, n_tok, nv, REF_TOL);
         e_path_ref = e > e_path_ref ? e : e_path_ref;
     }
+    /* latent attention: prompts in the expanded form (per-head keys and
+     * values from the cached latents) agree with the absorbed form */
+    double e_exp = 0;
+    if (hp->block.mla) {
+        setenv("RUVLLM_MLA", "expanded", 1);
+        for (int s = 0; s < 2; s++) {
+            decode(m, ids, n_tok, s ? 5 : 0, 2, RVL_KV_F32, other);
+            snprintf(what, sizeof what, "%s: expanded MLA in calls of %d vs absorbed", v->name,
+                     s ? 5 : n_tok);
+            double e = compare(what, other, batch, n_tok, nv, PATH_TOL);
+            e_exp = e > e_exp ? e : e_exp;
+            snprintf(what, sizeof what, "%s: expanded MLA vs transformers", v->name);
+            e = compare(what, other, ref, n_tok, nv, REF_TOL);
+            e_path_ref = e > e_path_ref ? e : e_path_ref;
+        }
+        unsetenv("RUVLLM_MLA");
+        print_message("%-13s expanded vs absorbed latent attention: %.2e\n", v->name, e_exp);
+    }
     /* a windowed model on a context twice as long: the ring (kvcache.c)
      * holds only the window while the positions go on */
     if (hp->block.swa_window) {
@@ -301,6 +319,7 @@ static void check_variant(const variant *v)
     assert_true(e_ref <= REF_TOL);
     assert_true(e_path_ref <= REF_TOL);
     assert_true(e_path <= PATH_TOL);
+    assert_true(e_exp <= PATH_TOL);
     assert_true(e_f16 <= F16_TOL);
     assert_true(e_q8 <= Q8_TOL);
 }

@@ -111,6 +111,11 @@ struct rvl_forward {
     float *mla_q;                 /* (UBATCH, n_head * k_dim) the queries */
     float *mla_v;                 /* (UBATCH, n_head * v_dim) the heads' values */
     float *mla_norm;              /* (n_layer, q_rank + kv_rank) q_a and kv_a norm gains */
+    bool mla_exp;                 /* prompts in the expanded form (RUVLLM_MLA=expanded) */
+    float *mla_lat, *mla_kn, *mla_vv, *mla_p; /* its (n_ctx + 32, head_dim) latents, (n_ctx,
+                                     k_dim - rope_dim) keys and (n_ctx, v_dim) values of
+                                     one head, (n_ctx) scores */
+    float *mla_kbf, *mla_vbf;     /* one head's k_b and v_b as floats */
     float *xo;                    /* (UBATCH, dim) matmul output */
     float *logits;                /* (vocab) or (n_batch, vocab) with all_logits */
     float *norm_w;                /* dequantized norm weights: (2*n_layer+1, dim) */
@@ -454,6 +459,74 @@ static void gqa_attention(rvl_forward *c, uint32_t l, uint32_t nb, uint32_t pos0
         add_bias(c->xo, dim, c->attn_ob + (size_t)l * dim, dim, nb);
 }
 
+/* MLA's expanded form (RUVLLM_MLA=expanded, prompt batches; the
+ * reference the absorbed form is checked against, as transformers and
+ * llama.cpp's non-absorbed graph compute it): every cached latent c_t is
+ * expanded per head into a key [k_b_h^T c_t; k_pe_t] and a value v_b_h c_t,
+ * and each query [q_nope; RoPE(q_pe)] attends over them; the heads' values
+ * into mla_v. Plain loops over dequantized k_b/v_b: n_ctx x n_head x
+ * (k_dim + v_dim) x kv_rank per chunk. */
+static void mla_expanded(rvl_forward *c, uint32_t l, uint32_t nb, uint32_t pos0)
+{
+    const rvl_hparams *hp = &c->m->hp;
+    const rvl_layer *L = &c->m->layers[l];
+    const uint32_t nh = hp->n_head, hd = hp->head_dim, R = hp->mla_kv_rank;
+    const uint32_t rd = hp->rope_dim, kd = hp->mla_k_dim, nope = kd - rd, vd = hp->mla_v_dim;
+    const uint32_t n = pos0 + nb;
+    const size_t q_dim = (size_t)nh * hd, qk = (size_t)nh * kd;
+    float *lat = c->mla_lat, *kn = c->mla_kn, *vv = c->mla_vv, *p = c->mla_p;
+
+    for (uint32_t pg = 0; pg * RVL_KVQ_PAGE < n; pg++) /* the cached rows, decoded */
+        rvl_kvcache_read_page(c->kv, l, 0, pg, 0, lat + (size_t)pg * RVL_KVQ_PAGE * hd);
+    for (uint32_t h = 0; h < nh; h++) {
+        for (uint32_t r = 0; r < R; r++) /* k_b_h: kv_rank rows of nope */
+            L->k_b[h].kf->dequantize((const char *)L->k_b[h].data + r * L->k_b[h].row_bytes,
+                                     c->mla_kbf + (size_t)r * nope, nope);
+        for (uint32_t j = 0; j < vd; j++) /* v_b_h: v_dim rows of kv_rank */
+            L->v_b[h].kf->dequantize((const char *)L->v_b[h].data + j * L->v_b[h].row_bytes,
+                                     c->mla_vbf + (size_t)j * R, R);
+        for (uint32_t t = 0; t < n; t++) {
+            const float *ct = lat + (size_t)t * hd;
+            float *k = kn + (size_t)t * nope, *v = vv + (size_t)t * vd;
+            for (uint32_t j = 0; j < nope; j++)
+                k[j] = 0;
+            for (uint32_t r = 0; r < R; r++)
+                for (uint32_t j = 0; j < nope; j++)
+                    k[j] += ct[r] * c->mla_kbf[(size_t)r * nope + j];
+            for (uint32_t j = 0; j < vd; j++) {
+                float d = 0;
+                for (uint32_t r = 0; r < R; r++)
+                    d += c->mla_vbf[(size_t)j * R + r] * ct[r];
+                v[j] = d;
+            }
+        }
+        for (uint32_t i = 0; i < nb; i++) {
+            const float *qn = c->mla_q + (size_t)i * qk + (size_t)h * kd;
+            const float *qp = c->q + (size_t)i * q_dim + (size_t)h * hd + R; /* after RoPE */
+            const uint32_t m = pos0 + i + 1; /* causal */
+            float mx = -INFINITY;
+            for (uint32_t t = 0; t < m; t++) {
+                float s = 0;
+                for (uint32_t j = 0; j < nope; j++)
+                    s += qn[j] * kn[(size_t)t * nope + j];
+                for (uint32_t j = 0; j < rd; j++)
+                    s += qp[j] * lat[(size_t)t * hd + R + j];
+                p[t] = s * c->kq_scale;
+                mx = p[t] > mx ? p[t] : mx;
+            }
+            double sum = 0;
+            for (uint32_t t = 0; t < m; t++)
+                sum += p[t] = expf(p[t] - mx);
+            float *o = c->mla_v + (size_t)i * nh * vd + (size_t)h * vd;
+            for (uint32_t j = 0; j < vd; j++)
+                o[j] = 0;
+            for (uint32_t t = 0; t < m; t++)
+                for (uint32_t j = 0; j < vd; j++)
+                    o[j] += (float)(p[t] / sum) * vv[(size_t)t * vd + j];
+        }
+    }
+}
+
 /* Multi-head latent attention (DeepSeek-V2/V3, block.mla) of layer l on
  * the nb normed rows of xb, into xo, in the absorbed form for prompts
  * and decode alike: per token the cache holds one row of head_dim =
@@ -507,11 +580,15 @@ static void mla_attention(rvl_forward *c, uint32_t l, uint32_t nb, uint32_t pos0
         rope_f32_ref(q + R, nh, hd, rd, cs, sn, hp->rope_type == RVL_ROPE_NEOX);
     }
     rvl_kvcache_write(c->kv, l, pos0, nb, c->k, hd, c->k, hd);
-    rvl_kvcache_attend(c->kv, c->pool, l, c->q, q_dim, pos0, nb, c->xb, xb_stride);
-    /* each head's latent output through v_b_h, then the output projection */
-    for (uint32_t h = 0; h < nh; h++)
-        rvl_matmul_run(&c->mm, c->mla_v + (size_t)h * vd, vo, &L->v_b[h],
-                       c->xb + (size_t)h * hd, xb_stride, nb);
+    if (c->mla_exp && nb > 1) {
+        mla_expanded(c, l, nb, pos0);
+    } else {
+        rvl_kvcache_attend(c->kv, c->pool, l, c->q, q_dim, pos0, nb, c->xb, xb_stride);
+        /* each head's latent output through v_b_h */
+        for (uint32_t h = 0; h < nh; h++)
+            rvl_matmul_run(&c->mm, c->mla_v + (size_t)h * vd, vo, &L->v_b[h],
+                           c->xb + (size_t)h * hd, xb_stride, nb);
+    }
     rvl_matmul_run(&c->mm, c->xo, hp->n_embd, &L->wo, c->mla_v, vo, nb);
 }
 
@@ -717,6 +794,12 @@ static void forward_free(rvl_forward *c)
     free(c->mla_q);
     free(c->mla_v);
     free(c->mla_norm);
+    free(c->mla_lat);
+    free(c->mla_kn);
+    free(c->mla_vv);
+    free(c->mla_p);
+    free(c->mla_kbf);
+    free(c->mla_vbf);
     free(c->mm.act);
     free(c->mm.unpack);
     free(c);
@@ -854,7 +937,21 @@ static int cpu_open(rvl_backend **out, const rvl_model *m, const rvl_ctx_params 
         c->mla_v = calloc(UBATCH * (size_t)hp->n_head * hp->mla_v_dim, sizeof(float));
         c->mla_norm = calloc((size_t)hp->n_layer * (hp->mla_q_rank + hp->mla_kv_rank),
                              sizeof(float));
-        if (!c->mla_qa || !c->mla_q || !c->mla_v || !c->mla_norm) {
+        const char *mode = getenv("RUVLLM_MLA");
+        c->mla_exp = mode && strcmp(mode, "expanded") == 0;
+        if (c->mla_exp) {
+            const size_t nc = c->n_ctx + RVL_KVQ_PAGE, R = hp->mla_kv_rank;
+            const size_t nope = hp->mla_k_dim - hp->rope_dim;
+            c->mla_lat = malloc(nc * hp->head_dim * sizeof(float));
+            c->mla_kn = malloc(nc * nope * sizeof(float));
+            c->mla_vv = malloc(nc * hp->mla_v_dim * sizeof(float));
+            c->mla_p = malloc(nc * sizeof(float));
+            c->mla_kbf = malloc(R * nope * sizeof(float));
+            c->mla_vbf = malloc(R * hp->mla_v_dim * sizeof(float));
+        }
+        if (!c->mla_qa || !c->mla_q || !c->mla_v || !c->mla_norm ||
+            (c->mla_exp && (!c->mla_lat || !c->mla_kn || !c->mla_vv || !c->mla_p ||
+                            !c->mla_kbf || !c->mla_vbf))) {
             forward_free(c);
             return rvl_seterr(RVL_ENOMEM, "out of memory");
         }
