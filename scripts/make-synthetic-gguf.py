@@ -17,7 +17,7 @@ sinks, biases, a 128-token window on every other layer, 32 experts of
 2880, 4 per token, YaRN), experts in MXFP4 as OpenAI ships them, the rest
 in --type. The tokenizer (and so the vocabulary size) is copied from
 --vocab-from (default: the default model, SmolLM2's 49152 tokens), so
-prompts tokenize. Every matrix is Q4_0 (or Q8_0) with random quants and
+prompts tokenize. Every matrix is Q4_0 (or Q8_0, Q4_K) with random quants and
 small random scales; norms are ones. Made with gguf-py 0.19.0, numpy.
 """
 import argparse
@@ -49,6 +49,13 @@ def rand_mxfp4(rng, rows, cols):
 
 
 def rand_quant(rng, rows, cols, qtype):
+    if qtype == "Q4_K":  # super-blocks of 256: d, dmin (f16), 12 bytes of scales, 128 of nibbles
+        nb = cols // 256
+        blk = np.empty((rows, nb, 144), dtype=np.uint8)
+        d = (rng.standard_normal((rows, nb, 2)) * 0.0005).astype(np.float16)
+        blk[:, :, 0:4] = d.view(np.uint8).reshape(rows, nb, 4)
+        blk[:, :, 4:] = rng.integers(0, 256, (rows, nb, 140), dtype=np.uint8)
+        return blk.reshape(rows, nb * 144), gguf.GGMLQuantizationType.Q4_K
     nb = cols // 32
     if qtype == "Q4_0":
         blk = np.empty((rows, nb, 18), dtype=np.uint8)
@@ -67,7 +74,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("out")
     ap.add_argument("--shape", default="llama-7b", choices=sorted(SHAPES))
-    ap.add_argument("--type", default="Q4_0", choices=["Q4_0", "Q8_0"])
+    ap.add_argument("--type", default="Q4_0", choices=["Q4_0", "Q8_0", "Q4_K"])
     ap.add_argument("--vocab-from", default=os.path.expanduser(
         "~/.cache/ruvllm/models/SmolLM2-135M-Instruct.Q4_1.gguf"))
     a = ap.parse_args()
@@ -95,7 +102,7 @@ def main():
         w.add_string(f"{arch}.rope.scaling.type", "yarn")
         w.add_float32(f"{arch}.rope.scaling.factor", 32.0)
         w.add_uint32(f"{arch}.rope.scaling.original_context_length", 4096)
-    w.add_file_type(2 if a.type == "Q4_0" else 7)
+    w.add_file_type({"Q4_0": 2, "Q8_0": 7, "Q4_K": 15}[a.type])
     n_vocab = 0
     for name, f in r.fields.items():
         if not name.startswith("tokenizer."):
