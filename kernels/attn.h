@@ -114,6 +114,8 @@ typedef struct {
                                 or -inf (none for that head); applied where a result
                                 is normalized: prefill's end, the decode reduce */
 } rvl_attn_params;
+/* tests/metal-emu/mtl_testutil.h mirrors this layout for C++ (88 bytes on
+ * LP64, which its static_assert checks): change both together. */
 
 /*
  * Decode, chunk `chunk` of `n_chunks` (0 <= chunk < n_chunks), for the kv

@@ -1003,10 +1003,15 @@ static void test_model_unimplemented_block_feature_is_refused_naming_the_key(voi
     spec ec = {.u32_key = "expert_count", .u32_val = 4};
     expect_open_error("experts.gguf", &m, &ec, RVL_EFORMAT,
                       "llama.expert_count is 4 but the file has no experts");
-    /* a tensor no step uses (an output bias) is refused, not ignored */
+    /* an output bias (gpt-oss's) in a llama file: a feature llama lacks */
     spec ob = {.extra_tensor = "blk.0.attn_output.bias"};
-    expect_open_error("feature-ob.gguf", &m, &ob, RVL_EUNSUPPORTED,
-                      "tensor 'blk.0.attn_output.bias' is not used by architecture 'llama'");
+    expect_open_error("feature-ob.gguf", &m, &ob, RVL_EFORMAT,
+                      "tensor 'blk.0.attn_output.bias' asks for the block feature "
+                      "'attn_out_bias', which architecture 'llama' does not have");
+    /* a tensor no step uses is refused, not ignored */
+    spec xt = {.extra_tensor = "blk.0.attn_extra.weight"};
+    expect_open_error("feature-xt.gguf", &m, &xt, RVL_EUNSUPPORTED,
+                      "tensor 'blk.0.attn_extra.weight' is not used by architecture 'llama'");
     /* Gemma's post-norms are its own: required */
     spec g2 = {.arch = "gemma2"};
     expect_open_error("gemma2-nopost.gguf", &m, &g2, RVL_EFORMAT,

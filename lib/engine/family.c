@@ -241,16 +241,17 @@ static const struct {
     {"ffn_gate_inp_shexp.weight", SRC_TENSOR, offsetof(rvl_block, moe_shared_gate), 0},
 };
 
-/* Does any layer have tensor blk.N.<suffix>? */
-static bool any_layer_has(const rvl_file *f, const rvl_hparams *hp, const char *suffix)
+/* The first layer with tensor blk.N.<suffix>, its name into name; -1
+ * when no layer has it. */
+static int first_layer_with(const rvl_file *f, const rvl_hparams *hp, const char *suffix,
+                            char *name, size_t size)
 {
-    char name[128];
     for (uint32_t l = 0; l < hp->n_layer; l++) {
-        snprintf(name, sizeof name, "blk.%u.%s", l, suffix);
+        snprintf(name, size, "blk.%u.%s", l, suffix);
         if (rvl_file_find_tensor(f, name))
-            return true;
+            return (int)l;
     }
-    return false;
+    return -1;
 }
 
 /* Keys that change the computation and have no recipe field yet: present
@@ -360,17 +361,16 @@ int rvl_family_recipe(const rvl_family *fam, const rvl_file *f, rvl_hparams *hp,
         char *field = (char *)&hp->block + sources[i].off;
         rvl_block one = {0};
         char *one_field = (char *)&one + sources[i].off;
-        if (tensor)
-            snprintf(key, sizeof key, "blk.N.%s", sources[i].name);
-        else
+        if (!tensor)
             snprintf(key, sizeof key, "%s.%s", hp->arch, sources[i].name);
 
         /* what the file asks for, into the recipe and into `one` alone */
         if (tensor) {
             char own[96];
             snprintf(own, sizeof own, "%s.weight", fam->ffn_norm ? fam->ffn_norm : "ffn_norm");
-            if (strcmp(sources[i].name, own) == 0 || !any_layer_has(f, hp, sources[i].name))
-                continue; /* the family's FFN norm is not a feature */
+            if (strcmp(sources[i].name, own) == 0 || /* the family's FFN norm is no feature */
+                first_layer_with(f, hp, sources[i].name, key, sizeof key) < 0)
+                continue;
             *(bool *)field = *(bool *)one_field = true;
         } else if (sources[i].kind == SRC_BOOL) {
             const rvl_kv *kv = rvl_file_find_kv(f, key);

@@ -51,8 +51,9 @@ typedef struct {
     size_t page_stride;
     size_t head_stride;
     const int32_t *page_table;
+    const float *sinks;
 } rvl_attn_params;
-static_assert(sizeof(rvl_attn_params) == 80, "kernels/attn.h's rvl_attn_params changed");
+static_assert(sizeof(rvl_attn_params) == 88, "kernels/attn.h's rvl_attn_params changed");
 typedef struct {
     const char *name;
     void (*decode_chunk)(const rvl_attn_params *p, const float *q, int q_pos, int n_kv, int chunk,
