@@ -35,6 +35,7 @@ enum {
     RVL_EINTR = -6,        /* interrupted (Ctrl-C) */
     RVL_ENOTFOUND = -7,    /* key, tensor or file not found */
     RVL_ERANGE = -8,       /* value out of range / overflow */
+    RVL_EBUSY = -9,        /* a queue is full (rvl_sched_submit): try again later */
 };
 
 /* Thread-local detail of the last error: borrowed, valid until the next
@@ -741,6 +742,37 @@ const char *rvl_ctx_device(const rvl_ctx *c);
 int rvl_decode(rvl_ctx *c, const int32_t *tokens, uint32_t n, const float **logits);
 
 /* ======================================================================
+ * Many sequences at once (lib/engine/batch.c): one model, one thread pool,
+ * up to n_seq sequences, each with its own KV cache (cp's formats and
+ * n_ctx), decoded together: a step takes tokens of several sequences
+ * (a prompt chunk of one, the next token of others) and runs them through
+ * the model as one batch, so each weight row is read once for all of them.
+ * Each sequence's logits are those it would get alone (the matmuls' rows
+ * do not depend on the batch they come in; attention reads only its own
+ * cache). Not thread-safe: one caller drives the steps (rvl_sched does).
+ * ====================================================================== */
+typedef struct rvl_batch rvl_batch;
+/* owned: close with rvl_batch_close. cp: the per-sequence context
+ * parameters (n_ctx, KV formats, n_threads for the shared pool; all_logits
+ * and n_batch ignored); n_seq 1 .. 256. */
+int rvl_batch_open(rvl_batch **out, const rvl_model *m, const rvl_ctx_params *cp, uint32_t n_seq);
+void rvl_batch_close(rvl_batch *b);
+uint32_t rvl_batch_n_seq(const rvl_batch *b);
+uint32_t rvl_batch_n_ctx(const rvl_batch *b);
+/* Sequence seq's cache emptied (a finished sequence frees its pages for
+ * reuse at once); its position back to 0. */
+int rvl_batch_seq_reset(rvl_batch *b, uint32_t seq);
+uint32_t rvl_batch_seq_pos(const rvl_batch *b, uint32_t seq);
+/* One step: item i appends n[i] >= 1 tokens tokens[i] to sequence seq[i]
+ * (each sequence at most once per step) and gets the logits of its last
+ * token in logits[i] (n_vocab floats, borrowed until the next step or
+ * close). RVL_ERANGE (naming the sequence) when an item would overflow its
+ * context, RVL_EINVAL for a bad sequence or token, RVL_EINTR when
+ * interrupted; on an error no sequence has advanced. */
+int rvl_batch_decode(rvl_batch *b, uint32_t n_items, const uint32_t *seq,
+                     const int32_t *const *tokens, const uint32_t *n, const float **logits);
+
+/* ======================================================================
  * Forward-pass trace (lib/engine/forward.c), for step-by-step comparisons with
  * other implementations (tests/ref/diverge_q4km.py). With a hook set, the
  * CPU forward pass calls fn after each named step of layer `layer` with nb
@@ -984,6 +1016,66 @@ int32_t rvl_sampler_sample(rvl_sampler *s, const float *logits);
 /* Record a token (prompt or generated) for the penalties. */
 void rvl_sampler_accept(rvl_sampler *s, int32_t id);
 void rvl_sampler_reset(rvl_sampler *s);
+
+/* ======================================================================
+ * The scheduler (lib/engine/sched.c): continuous batching of requests over
+ * an rvl_batch. Requests queue (at most n_queue waiting: beyond, submit
+ * answers RVL_EBUSY); up to n_parallel run at once; each step takes a
+ * prompt chunk of the newest admitted ones and the next token of every
+ * running one, samples each with its own sampler (seeded: the same tokens
+ * as alone), streams the reply's text to on_text (stop strings held back
+ * until they can no longer match), and frees a finished sequence's slot at
+ * once. submit and cancel are thread-safe; rvl_sched_run drives the steps
+ * on the calling thread until rvl_sched_stop (or, with wait_idle, until
+ * nothing is queued or running); the callbacks run on that thread.
+ * ====================================================================== */
+typedef struct rvl_sched rvl_sched;
+typedef struct {
+    rvl_ctx_params ctx;            /* per sequence (n_ctx, KV formats) and the pool's threads */
+    uint32_t n_parallel;           /* sequences in flight (0: 4) */
+    uint32_t n_queue;              /* requests waiting at most (0: 256) */
+    uint32_t n_step_tokens;        /* tokens per step at most (0: RVL_UBATCH) */
+} rvl_sched_params;
+typedef struct {
+    const char *finish_reason;     /* "stop" (end of generation or a stop string), "length"
+                                      (max_tokens or the context), "cancelled", "error" */
+    uint32_t n_prompt, n_gen;      /* tokens */
+    double t_queue_ms, t_first_ms, t_total_ms; /* waiting; submit to first token; to done */
+    int error;                     /* 0, or the RVL_E* that ended it (errmsg says why) */
+    const char *errmsg;            /* borrowed for the call */
+} rvl_sched_result;
+typedef struct {
+    const int32_t *prompt;         /* tokens (the caller tokenized and templated them);
+                                      copied at submit */
+    uint32_t n_prompt;
+    int32_t max_tokens;            /* -1: until end of generation or the context is full */
+    rvl_sampler_params sampling;   /* its seed included */
+    const char *const *stops;      /* NULL-terminated stop strings, or NULL; copied */
+    bool ignore_eos;
+    /* the reply's text as it grows; a negative return cancels the request */
+    int (*on_text)(void *ud, const char *text, size_t n);
+    /* once, at the end, whatever the end */
+    void (*on_done)(void *ud, const rvl_sched_result *r);
+    void *ud;
+} rvl_sched_request;
+typedef struct {
+    uint64_t submitted, completed, cancelled, rejected;  /* requests */
+    uint64_t prompt_tokens, gen_tokens;
+    uint32_t running, queued;
+    double gen_tps;                /* generated tokens per second, last 10 s */
+    rvl_kv_usage kv;               /* what the running sequences' caches hold */
+} rvl_sched_stats;
+int rvl_sched_open(rvl_sched **out, const rvl_model *m, const rvl_sched_params *p);
+/* Cancels what is queued or running (on_done "cancelled"). */
+void rvl_sched_close(rvl_sched *s);
+/* > 0: the request's id; RVL_EBUSY when the queue is full; RVL_EINVAL for
+ * a prompt that does not fit the context. */
+int64_t rvl_sched_submit(rvl_sched *s, const rvl_sched_request *r);
+/* The request ends "cancelled" at the next step (0), or RVL_ENOTFOUND. */
+int rvl_sched_cancel(rvl_sched *s, int64_t id);
+int rvl_sched_run(rvl_sched *s, bool wait_idle);
+void rvl_sched_stop(rvl_sched *s);
+void rvl_sched_stats_get(rvl_sched *s, rvl_sched_stats *st);
 
 /* ======================================================================
  * JSON output (--json): a streaming writer to a caller-owned FILE*.

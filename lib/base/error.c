@@ -27,6 +27,7 @@ const char *rvl_strerror(int code)
     case RVL_EINTR: return "interrupted";
     case RVL_ENOTFOUND: return "not found";
     case RVL_ERANGE: return "value out of range";
+    case RVL_EBUSY: return "busy";
     default: return "unknown error";
     }
 }
