@@ -46,10 +46,11 @@ static void load_tokens(uint32_t n_vocab)
 
 /* The schedule: step k gives sequence s a chunk of chunk(s, k) tokens
  * (0: it sits this step out). Sequence 0 starts with a prompt of 9, 1
- * joins at step 2 with 13, 2 at step 4 with 5; then one token each. */
+ * joins at step 2 with 13, 2 at step 4 with 30 (the step then spans two
+ * chunks of RVL_UBATCH rows); then one or two tokens each. */
 static uint32_t chunk(int s, int k, uint32_t done)
 {
-    static const int start[N_SEQ] = {0, 2, 4}, first[N_SEQ] = {9, 13, 5};
+    static const int start[N_SEQ] = {0, 2, 4}, first[N_SEQ] = {9, 13, 30};
     if (k < start[s] || done >= N_TOK)
         return 0;
     const uint32_t want = k == start[s] ? (uint32_t)first[s] : (k % 3 == s ? 2u : 1u);

@@ -24,4 +24,14 @@ extern const rvl_block rvl_forward_block;
 struct rvl_kvcache *rvl_forward_kvcache(rvl_backend *b);
 void rvl_forward_set_pos(rvl_backend *b, uint32_t pos);
 
+/* Many sequences (lib/engine/batch.c) on a CPU session: n_seq caches like
+ * the session's own (its formats and context), decoded together; the
+ * caller checks the items (rvl_batch_decode's contract). */
+int rvl_forward_seqs_open(rvl_backend *b, uint32_t n_seq);
+int rvl_forward_seqs_decode(rvl_backend *b, uint32_t n_items, const uint32_t *seq,
+                            const int32_t *const *tokens, const uint32_t *n, const float **logits);
+void rvl_forward_seq_reset(rvl_backend *b, uint32_t seq);
+uint32_t rvl_forward_seq_pos(const rvl_backend *b, uint32_t seq);
+int rvl_forward_seq_truncate(rvl_backend *b, uint32_t seq, uint32_t pos);
+
 #endif

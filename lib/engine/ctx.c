@@ -211,6 +211,11 @@ void rvl_ctx_set_trace(rvl_ctx *c, rvl_trace_fn fn, void *ud)
  * file format describes; another backend's cache is its own.
  * ==================================================================== */
 
+rvl_backend *rvl_ctx_cpu_session(rvl_ctx *c)
+{
+    return c->ops == &rvl_forward_ops ? c->session : NULL;
+}
+
 struct rvl_kvcache *rvl_ctx_kvc(rvl_ctx *c)
 {
     return c->ops == &rvl_forward_ops ? rvl_forward_kvcache(c->session) : NULL;

@@ -62,6 +62,15 @@ const rvl_block rvl_forward_block = {
 
 /* A session of the CPU backend: the table's rvl_backend handle (ruvllm.h)
  * is one of these (fw()). */
+/* The rows of one sequence in a chunk: rows row0 .. row0 + n - 1 are its
+ * positions pos0 .. pos0 + n - 1, over its cache kv; logits: where the
+ * logits of its last row go, or NULL. */
+typedef struct {
+    struct rvl_kvcache *kv;
+    uint32_t pos0, row0, n;
+    float *logits;
+} fw_seg;
+
 typedef struct rvl_forward rvl_forward;
 struct rvl_forward {
     const rvl_model *m;
@@ -127,6 +136,20 @@ struct rvl_forward {
                                      vec_dot; unpack: per thread one group of packed
                                      rows (m->packed_max_group, aligned) */
     const rvl_lora *lora;         /* run-time LoRA adapters (borrowed), or NULL */
+    /* the chunk being run: its sequences (one for rvl_decode; rvl_batch's
+     * several) and each row's position */
+    fw_seg segs[UBATCH];
+    uint32_t seg_seq[UBATCH];     /* rvl_batch's sequence of each segment */
+    uint32_t n_segs;
+    uint32_t row_pos[UBATCH];
+    /* rvl_batch's sequences (forward_seqs_open), beside the session's own */
+    rvl_kvcache **seq_kv;         /* (n_seq) */
+    uint32_t *seq_pos;            /* (n_seq) */
+    uint32_t *kv_win;             /* (n_layer) each layer's window, or NULL (kvcache.h) */
+    uint32_t n_seq;
+    float *seq_logits;            /* (n_seq, vocab): each item's last logits */
+    float *seg_logits;            /* (UBATCH, vocab): a chunk's segments' last logits */
+    int32_t *seq_tok;             /* (UBATCH) a chunk's tokens */
     rvl_trace_fn trace;           /* rvl_ctx_set_trace: per-step hook, or NULL */
     void *trace_ud;
 };
@@ -445,13 +468,18 @@ static void gqa_attention(rvl_forward *c, uint32_t l, uint32_t nb, uint32_t pos0
     rvl_lora_apply(c->lora, c->pool, l, RVL_LORA_V, c->xb, xb_stride, nb, c->v, kv_dim);
     for (uint32_t t = 0; t < nb; t++)
         qkv_token(c, l, c->q + (size_t)t * q_dim, c->k + (size_t)t * kv_dim,
-                  c->v + (size_t)t * kv_dim, pos0 + t, own_rope);
+                  c->v + (size_t)t * kv_dim, c->row_pos[t], own_rope);
     TRACE("Qcur", l, c->q, q_dim, q_dim);
     TRACE("Kcur", l, c->k, kv_dim, kv_dim);
     TRACE("Vcur", l, c->v, kv_dim, kv_dim);
-    /* keys after RoPE into the cache, then attention over its pages */
-    rvl_kvcache_write(c->kv, l, pos0, nb, c->k, kv_dim, c->v, kv_dim);
-    rvl_kvcache_attend(c->kv, c->pool, l, c->q, q_dim, pos0, nb, c->xb, xb_stride);
+    /* keys after RoPE into each sequence's cache, then attention over its pages */
+    for (uint32_t i = 0; i < c->n_segs; i++) {
+        const fw_seg *g = &c->segs[i];
+        rvl_kvcache_write(g->kv, l, g->pos0, g->n, c->k + (size_t)g->row0 * kv_dim, kv_dim,
+                          c->v + (size_t)g->row0 * kv_dim, kv_dim);
+        rvl_kvcache_attend(g->kv, c->pool, l, c->q + (size_t)g->row0 * q_dim, q_dim, g->pos0,
+                           g->n, c->xb + (size_t)g->row0 * xb_stride, xb_stride);
+    }
     TRACE("kqv_out", l, c->xb, xb_stride, q_dim);
     rvl_matmul_run(&c->mm, c->xo, dim, &L->wo, c->xb, xb_stride, nb);
     rvl_lora_apply(c->lora, c->pool, l, RVL_LORA_O, c->xb, xb_stride, nb, c->xo, dim);
@@ -466,8 +494,9 @@ static void gqa_attention(rvl_forward *c, uint32_t l, uint32_t nb, uint32_t pos0
  * and each query [q_nope; RoPE(q_pe)] attends over them; the heads' values
  * into mla_v. Plain loops over dequantized k_b/v_b: n_ctx x n_head x
  * (k_dim + v_dim) x kv_rank per chunk. */
-static void mla_expanded(rvl_forward *c, uint32_t l, uint32_t nb, uint32_t pos0)
+static void mla_expanded(rvl_forward *c, uint32_t l, const fw_seg *g)
 {
+    const uint32_t nb = g->n, pos0 = g->pos0;
     const rvl_hparams *hp = &c->m->hp;
     const rvl_layer *L = &c->m->layers[l];
     const uint32_t nh = hp->n_head, hd = hp->head_dim, R = hp->mla_kv_rank;
@@ -477,7 +506,7 @@ static void mla_expanded(rvl_forward *c, uint32_t l, uint32_t nb, uint32_t pos0)
     float *lat = c->mla_lat, *kn = c->mla_kn, *vv = c->mla_vv, *p = c->mla_p;
 
     for (uint32_t pg = 0; pg * RVL_KVQ_PAGE < n; pg++) /* the cached rows, decoded */
-        rvl_kvcache_read_page(c->kv, l, 0, pg, 0, lat + (size_t)pg * RVL_KVQ_PAGE * hd);
+        rvl_kvcache_read_page(g->kv, l, 0, pg, 0, lat + (size_t)pg * RVL_KVQ_PAGE * hd);
     for (uint32_t h = 0; h < nh; h++) {
         for (uint32_t r = 0; r < R; r++) /* k_b_h: kv_rank rows of nope */
             L->k_b[h].kf->dequantize((const char *)L->k_b[h].data + r * L->k_b[h].row_bytes,
@@ -501,8 +530,9 @@ static void mla_expanded(rvl_forward *c, uint32_t l, uint32_t nb, uint32_t pos0)
             }
         }
         for (uint32_t i = 0; i < nb; i++) {
-            const float *qn = c->mla_q + (size_t)i * qk + (size_t)h * kd;
-            const float *qp = c->q + (size_t)i * q_dim + (size_t)h * hd + R; /* after RoPE */
+            const size_t row = (size_t)g->row0 + i;
+            const float *qn = c->mla_q + row * qk + (size_t)h * kd;
+            const float *qp = c->q + row * q_dim + (size_t)h * hd + R; /* after RoPE */
             const uint32_t m = pos0 + i + 1; /* causal */
             float mx = -INFINITY;
             for (uint32_t t = 0; t < m; t++) {
@@ -517,7 +547,7 @@ static void mla_expanded(rvl_forward *c, uint32_t l, uint32_t nb, uint32_t pos0)
             double sum = 0;
             for (uint32_t t = 0; t < m; t++)
                 sum += p[t] = expf(p[t] - mx);
-            float *o = c->mla_v + (size_t)i * nh * vd + (size_t)h * vd;
+            float *o = c->mla_v + row * nh * vd + (size_t)h * vd;
             for (uint32_t j = 0; j < vd; j++)
                 o[j] = 0;
             for (uint32_t t = 0; t < m; t++)
@@ -537,8 +567,7 @@ static void mla_expanded(rvl_forward *c, uint32_t l, uint32_t nb, uint32_t pos0)
  * expanded form's; the first kv_rank floats of its output, sum_t p_t c_t,
  * are mapped back by v_b_h (and the rest, sum_t p_t k_pe_t, dropped)
  * before the output projection. */
-static void mla_attention(rvl_forward *c, uint32_t l, uint32_t nb, uint32_t pos0,
-                          size_t xb_stride)
+static void mla_attention(rvl_forward *c, uint32_t l, uint32_t nb, size_t xb_stride)
 {
     const rvl_hparams *hp = &c->m->hp;
     const rvl_layer *L = &c->m->layers[l];
@@ -561,8 +590,8 @@ static void mla_attention(rvl_forward *c, uint32_t l, uint32_t nb, uint32_t pos0
     rvl_matmul_run(&c->mm, c->k, hd, &L->wkv_a, c->xb, xb_stride, nb);
     for (uint32_t t = 0; t < nb; t++) {
         float *k = c->k + (size_t)t * hd;
-        const float *cs = c->rope_cos + (size_t)(pos0 + t) * half;
-        const float *sn = c->rope_sin + (size_t)(pos0 + t) * half;
+        const float *cs = c->rope_cos + (size_t)c->row_pos[t] * half;
+        const float *sn = c->rope_sin + (size_t)c->row_pos[t] * half;
         rmsnorm_f32_ref(k, k, norms + hp->mla_q_rank, R, hp->rms_eps);
         rope_f32_ref(k + R, 1, hd, rd, cs, sn, hp->rope_type == RVL_ROPE_NEOX);
     }
@@ -572,22 +601,33 @@ static void mla_attention(rvl_forward *c, uint32_t l, uint32_t nb, uint32_t pos0
                        c->mla_q + (size_t)h * kd, qk, nb);
     for (uint32_t t = 0; t < nb; t++) {
         float *q = c->q + (size_t)t * q_dim;
-        const float *cs = c->rope_cos + (size_t)(pos0 + t) * half;
-        const float *sn = c->rope_sin + (size_t)(pos0 + t) * half;
+        const float *cs = c->rope_cos + (size_t)c->row_pos[t] * half;
+        const float *sn = c->rope_sin + (size_t)c->row_pos[t] * half;
         for (uint32_t h = 0; h < nh; h++)
             memcpy(q + (size_t)h * hd + R, c->mla_q + (size_t)t * qk + (size_t)h * kd + nope,
                    rd * sizeof *q);
         rope_f32_ref(q + R, nh, hd, rd, cs, sn, hp->rope_type == RVL_ROPE_NEOX);
     }
-    rvl_kvcache_write(c->kv, l, pos0, nb, c->k, hd, c->k, hd);
-    if (c->mla_exp && nb > 1) {
-        mla_expanded(c, l, nb, pos0);
-    } else {
-        rvl_kvcache_attend(c->kv, c->pool, l, c->q, q_dim, pos0, nb, c->xb, xb_stride);
-        /* each head's latent output through v_b_h */
+    for (uint32_t i = 0; i < c->n_segs; i++) {
+        const fw_seg *g = &c->segs[i];
+        rvl_kvcache_write(g->kv, l, g->pos0, g->n, c->k + (size_t)g->row0 * hd, hd,
+                          c->k + (size_t)g->row0 * hd, hd);
+        if (c->mla_exp && g->n > 1)
+            mla_expanded(c, l, g);
+        else
+            rvl_kvcache_attend(g->kv, c->pool, l, c->q + (size_t)g->row0 * q_dim, q_dim, g->pos0,
+                               g->n, c->xb + (size_t)g->row0 * xb_stride, xb_stride);
+    }
+    /* each head's latent output through v_b_h, over every row at once (or
+     * the rows of the sequences the expanded form did not run) */
+    for (uint32_t i = 0; i < (c->mla_exp ? c->n_segs : 1); i++) {
+        const fw_seg *g = &c->segs[i];
+        const uint32_t r0 = c->mla_exp ? g->row0 : 0, n = c->mla_exp ? g->n : nb;
+        if (c->mla_exp && g->n > 1)
+            continue;
         for (uint32_t h = 0; h < nh; h++)
-            rvl_matmul_run(&c->mm, c->mla_v + (size_t)h * vd, vo, &L->v_b[h],
-                           c->xb + (size_t)h * hd, xb_stride, nb);
+            rvl_matmul_run(&c->mm, c->mla_v + (size_t)r0 * vo + (size_t)h * vd, vo, &L->v_b[h],
+                           c->xb + (size_t)r0 * xb_stride + (size_t)h * hd, xb_stride, n);
     }
     rvl_matmul_run(&c->mm, c->xo, hp->n_embd, &L->wo, c->mla_v, vo, nb);
 }
@@ -627,7 +667,7 @@ static bool forward_chunk(rvl_forward *c, const int32_t *tokens, uint32_t nb, ui
                           c->norm_w + (size_t)(2 * l) * dim, dim, nb, hp->rms_eps);
         TRACE("attn_norm", l, c->xb, xb_stride, dim);
         if (B->mla)
-            mla_attention(c, l, nb, pos0, xb_stride);
+            mla_attention(c, l, nb, xb_stride);
         else
             gqa_attention(c, l, nb, pos0, xb_stride, own_rope);
         TRACE("attn_out", l, c->xo, dim, dim);
@@ -689,14 +729,39 @@ static bool forward_chunk(rvl_forward *c, const int32_t *tokens, uint32_t nb, ui
         if (B->final_softcap)
             softcap_f32_ref(logits, (int64_t)nb * hp->n_vocab, B->final_softcap);
     } else if (want_last) {
-        rmsnorm_f32_ref(c->xb, c->x + (size_t)(nb - 1) * dim, onorm, dim, hp->rms_eps);
-        if (c->trace)
+        /* each sequence's last row that wants its logits, in one matmul */
+        uint32_t k = 0;
+        for (uint32_t i = 0; i < c->n_segs; i++)
+            if (c->segs[i].logits)
+                rmsnorm_f32_ref(c->xb + (size_t)k++ * xb_stride,
+                                c->x + (size_t)(c->segs[i].row0 + c->segs[i].n - 1) * dim, onorm,
+                                dim, hp->rms_eps);
+        if (c->trace && k)
             c->trace(c->trace_ud, "result_norm", -1, pos0 + nb - 1, 1, c->xb, dim, dim);
-        rvl_matmul_run(&c->mm, c->logits, hp->n_vocab, &m->output, c->xb, xb_stride, 1);
-        if (B->final_softcap)
-            softcap_f32_ref(c->logits, hp->n_vocab, B->final_softcap);
+        float *out = k == 1 ? NULL : c->seg_logits;
+        for (uint32_t i = 0; k == 1 && i < c->n_segs; i++)
+            if (c->segs[i].logits)
+                out = c->segs[i].logits;
+        if (k)
+            rvl_matmul_run(&c->mm, out, hp->n_vocab, &m->output, c->xb, xb_stride, k);
+        if (k && B->final_softcap)
+            softcap_f32_ref(out, (int64_t)k * hp->n_vocab, B->final_softcap);
+        for (uint32_t i = 0, j = 0; k > 1 && i < c->n_segs; i++)
+            if (c->segs[i].logits)
+                memcpy(c->segs[i].logits, out + (size_t)j++ * hp->n_vocab,
+                       hp->n_vocab * sizeof *out);
     }
     return true;
+}
+
+/* The chunk's rows as one sequence: nb rows at positions pos0.. over kv. */
+static void one_segment(rvl_forward *c, rvl_kvcache *kv, uint32_t pos0, uint32_t nb,
+                        float *logits)
+{
+    c->segs[0] = (fw_seg){kv, pos0, 0, nb, logits};
+    c->n_segs = 1;
+    for (uint32_t t = 0; t < nb; t++)
+        c->row_pos[t] = pos0 + t;
 }
 
 /* ====================================================================
@@ -718,6 +783,7 @@ static int cpu_decode(rvl_backend *b, const int32_t *tokens, uint32_t n, const f
             return rvl_seterr(RVL_EINTR, "interrupted");
         uint32_t nb = n - i < UBATCH ? n - i : UBATCH;
         rvl_kvcache_begin(c->kv, nb);
+        one_segment(c, c->kv, c->pos, nb, i + nb == n && !c->all_logits ? c->logits : NULL);
         const bool finite = forward_chunk(c, tokens + i, nb, c->pos,
                                           c->all_logits ? c->logits + (size_t)i * hp->n_vocab
                                                         : NULL, i + nb == n);
@@ -751,6 +817,14 @@ static void forward_free(rvl_forward *c)
         return;
     rvl_pool_close(c->pool);
     rvl_kvcache_close(c->kv);
+    for (uint32_t i = 0; c->seq_kv && i < c->n_seq; i++)
+        rvl_kvcache_close(c->seq_kv[i]);
+    free(c->seq_kv);
+    free(c->seq_pos);
+    free(c->seq_logits);
+    free(c->seg_logits);
+    free(c->seq_tok);
+    free(c->kv_win);
     free(c->rope_cos);
     free(c->rope_sin);
     free(c->swa_cos);
@@ -1063,7 +1137,7 @@ static int cpu_open(rvl_backend **out, const rvl_model *m, const rvl_ctx_params 
         kp.sinks = sinks;
     }
     rc = rvl_kvcache_open(&c->kv, &kp, nth);
-    free(win); /* copied */
+    c->kv_win = win; /* the cache copied it; rvl_batch's caches are opened with it too */
     free(sinks);
     if (rc < 0) {
         forward_free(c);
@@ -1204,6 +1278,102 @@ static int cpu_fill_random(rvl_backend *b, uint32_t n, uint64_t seed)
         c->pos += nb;
     }
     return 0;
+}
+
+/* ====================================================================
+ * Many sequences (lib/engine/batch.c): caches beside the session's own,
+ * and steps whose chunks hold rows of several of them
+ * ==================================================================== */
+
+int rvl_forward_seqs_open(rvl_backend *b, uint32_t n_seq)
+{
+    rvl_forward *c = fw(b);
+    rvl_kvcache_params kp = *rvl_kvcache_params_of(c->kv); /* its sinks copied, */
+    kp.window = c->kv_win;                                  /* not its windows */
+    const size_t nv = c->m->hp.n_vocab;
+    if (c->seq_kv)
+        return rvl_seterr(RVL_EINVAL, "the session's sequences are open already");
+    c->seq_kv = calloc(n_seq, sizeof *c->seq_kv);
+    c->seq_pos = calloc(n_seq, sizeof *c->seq_pos);
+    c->seq_logits = malloc(n_seq * nv * sizeof(float));
+    c->seg_logits = malloc(UBATCH * nv * sizeof(float));
+    c->seq_tok = malloc(UBATCH * sizeof *c->seq_tok);
+    if (!c->seq_kv || !c->seq_pos || !c->seq_logits || !c->seg_logits || !c->seq_tok)
+        return rvl_seterr(RVL_ENOMEM, "out of memory for %u sequences", n_seq);
+    c->n_seq = n_seq;
+    for (uint32_t i = 0; i < n_seq; i++) {
+        int rc = rvl_kvcache_open(&c->seq_kv[i], &kp, rvl_pool_size(c->pool));
+        if (rc < 0)
+            return rc;
+    }
+    return 0;
+}
+
+void rvl_forward_seq_reset(rvl_backend *b, uint32_t seq)
+{
+    rvl_forward *c = fw(b);
+    rvl_kvcache_reset(c->seq_kv[seq]);
+    c->seq_pos[seq] = 0;
+}
+
+uint32_t rvl_forward_seq_pos(const rvl_backend *b, uint32_t seq) { return cfw(b)->seq_pos[seq]; }
+
+/* The items' tokens in chunks of at most UBATCH rows; an item longer than
+ * what is left of a chunk continues in the next one; each item's last row
+ * gives its logits. The caller (batch.c) has checked the items. */
+int rvl_forward_seqs_decode(rvl_backend *b, uint32_t n_items, const uint32_t *seq,
+                            const int32_t *const *tokens, const uint32_t *n, const float **logits)
+{
+    rvl_forward *c = fw(b);
+    const size_t nv = c->m->hp.n_vocab;
+    uint32_t item = 0, done = 0; /* the next token: item's done-th */
+    while (item < n_items) {
+        if (rvl_interrupted())
+            return rvl_seterr(RVL_EINTR, "interrupted");
+        uint32_t nb = 0;
+        c->n_segs = 0;
+        while (item < n_items && nb < UBATCH) {
+            const uint32_t s = seq[item], take = n[item] - done < UBATCH - nb ? n[item] - done
+                                                                               : UBATCH - nb;
+            const bool last = done + take == n[item];
+            c->seg_seq[c->n_segs] = s;
+            c->segs[c->n_segs++] = (fw_seg){c->seq_kv[s], c->seq_pos[s], nb, take,
+                                            last ? c->seq_logits + (size_t)item * nv : NULL};
+            for (uint32_t t = 0; t < take; t++) {
+                c->seq_tok[nb + t] = tokens[item][done + t];
+                c->row_pos[nb + t] = c->seq_pos[s] + t;
+            }
+            rvl_kvcache_begin(c->seq_kv[s], take);
+            nb += take;
+            done += take;
+            if (last) {
+                item++;
+                done = 0;
+            }
+        }
+        const bool finite = forward_chunk(c, c->seq_tok, nb, c->segs[0].pos0, NULL, true);
+        for (uint32_t i = 0; i < c->n_segs; i++) {
+            const fw_seg *g = &c->segs[i];
+            rvl_kvcache_set_ids(g->kv, g->pos0, c->seq_tok + g->row0, g->n);
+            rvl_kvcache_commit(g->kv, g->n);
+            c->seq_pos[c->seg_seq[i]] += g->n;
+        }
+        if (!finite)
+            return rvl_seterr(RVL_ERANGE, "the model's activations are not finite (NaN or "
+                              "infinity) in a batch of %u sequences", n_items);
+    }
+    for (uint32_t i = 0; i < n_items; i++)
+        logits[i] = c->seq_logits + (size_t)i * nv;
+    return 0;
+}
+
+int rvl_forward_seq_truncate(rvl_backend *b, uint32_t seq, uint32_t pos)
+{
+    rvl_forward *c = fw(b);
+    int rc = rvl_kvcache_truncate(c->seq_kv[seq], pos);
+    if (rc == 0)
+        c->seq_pos[seq] = pos;
+    return rc;
 }
 
 /* ====================================================================

@@ -87,6 +87,9 @@ struct rvl_model {
  * backend holds the cache: rvl_ctx_params.backend) and the position
  * setter (after loading the cache: pos = its length). */
 struct rvl_kvcache *rvl_ctx_kvc(rvl_ctx *c);
+/* The CPU backend's session of a context (lib/engine/batch.c), or NULL
+ * for another backend. */
+rvl_backend *rvl_ctx_cpu_session(rvl_ctx *c);
 void rvl_ctx_set_pos(rvl_ctx *c, uint32_t pos);
 /* After a pass over the row-major weights (the fingerprint): drop the file
  * pages of the packed ones from the page tables again. */
