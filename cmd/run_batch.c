@@ -612,7 +612,7 @@ static void do_line(batch *B, char *text, size_t len, long line)
     char idbuf[32];
     snprintf(idbuf, sizeof idbuf, "%ld", line);
     if (text[lead] == '{') {
-        js = cJSON_ParseWithLength(text, len);
+        js = cJSON_ParseWithOpts(text, NULL, true);   /* nothing after the object */
         if (!js) {
             const char *at = cJSON_GetErrorPtr();
             snprintf(err, sizeof err, "invalid JSON at byte %ld",
