@@ -627,6 +627,7 @@ static void do_line(batch *B, char *text, size_t len, long line)
         q.prompt = text;
     }
     job *j = NULL;
+    bool quit = false;
     int32_t *ids = NULL;
     size_t n_ids = 0;
     if (!bad) {
@@ -645,7 +646,7 @@ static void do_line(batch *B, char *text, size_t len, long line)
                 else if (id != RVL_EINTR)
                     rc = (int)id;
                 else
-                    bad = "interrupted";
+                    quit = true;   /* interrupted, or stdout failed: no line */
             }
             if (rc < 0) {
                 snprintf(err, sizeof err, "%s", rvl_errmsg());
@@ -653,7 +654,7 @@ static void do_line(batch *B, char *text, size_t len, long line)
             }
         }
     }
-    if (bad)
+    if (bad && !quit)
         error_line(B, seq, q.id ? q.id : idbuf, line, bad);
     if (j)
         job_free(j);
@@ -720,8 +721,8 @@ int run_batch(const char *cmd, const run_batch_opts *o)
     B.seed_base = (uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 20) ^ ((uint64_t)getpid() << 40);
     B.progress = isatty(STDERR_FILENO);
     if (o->verbose)
-        cli_err(cmd, "%s: %u sequences of %u tokens in parallel, prompts from %s%s", o->model_path,
-                o->parallel, o->cp.n_ctx, strcmp(o->src, "-") ? o->src : "standard input",
+        cli_err(cmd, "%s: %u sequences in parallel, prompts from %s%s", o->model_path,
+                o->parallel, strcmp(o->src, "-") ? o->src : "standard input",
                 o->unordered ? ", written as they finish" : "");
     const double t_start = now_ms();
     if (pthread_create(&th, NULL, runner, B.s) != 0) {

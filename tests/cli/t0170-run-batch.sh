@@ -161,6 +161,17 @@ exec 7>&-
 wait $pid
 assert "then the rest, exit 0 at the end of the input" "[ \$? = 0 ] && [ \$(wc -l <'$TMP/stream') = 2 ]"
 
+# ---- Ctrl-C: exit 130, no error lines ------------------------------------
+: >"$OUT"
+"$RUVLLM" run --batch "$P" --temp 0 --ignore-eos -n 100000 -c 4096 >"$OUT" 2>"$ERR" &
+pid=$!
+wait_sigint_handler $pid
+sleep 1
+kill -INT $pid
+wait $pid
+assert "interrupted: exit 130" "[ \$? = 130 ]"
+out_lacks '"error"'
+
 # ---- SIGPIPE: a closed stdout ends the batch without an error message ---
 yes "Once upon a time" | head -n 40 >"$TMP/many.txt"
 st=$( { timeout 120 "$RUVLLM" run --batch "$TMP/many.txt" --temp 0 -n 50 2>"$ERR"; echo $? >"$TMP/st"; } | head -c 10 >"$OUT"; cat "$TMP/st")
