@@ -184,6 +184,12 @@ int cli_reasoning(const char *choice);
     "gpt-oss: how long it reasons (the chat template's reasoning_effort; default: the template's, medium)", \
     NULL, &(var), 0, 0, "low|medium|high", COMPL_NONE}
 
+/* --parallel N (run --batch): sequences decoded together by the
+ * scheduler (rvl_sched_params.n_parallel; llama.cpp's -np/--parallel). */
+#define OPT_PARALLEL(var) {OPT_INT, 0, "parallel", "N", \
+    "sequences decoded together (each with its own KV cache of -c tokens; llama.cpp's --parallel)", \
+    "4", &(var), 1, 256, NULL, COMPL_NONE}
+
 /* --lora FILE[:SCALE], repeatable (cmd/cli_lora.c). */
 #define OPT_LORA(var) {OPT_LIST, 0, "lora", "FILE[:SCALE]", \
     "apply a LoRA adapter (PEFT directory or GGUF LoRA file) at run time, times SCALE (default 1; repeatable)", \

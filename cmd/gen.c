@@ -34,35 +34,6 @@ void gen_result_free(gen_result *r)
     r->n_ids = 0;
 }
 
-/* Longest suffix of s[0..n) that is a proper prefix of a stop string. */
-static size_t stop_holdback(const char *const *stops, const char *s, size_t n)
-{
-    size_t keep = 0;
-    for (; stops && *stops; stops++) {
-        size_t sl = strlen(*stops);
-        for (size_t k = sl > 1 ? sl - 1 : 0; k > keep; k--)
-            if (k <= n && memcmp(s + n - k, *stops, k) == 0) {
-                keep = k;
-                break;
-            }
-    }
-    return keep;
-}
-
-/* Position of the earliest stop string in s[0..n), or -1. */
-static long stop_find(const char *const *stops, const char *s, size_t n)
-{
-    long best = -1;
-    for (; stops && *stops; stops++) {
-        if (!**stops)
-            continue;
-        const char *m = memmem(s, n, *stops, strlen(*stops));
-        if (m && (best < 0 || m - s < best))
-            best = m - s;
-    }
-    return best;
-}
-
 static bool is_stop_token(const gen_params *p, int32_t id)
 {
     if (rvl_tok_is_eog(p->tok, id))
@@ -172,14 +143,14 @@ int gen_reply(const gen_params *p, const float *logits, gen_result *r)
             break;
         if ((rc = rvl_buf_add(&pend, piece, pn)) < 0)
             break;
-        long at = stop_find(p->stop_strs, pend.p, pend.n);
+        long at = rvl_stop_find(p->stop_strs, pend.p, pend.n);
         if (at >= 0) {
             rc = emit(p, r, pend.p, (size_t)at);
             pend.n = 0;
             r->finish = GEN_STOP;
             break;
         }
-        size_t out = pend.n - stop_holdback(p->stop_strs, pend.p, pend.n);
+        size_t out = pend.n - rvl_stop_holdback(p->stop_strs, pend.p, pend.n);
         if ((rc = emit(p, r, pend.p, out)) < 0)
             break;
         memmove(pend.p, pend.p + out, pend.n - out);

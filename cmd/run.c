@@ -14,6 +14,7 @@
 
 #include "cli.h"
 #include "gen.h"
+#include "run_batch.h"
 
 static const char *opt_model, *opt_file, *opt_sampling_seed, *opt_system, *opt_chat_template,
                   *opt_prompt_cache, *opt_rope_scaling, *opt_backend, *opt_reasoning,
@@ -27,6 +28,9 @@ static long long opt_n = -1, opt_ctx = 0, opt_threads = 0;
 static cli_sample_opts opt_sample = CLI_SAMPLE_DEFAULTS;
 static bool opt_chat, opt_echo, opt_special, opt_no_bos, opt_tokenize, opt_json, opt_verbose, opt_stats;
 static opt_list opt_stop, opt_lora;
+static const char *opt_batch;
+static long long opt_parallel = 0;   /* 0: not given (4) */
+static bool opt_unordered;
 
 static rvl_opt opts[] = {
     OPT_MODEL(opt_model),
@@ -59,6 +63,9 @@ static rvl_opt opts[] = {
     {OPT_FLAG, 0, "no-bos", NULL, "do not add the beginning-of-sequence token", NULL, &opt_no_bos, 0, 0, NULL, COMPL_NONE},
     {OPT_FLAG, 0, "tokenize", NULL, "print the prompt's token ids on one line and exit (works on vocab-only files)", NULL, &opt_tokenize, 0, 0, NULL, COMPL_NONE},
     {OPT_FLAG, 'j', "json", NULL, "print one JSON object: text, token ids, finish reason, timings", NULL, &opt_json, 0, 0, NULL, COMPL_NONE},
+    {OPT_STRING, 0, "batch", "FILE", "run every line of FILE ('-': standard input) as a prompt, or a JSON object with its own options; print one JSON object a line (see below)", NULL, &opt_batch, 0, 0, NULL, COMPL_FILE},
+    OPT_PARALLEL(opt_parallel),
+    {OPT_FLAG, 0, "unordered", NULL, "with --batch: print each result as it finishes instead of in input order", NULL, &opt_unordered, 0, 0, NULL, COMPL_NONE},
     {OPT_FLAG, 0, "stats", NULL, "print load time, speeds, time to first token and prompt tokens reused to stderr", NULL, &opt_stats, 0, 0, NULL, COMPL_NONE},
     {OPT_FLAG, 'v', "verbose", NULL, "print model and context details to stderr (implies --stats)", NULL, &opt_verbose, 0, 0, NULL, COMPL_NONE},
     OPT_END
@@ -292,6 +299,46 @@ static void check_options(const char *cmd)
                   "record the adapters its cache was computed with)");
 }
 
+/* --batch: what run's options say every line does by default. */
+static int batch_main(const char *cmd, int argc, uint64_t seed)
+{
+    const char *clash = argc ? "a prompt argument" : opt_file ? "-f" : opt_prompt_cache ? "--prompt-cache"
+                        : opt_echo ? "--echo" : opt_tokenize ? "--tokenize" : opt_json ? "--json"
+                        : opt_shift ? "--context-shift" : opt_lora.n ? "--lora" : NULL;
+    if (clash)
+        cli_usage(cmd, "--batch cannot be combined with %s%s", clash,
+                  opt_json ? " (it prints JSON Lines already)" : "");
+    char path[4096];
+    int rc = rvl_model_path(opt_model, path, sizeof path);
+    if (rc < 0)
+        return cli_fail(cmd, rc);
+    const char **stops = calloc((size_t)opt_stop.n + 1, sizeof *stops);
+    if (!stops)
+        return cli_fail(cmd, rvl_seterr(RVL_ENOMEM, "out of memory"));
+    for (int i = 0; i < opt_stop.n; i++)
+        stops[i] = opt_stop.items[i];
+    run_batch_opts bo = {
+        .src = opt_batch, .model_path = path, .expert_budget = opt_expert_budget,
+        .cp = {.n_ctx = (uint32_t)opt_ctx, .n_threads = (uint32_t)opt_threads,
+               .rope_scaling = opt_rope_scaling, .rope_factor = (float)opt_rope_scale,
+               .rope_base = (float)opt_rope_base, .rope_orig_ctx = (uint32_t)opt_yarn_orig,
+               .backend = opt_backend},
+        .seed_given = opt_sampling_seed != NULL, .max_tokens = opt_n, .stops = stops,
+        .ignore_eos = opt_ignore_eos, .chat = opt_chat, .special = opt_special,
+        .no_bos = opt_no_bos, .show_reasoning = opt_show_reasoning,
+        .stats = opt_stats || opt_verbose, .verbose = opt_verbose, .unordered = opt_unordered,
+        .system = opt_system, .chat_template = opt_chat_template, .reasoning = opt_reasoning,
+        .effort = opt_effort, .parallel = opt_parallel ? (uint32_t)opt_parallel : 4,
+    };
+    cli_kv_params(&opt_kv, &bo.cp);
+    cli_sample_params(&opt_sample, seed, &bo.sp);
+    int status = run_batch(cmd, &bo);
+    free(stops);
+    free(opt_stop.items);
+    free(opt_lora.items);
+    return status;
+}
+
 /* The model's context with the --lora adapters, and the sampler: 0, or
  * the exit status after printing the error. What was opened is the
  * caller's to close, also on failure. */
@@ -466,6 +513,10 @@ static int run_main(rvl_cmd *cmd, int argc, char **argv)
         opt_stats = true;
     check_options(name);
     uint64_t seed = sampling_seed(name);
+    if (opt_batch)
+        return batch_main(name, argc, seed);
+    if (opt_parallel || opt_unordered)
+        cli_usage(name, "%s needs --batch", opt_parallel ? "--parallel" : "--unordered");
     if ((status = get_prompt(name, argc, argv, &prompt)) != 0)
         goto out;
     if (opt_prompt_cache) {   /* before any work: a device or FIFO is never replaced */
@@ -663,12 +714,35 @@ rvl_cmd cmd_run_desc = {
         "prompt); --reasoning on asks it to; without the option the template's default holds. "
         "A reply cut by --max-tokens before </think> has an empty answer.\n"
         "\n"
+        "With --batch FILE ('-': standard input) every line of FILE is a prompt of its own, and "
+        "one JSON object a line is printed for each: id, text, finish_reason (stop: the end of "
+        "generation or a stop string; length: max_tokens or a full context), prompt_tokens and "
+        "completion_tokens (counts), and reasoning with a thinking model's template, as --json "
+        "has it. A line that starts with '{' is a JSON object with \"prompt\" (a string) or "
+        "\"messages\" (an array of {\"role\", \"content\"}, rendered with the model's chat "
+        "template as --chat renders its turn), and optionally \"max_tokens\", \"temperature\", "
+        "\"top_p\", \"top_k\", \"min_p\", \"seed\", \"stop\" (a string or an array; it "
+        "replaces --stop) and \"id\" (a string or a number; default: the line number); the "
+        "other options (-n, --temp, --seed, --stop, --chat, --system, -c, the KV options, -t) are "
+        "every line's defaults. Without --seed each line samples with a random seed of its own. "
+        "Blank lines are skipped. Up to --parallel lines (default 4) are decoded together, each in "
+        "a sequence of its own with a context of -c tokens, with the same results as one by one; "
+        "the others wait. Results come in input order (at most 1024 finished results wait for an "
+        "earlier one; reading pauses beyond that) or, with --unordered, as they finish. A line "
+        "that cannot run (invalid JSON, an unknown or mistyped field, an empty prompt, a prompt "
+        "that fills the context) gets {\"id\", \"line\", \"error\"} and the others go on; the "
+        "exit status is then 1. The input is read as it comes, so a pipe may feed it. Progress "
+        "goes to standard error when it is a terminal; --stats prints the batch's totals and "
+        "speed.\n"
+        "\n"
         "--backend metal runs the model on an Apple GPU (builds made with make METAL=1 on "
         "macOS; other builds refuse it). Its KV cache is f16 or f32; --lora, --prompt-cache, "
         "--context-shift and the quantized --kv-type values are refused there.",
     .examples = "ruvllm run -n 32 \"The capital of France is\"\tcontinue a prompt\n"
                 "echo 'def fib(n):' | ruvllm run --temp 0 -n 64\tgreedy, prompt from stdin\n"
-                "ruvllm run --tokenize \"Hello world\"\tprint the prompt's token ids",
+                "ruvllm run --tokenize \"Hello world\"\tprint the prompt's token ids\n"
+                "ruvllm run --batch prompts.txt --parallel 8 --temp 0 -n 64\tmany prompts at once, "
+                "JSON Lines out",
     .opts = opts,
     .pos_compl = COMPL_NONE,
     .min_pos = 0,

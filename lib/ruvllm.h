@@ -1052,6 +1052,11 @@ typedef struct {
     rvl_sampler_params sampling;   /* its seed included */
     const char *const *stops;      /* NULL-terminated stop strings, or NULL; copied */
     bool ignore_eos;
+    bool special;                  /* render control tokens in the text (run --special,
+                                      --chat) */
+    const char *const *stop_tokens; /* NULL-terminated token texts that end the reply
+                                      without being shown (a chat template's end-of-turn
+                                      markers, rvl_chat_stops), or NULL; copied */
     /* the reply's text as it grows; a negative return cancels the request */
     int (*on_text)(void *ud, const char *text, size_t n);
     /* once, at the end, whatever the end */
@@ -1206,6 +1211,14 @@ int rvl_detok_push(rvl_detok *d, int32_t id, char *buf, size_t cap, size_t *n_ou
 int rvl_detok_push_bytes(rvl_detok *d, const char *bytes, size_t n,
                          char *buf, size_t cap, size_t *n_out);
 int rvl_detok_flush(rvl_detok *d, char *buf, size_t cap, size_t *n_out);
+
+/* Stop strings over generated text (lib/text/stop.c); stops is
+ * NULL-terminated (NULL: none; empty strings never match). find: where
+ * the earliest stop string in s[0..n) starts, or -1. holdback: the length
+ * of the longest suffix of s[0..n) that is a proper prefix of a stop
+ * string: text a stop string may still begin in, held back until decided. */
+long rvl_stop_find(const char *const *stops, const char *s, size_t n);
+size_t rvl_stop_holdback(const char *const *stops, const char *s, size_t n);
 
 /* ======================================================================
  * Chat templates (lib/chat/chat.c; engine in lib/chat/jinja/)
