@@ -25,6 +25,7 @@
  * checks every input before calling it.
  */
 #include <math.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -447,6 +448,59 @@ static void moe_ffn(rvl_forward *c, uint32_t l, uint32_t nb, size_t xb_stride)
     }
 }
 
+/* Each sequence's keys and values into its cache, then attention of its
+ * rows over its pages (q rows q_dim apart, k and v rows kv_dim apart, the
+ * output into xb). One sequence: its attention runs on the pool. Several
+ * (rvl_batch): one pool job whose threads take whole sequences, each
+ * attending on its own thread (pool NULL), since the many small jobs of a
+ * step of single tokens would cost more than they split. */
+typedef struct {
+    rvl_forward *c;
+    uint32_t l;
+    const float *k, *v;
+    size_t q_dim, kv_dim, xb_stride;
+    atomic_uint next;
+} seg_job;
+
+static void mla_expanded(rvl_forward *c, uint32_t l, const fw_seg *g);
+
+static void attend_seg(rvl_forward *c, const seg_job *j, const fw_seg *g, rvl_pool *pool)
+{
+    rvl_kvcache_write(g->kv, j->l, g->pos0, g->n, j->k + (size_t)g->row0 * j->kv_dim, j->kv_dim,
+                      j->v + (size_t)g->row0 * j->kv_dim, j->kv_dim);
+    if (c->mla_exp && c->m->hp.block.mla && g->n > 1)
+        mla_expanded(c, j->l, g);
+    else
+        rvl_kvcache_attend(g->kv, pool, j->l, c->q + (size_t)g->row0 * j->q_dim, j->q_dim,
+                           g->pos0, g->n, c->xb + (size_t)g->row0 * j->xb_stride, j->xb_stride);
+}
+
+static void attend_segs_part(void *arg, int ith, int nth)
+{
+    seg_job *j = arg;
+    (void)ith;
+    (void)nth;
+    for (;;) {
+        const unsigned i = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed);
+        if (i >= j->c->n_segs)
+            break;
+        attend_seg(j->c, j, &j->c->segs[i], NULL);
+    }
+}
+
+static void attend_segments(rvl_forward *c, uint32_t l, const float *k, const float *v,
+                            size_t q_dim, size_t kv_dim, size_t xb_stride)
+{
+    seg_job j = {.c = c, .l = l, .k = k, .v = v, .q_dim = q_dim, .kv_dim = kv_dim,
+                 .xb_stride = xb_stride};
+    atomic_init(&j.next, 0);
+    if (c->n_segs == 1 || c->mla_exp) /* the expanded form's scratch is one */
+        for (uint32_t i = 0; i < c->n_segs; i++)
+            attend_seg(c, &j, &c->segs[i], c->pool);
+    else
+        rvl_pool_run(c->pool, attend_segs_part, &j);
+}
+
 /* Grouped-query attention of layer l on the nb normed rows of xb, into
  * xo: Q/K/V projections (LoRA adapters on each), qkv_token's steps, the
  * keys and values into the cache, attention over its pages, the output
@@ -473,13 +527,7 @@ static void gqa_attention(rvl_forward *c, uint32_t l, uint32_t nb, uint32_t pos0
     TRACE("Kcur", l, c->k, kv_dim, kv_dim);
     TRACE("Vcur", l, c->v, kv_dim, kv_dim);
     /* keys after RoPE into each sequence's cache, then attention over its pages */
-    for (uint32_t i = 0; i < c->n_segs; i++) {
-        const fw_seg *g = &c->segs[i];
-        rvl_kvcache_write(g->kv, l, g->pos0, g->n, c->k + (size_t)g->row0 * kv_dim, kv_dim,
-                          c->v + (size_t)g->row0 * kv_dim, kv_dim);
-        rvl_kvcache_attend(g->kv, c->pool, l, c->q + (size_t)g->row0 * q_dim, q_dim, g->pos0,
-                           g->n, c->xb + (size_t)g->row0 * xb_stride, xb_stride);
-    }
+    attend_segments(c, l, c->k, c->v, q_dim, kv_dim, xb_stride);
     TRACE("kqv_out", l, c->xb, xb_stride, q_dim);
     rvl_matmul_run(&c->mm, c->xo, dim, &L->wo, c->xb, xb_stride, nb);
     rvl_lora_apply(c->lora, c->pool, l, RVL_LORA_O, c->xb, xb_stride, nb, c->xo, dim);
@@ -608,16 +656,7 @@ static void mla_attention(rvl_forward *c, uint32_t l, uint32_t nb, size_t xb_str
                    rd * sizeof *q);
         rope_f32_ref(q + R, nh, hd, rd, cs, sn, hp->rope_type == RVL_ROPE_NEOX);
     }
-    for (uint32_t i = 0; i < c->n_segs; i++) {
-        const fw_seg *g = &c->segs[i];
-        rvl_kvcache_write(g->kv, l, g->pos0, g->n, c->k + (size_t)g->row0 * hd, hd,
-                          c->k + (size_t)g->row0 * hd, hd);
-        if (c->mla_exp && g->n > 1)
-            mla_expanded(c, l, g);
-        else
-            rvl_kvcache_attend(g->kv, c->pool, l, c->q + (size_t)g->row0 * q_dim, q_dim, g->pos0,
-                               g->n, c->xb + (size_t)g->row0 * xb_stride, xb_stride);
-    }
+    attend_segments(c, l, c->k, c->k, q_dim, hd, xb_stride);
     /* each head's latent output through v_b_h, over every row at once (or
      * the rows of the sequences the expanded form did not run) */
     for (uint32_t i = 0; i < (c->mla_exp ? c->n_segs : 1); i++) {
