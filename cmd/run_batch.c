@@ -77,6 +77,20 @@ struct batch {
 
 #define WINDOW 1024
 
+/* Wait on B->cv (B->mu held) at most 100 ms: the waits poll the quit and
+ * Ctrl-C flags, which no one signals. */
+static void wait_a_while(batch *B)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_nsec += 100 * 1000000L;
+    if (ts.tv_nsec >= 1000000000L) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000L;
+    }
+    pthread_cond_timedwait(&B->cv, &B->mu, &ts);
+}
+
 /* ====================================================================
  * Output: JSON lines, in order or as they finish
  * ==================================================================== */
@@ -570,16 +584,8 @@ static int64_t submit_wait(batch *B, const rvl_sched_request *rq)
         if (id != RVL_EBUSY)
             return id;
         pthread_mutex_lock(&B->mu);
-        while (B->n_out == seen && !B->quit && !rvl_interrupted()) {
-            struct timespec ts;
-            clock_gettime(CLOCK_REALTIME, &ts);
-            ts.tv_nsec += 50 * 1000000L;
-            if (ts.tv_nsec >= 1000000000L) {
-                ts.tv_sec++;
-                ts.tv_nsec -= 1000000000L;
-            }
-            pthread_cond_timedwait(&B->cv, &B->mu, &ts);
-        }
+        while (B->n_out == seen && !B->quit && !rvl_interrupted())
+            wait_a_while(B);
         const bool quit = B->quit || rvl_interrupted();
         pthread_mutex_unlock(&B->mu);
         if (quit)
@@ -607,7 +613,7 @@ static void do_line(batch *B, char *text, size_t len, long line)
     const uint64_t seq = B->n_lines++;
     /* in order: at most WINDOW lines between the oldest unwritten one and this */
     while (!o->unordered && seq - B->next_write >= WINDOW && !B->quit && !rvl_interrupted())
-        pthread_cond_wait(&B->cv, &B->mu);
+        wait_a_while(B);
     pthread_mutex_unlock(&B->mu);
     char idbuf[32];
     snprintf(idbuf, sizeof idbuf, "%ld", line);
@@ -744,15 +750,8 @@ int run_batch(const char *cmd, const run_batch_opts *o)
     }
     /* every promised line made, or a quit */
     pthread_mutex_lock(&B.mu);
-    while (B.n_out < B.n_lines && !B.quit && !rvl_interrupted()) {
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_nsec += 100 * 1000000L;
-        if (ts.tv_nsec >= 1000000000L) {
-            ts.tv_sec++;
-            ts.tv_nsec -= 1000000000L;
-        }
-        pthread_cond_timedwait(&B.cv, &B.mu, &ts);
-    }
+    while (B.n_out < B.n_lines && !B.quit && !rvl_interrupted())
+        wait_a_while(&B);
     pthread_mutex_unlock(&B.mu);
     rvl_sched_stop(B.s);
     void *rv;

@@ -101,6 +101,13 @@ printf '%s\n' 'Name a color.' >"$TMP/c.txt"
 run 0 ruvllm run --batch "$TMP/c.txt" --chat --system "Answer in one word." --temp 0 -n 16
 alone 1 "Name a color." --chat --system "Answer in one word." --temp 0 -n 16
 
+# a thinking model's template: the answer in text, the reasoning apart (as --json)
+run 0 ruvllm run --batch "$TMP/c.txt" --chat --chat-template qwen3 --temp 0 -n 24
+alone 1 "Name a color." --chat --chat-template qwen3 --temp 0 -n 24
+rs() { sed -n 's/.*"reasoning":\("\([^"\\]\|\\.\)*"\).*/\1/p'; }
+"$RUVLLM" run --json --chat --chat-template qwen3 --temp 0 -n 24 "Name a color." >"$TMP/want"
+assert "the reasoning of run --json" "[ -n \"\$(rs <'$OUT')\" ] && [ \"\$(rs <'$OUT')\" = \"\$(rs <'$TMP/want')\" ]"
+
 # ---- bad lines: an error line each, the others go on, exit 1 ------------
 cat >"$TMP/bad.jsonl" <<'EOF'
 The capital of France is
