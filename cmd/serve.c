@@ -91,8 +91,10 @@ typedef struct {
     volatile bool stopping;
 
     pthread_mutex_t stat_mu;
+    pthread_cond_t stat_cv;        /* n_jobs went down */
     uint64_t requests[N_EP][N_STATUS];
     uint64_t seq;                  /* request ids */
+    uint32_t n_jobs;               /* generation requests not yet finished with their client */
 } server;
 
 /* One generation shared by its connection and the scheduler. */
@@ -106,6 +108,9 @@ typedef struct {
     api_meta meta;
     bool stream, include_usage;
     rvl_buf text;                  /* not yet sent (stream), or all of it */
+    bool split;                    /* a thinking model's reply: reasoning apart */
+    rvl_think think;               /* with split: tells reasoning from answer */
+    rvl_buf reasoning;             /* as text, for reasoning_content */
     bool done, abandoned;
     char finish[16];
     uint32_t n_prompt, n_gen;
@@ -124,6 +129,7 @@ typedef struct {
     char method[16], path[128];
     rvl_buf body;
     bool too_big, answered;
+    bool counted;                  /* in n_jobs */
     job *job;
 } conn_req;
 
@@ -139,6 +145,7 @@ static void job_unref(job *j)
     pthread_mutex_destroy(&j->mu);
     pthread_cond_destroy(&j->cv);
     rvl_buf_free(&j->text);
+    rvl_buf_free(&j->reasoning);
     rvl_buf_free(&j->out);
     free(j);
 }
@@ -160,12 +167,23 @@ static void job_abandon(job *j)
     pthread_mutex_unlock(&s->sched_mu);
 }
 
+/* rvl_think's sink: the answer to text, the reasoning apart, tags dropped */
+static int job_part(void *ud, rvl_think_part part, const char *s, size_t n)
+{
+    job *j = ud;
+    if (part == RVL_THINK_TAG)
+        return 0;
+    return rvl_buf_add(part == RVL_THINK_ANSWER ? &j->text : &j->reasoning, s, n);
+}
+
 /* The scheduler's callbacks (its thread). */
 static int job_on_text(void *ud, const char *text, size_t n)
 {
     job *j = ud;
     pthread_mutex_lock(&j->mu);
-    int rc = j->abandoned ? -1 : rvl_buf_add(&j->text, text, n) < 0 ? -1 : 0;
+    int rc = j->abandoned ? -1
+             : (j->split ? rvl_think_push(&j->think, text, n, job_part, j)
+                         : rvl_buf_add(&j->text, text, n)) < 0 ? -1 : 0;
     pthread_cond_broadcast(&j->cv);
     pthread_mutex_unlock(&j->mu);
     return rc;
@@ -179,6 +197,8 @@ static void job_on_done(void *ud, const rvl_sched_result *r)
     j->n_prompt = r->n_prompt;
     j->n_gen = r->n_gen;
     j->error = r->error;
+    if (j->split)
+        rvl_think_flush(&j->think, job_part, j);
     snprintf(j->errmsg, sizeof j->errmsg, "%s", r->errmsg ? r->errmsg : "");
     j->done = true;
     pthread_cond_broadcast(&j->cv);
@@ -360,7 +380,8 @@ static void metrics_body(FILE *f, const void *arg)
 /* The prompt's tokens: a chat rendered by the model's template (tokenized
  * with special tokens, BOS added unless the template wrote it: as `run
  * --chat`), or the completion's text (BOS as the model asks) or ids. */
-static int build_prompt(server *s, const api_request *r, int32_t **ids, size_t *n, api_error *e)
+static int build_prompt(server *s, const api_request *r, int32_t **ids, size_t *n,
+                        rvl_think *think, bool *split, api_error *e)
 {
     int rc;
     if (r->kind == API_CHAT) {
@@ -383,6 +404,8 @@ static int build_prompt(server *s, const api_request *r, int32_t **ids, size_t *
         }
         size_t len = strlen(text);
         rc = rvl_tok_encode_alloc(s->tok, text, len, bos, true, ids, n);
+        if ((*split = rvl_chat_has_reasoning(s->chat)))
+            rvl_think_init_prompt(think, rvl_chat_think_format(s->chat), text, len);
         free(text);
     } else if (r->prompt) {
         rc = rvl_tok_encode_alloc(s->tok, r->prompt, strlen(r->prompt), true, false, ids, n);
@@ -440,7 +463,7 @@ typedef struct {
     const char *text;
     size_t n;
     const char *finish;
-    bool role, usage;
+    bool role, usage, reasoning;
 } chunk_arg;
 
 static void chunk_body(FILE *f, const void *arg)
@@ -450,7 +473,7 @@ static void chunk_body(FILE *f, const void *arg)
     if (a->usage)
         api_write_usage_chunk(f, &a->j->meta, a->j->n_prompt, a->j->n_gen);
     else
-        api_write_chunk(f, &a->j->meta, a->role, a->text, a->n, a->finish);
+        api_write_chunk(f, &a->j->meta, a->role, a->text, a->n, a->reasoning, a->finish);
     fputs("\n\n", f);
 }
 
@@ -521,6 +544,12 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
             j->sent_role = true;
             continue;
         }
+        if (j->reasoning.n) {
+            event(j, &(chunk_arg){.j = j, .text = j->reasoning.p, .n = j->reasoning.n,
+                                  .reasoning = true});
+            j->reasoning.n = 0;
+            continue;
+        }
         if (j->text.n) {
             event(j, &(chunk_arg){.j = j, .text = j->text.p, .n = j->text.n});
             j->text.n = 0;
@@ -555,7 +584,9 @@ typedef struct {
 static void result_body(FILE *f, const void *arg)
 {
     const job *j = ((const result_arg *)arg)->j;
-    api_write_result(f, &j->meta, j->text.p ? j->text.p : "", j->text.n, j->finish, j->n_prompt,
+    api_write_result(f, &j->meta, j->text.p ? j->text.p : "", j->text.n,
+                     j->split ? (j->reasoning.p ? j->reasoning.p : "") : NULL, j->reasoning.n,
+                     j->finish, j->n_prompt,
                      j->n_gen);
 }
 
@@ -589,9 +620,11 @@ static enum MHD_Result generate(server *s, struct MHD_Connection *c, conn_req *q
     api_error e;
     int32_t *ids = NULL;
     size_t n_ids = 0;
+    rvl_think think;
+    bool split = false;
     if (api_parse(kind, q->body.p ? q->body.p : "", q->body.n, &s->sampling, fresh_seed(s), &r,
                   &e) < 0 ||
-        build_prompt(s, &r, &ids, &n_ids, &e) < 0) {
+        build_prompt(s, &r, &ids, &n_ids, &think, &split, &e) < 0) {
         api_request_free(&r);
         free(ids);
         return reply_error(c, q, &e);
@@ -609,6 +642,9 @@ static enum MHD_Result generate(server *s, struct MHD_Connection *c, conn_req *q
     const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
     j->fd = ci ? ci->connect_fd : -1;
     j->stream = r.stream;
+    j->split = split;
+    if (split)
+        j->think = think;
     j->include_usage = r.include_usage;
     j->meta.kind = kind;
     j->meta.created = (int64_t)time(NULL);
@@ -648,6 +684,10 @@ static enum MHD_Result generate(server *s, struct MHD_Connection *c, conn_req *q
         return reply_err(c, q, 500, "server_error", NULL, "%s", rvl_errmsg());
     }
     j->id = id;
+    pthread_mutex_lock(&s->stat_mu);
+    s->n_jobs++;
+    q->counted = true;
+    pthread_mutex_unlock(&s->stat_mu);
     if (!stream)
         return answer_whole(c, q, j);
 
@@ -823,6 +863,12 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **ctx,
     }
     const int status = q->status ? q->status : 500;
     count_request(s, q->ep, status);
+    if (q->counted) {
+        pthread_mutex_lock(&s->stat_mu);
+        s->n_jobs--;
+        pthread_cond_broadcast(&s->stat_cv);
+        pthread_mutex_unlock(&s->stat_mu);
+    }
     if (q->job)
         fprintf(stderr, "ruvllm serve: %s %s %d %u+%u tokens %.0f ms%s\n", q->method, q->path,
                 status, np, ng, now_ms() - q->t0, how);
@@ -911,6 +957,7 @@ static int serve_main(rvl_cmd *cmd, int argc, char **argv)
     pthread_mutex_init(&s.chat_mu, NULL);
     pthread_mutex_init(&s.sched_mu, NULL);
     pthread_mutex_init(&s.stat_mu, NULL);
+    pthread_cond_init(&s.stat_cv, NULL);
     rvl_interrupt_install();
 
     if ((rc = rvl_model_path(opt_model, path, sizeof path)) < 0 ||
@@ -980,6 +1027,8 @@ static int serve_main(rvl_cmd *cmd, int argc, char **argv)
     while (!rvl_interrupted()) {
         if (pthread_tryjoin_np(th, NULL) == 0) {   /* the scheduler failed */
             th_started = false;
+            if (rvl_interrupted())
+                break;
             cli_err(name, "the scheduler stopped: %s", rvl_errmsg());
             status = EXIT_RUNTIME;
             break;
@@ -1006,6 +1055,15 @@ out:
     rvl_sched_close(s.sched);
     s.sched = NULL;
     pthread_mutex_unlock(&s.sched_mu);
+    /* the ended requests' answers (a 503, a stream's error event) reach
+     * their clients before the connections close: up to 5 s */
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += 5;
+    pthread_mutex_lock(&s.stat_mu);
+    while (s.n_jobs && pthread_cond_timedwait(&s.stat_cv, &s.stat_mu, &until) == 0)
+        ;
+    pthread_mutex_unlock(&s.stat_mu);
     if (d)
         MHD_stop_daemon(d);
     rvl_chat_close(s.chat);
@@ -1013,6 +1071,7 @@ out:
     pthread_mutex_destroy(&s.chat_mu);
     pthread_mutex_destroy(&s.sched_mu);
     pthread_mutex_destroy(&s.stat_mu);
+    pthread_cond_destroy(&s.stat_cv);
     return status;
 }
 
@@ -1032,7 +1091,9 @@ rvl_cmd cmd_serve_desc = {
         "disconnects cancels its request and frees its sequence.\n"
         "\n"
         "Chat requests are rendered by the model's chat template (as run --chat), with its "
-        "end-of-turn strings as stops. The fields taken are those of OpenAI: messages (string "
+        "end-of-turn strings as stops; a thinking model's reasoning (<think>...</think>, gpt-oss's "
+        "analysis channel) is answered apart, in message.reasoning_content (delta.reasoning_content "
+        "when streamed), as llama-server does. The fields taken are those of OpenAI: messages (string "
         "content or text parts), prompt (a string or token ids), stream, stream_options."
         "include_usage, max_tokens or max_completion_tokens, temperature, top_p, seed, stop, "
         "frequency_penalty, presence_penalty, n (1 only); and, as llama-server, top_k, min_p, "

@@ -63,13 +63,17 @@ typedef struct {
 
 /* The bodies, written with rvl_jw to f. */
 void api_write_error(FILE *f, const api_error *e);
+/* A thinking model's reasoning (NULL: none) goes in reasoning_content
+ * beside the answer, as llama-server and DeepSeek's API put it. */
 void api_write_result(FILE *f, const api_meta *m, const char *text, size_t n,
-                      const char *finish, uint32_t n_prompt, uint32_t n_gen);
+                      const char *reasoning, size_t n_reasoning, const char *finish,
+                      uint32_t n_prompt, uint32_t n_gen);
 /* One streamed chunk: text (a chat's first chunk: role_first, the
- * assistant role with empty content), or the last one with finish (text
- * NULL); usage: the include_usage chunk (empty choices). */
+ * assistant role with empty content; reasoning: the text is reasoning
+ * (delta.reasoning_content)), or the last one with finish (text NULL);
+ * usage: the include_usage chunk (empty choices). */
 void api_write_chunk(FILE *f, const api_meta *m, bool role_first, const char *text, size_t n,
-                     const char *finish);
+                     bool reasoning, const char *finish);
 void api_write_usage_chunk(FILE *f, const api_meta *m, uint32_t n_prompt, uint32_t n_gen);
 void api_write_models(FILE *f, const char *model, int64_t created);
 

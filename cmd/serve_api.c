@@ -365,7 +365,8 @@ static void write_usage(rvl_jw *w, uint32_t n_prompt, uint32_t n_gen)
 }
 
 void api_write_result(FILE *f, const api_meta *m, const char *text, size_t n,
-                      const char *finish, uint32_t n_prompt, uint32_t n_gen)
+                      const char *reasoning, size_t n_reasoning, const char *finish,
+                      uint32_t n_prompt, uint32_t n_gen)
 {
     rvl_jw w;
     rvl_jw_init(&w, f, false);
@@ -383,6 +384,10 @@ void api_write_result(FILE *f, const api_meta *m, const char *text, size_t n,
         rvl_jw_str(&w, "assistant");
         rvl_jw_key(&w, "content");
         rvl_jw_strn(&w, text, n);
+        if (reasoning) {
+            rvl_jw_key(&w, "reasoning_content");
+            rvl_jw_strn(&w, reasoning, n_reasoning);
+        }
         rvl_jw_obj_end(&w);
     } else {
         rvl_jw_key(&w, "text");
@@ -399,7 +404,7 @@ void api_write_result(FILE *f, const api_meta *m, const char *text, size_t n,
 }
 
 void api_write_chunk(FILE *f, const api_meta *m, bool role_first, const char *text, size_t n,
-                     const char *finish)
+                     bool reasoning, const char *finish)
 {
     rvl_jw w;
     rvl_jw_init(&w, f, false);
@@ -418,7 +423,7 @@ void api_write_chunk(FILE *f, const api_meta *m, bool role_first, const char *te
             rvl_jw_str(&w, "assistant");
         }
         if (text || role_first) {
-            rvl_jw_key(&w, "content");
+            rvl_jw_key(&w, reasoning ? "reasoning_content" : "content");
             rvl_jw_strn(&w, text ? text : "", text ? n : 0);
         }
         rvl_jw_obj_end(&w);

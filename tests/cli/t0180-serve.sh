@@ -304,4 +304,28 @@ json_is "j['error']['code']" rate_limit_exceeded
 kill -TERM $PID
 wait $PID
 
+# --- a thinking model's reasoning apart, in reasoning_content (llama-server's
+# and DeepSeek's field): DeepSeek-R1's template opens <think> in the prompt,
+# so the whole reply is reasoning; run --chat prints none of it, and
+# --show-reasoning all of it ---
+start "$TMP/s5.log" --parallel 1 -c 512 --chat-template deepseek-r1
+Q2='What is 2 + 2?'
+req POST /v1/chat/completions "{\"messages\": [{\"role\": \"user\", \"content\": \"$Q2\"}], \"temperature\": 0, \"max_tokens\": 16}"
+code_is 200
+"$RUVLLM" run -m "$MODEL" -t 2 --chat --chat-template deepseek-r1 --temp 0 -n 16 --show-reasoning "$Q2" >"$TMP/think.txt" 2>/dev/null
+want=$(python3 -c "import sys; print(repr(open(sys.argv[1], encoding='utf-8').read()))" "$TMP/think.txt")
+json_is "repr(j['choices'][0]['message']['reasoning_content'])" "$want"
+json_is "j['choices'][0]['message']['content']" ""
+assert "the reasoning is not empty" "[ -s '$TMP/think.txt' ]"
+req POST /v1/chat/completions "{\"messages\": [{\"role\": \"user\", \"content\": \"$Q2\"}], \"temperature\": 0, \"max_tokens\": 16, \"stream\": true}" -N
+python3 - "$OUT" >"$TMP/think-sse.txt" <<'PY'
+import json, sys
+ev = [l[6:] for l in open(sys.argv[1], encoding="utf-8").read().split("\n\n") if l]
+print(repr("".join(json.loads(e)["choices"][0]["delta"].get("reasoning_content") or "" for e in ev[:-1])))
+PY
+printf '%s\n' "$want" >"$TMP/think-want.txt"
+assert "streamed: the reasoning in delta.reasoning_content" "cmp -s '$TMP/think-sse.txt' '$TMP/think-want.txt'"
+kill -TERM $PID
+wait $PID
+
 finish
