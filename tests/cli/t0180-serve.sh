@@ -206,6 +206,10 @@ code_is 413
 error_is invalid_request_error None
 req POST /v1/completions "@$TMP/big.json" -H 'Transfer-Encoding: chunked'
 code_is 413
+# headers past the connection's memory (64 KiB): 431 from libmicrohttpd
+CODE=$(curl -s -o "$OUT" -w '%{http_code}' -H "X-Big: $(python3 -c 'print("a" * 100000)')" "$URL/health")
+last="curl -X GET /health with a header of 100 kB"
+code_is 431
 # malformed HTTP: answered by libmicrohttpd or closed, and the server lives on
 python3 - "$URL" <<'PY'
 import socket, sys, urllib.parse
@@ -265,7 +269,23 @@ assert "the stream in flight ends with an error event" "grep -q '^data: {\"error
 assert "the log says it stopped" "grep -q 'stopping' '$TMP/s1.log'"
 
 # --- --api-key: 401 without the key or with a wrong one ---
-start "$TMP/s2.log" --parallel 1 -c 256 --api-key s3cret
+start "$TMP/s2.log" --parallel 1 -c 256 --api-key s3cret --timeout 2
+# --timeout: a client that stops sending in the middle of its headers is
+# disconnected (a recv that returns nothing: the server closed)
+python3 - "$URL" >"$TMP/idle.txt" <<'PY'
+import socket, sys, time, urllib.parse
+u = urllib.parse.urlparse(sys.argv[1])
+s = socket.create_connection((u.hostname, u.port), timeout=20)
+s.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n")
+t0 = time.monotonic()
+try:
+    got = s.recv(4096)
+except OSError:
+    got = b""
+print("closed" if got == b"" else "answered", round(time.monotonic() - t0))
+PY
+assert "an idle half-sent request is closed after --timeout 2 ($(cat "$TMP/idle.txt"))" \
+    "grep -q -E '^closed [2-5]$' '$TMP/idle.txt'"
 req GET /v1/models
 code_is 401
 error_is authentication_error None
