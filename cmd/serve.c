@@ -364,13 +364,16 @@ static void metrics_body(FILE *f, const void *arg)
                "# HELP ruvllm_generated_tokens_per_second Generated tokens per second over the last 10 s.\n"
                "# TYPE ruvllm_generated_tokens_per_second gauge\n"
                "ruvllm_generated_tokens_per_second %.3f\n"
+               "# HELP ruvllm_kv_cache_tokens Positions the running sequences' KV caches hold.\n"
+               "# TYPE ruvllm_kv_cache_tokens gauge\n"
+               "ruvllm_kv_cache_tokens %u\n"
                "# HELP ruvllm_kv_cache_bytes KV cache bytes the running sequences hold.\n"
                "# TYPE ruvllm_kv_cache_bytes gauge\n"
                "ruvllm_kv_cache_bytes %llu\n",
             (unsigned long long)st.prompt_tokens, (unsigned long long)st.gen_tokens,
             (unsigned long long)st.submitted, (unsigned long long)st.completed,
             (unsigned long long)st.cancelled, (unsigned long long)st.rejected, st.queued,
-            st.running, st.gen_tps, (unsigned long long)st.kv.bytes);
+            st.running, st.gen_tps, st.kv.n, (unsigned long long)st.kv.bytes);
 }
 
 /* ====================================================================

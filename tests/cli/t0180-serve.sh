@@ -230,9 +230,16 @@ code_is 200
 assert "the server is still running after malformed requests" "kill -0 $PID"
 
 # --- a client that disconnects mid-stream frees its sequence ---
-curl -s -N --max-time 2 -o "$TMP/cut.txt" -X POST -H 'Content-Type: application/json' \
+curl -s -N --max-time 3 -o "$TMP/cut.txt" -X POST -H 'Content-Type: application/json' \
     --data-binary '{"prompt": "Once upon a time", "max_tokens": 4000, "ignore_eos": true, "stream": true}' \
-    "$URL/v1/completions"
+    "$URL/v1/completions" &
+CURL=$!
+i=0
+while [ $i -lt 100 ] && ! grep -q '^data: {' "$TMP/cut.txt" 2>/dev/null; do sleep 0.1; i=$((i + 1)); done
+req GET /metrics
+assert "metrics show the stream's sequence running" "grep -q '^ruvllm_running_sequences 1$' '$OUT'"
+assert "and its KV cache in use" "grep -q '^ruvllm_kv_cache_tokens [1-9]' '$OUT'"
+wait $CURL
 assert "the stream had begun when the client left" "grep -q '^data: {' '$TMP/cut.txt'"
 i=0
 while [ $i -lt 50 ]; do
@@ -247,7 +254,7 @@ assert "the log says the request was cancelled" "grep -q 'POST /v1/completions 2
 assert "metrics count requests by endpoint and status" \
     "grep -q '^ruvllm_requests_total{endpoint=\"/v1/chat/completions\",status=\"400\"} [1-9]' '$OUT'"
 for k in ruvllm_prompt_tokens_total ruvllm_generated_tokens_total ruvllm_queue_depth \
-    ruvllm_generated_tokens_per_second ruvllm_kv_cache_bytes; do
+    ruvllm_generated_tokens_per_second ruvllm_kv_cache_tokens ruvllm_kv_cache_bytes; do
     assert "metrics have $k" "grep -q '^$k [0-9]' '$OUT'"
 done
 assert "one log line per request: method, path, status, tokens, ms" \
