@@ -63,7 +63,7 @@ static rvl_opt opts[] = {
     {OPT_FLAG, 0, "no-bos", NULL, "do not add the beginning-of-sequence token", NULL, &opt_no_bos, 0, 0, NULL, COMPL_NONE},
     {OPT_FLAG, 0, "tokenize", NULL, "print the prompt's token ids on one line and exit (works on vocab-only files)", NULL, &opt_tokenize, 0, 0, NULL, COMPL_NONE},
     {OPT_FLAG, 'j', "json", NULL, "print one JSON object: text, token ids, finish reason, timings", NULL, &opt_json, 0, 0, NULL, COMPL_NONE},
-    {OPT_STRING, 0, "batch", "FILE", "run every line of FILE ('-': standard input) as a prompt, or a JSON object with its own options; print one JSON object a line (see BATCH)", NULL, &opt_batch, 0, 0, NULL, COMPL_FILE},
+    {OPT_STRING, 0, "batch", "FILE", "run every line of FILE ('-': standard input) as a prompt, or a JSON object with its own options; print one JSON object a line (see below)", NULL, &opt_batch, 0, 0, NULL, COMPL_FILE},
     OPT_PARALLEL(opt_parallel),
     {OPT_FLAG, 0, "unordered", NULL, "with --batch: print each result as it finishes instead of in input order", NULL, &opt_unordered, 0, 0, NULL, COMPL_NONE},
     {OPT_FLAG, 0, "stats", NULL, "print load time, speeds, time to first token and prompt tokens reused to stderr", NULL, &opt_stats, 0, 0, NULL, COMPL_NONE},
@@ -714,12 +714,35 @@ rvl_cmd cmd_run_desc = {
         "prompt); --reasoning on asks it to; without the option the template's default holds. "
         "A reply cut by --max-tokens before </think> has an empty answer.\n"
         "\n"
+        "With --batch FILE ('-': standard input) every line of FILE is a prompt of its own, and "
+        "one JSON object a line is printed for each: id, text, finish_reason (stop: the end of "
+        "generation or a stop string; length: max_tokens or a full context), prompt_tokens and "
+        "completion_tokens (counts), and reasoning with a thinking model's template, as --json "
+        "has it. A line that starts with '{' is a JSON object with \"prompt\" (a string) or "
+        "\"messages\" (an array of {\"role\", \"content\"}, rendered with the model's chat "
+        "template as --chat renders its turn), and optionally \"max_tokens\", \"temperature\", "
+        "\"top_p\", \"top_k\", \"min_p\", \"seed\", \"stop\" (a string or an array; it "
+        "replaces --stop) and \"id\" (a string or a number; default: the line number); the "
+        "other options (-n, --temp, --seed, --stop, --chat, --system, -c, the KV options, -t) are "
+        "every line's defaults. Without --seed each line samples with a random seed of its own. "
+        "Blank lines are skipped. Up to --parallel lines (default 4) are decoded together, each in "
+        "a sequence of its own with a context of -c tokens, with the same results as one by one; "
+        "the others wait. Results come in input order (at most 1024 finished results wait for an "
+        "earlier one; reading pauses beyond that) or, with --unordered, as they finish. A line "
+        "that cannot run (invalid JSON, an unknown or mistyped field, an empty prompt, a prompt "
+        "that fills the context) gets {\"id\", \"line\", \"error\"} and the others go on; the "
+        "exit status is then 1. The input is read as it comes, so a pipe may feed it. Progress "
+        "goes to standard error when it is a terminal; --stats prints the batch's totals and "
+        "speed.\n"
+        "\n"
         "--backend metal runs the model on an Apple GPU (builds made with make METAL=1 on "
         "macOS; other builds refuse it). Its KV cache is f16 or f32; --lora, --prompt-cache, "
         "--context-shift and the quantized --kv-type values are refused there.",
     .examples = "ruvllm run -n 32 \"The capital of France is\"\tcontinue a prompt\n"
                 "echo 'def fib(n):' | ruvllm run --temp 0 -n 64\tgreedy, prompt from stdin\n"
-                "ruvllm run --tokenize \"Hello world\"\tprint the prompt's token ids",
+                "ruvllm run --tokenize \"Hello world\"\tprint the prompt's token ids\n"
+                "ruvllm run --batch prompts.txt --parallel 8 --temp 0 -n 64\tmany prompts at once, "
+                "JSON Lines out",
     .opts = opts,
     .pos_compl = COMPL_NONE,
     .min_pos = 0,

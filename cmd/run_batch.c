@@ -77,6 +77,20 @@ struct batch {
 
 #define WINDOW 1024
 
+/* Wait on B->cv (B->mu held) at most 100 ms: the waits poll the quit and
+ * Ctrl-C flags, which no one signals. */
+static void wait_a_while(batch *B)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_nsec += 100 * 1000000L;
+    if (ts.tv_nsec >= 1000000000L) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000L;
+    }
+    pthread_cond_timedwait(&B->cv, &B->mu, &ts);
+}
+
 /* ====================================================================
  * Output: JSON lines, in order or as they finish
  * ==================================================================== */
@@ -570,16 +584,8 @@ static int64_t submit_wait(batch *B, const rvl_sched_request *rq)
         if (id != RVL_EBUSY)
             return id;
         pthread_mutex_lock(&B->mu);
-        while (B->n_out == seen && !B->quit && !rvl_interrupted()) {
-            struct timespec ts;
-            clock_gettime(CLOCK_REALTIME, &ts);
-            ts.tv_nsec += 50 * 1000000L;
-            if (ts.tv_nsec >= 1000000000L) {
-                ts.tv_sec++;
-                ts.tv_nsec -= 1000000000L;
-            }
-            pthread_cond_timedwait(&B->cv, &B->mu, &ts);
-        }
+        while (B->n_out == seen && !B->quit && !rvl_interrupted())
+            wait_a_while(B);
         const bool quit = B->quit || rvl_interrupted();
         pthread_mutex_unlock(&B->mu);
         if (quit)
@@ -607,12 +613,12 @@ static void do_line(batch *B, char *text, size_t len, long line)
     const uint64_t seq = B->n_lines++;
     /* in order: at most WINDOW lines between the oldest unwritten one and this */
     while (!o->unordered && seq - B->next_write >= WINDOW && !B->quit && !rvl_interrupted())
-        pthread_cond_wait(&B->cv, &B->mu);
+        wait_a_while(B);
     pthread_mutex_unlock(&B->mu);
     char idbuf[32];
     snprintf(idbuf, sizeof idbuf, "%ld", line);
     if (text[lead] == '{') {
-        js = cJSON_ParseWithLength(text, len);
+        js = cJSON_ParseWithOpts(text, NULL, true);   /* nothing after the object */
         if (!js) {
             const char *at = cJSON_GetErrorPtr();
             snprintf(err, sizeof err, "invalid JSON at byte %ld",
@@ -627,6 +633,7 @@ static void do_line(batch *B, char *text, size_t len, long line)
         q.prompt = text;
     }
     job *j = NULL;
+    bool quit = false;
     int32_t *ids = NULL;
     size_t n_ids = 0;
     if (!bad) {
@@ -645,7 +652,7 @@ static void do_line(batch *B, char *text, size_t len, long line)
                 else if (id != RVL_EINTR)
                     rc = (int)id;
                 else
-                    bad = "interrupted";
+                    quit = true;   /* interrupted, or stdout failed: no line */
             }
             if (rc < 0) {
                 snprintf(err, sizeof err, "%s", rvl_errmsg());
@@ -653,7 +660,7 @@ static void do_line(batch *B, char *text, size_t len, long line)
             }
         }
     }
-    if (bad)
+    if (bad && !quit)
         error_line(B, seq, q.id ? q.id : idbuf, line, bad);
     if (j)
         job_free(j);
@@ -720,8 +727,8 @@ int run_batch(const char *cmd, const run_batch_opts *o)
     B.seed_base = (uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 20) ^ ((uint64_t)getpid() << 40);
     B.progress = isatty(STDERR_FILENO);
     if (o->verbose)
-        cli_err(cmd, "%s: %u sequences of %u tokens in parallel, prompts from %s%s", o->model_path,
-                o->parallel, o->cp.n_ctx, strcmp(o->src, "-") ? o->src : "standard input",
+        cli_err(cmd, "%s: %u sequences in parallel, prompts from %s%s", o->model_path,
+                o->parallel, strcmp(o->src, "-") ? o->src : "standard input",
                 o->unordered ? ", written as they finish" : "");
     const double t_start = now_ms();
     if (pthread_create(&th, NULL, runner, B.s) != 0) {
@@ -743,15 +750,8 @@ int run_batch(const char *cmd, const run_batch_opts *o)
     }
     /* every promised line made, or a quit */
     pthread_mutex_lock(&B.mu);
-    while (B.n_out < B.n_lines && !B.quit && !rvl_interrupted()) {
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_nsec += 100 * 1000000L;
-        if (ts.tv_nsec >= 1000000000L) {
-            ts.tv_sec++;
-            ts.tv_nsec -= 1000000000L;
-        }
-        pthread_cond_timedwait(&B.cv, &B.mu, &ts);
-    }
+    while (B.n_out < B.n_lines && !B.quit && !rvl_interrupted())
+        wait_a_while(&B);
     pthread_mutex_unlock(&B.mu);
     rvl_sched_stop(B.s);
     void *rv;

@@ -401,10 +401,12 @@ static void test_stop_strings(void **state)
     outcome plain;
     ref_generate(c, &q[0], &plain);
     assert_true(plain.text.n > 12);
-    /* 4 bytes from the middle of the reply */
-    static char cut[8];
-    memcpy(cut, plain.text.p + plain.text.n / 2, 4);
-    cut[4] = 0;
+    /* 10 bytes from the middle of the reply: over several tokens, so the
+     * text is held back while the stop string may still begin in it */
+    static char cut[16];
+    assert_true(plain.text.n > 30);
+    memcpy(cut, plain.text.p + plain.text.n / 2, 10);
+    cut[10] = 0;
     const size_t at = (size_t)(strstr(plain.text.p, cut) - plain.text.p);
     q[0].stops[0] = "\x01never";
     q[0].stops[1] = cut;

@@ -568,6 +568,8 @@ int rvl_sched_run(rvl_sched *s, bool wait_idle)
             cancelled[i] = s->it_req[i]->cancel;
             kv_n += rvl_batch_seq_pos(s->b, s->it_req[i]->seq);
         }
+        /* the positions the running sequences hold; the bytes need a
+         * per-sequence cache usage, which rvl_batch does not report yet */
         s->st.kv.n = kv_n > UINT32_MAX ? UINT32_MAX : (uint32_t)kv_n;
         pthread_mutex_unlock(&s->mu);
 
