@@ -10,7 +10,7 @@ _ruvllm() {
         done
     fi
     if [[ -z $cmd ]]; then
-        COMPREPLY=($(compgen -W "run chat quantize dequant bench lora-merge kv-inspect info help --help --version" -- "$cur"))
+        COMPREPLY=($(compgen -W "run chat quantize dequant bench lora-merge kv-inspect info serve help --help --version" -- "$cur"))
         return
     fi
     case $cmd in
@@ -186,6 +186,43 @@ _ruvllm() {
         fi
         COMPREPLY=($(compgen -f -- "$cur"))
         ;;
+    serve)
+        case $prev in
+            -m|--model) COMPREPLY=($(compgen -f -- "$cur")); return ;;
+            --host) return ;;
+            --port) return ;;
+            --api-key) return ;;
+            --alias) return ;;
+            --parallel) return ;;
+            --queue) return ;;
+            -c|--ctx-size) return ;;
+            -t|--threads) return ;;
+            --max-body) return ;;
+            --timeout) return ;;
+            --max-connections) return ;;
+            --temp) return ;;
+            --top-k) return ;;
+            --top-p) return ;;
+            --min-p) return ;;
+            --repeat-penalty) return ;;
+            --repeat-last-n) return ;;
+            --frequency-penalty) return ;;
+            --presence-penalty) return ;;
+            --chat-template) COMPREPLY=($(compgen -f -- "$cur")); return ;;
+            --reasoning) COMPREPLY=($(compgen -W "on off" -- "$cur")); return ;;
+            --kv-type) COMPREPLY=($(compgen -W "f16 f32 q8 q4 tq4 tq3 tiered" -- "$cur")); return ;;
+            --kv-type-k) COMPREPLY=($(compgen -W "f16 f32 q8 q4 tq4 tq3 tiered" -- "$cur")); return ;;
+            --kv-type-v) COMPREPLY=($(compgen -W "f16 f32 q8 q4 tq4 tq3 tiered" -- "$cur")); return ;;
+            --kv-hot) return ;;
+            --kv-warm) return ;;
+            --kv-cold) COMPREPLY=($(compgen -W "q4 tq4" -- "$cur")); return ;;
+            --expert-budget) return ;;
+        esac
+        if [[ $cur == -* ]]; then
+            COMPREPLY=($(compgen -W "-m --model --host --port --api-key --alias --parallel --queue -c --ctx-size -t --threads --max-body --timeout --max-connections --temp --top-k --top-p --min-p --repeat-penalty --repeat-last-n --frequency-penalty --presence-penalty --chat-template --reasoning --kv-type --kv-type-k --kv-type-v --kv-hot --kv-warm --kv-cold --expert-budget -h --help " -- "$cur"))
+            return
+        fi
+        ;;
     esac
 }
-complete -o filenames -o bashdefault -F _ruvllm ruvllm ruvllm-run ruvllm-chat ruvllm-quantize ruvllm-dequant ruvllm-bench ruvllm-lora-merge ruvllm-kv-inspect ruvllm-info
+complete -o filenames -o bashdefault -F _ruvllm ruvllm ruvllm-run ruvllm-chat ruvllm-quantize ruvllm-dequant ruvllm-bench ruvllm-lora-merge ruvllm-kv-inspect ruvllm-info ruvllm-serve

@@ -6,7 +6,8 @@ set -eu
 
 PKGS="build-essential pkg-config clang libclang-rt-14-dev clang-16 libclang-rt-16-dev
       libzstd-dev libxxhash-dev libreadline-dev libpcre2-dev libutf8proc-dev
-      libcjson-dev libcmocka-dev python3 python3-pip ca-certificates zsh fish
+      libcjson-dev libmicrohttpd-dev libcmocka-dev python3 python3-pip python3-venv
+      ca-certificates curl zsh fish
       gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user"
 
 missing=""
@@ -19,6 +20,10 @@ done
 # pip may come from elsewhere (pyenv); then python3-pip is not needed.
 if command -v pip >/dev/null 2>&1 || command -v pip3 >/dev/null 2>&1 || python3 -m pip --version >/dev/null 2>&1; then
     missing=$(echo "$missing" | tr ' ' '\n' | grep -v -x -e python3-pip -e python3 | tr '\n' ' ')
+fi
+# the same for venv (tests/cli/t0181-serve-openai.sh makes one for the openai client)
+if python3 -m venv --help >/dev/null 2>&1; then
+    missing=$(echo "$missing" | tr ' ' '\n' | grep -v -x -e python3-venv | tr '\n' ' ')
 fi
 missing=$(echo $missing)
 
