@@ -763,6 +763,9 @@ uint32_t rvl_batch_n_ctx(const rvl_batch *b);
  * reuse at once); its position back to 0. */
 int rvl_batch_seq_reset(rvl_batch *b, uint32_t seq);
 uint32_t rvl_batch_seq_pos(const rvl_batch *b, uint32_t seq);
+/* What sequence seq's cache holds at its position (rvl_ctx_kv_usage's
+ * figures); RVL_EINVAL for a bad sequence. */
+int rvl_batch_seq_kv_usage(const rvl_batch *b, uint32_t seq, rvl_kv_usage *u);
 /* One step: item i appends n[i] >= 1 tokens tokens[i] to sequence seq[i]
  * (each sequence at most once per step) and gets the logits of its last
  * token in logits[i] (n_vocab floats, borrowed until the next step or

@@ -152,6 +152,17 @@ static void test_bad_steps(void **state)
     assert_int_equal(rvl_batch_decode(b, 2, (const uint32_t[]){0, 1}, tp,
                                       (const uint32_t[]){2, 8}, lg), 0);
     assert_int_equal(rvl_batch_seq_pos(b, 1), 8);
+    /* what each sequence's cache holds: its own positions, none after a reset */
+    rvl_kv_usage u0, u1;
+    assert_int_equal(rvl_batch_seq_kv_usage(b, 0, &u0), 0);
+    assert_int_equal(rvl_batch_seq_kv_usage(b, 1, &u1), 0);
+    assert_int_equal(u0.n, 2);
+    assert_int_equal(u1.n, 8);
+    assert_true(u0.bytes > 0 && u1.bytes >= u0.bytes);
+    assert_int_equal(rvl_batch_seq_reset(b, 1), 0);
+    assert_int_equal(rvl_batch_seq_kv_usage(b, 1, &u1), 0);
+    assert_int_equal(u1.n, 0);
+    assert_int_equal(rvl_batch_seq_kv_usage(b, 2, &u1), RVL_EINVAL);
     rvl_batch_close(b);
     rvl_model_close(m);
 }

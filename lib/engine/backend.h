@@ -32,6 +32,7 @@ int rvl_forward_seqs_decode(rvl_backend *b, uint32_t n_items, const uint32_t *se
                             const int32_t *const *tokens, const uint32_t *n, const float **logits);
 void rvl_forward_seq_reset(rvl_backend *b, uint32_t seq);
 uint32_t rvl_forward_seq_pos(const rvl_backend *b, uint32_t seq);
+void rvl_forward_seq_kv_usage(const rvl_backend *b, uint32_t seq, rvl_kv_usage *u);
 int rvl_forward_seq_truncate(rvl_backend *b, uint32_t seq, uint32_t pos);
 
 #endif

@@ -104,6 +104,19 @@ uint32_t rvl_batch_seq_pos(const rvl_batch *b, uint32_t seq)
     return seq < b->n_seq ? seq_pos(b, seq) : 0;
 }
 
+int rvl_batch_seq_kv_usage(const rvl_batch *b, uint32_t seq, rvl_kv_usage *u)
+{
+    if (seq >= b->n_seq)
+        return rvl_seterr(RVL_EINVAL, "no sequence %u (of %u)", seq, b->n_seq);
+    if (b->cpu) {
+        rvl_forward_seq_kv_usage(b->cpu, seq, u);
+        return 0;
+    }
+    memset(u, 0, sizeof *u);
+    const uint32_t n = rvl_ctx_pos(b->seq[seq]);
+    return n ? rvl_ctx_kv_usage(b->seq[seq], n, u) : 0;
+}
+
 /* After a failed step: every item's sequence back where it was. */
 static void undo(rvl_batch *b, uint32_t n_items, const uint32_t *seq)
 {

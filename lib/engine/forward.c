@@ -1357,6 +1357,12 @@ void rvl_forward_seq_reset(rvl_backend *b, uint32_t seq)
 
 uint32_t rvl_forward_seq_pos(const rvl_backend *b, uint32_t seq) { return cfw(b)->seq_pos[seq]; }
 
+void rvl_forward_seq_kv_usage(const rvl_backend *b, uint32_t seq, rvl_kv_usage *u)
+{
+    const rvl_forward *c = cfw(b);
+    rvl_kvcache_usage(c->seq_kv[seq], c->seq_pos[seq], u);
+}
+
 /* The items' tokens in chunks of at most UBATCH rows; an item longer than
  * what is left of a chunk continues in the next one; each item's last row
  * gives its logits. The caller (batch.c) has checked the items. */

@@ -530,6 +530,23 @@ static void admit(rvl_sched *s, req **gone, req **failed)
     }
 }
 
+/* What the running sequences' caches hold, into the stats (s->mu held;
+ * the run thread's, which owns the batch). */
+static void note_kv(rvl_sched *s)
+{
+    uint64_t n = 0, bytes = 0;
+    for (uint32_t i = 0; i < s->n_running; i++) {
+        rvl_kv_usage u;
+        if (rvl_batch_seq_kv_usage(s->b, s->run[i]->seq, &u) == 0) {
+            n += u.n;
+            bytes += u.bytes;
+        }
+    }
+    memset(&s->st.kv, 0, sizeof s->st.kv);
+    s->st.kv.n = n > UINT32_MAX ? UINT32_MAX : (uint32_t)n;
+    s->st.kv.bytes = bytes;
+}
+
 int rvl_sched_run(rvl_sched *s, bool wait_idle)
 {
     uint64_t n_prompt = 0, n_gen = 0;   /* tokens of the last step, counted at the next lock */
@@ -545,6 +562,7 @@ int rvl_sched_run(rvl_sched *s, bool wait_idle)
         if (n_gen)
             tps_add(s, now_ms(), n_gen);
         n_prompt = n_gen = 0;
+        note_kv(s); /* after the last step's finishes: current while idle too */
         for (;;) {
             admit(s, &gone, &failed);
             if (s->stop || gone || failed || s->n_running)
@@ -563,14 +581,8 @@ int rvl_sched_run(rvl_sched *s, bool wait_idle)
         n_run = s->n_running;
         memcpy(s->it_req, s->run, n_run * sizeof *s->run);
         bool cancelled[256];
-        uint64_t kv_n = 0;
-        for (uint32_t i = 0; i < n_run; i++) {
+        for (uint32_t i = 0; i < n_run; i++)
             cancelled[i] = s->it_req[i]->cancel;
-            kv_n += rvl_batch_seq_pos(s->b, s->it_req[i]->seq);
-        }
-        /* the positions the running sequences hold; the bytes need a
-         * per-sequence cache usage, which rvl_batch does not report yet */
-        s->st.kv.n = kv_n > UINT32_MAX ? UINT32_MAX : (uint32_t)kv_n;
         pthread_mutex_unlock(&s->mu);
 
         while (gone) {

@@ -239,6 +239,7 @@ while [ $i -lt 100 ] && ! grep -q '^data: {' "$TMP/cut.txt" 2>/dev/null; do slee
 req GET /metrics
 assert "metrics show the stream's sequence running" "grep -q '^ruvllm_running_sequences 1$' '$OUT'"
 assert "and its KV cache in use" "grep -q '^ruvllm_kv_cache_tokens [1-9]' '$OUT'"
+assert "and its KV bytes" "grep -q '^ruvllm_kv_cache_bytes [1-9]' '$OUT'"
 wait $CURL
 assert "the stream had begun when the client left" "grep -q '^data: {' '$TMP/cut.txt'"
 i=0
@@ -249,6 +250,7 @@ while [ $i -lt 50 ]; do
     i=$((i + 1))
 done
 assert "metrics show no running sequence once the client left" "grep -q '^ruvllm_running_sequences 0$' '$OUT'"
+assert "and no KV cache in use" "grep -q '^ruvllm_kv_cache_tokens 0$' '$OUT' && grep -q '^ruvllm_kv_cache_bytes 0$' '$OUT'"
 assert "metrics count the cancelled request" "grep -q '^ruvllm_sched_requests_total{state=\"cancelled\"} [1-9]' '$OUT'"
 assert "the log says the request was cancelled" "grep -q 'POST /v1/completions 200 .*cancelled' '$TMP/s1.log'"
 assert "metrics count requests by endpoint and status" \
