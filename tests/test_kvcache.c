@@ -27,6 +27,7 @@
 #include <string.h>
 
 #include "engine/kvcache.h"
+#include "kvcache_testlib.h"
 
 #define NL 2
 #define NH 4
@@ -38,14 +39,8 @@
 
 static uint64_t rng = 0x1234567;
 
-static double gauss(void)
-{
-    uint64_t a = (rng += 0x9e3779b97f4a7c15ull), b = (rng += 0x9e3779b97f4a7c15ull);
-    a = (a ^ (a >> 30)) * 0xbf58476d1ce4e5b9ull, a ^= a >> 27;
-    b = (b ^ (b >> 30)) * 0xbf58476d1ce4e5b9ull, b ^= b >> 27;
-    double u = ((a >> 11) + 0.5) * 0x1.0p-53, v = (b >> 11) * 0x1.0p-53;
-    return sqrt(-2 * log(u)) * cos(6.283185307179586 * v);
-}
+static double gauss(void) { return kvt_gauss(&rng); }
+
 
 /* the original keys, values, queries: (layer, pos, dim) */
 static float K[NL][NCTX][KVD], V[NL][NCTX][KVD], Q[NCTX][QD];
@@ -78,41 +73,7 @@ static void set_fmt(rvl_kvcache_params *p, const int k[3], const int v[3], uint3
     p->warm = warm;
 }
 
-/* softmax attention in double of query q (one head) over n rows */
-static void ref_attn(const float *q, const float *keys, const float *vals, size_t stride, int n,
-                     double scale, double *out)
-{
-    double *s = malloc((size_t)n * sizeof *s), mx = -INFINITY, sum = 0;
-    for (int t = 0; t < n; t++) {
-        double d = 0;
-        for (int e = 0; e < HD; e++)
-            d += (double)q[e] * keys[(size_t)t * stride + e];
-        s[t] = d * scale;
-        mx = s[t] > mx ? s[t] : mx;
-    }
-    for (int t = 0; t < n; t++)
-        sum += s[t] = exp(s[t] - mx);
-    for (int e = 0; e < HD; e++) {
-        double a = 0;
-        for (int t = 0; t < n; t++)
-            a += s[t] * vals[(size_t)t * stride + e];
-        out[e] = a / sum;
-    }
-    free(s);
-}
 
-/* every position of one layer as the cache holds it, (pos, kvd); a
- * windowed layer's from its first page on */
-static void cache_rows(rvl_kvcache *kc, uint32_t l, int kind, uint32_t n, float *dst)
-{
-    float page[32 * HD];
-    for (uint32_t pg = rvl_kvcache_first_page(kc, l); pg * 32 < n; pg++)
-        for (uint32_t h = 0; h < NKV; h++) {
-            rvl_kvcache_read_page(kc, l, kind, pg, h, page);
-            for (uint32_t j = 0; j < 32 && pg * 32 + j < n; j++)
-                memcpy(dst + (size_t)(pg * 32 + j) * KVD + h * HD, page + j * HD, HD * sizeof(float));
-        }
-}
 
 typedef struct {
     double cache_err;    /* max |out - cache ref| / max |v| */
@@ -145,8 +106,8 @@ static errs run_cache_w(rvl_kvcache *kc, rvl_pool *pool, int n, const int *batch
             rvl_kvcache_write(kc, (uint32_t)l, (uint32_t)pos, (uint32_t)nb, K[l][pos], KVD, V[l][pos], KVD);
         for (int l = 0; l < NL; l++) {
             rvl_kvcache_attend(kc, pool, (uint32_t)l, Q[pos], QD, (uint32_t)pos, (uint32_t)nb, out[0], QD);
-            cache_rows(kc, (uint32_t)l, 0, (uint32_t)(pos + nb), ck);
-            cache_rows(kc, (uint32_t)l, 1, (uint32_t)(pos + nb), cv);
+            kvt_cache_rows(kc, (uint32_t)l, 0, (uint32_t)(pos + nb), NKV, HD, ck);
+            kvt_cache_rows(kc, (uint32_t)l, 1, (uint32_t)(pos + nb), NKV, HD, cv);
             for (int t = 0; t < nb; t++)
                 for (int h = 0; h < NH; h++) {
                     const int kh = h / (NH / NKV), qp = pos + t;
@@ -156,10 +117,11 @@ static errs run_cache_w(rvl_kvcache *kc, rvl_pool *pool, int n, const int *batch
                     const int lo_ring = (int)rvl_kvcache_first_page(kc, (uint32_t)l) * 32;
                     lo = lo < lo_ring ? lo_ring : lo;
                     double rc[HD], rx[HD];
-                    ref_attn(Q[qp] + h * HD, ck + (size_t)lo * KVD + kh * HD,
-                             cv + (size_t)lo * KVD + kh * HD, KVD, qp + 1 - lo, 1.0 / 8, rc);
-                    ref_attn(Q[qp] + h * HD, K[l][lo] + kh * HD, V[l][lo] + kh * HD, KVD,
-                             qp + 1 - lo, 1.0 / 8, rx);
+                    kvt_ref_attn(Q[qp] + h * HD, ck + (size_t)lo * KVD + kh * HD,
+                                 cv + (size_t)lo * KVD + kh * HD, KVD, qp + 1 - lo, HD, 1.0 / 8,
+                                 -INFINITY, rc);
+                    kvt_ref_attn(Q[qp] + h * HD, K[l][lo] + kh * HD, V[l][lo] + kh * HD, KVD,
+                                 qp + 1 - lo, HD, 1.0 / 8, -INFINITY, rx);
                     for (int e = 0; e < HD; e++) {
                         const double o = out[t][h * HD + e];
                         cmax = fmax(cmax, fabs(o - rc[e]));
@@ -349,8 +311,8 @@ static void test_kvcache_shift_rotates_kept_keys(void **state)
     assert_int_equal(rvl_kvcache_shift(kc, keep, drop, cs, sn, NULL, NULL, HD, false), 0);
     assert_int_equal(rvl_kvcache_n(kc), n - drop);
     static float ck[NCTX * KVD], cv[NCTX * KVD];
-    cache_rows(kc, 1, 0, (uint32_t)(n - drop), ck);
-    cache_rows(kc, 1, 1, (uint32_t)(n - drop), cv);
+    kvt_cache_rows(kc, 1, 0, (uint32_t)(n - drop), NKV, HD, ck);
+    kvt_cache_rows(kc, 1, 1, (uint32_t)(n - drop), NKV, HD, cv);
     double mx = 0;
     for (int i = 0; i < n - drop; i++) {
         const int src = i < keep ? i : i + drop;
@@ -687,8 +649,8 @@ static void rope_key(int l, int pos, double b, float *k)
 static double shifted_key_err(rvl_kvcache *kc, int l, int lo, int n, int keep, int drop, double b)
 {
     static float ck[NCTX * KVD], cv[NCTX * KVD];
-    cache_rows(kc, (uint32_t)l, 0, (uint32_t)n, ck);
-    cache_rows(kc, (uint32_t)l, 1, (uint32_t)n, cv);
+    kvt_cache_rows(kc, (uint32_t)l, 0, (uint32_t)n, NKV, HD, ck);
+    kvt_cache_rows(kc, (uint32_t)l, 1, (uint32_t)n, NKV, HD, cv);
     double mx = 0;
     for (int i = lo; i < n; i++) {
         const int src = i < keep ? i : i + drop;

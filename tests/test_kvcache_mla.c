@@ -34,6 +34,7 @@
 #include <unistd.h>
 
 #include "engine/kvcache.h"
+#include "kvcache_testlib.h"
 #include "engine/session_fmt.h"
 #include "ruvllm_tools.h"
 
@@ -47,14 +48,8 @@ enum { F16 = RVL_KVQ_F16, Q8 = RVL_KVQ_Q8, Q4 = RVL_KVQ_Q4, TQ4 = RVL_KVQ_TQ4, T
 
 static uint64_t rng = 0x5eed1234;
 
-static double gauss(void)
-{
-    uint64_t a = (rng += 0x9e3779b97f4a7c15ull), b = (rng += 0x9e3779b97f4a7c15ull);
-    a = (a ^ (a >> 30)) * 0xbf58476d1ce4e5b9ull, a ^= a >> 27;
-    b = (b ^ (b >> 30)) * 0xbf58476d1ce4e5b9ull, b ^= b >> 27;
-    double u = ((a >> 11) + 0.5) * 0x1.0p-53, v = (b >> 11) * 0x1.0p-53;
-    return sqrt(-2 * log(u)) * cos(6.283185307179586 * v);
-}
+static double gauss(void) { return kvt_gauss(&rng); }
+
 
 /* keys (layer, pos, hd) with a common offset of 2 in every channel (so that
  * centring, were it on, would move the values) and a channel of 6x; queries
@@ -82,38 +77,7 @@ static rvl_kvcache_params mla(int hd, const int fmt[3], uint32_t hot, uint32_t w
     return p;
 }
 
-/* rows 0 .. n - 1 of one layer and kind as the cache holds them, (pos, hd) */
-static void cache_rows(rvl_kvcache *kc, uint32_t l, int kind, uint32_t n, int hd, float *dst)
-{
-    static float page[32 * MAXHD];
-    for (uint32_t pg = 0; pg * 32 < n; pg++) {
-        rvl_kvcache_read_page(kc, l, kind, pg, 0, page);
-        for (uint32_t j = 0; j < 32 && pg * 32 + j < n; j++)
-            memcpy(dst + (size_t)(pg * 32 + j) * hd, page + (size_t)j * hd, (size_t)hd * sizeof(float));
-    }
-}
 
-/* softmax(scale q.k) K in double over n rows */
-static void ref_attn(const float *q, const float *rows, int n, int hd, double scale, double *out)
-{
-    double *s = malloc((size_t)n * sizeof *s), mx = -INFINITY, sum = 0;
-    for (int t = 0; t < n; t++) {
-        double d = 0;
-        for (int e = 0; e < hd; e++)
-            d += (double)q[e] * rows[(size_t)t * hd + e];
-        s[t] = d * scale;
-        mx = s[t] > mx ? s[t] : mx;
-    }
-    for (int t = 0; t < n; t++)
-        sum += s[t] = exp(s[t] - mx);
-    for (int e = 0; e < hd; e++) {
-        double a = 0;
-        for (int t = 0; t < n; t++)
-            a += s[t] * rows[(size_t)t * hd + e];
-        out[e] = a / sum;
-    }
-    free(s);
-}
 
 /* Feeds positions rvl_kvcache_n .. n - 1 in batches of the sizes given
  * (cycled; 1: decode), checks each query's attention against ref_attn over
@@ -148,15 +112,16 @@ static double feed(rvl_kvcache *kc, rvl_kvcache *twin, rvl_pool *pool, int hd, i
                 for (int t = 0; t < nb; t++)
                     assert_memory_equal(out[t], out2[t], (size_t)NH * hd * sizeof(float));
             }
-            cache_rows(kc, (uint32_t)l, 0, (uint32_t)(pos + nb), hd, ck);
-            cache_rows(kc, (uint32_t)l, 1, (uint32_t)(pos + nb), hd, cv);
+            kvt_cache_rows(kc, (uint32_t)l, 0, (uint32_t)(pos + nb), 1, hd, ck);
+            kvt_cache_rows(kc, (uint32_t)l, 1, (uint32_t)(pos + nb), 1, hd, cv);
             assert_memory_equal(ck, cv, (size_t)(pos + nb) * hd * sizeof(float));
             for (int i = 0; i < (pos + nb) * hd; i++)
                 kmax = fmax(kmax, fabs(ck[i]));
             for (int t = 0; t < nb; t++)
                 for (int h = 0; h < NH; h++) {
                     static double r[MAXHD];
-                    ref_attn(Q[pos + t] + (size_t)h * hd, ck, pos + t + 1, hd, scale, r);
+                    kvt_ref_attn(Q[pos + t] + (size_t)h * hd, ck, ck, (size_t)hd, pos + t + 1, hd,
+                                 scale, -INFINITY, r);
                     for (int e = 0; e < hd; e++)
                         err = fmax(err, fabs(out[t][h * hd + e] - r[e]));
                 }
@@ -356,7 +321,7 @@ static double key_error(rvl_kvcache *kc, int hd, uint32_t n)
     static float ck[NCTX * MAXHD];
     double err = 0, kmax = 0;
     for (uint32_t l = 0; l < NL; l++) {
-        cache_rows(kc, l, 1, n, hd, ck); /* the value side: the keys */
+        kvt_cache_rows(kc, l, 1, n, 1, hd, ck); /* the value side: the keys */
         for (uint32_t t = 0; t < n; t++)
             for (int e = 0; e < hd; e++) {
                 err = fmax(err, fabs(ck[(size_t)t * hd + e] - K[l][t][e]));
@@ -422,7 +387,7 @@ static void test_mla_context_shift_rotates_only_the_rope_dims(void **state)
     feed(kc, NULL, NULL, hd, n, prompt, 1);
     static float before[NL][NCTX * 40], after[NCTX * 40];
     for (uint32_t l = 0; l < NL; l++)
-        cache_rows(kc, l, 0, n, hd, before[l]);
+        kvt_cache_rows(kc, l, 0, n, 1, hd, before[l]);
     float cs[4], sn[4];
     for (int i = 0; i < rd / 2; i++) {
         const double a = drop * pow(10000.0, -2.0 * i / rd);
@@ -433,7 +398,7 @@ static void test_mla_context_shift_rotates_only_the_rope_dims(void **state)
     assert_int_equal(rvl_kvcache_shift(kc, keep, drop, cs, sn, NULL, NULL, rd, false), 0);
     assert_int_equal(rvl_kvcache_n(kc), n - drop);
     for (uint32_t l = 0; l < NL; l++) {
-        cache_rows(kc, l, 0, n - drop, hd, after);
+        kvt_cache_rows(kc, l, 0, n - drop, 1, hd, after);
         for (int t = 0; t < n - drop; t++) {
             const float *o = before[l] + (size_t)(t < keep ? t : t + drop) * hd, *r = after + (size_t)t * hd;
             for (int e = 0; e < off; e++) /* the latent: untouched */
@@ -446,7 +411,7 @@ static void test_mla_context_shift_rotates_only_the_rope_dims(void **state)
             }
         }
         /* the values are the keys, moved and rotated with them */
-        cache_rows(kc, l, 1, n - drop, hd, before[l]);
+        kvt_cache_rows(kc, l, 1, n - drop, 1, hd, before[l]);
         assert_memory_equal(before[l], after, (size_t)(n - drop) * hd * sizeof(float));
     }
     rvl_kvcache_close(kc);

@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "engine/kvcache.h"
+#include "kvcache_testlib.h"
 
 #define NL 2
 #define NH 8
@@ -35,14 +36,8 @@ enum { F16 = RVL_KVQ_F16, Q8 = RVL_KVQ_Q8, Q4 = RVL_KVQ_Q4, TQ4 = RVL_KVQ_TQ4, T
 
 static uint64_t rng = 0xabcdef12;
 
-static double gauss(void)
-{
-    uint64_t a = (rng += 0x9e3779b97f4a7c15ull), b = (rng += 0x9e3779b97f4a7c15ull);
-    a = (a ^ (a >> 30)) * 0xbf58476d1ce4e5b9ull, a ^= a >> 27;
-    b = (b ^ (b >> 30)) * 0xbf58476d1ce4e5b9ull, b ^= b >> 27;
-    double u = ((a >> 11) + 0.5) * 0x1.0p-53, v = (b >> 11) * 0x1.0p-53;
-    return sqrt(-2 * log(u)) * cos(6.283185307179586 * v);
-}
+static double gauss(void) { return kvt_gauss(&rng); }
+
 
 static float K[NL][NCTX][KVD], V[NL][NCTX][KVD], Q[NCTX][QD];
 /* (layer, head): head 0 none (-inf), head 1 dominating, the others around
@@ -64,40 +59,7 @@ static void make_data(void)
         SINK[i] = i % NH == 0 ? -INFINITY : i % NH == 1 ? 12.0f : (float)(1.5 * gauss() + 1);
 }
 
-static void cache_rows(rvl_kvcache *kc, uint32_t l, int kind, uint32_t n, float *dst)
-{
-    float page[32 * HD];
-    for (uint32_t pg = rvl_kvcache_first_page(kc, l); pg * 32 < n; pg++)
-        for (uint32_t h = 0; h < NKV; h++) {
-            rvl_kvcache_read_page(kc, l, kind, pg, h, page);
-            for (uint32_t j = 0; j < 32 && pg * 32 + j < n; j++)
-                memcpy(dst + (size_t)(pg * 32 + j) * KVD + h * HD, page + j * HD, HD * sizeof(float));
-        }
-}
 
-/* the softmax with a sink column, in double, over n rows */
-static void ref_attn(const float *q, const float *keys, const float *vals, int n, double scale,
-                     double sink, double *out)
-{
-    double *s = malloc((size_t)n * sizeof *s), mx = sink, sum;
-    for (int t = 0; t < n; t++) {
-        double d = 0;
-        for (int e = 0; e < HD; e++)
-            d += (double)q[e] * keys[(size_t)t * KVD + e];
-        s[t] = d * scale;
-        mx = s[t] > mx ? s[t] : mx;
-    }
-    sum = exp(sink - mx);
-    for (int t = 0; t < n; t++)
-        sum += s[t] = exp(s[t] - mx);
-    for (int e = 0; e < HD; e++) {
-        double a = 0;
-        for (int t = 0; t < n; t++)
-            a += s[t] * vals[(size_t)t * KVD + e];
-        out[e] = a / sum;
-    }
-    free(s);
-}
 
 /* Feeds positions 0 .. n - 1 in batches of the sizes given (cycled) and
  * returns the largest |out - ref| / max |v| over every query, head and
@@ -118,16 +80,16 @@ static double run(rvl_kvcache *kc, rvl_pool *pool, int n, const int *batches, in
         for (int l = 0; l < NL; l++) {
             rvl_kvcache_attend(kc, pool, (uint32_t)l, Q[pos], QD, (uint32_t)pos, (uint32_t)nb,
                                out[0], QD);
-            cache_rows(kc, (uint32_t)l, 0, (uint32_t)(pos + nb), ck);
-            cache_rows(kc, (uint32_t)l, 1, (uint32_t)(pos + nb), cv);
+            kvt_cache_rows(kc, (uint32_t)l, 0, (uint32_t)(pos + nb), NKV, HD, ck);
+            kvt_cache_rows(kc, (uint32_t)l, 1, (uint32_t)(pos + nb), NKV, HD, cv);
             for (int t = 0; t < nb; t++)
                 for (int h = 0; h < NH; h++) {
                     const int kh = h / (NH / NKV), qp = pos + t, w = (int)win[l];
                     const int lo = w && qp + 1 > w ? qp + 1 - w : 0;
                     double r[HD];
-                    ref_attn(Q[qp] + h * HD, ck + (size_t)lo * KVD + kh * HD,
-                             cv + (size_t)lo * KVD + kh * HD, qp + 1 - lo, 1.0 / 8,
-                             SINK[l * NH + h], r);
+                    kvt_ref_attn(Q[qp] + h * HD, ck + (size_t)lo * KVD + kh * HD,
+                                 cv + (size_t)lo * KVD + kh * HD, KVD, qp + 1 - lo, HD, 1.0 / 8,
+                                 SINK[l * NH + h], r);
                     for (int e = 0; e < HD; e++)
                         err = fmax(err, fabs(out[t][h * HD + e] - r[e]));
                 }
