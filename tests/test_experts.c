@@ -37,22 +37,11 @@
 #include "engine/experts.h" /* the store's own calls: a pin held across other lookups */
 
 #define DATA_DIR "tests/data/tiny"
+#include "tiny_testlib.h"
 enum { MAX_TOKENS = 256 };
 
 static const char *const models[] = {"mixtral", "qwen3moe", "qwen2moe", "deepseek3", "gpt-oss"};
 
-static int read_tokens(int32_t *ids, int cap)
-{
-    FILE *f = fopen(DATA_DIR "/tokens.txt", "r");
-    if (!f)
-        fail_msg("%s/tokens.txt: cannot open (run from the repository root)", DATA_DIR);
-    int n = 0;
-    long v;
-    while (n < cap && fscanf(f, "%ld", &v) == 1)
-        ids[n++] = (int32_t)v;
-    fclose(f);
-    return n;
-}
 
 /* budget 0: the default (every expert resident, for these models) */
 static rvl_model *open_budget(const char *name, uint64_t budget)
@@ -90,27 +79,6 @@ static rvl_model *open_min(const char *name)
     return m;
 }
 
-/* Every position's logits (n_tok x n_vocab), decoding in calls of `step`
- * tokens (0: one call) on a context of n_threads. */
-static void decode(const rvl_model *m, const int32_t *ids, int n_tok, int step,
-                   uint32_t n_threads, float *out)
-{
-    const uint32_t nv = rvl_model_hparams(m)->n_vocab;
-    const uint32_t chunk = step ? (uint32_t)step : (uint32_t)n_tok;
-    rvl_ctx_params cp = {.n_ctx = (uint32_t)n_tok, .n_threads = n_threads,
-                         .all_logits = chunk > 1, .n_batch = chunk, .kv_type = RVL_KV_F32};
-    rvl_ctx *c = NULL;
-    if (rvl_ctx_open(&c, m, &cp) < 0)
-        fail_msg("rvl_ctx_open: %s", rvl_errmsg());
-    for (int i = 0; i < n_tok; i += (int)chunk) {
-        const uint32_t n = (uint32_t)(n_tok - i) < chunk ? (uint32_t)(n_tok - i) : chunk;
-        const float *lg = NULL;
-        if (rvl_decode(c, ids + i, n, &lg) < 0)
-            fail_msg("rvl_decode at position %d: %s", i, rvl_errmsg());
-        memcpy(out + (size_t)i * nv, lg, (size_t)n * nv * sizeof *out);
-    }
-    rvl_ctx_close(c);
-}
 
 static void expect_same(const char *what, const float *a, const float *b, int n_tok, uint32_t nv)
 {
@@ -146,7 +114,7 @@ static void expect_counted(const char *what, const rvl_model *m, uint64_t tokens
 static void check_model(const char *name, bool prefetch)
 {
     static int32_t ids[MAX_TOKENS];
-    const int n_tok = read_tokens(ids, MAX_TOKENS);
+    const int n_tok = tiny_read_tokens(ids, MAX_TOKENS);
     assert_true(n_tok >= 48);
     if (prefetch)
         unsetenv("RUVLLM_EXPERT_PREFETCH");
@@ -163,8 +131,8 @@ static void check_model(const char *name, bool prefetch)
     for (size_t s = 0; s < 3; s++)
         for (size_t th = 0; th < 3; th++) {
             rvl_model *str = open_min(name);
-            decode(res, ids, n_tok, steps[s], threads[th], a);
-            decode(str, ids, n_tok, steps[s], threads[th], b);
+            tiny_decode(res, ids, n_tok, steps[s], threads[th], RVL_KV_F32, a);
+            tiny_decode(str, ids, n_tok, steps[s], threads[th], RVL_KV_F32, b);
             char what[96];
             snprintf(what, sizeof what, "%s%s, calls of %d, %u threads", name,
                      prefetch ? "" : " (no read-ahead)", steps[s] ? steps[s] : n_tok,
@@ -216,7 +184,7 @@ typedef struct {
 static void *run_job(void *arg)
 {
     job *j = arg;
-    decode(j->m, j->ids, j->n_tok, j->step, 1, j->out);
+    tiny_decode(j->m, j->ids, j->n_tok, j->step, 1, RVL_KV_F32, j->out);
     return NULL;
 }
 
@@ -224,7 +192,7 @@ static void test_contexts_share_a_streamed_model(void **state)
 {
     (void)state;
     static int32_t ids[MAX_TOKENS];
-    const int n_tok = read_tokens(ids, MAX_TOKENS);
+    const int n_tok = tiny_read_tokens(ids, MAX_TOKENS);
     for (size_t mi = 0; mi < sizeof models / sizeof models[0]; mi++) {
         rvl_model *res = open_model(models[mi]);
         const uint32_t nv = rvl_model_hparams(res)->n_vocab;
@@ -232,8 +200,8 @@ static void test_contexts_share_a_streamed_model(void **state)
         float *want[2] = {malloc(n * sizeof(float)), malloc(n * sizeof(float))};
         assert_non_null(want[0]);
         assert_non_null(want[1]);
-        decode(res, ids, n_tok, 1, 1, want[0]);  /* one token at a time */
-        decode(res, ids, n_tok, 7, 1, want[1]);  /* chunks of 7 */
+        tiny_decode(res, ids, n_tok, 1, 1, RVL_KV_F32, want[0]); /* one token at a time */
+        tiny_decode(res, ids, n_tok, 7, 1, RVL_KV_F32, want[1]); /* chunks of 7 */
         for (int nth = 2; nth <= 4; nth += 2) {
             rvl_model *str = open_min(models[mi]);
             pthread_t th[4];

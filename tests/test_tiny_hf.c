@@ -58,6 +58,7 @@
 #include "ruvllm_tools.h"
 
 #define DATA_DIR "tests/data/tiny"
+#include "tiny_testlib.h"
 #define REF_TOL 1e-4      /* against transformers, f32 KV cache */
 #define PATH_TOL 1e-5     /* between decode paths of ruvllm */
 #define F16_TOL 1e-2      /* f16 KV cache against transformers */
@@ -68,19 +69,6 @@ enum { MAX_TOKENS = 256 };
 /* ====================================================================
  * Goldens
  * ==================================================================== */
-
-static int read_tokens(int32_t *ids, int cap)
-{
-    FILE *f = fopen(DATA_DIR "/tokens.txt", "r");
-    if (!f)
-        fail_msg("%s/tokens.txt: cannot open (run from the repository root)", DATA_DIR);
-    int n = 0;
-    long v;
-    while (n < cap && fscanf(f, "%ld", &v) == 1)
-        ids[n++] = (int32_t)v;
-    fclose(f);
-    return n;
-}
 
 /* n_tok x n_vocab little-endian f32; the file's size must be exactly that. */
 static float *read_logits(const char *name, int n_tok, uint32_t n_vocab)
@@ -149,37 +137,6 @@ static double compare(const char *what, const float *ours, const float *ref, int
 }
 
 /* ====================================================================
- * Decode paths
- * ==================================================================== */
-
-/* The sequence through rvl_decode in calls of `step` tokens (0: all at
- * once) with a KV cache of type kv, every position's logits into out
- * (n_tok x n_vocab). */
-static void decode(const rvl_model *m, const int32_t *ids, int n_tok, int step,
-                   uint32_t n_threads, rvl_kv_type kv, float *out)
-{
-    const uint32_t n_vocab = rvl_model_hparams(m)->n_vocab;
-    const uint32_t chunk = step ? (uint32_t)step : (uint32_t)n_tok;
-    /* a context of the sequence's length: LongRoPE picks its factors by it */
-    rvl_ctx_params cp = {.n_ctx = (uint32_t)n_tok, .n_threads = n_threads,
-                         .all_logits = chunk > 1, .n_batch = chunk, .kv_type = kv};
-    rvl_ctx *c = NULL;
-    if (rvl_ctx_open(&c, m, &cp) < 0)
-        fail_msg("rvl_ctx_open: %s", rvl_errmsg());
-    for (int i = 0; i < n_tok; i += (int)chunk) {
-        const uint32_t n = (uint32_t)(n_tok - i) < chunk ? (uint32_t)(n_tok - i) : chunk;
-        const float *lg = NULL;
-        if (rvl_decode(c, ids + i, n, &lg) < 0)
-            fail_msg("rvl_decode at position %d: %s", i, rvl_errmsg());
-        assert_non_null(lg);
-        /* with all_logits every token's row; without, the last token's */
-        memcpy(out + (size_t)i * n_vocab, lg, (size_t)n * n_vocab * sizeof *out);
-    }
-    assert_int_equal(rvl_ctx_pos(c), n_tok);
-    rvl_ctx_close(c);
-}
-
-/* ====================================================================
  * The check, per model
  * ==================================================================== */
 
@@ -202,7 +159,7 @@ typedef struct {
 static void check_variant(const variant *v)
 {
     static int32_t ids[MAX_TOKENS];
-    int n_tok = read_tokens(ids, MAX_TOKENS);
+    int n_tok = tiny_read_tokens(ids, MAX_TOKENS);
     assert_true(n_tok >= 48 && n_tok < MAX_TOKENS);
     if (v->n_tok)
         n_tok = v->n_tok;
@@ -239,14 +196,14 @@ static void check_variant(const variant *v)
     assert_non_null(other);
     char what[128];
 
-    decode(m, ids, n_tok, 0, 2, RVL_KV_F32, batch);
+    tiny_decode(m, ids, n_tok, 0, 2, RVL_KV_F32, batch);
     snprintf(what, sizeof what, "%s: one call vs transformers", v->name);
     const double e_ref = compare(what, batch, ref, n_tok, nv, REF_TOL);
 
     static const int steps[] = {5, 1};
     double e_path = 0, e_path_ref = 0;
     for (size_t s = 0; s < sizeof steps / sizeof steps[0]; s++) {
-        decode(m, ids, n_tok, steps[s], 1, RVL_KV_F32, other);
+        tiny_decode(m, ids, n_tok, steps[s], 1, RVL_KV_F32, other);
         snprintf(what, sizeof what, "%s: calls of %d vs one call", v->name, steps[s]);
         double e = compare(what, other, batch, n_tok, nv, PATH_TOL);
         e_path = e > e_path ? e : e_path;
@@ -260,7 +217,7 @@ static void check_variant(const variant *v)
     if (hp->block.mla) {
         setenv("RUVLLM_MLA", "expanded", 1);
         for (int s = 0; s < 2; s++) {
-            decode(m, ids, n_tok, s ? 5 : 0, 2, RVL_KV_F32, other);
+            tiny_decode(m, ids, n_tok, s ? 5 : 0, 2, RVL_KV_F32, other);
             snprintf(what, sizeof what, "%s: expanded MLA in calls of %d vs absorbed", v->name,
                      s ? 5 : n_tok);
             double e = compare(what, other, batch, n_tok, nv, PATH_TOL);
@@ -299,13 +256,13 @@ static void check_variant(const variant *v)
      * for a wrong window) */
     double e_q8 = 0;
     if (hp->block.swa_window) {
-        decode(m, ids, n_tok, 7, 2, RVL_KV_Q8, other);
+        tiny_decode(m, ids, n_tok, 7, 2, RVL_KV_Q8, other);
         snprintf(what, sizeof what, "%s: q8 KV cache in calls of 7 vs transformers", v->name);
         e_q8 = compare(what, other, ref, n_tok, nv, Q8_TOL);
         print_message("%-13s windowed, q8 KV cache: max row error %.2e\n", v->name, e_q8);
     }
     /* the default cache (f16, rounded as llama.cpp's CPU path rounds) */
-    decode(m, ids, n_tok, 0, 2, RVL_KV_F16, other);
+    tiny_decode(m, ids, n_tok, 0, 2, RVL_KV_F16, other);
     snprintf(what, sizeof what, "%s: f16 KV cache vs transformers", v->name);
     const double e_f16 = compare(what, other, ref, n_tok, nv, F16_TOL);
     print_message("%-13s max row error vs transformers %.2e (one call), %.2e (calls of 5 "
