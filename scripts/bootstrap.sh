@@ -21,8 +21,9 @@ done
 if command -v pip >/dev/null 2>&1 || command -v pip3 >/dev/null 2>&1 || python3 -m pip --version >/dev/null 2>&1; then
     missing=$(echo "$missing" | tr ' ' '\n' | grep -v -x -e python3-pip -e python3 | tr '\n' ' ')
 fi
-# the same for venv (tests/cli/t0181-serve-openai.sh makes one for the openai client)
-if python3 -m venv --help >/dev/null 2>&1; then
+# the same for venv (tests/cli/t0181-serve-openai.sh makes one with pip for the openai
+# client): Debian's python3 has the venv module but not ensurepip, which python3-venv adds
+if python3 -c 'import ensurepip, venv' >/dev/null 2>&1; then
     missing=$(echo "$missing" | tr ' ' '\n' | grep -v -x -e python3-venv | tr '\n' ' ')
 fi
 missing=$(echo $missing)
