@@ -8,6 +8,7 @@ PKGS="build-essential pkg-config clang libclang-rt-14-dev clang-16 libclang-rt-1
       libzstd-dev libxxhash-dev libreadline-dev libpcre2-dev libutf8proc-dev
       libcjson-dev libmicrohttpd-dev libcmocka-dev python3 python3-pip python3-venv
       ca-certificates curl zsh fish
+      mandoc
       gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user"
 
 missing=""
