@@ -87,16 +87,12 @@ static void print_version(void)
     printf("libraries: zstd %s, xxhash %u.%u.%u, pcre2 %s, utf8proc %s, cjson %s, readline %s\n",
            ZSTD_versionString(), XXH_versionNumber() / 10000, XXH_versionNumber() / 100 % 100,
            XXH_versionNumber() % 100, pcre, utf8proc_version(), cJSON_Version(), rl_library_version);
-    printf("features:");
-#ifdef RVL_METAL
-    printf(" metal");
-#else
-    printf(" -metal");
-#endif
+    /* only what this build has: the registry's backends (cpu always; metal
+     * in macOS builds made with make METAL=1) */
+    printf("backends: cpu%s\n", rvl_backend_available("metal") ? " metal" : "");
 #ifdef __SANITIZE_ADDRESS__
-    printf(" asan");
+    printf("sanitizers: asan\n");
 #endif
-    printf("\n");
     printf("cpu:");
     if (c->avx) printf(" avx");
     if (c->avx2) printf(" avx2");

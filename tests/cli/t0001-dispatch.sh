@@ -14,7 +14,8 @@ err_has "usage: ruvllm COMMAND"
 run 0 ruvllm --version
 out_has "ruvllm 0."
 out_has "compiler:"
-out_has "features:"
+out_has "backends: cpu"
+out_lacks "cuda"
 out_has "isa: "
 
 run 2 ruvllm infoo

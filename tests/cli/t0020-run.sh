@@ -166,7 +166,7 @@ run 2 ruvllm run --backend gpu "x"
 err_has "cpu|metal"
 run 0 ruvllm run --backend cpu --temp 0 -n 3 --json -m tests/data/tiny/llama.gguf "x"
 out_has '"backend":"cpu","device":"cpu"'
-if ruvllm --version | grep -q '^features:.* -metal'; then
+if ! ruvllm --version | grep -q '^backends:.* metal'; then
     run 1 ruvllm run --backend metal -m tests/data/tiny/llama.gguf "x"
     err_has "ruvllm run: this build has no Metal backend (build on macOS with make METAL=1)"
     out_lacks "x"
