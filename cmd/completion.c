@@ -14,7 +14,8 @@
  *                               llama.cpp's -ctk/-ctv: the KV cache types
  *   a positional                by the command's synopsis: a word "a|b|c" is a
  *                               choice (bench kernels|model|ppl), TYPE a weight
- *                               type (the quantization mixes), anything else
+ *                               type (the quantization mixes), NAME a model
+ *                               in the store (rm NAME...), anything else
  *                               the command's pos_compl (files, directories)
  */
 #include <stdlib.h>
@@ -55,6 +56,7 @@ typedef enum {
     W_WORDS,     /* the words in `words` */
     W_MODEL,     /* files and the store's model names */
     W_TEMPLATE,  /* the built-in chat templates and files */
+    W_NAMES,     /* the store's model names alone */
 } wkind;
 
 typedef struct {
@@ -193,6 +195,8 @@ static void synopsis_slots(const rvl_cmd *c, slots *s)
             words_choices(w, t);
         else if (!strcmp(t, "TYPE"))
             words_types(w);
+        else if (!strcmp(t, "NAME"))
+            w->kind = W_NAMES, w->words[0] = 0;
         else
             w->kind = pos_kind(c), w->words[0] = 0;
     }
@@ -211,6 +215,7 @@ static void bash_action(FILE *out, const wspec *w)
     case W_WORDS: fprintf(out, "COMPREPLY=($(compgen -W \"%s\" -- \"$cur\"))", w->words); break;
     case W_MODEL: fprintf(out, "_ruvllm_models"); break;
     case W_TEMPLATE: fprintf(out, "_ruvllm_templates"); break;
+    case W_NAMES: fprintf(out, "_ruvllm_names"); break;
     }
     if (w->kind != W_NONE)
         fprintf(out, "; ");
@@ -282,6 +287,9 @@ static void bash(FILE *out)
                  "_ruvllm_models() {\n"
                  "    COMPREPLY=($(compgen -f -- \"$cur\") $(compgen -W \"$(ruvllm list --names 2>/dev/null)\" -- \"$cur\"))\n"
                  "}\n\n"
+                 "_ruvllm_names() {\n"
+                 "    COMPREPLY=($(compgen -W \"$(ruvllm list --names 2>/dev/null)\" -- \"$cur\"))\n"
+                 "}\n\n"
                  "_ruvllm_templates() {\n"
                  "    COMPREPLY=($(compgen -W \"%s\" -- \"$cur\") $(compgen -f -- \"$cur\"))\n"
                  "}\n\n", template_names());
@@ -344,6 +352,7 @@ static void zsh_action(FILE *out, const wspec *w)
     case W_WORDS: fprintf(out, "(%s)", w->words); break;
     case W_MODEL: fputs("_ruvllm_models", out); break;
     case W_TEMPLATE: fputs("_ruvllm_templates", out); break;
+    case W_NAMES: fputs("_ruvllm_names", out); break;
     }
 }
 
@@ -413,6 +422,11 @@ static void zsh(FILE *out)
                  "    names=(${(f)\"$(_call_program models ruvllm list --names 2>/dev/null)\"})\n"
                  "    _alternative 'files:model file:_files' 'models:model name:compadd -a names'\n"
                  "}\n\n"
+                 "_ruvllm_names() {\n"
+                 "    local -a names\n"
+                 "    names=(${(f)\"$(_call_program models ruvllm list --names 2>/dev/null)\"})\n"
+                 "    compadd -a names\n"
+                 "}\n\n"
                  "_ruvllm_templates() {\n"
                  "    _alternative 'templates:built-in template:(%s)' 'files:template file:_files'\n"
                  "}\n\n", template_names());
@@ -459,6 +473,7 @@ static void fish_action(FILE *out, const wspec *w)
     case W_WORDS: fprintf(out, " -x -a '%s'", w->words); break;
     case W_MODEL: fputs(" -r -F -a '(__ruvllm_models)'", out); break;
     case W_TEMPLATE: fprintf(out, " -r -F -a '%s'", template_names()); break;
+    case W_NAMES: fputs(" -x -a '(__ruvllm_models)'", out); break;
     }
 }
 
@@ -512,6 +527,8 @@ static void fish_slots(FILE *out, const rvl_cmd *c, const char *prog)
                 k == s.n - 1 && s.repeat ? "+" : "");
         if (w->kind == W_WORDS)
             fprintf(out, " -a '%s'", w->words);
+        else if (w->kind == W_NAMES || w->kind == W_MODEL)
+            fprintf(out, " -a '(__ruvllm_models)'%s", w->kind == W_MODEL ? " -F" : "");
         else
             fprintf(out, " -F");
         fprintf(out, "\n");

@@ -5,6 +5,10 @@ _ruvllm_models() {
     COMPREPLY=($(compgen -f -- "$cur") $(compgen -W "$(ruvllm list --names 2>/dev/null)" -- "$cur"))
 }
 
+_ruvllm_names() {
+    COMPREPLY=($(compgen -W "$(ruvllm list --names 2>/dev/null)" -- "$cur"))
+}
+
 _ruvllm_templates() {
     COMPREPLY=($(compgen -W "chatml llama2 llama3 mistral-v1 mistral-v3 mistral-v3-tekken mistral-v7 mistral-v7-tekken gemma phi3 phi4 zephyr deepseek2 deepseek3 deepseek-r1 command-r granite vicuna vicuna-orca qwen3 gpt-oss" -- "$cur") $(compgen -f -- "$cur"))
 }
