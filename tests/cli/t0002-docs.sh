@@ -37,7 +37,7 @@ assert "ruvllm-run(1) tags -m with its argument" \
 assert "ruvllm-run(1)'s example keeps its quotes" \
     "grep -q -F -e '\\fBruvllm run \\-n 32 \"The capital of France is\"\\fR' man/ruvllm-run.1"
 if command -v man >/dev/null; then
-    MANWIDTH=200 man -l man/ruvllm-run.1 2>/dev/null | col -b >"$TMP/run.txt"
+    MANWIDTH=200 man -l man/ruvllm-run.1 2>/dev/null >"$TMP/run.txt"
     assert "man -l renders '-m, --model FILE' on one line" \
         "grep -q -E -e '^ +-m, --model FILE\$' '$TMP/run.txt'"
     assert "man -l renders the example with its quotes" \
