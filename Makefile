@@ -20,7 +20,7 @@ PREFIX  ?= /usr/local
 DESTDIR ?=
 FUZZ_TIME ?= 60
 
-PKGS      := libzstd libxxhash readline libpcre2-8 libutf8proc libcjson libmicrohttpd
+PKGS      := libzstd libxxhash readline libpcre2-8 libutf8proc libcjson libmicrohttpd libcurl libcrypto
 TEST_PKGS := cmocka
 
 OPT      ?= -O2

@@ -2,8 +2,8 @@
  * ruvllm_tools.h - the tools half of libruvllm's public API: what the
  * offline commands need beyond the core (ruvllm.h): GGUF and safetensors
  * writers, conversion (quantize, dequant, Hugging Face import), LoRA merge,
- * session-file inspection (kv-inspect), and bench (kernels, model speed,
- * perplexity). Same conventions as ruvllm.h.
+ * session-file inspection (kv-inspect), bench (kernels, model speed,
+ * perplexity), and pulling models from the Hugging Face Hub. Same conventions as ruvllm.h.
  */
 #ifndef RUVLLM_TOOLS_H
 #define RUVLLM_TOOLS_H
@@ -609,6 +609,63 @@ int rvl_ppl_window(rvl_ppl *p);          /* score the next window */
 void rvl_ppl_get_stats(const rvl_ppl *p, rvl_ppl_stats *s);
 int rvl_ppl_finish(rvl_ppl *p);          /* commit the save file (all windows done) */
 void rvl_ppl_close(rvl_ppl *p);          /* discards an uncommitted save file */
+
+/* ======================================================================
+ * Pulling a model from the Hugging Face Hub (lib/tools/pull.c): what
+ * `ruvllm pull OWNER/REPO[:QUANT]` does, over HTTPS with libcurl.
+ *
+ *   1. GET {endpoint}/api/models/{repo}/tree/main?recursive=true (pages
+ *      followed by their Link header): the repository's files, with each
+ *      LFS file's sha256 (lfs.oid) and size.
+ *   2. The GGUF file QUANT names (case-insensitively, as a word of the file
+ *      name: "Q4_K" is not "Q4_K_M"; or a file name ending in .gguf);
+ *      without QUANT, Q4_K_M, else the first GGUF file, as llama.cpp's -hf
+ *      chooses. mmproj files are never chosen; split files are refused;
+ *      several files for one QUANT are refused, listing them.
+ *   3. GET {endpoint}/{repo}/resolve/main/{path}, redirects followed, into
+ *      <store>/hf.co/{repo}/{path}.part: a .part already there is continued
+ *      with a Range request (a server that answers the whole file instead
+ *      restarts it from 0); Ctrl-C or a lost connection leaves the .part.
+ *   4. The size and sha256 checked against the hub's (a mismatch deletes
+ *      the .part: RVL_EFORMAT), fsync, the manifest written
+ *      (rvl_store_write_manifest), the .part renamed into place.
+ * ====================================================================== */
+typedef struct {
+    char name[512];         /* the store name: "hf.co/OWNER/REPO:QUANT" */
+    char repo[256];         /* OWNER/REPO */
+    char file[1024];        /* the file's path in the repository */
+    char path[4096];        /* the file's path in the store */
+    char url[4096];         /* where it was downloaded from */
+    char sha256[65];        /* hex; the hub's, or computed when the hub gives none */
+    uint64_t size;          /* bytes */
+    uint64_t resumed_from;  /* bytes of a .part that were continued (0: none) */
+    bool restarted;         /* the server ignored the Range request: fetched from 0 */
+    bool already;           /* already in the store with this sha256: nothing fetched */
+    bool unverified;        /* the hub gave no sha256 (not an LFS file): size checked only */
+} rvl_pull_result;
+
+typedef struct {
+    const char *endpoint;   /* NULL: $RUVLLM_HF_ENDPOINT, $HF_ENDPOINT, https://huggingface.co */
+    const char *token;      /* NULL: $HF_TOKEN (sent as "Authorization: Bearer") */
+    const char *ca_bundle;  /* NULL: $RUVLLM_CA_BUNDLE, $CURL_CA_BUNDLE, $SSL_CERT_FILE, else
+                             * libcurl's own */
+    /* Called once the file is chosen (r filled but for resumed_from and
+     * restarted), and as it arrives (done counts a continued .part too;
+     * total 0 when unknown). Either may be NULL. */
+    void (*start)(void *user, const rvl_pull_result *r);
+    void (*progress)(void *user, uint64_t done, uint64_t total);
+    void *user;
+} rvl_pull_params;
+
+/* Split "OWNER/REPO[:QUANT]" (also with a leading "hf.co/",
+ * "huggingface.co/" or "https://huggingface.co/") into repo and quant
+ * ("" when none). RVL_EINVAL naming what is wrong with it. */
+int rvl_pull_parse(const char *spec, char *repo, size_t repo_cap, char *quant, size_t quant_cap);
+/* Pull spec into the store (p may be NULL). RVL_ENOTFOUND: no such
+ * repository or no GGUF file for QUANT; RVL_EIO: network or HTTP failure
+ * (the message names the URL and the status); RVL_EFORMAT: size or sha256
+ * mismatch; RVL_EINTR: interrupted (the .part kept for the next pull). */
+int rvl_pull(const char *spec, const rvl_pull_params *p, rvl_pull_result *r);
 
 #ifdef __cplusplus
 }
