@@ -85,13 +85,14 @@ static void bar_clear(const bar *b)
 static int pull_main(rvl_cmd *cmd, int argc, char **argv)
 {
     (void)argc;
+    char repo[256], quant[256];
+    if (rvl_pull_parse(argv[0], repo, sizeof repo, quant, sizeof quant) < 0)
+        cli_usage(cmd->name, "%s", rvl_errmsg());
     bar b = {.tty = isatty(STDERR_FILENO) != 0};
     rvl_pull_params p = {.start = on_start, .progress = on_progress, .user = &b};
     rvl_pull_result r;
     int rc = rvl_pull(argv[0], &p, &r);
     bar_clear(&b);
-    if (rc == RVL_EINVAL && strchr(argv[0], '/') == NULL)
-        cli_usage(cmd->name, "%s", rvl_errmsg());
     if (rc < 0)
         return cli_fail(cmd->name, rc);
     if (!opt_quiet) {

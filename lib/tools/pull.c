@@ -702,6 +702,8 @@ out:
     x->sha = NULL;
     close(x->fd);
     x->fd = -1;
+    if (rc < 0 && rc != RVL_EFORMAT && x->have == 0)
+        unlink(part);   /* nothing to continue: no empty .part left behind */
     return rc;
 }
 

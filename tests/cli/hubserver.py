@@ -30,6 +30,7 @@ whole test):
                           so that the next download is whole
   ROOT/.norange           Range headers are ignored: 200 and the whole file
   ROOT/.slow              downloads send 64 KiB per 0.2 s
+  ROOT/.missing           resolve/main answers 404 (a file listed, then gone)
 LOG gets one line per request: method, path, Range and Authorization
 headers.
 """
@@ -94,7 +95,7 @@ class Hub(BaseHTTPRequestHandler):
         if len(parts) >= 5 and parts[2:4] == ["resolve", "main"]:
             repo = os.path.join(ROOT, parts[0], parts[1])
             path = "/".join(parts[4:])
-            if not os.path.isfile(os.path.join(repo, path)):
+            if not os.path.isfile(os.path.join(repo, path)) or flag(".missing"):
                 return self.send_json(404, {"error": "Entry not found"})
             loc = "/cdn/%s/%s/%s" % (parts[0], parts[1], urllib.parse.quote(path))
             self.send_response(302)
