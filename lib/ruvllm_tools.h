@@ -309,7 +309,8 @@ enum { RVL_KVI_F16 = 0, RVL_KVI_Q8, RVL_KVI_Q4, RVL_KVI_TQ4, RVL_KVI_TQ3, RVL_KV
 /* "f16", "q8", "q4", "tq4", "tq3", "f32"; "?" out of range. */
 const char *rvl_kv_inspect_fmt_name(int fmt);
 
-enum { RVL_KVI_BLK_TOKENS = 1, RVL_KVI_BLK_EXTRA = 2, RVL_KVI_BLK_KV = 3, RVL_KVI_BLK_CENTER = 4 };
+enum { RVL_KVI_BLK_TOKENS = 1, RVL_KVI_BLK_EXTRA = 2, RVL_KVI_BLK_KV = 3, RVL_KVI_BLK_CENTER = 4,
+       RVL_KVI_BLK_MODEL = 5 };
 
 typedef enum {
     RVL_KVI_OK = 0,
@@ -356,10 +357,13 @@ typedef struct {
     bool key_centre;           /* v3 flag: keys stored centred, a center block follows extra */
     const float *centre;       /* (n_layer, kv_dim) the centre, added back to every key
                                   rvl_kv_inspect_page returns; NULL when none or damaged */
-    uint64_t n_blocks_expected;  /* 2 (+1 centred) + n_layer * ceil(n_tokens / 32) */
+    uint64_t n_blocks_expected;  /* 2 (+1 centred, +1 model) + n_layer * ceil(n_tokens / 32) */
     const int32_t *tokens;     /* NULL when the tokens block is damaged */
     const char *extra;         /* the JSON blob, NUL-terminated; NULL if damaged */
     size_t extra_len;
+    bool has_model;            /* flag bit 2: a model block (first) names the model */
+    const char *model_name;    /* its store name and path; NULL when none, damaged or */
+    const char *model_path;    /* not given */
 } rvl_kv_inspect_info;
 
 /* Returns an error only when the file cannot be read, is not a session
