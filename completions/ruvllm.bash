@@ -10,7 +10,7 @@ _ruvllm() {
         done
     fi
     if [[ -z $cmd ]]; then
-        COMPREPLY=($(compgen -W "run chat quantize dequant bench lora-merge kv-inspect info serve help --help --version" -- "$cur"))
+        COMPREPLY=($(compgen -W "run chat quantize dequant bench lora-merge kv-inspect info serve pull list rm help --help --version" -- "$cur"))
         return
     fi
     case $cmd in
@@ -223,6 +223,30 @@ _ruvllm() {
             return
         fi
         ;;
+    pull)
+        case $prev in
+        esac
+        if [[ $cur == -* ]]; then
+            COMPREPLY=($(compgen -W "-q --quiet -h --help " -- "$cur"))
+            return
+        fi
+        ;;
+    list)
+        case $prev in
+        esac
+        if [[ $cur == -* ]]; then
+            COMPREPLY=($(compgen -W "-j --json --names -h --help " -- "$cur"))
+            return
+        fi
+        ;;
+    rm)
+        case $prev in
+        esac
+        if [[ $cur == -* ]]; then
+            COMPREPLY=($(compgen -W "-h --help " -- "$cur"))
+            return
+        fi
+        ;;
     esac
 }
-complete -o filenames -o bashdefault -F _ruvllm ruvllm ruvllm-run ruvllm-chat ruvllm-quantize ruvllm-dequant ruvllm-bench ruvllm-lora-merge ruvllm-kv-inspect ruvllm-info ruvllm-serve
+complete -o filenames -o bashdefault -F _ruvllm ruvllm ruvllm-run ruvllm-chat ruvllm-quantize ruvllm-dequant ruvllm-bench ruvllm-lora-merge ruvllm-kv-inspect ruvllm-info ruvllm-serve ruvllm-pull ruvllm-list ruvllm-rm

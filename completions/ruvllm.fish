@@ -12,6 +12,9 @@ complete -c ruvllm -n __fish_use_subcommand -a lora-merge -d 'merge LoRA adapter
 complete -c ruvllm -n __fish_use_subcommand -a kv-inspect -d 'look inside saved KV-cache and session files'
 complete -c ruvllm -n __fish_use_subcommand -a info -d 'show what is inside a model file'
 complete -c ruvllm -n __fish_use_subcommand -a serve -d 'serve the model over HTTP with the OpenAI API'
+complete -c ruvllm -n __fish_use_subcommand -a pull -d 'download a GGUF model from the Hugging Face Hub into the store'
+complete -c ruvllm -n __fish_use_subcommand -a list -d 'list the models in the store'
+complete -c ruvllm -n __fish_use_subcommand -a rm -d 'remove models from the store'
 
 # run
 complete -c ruvllm -n '__fish_seen_subcommand_from run' -s m -l model -r -F -d 'model file (default - $RUVLLM_MODEL, then the cached default model)'
@@ -298,14 +301,14 @@ complete -c ruvllm-lora-merge -s q -l quiet -d 'print no progress and no summary
 complete -c ruvllm-lora-merge -s h -l help -d 'show this help and exit'
 
 # kv-inspect
-complete -c ruvllm -n '__fish_seen_subcommand_from kv-inspect' -s m -l model -r -F -d 'check the file against this model (fingerprint, geometry) and show the cached text'
+complete -c ruvllm -n '__fish_seen_subcommand_from kv-inspect' -s m -l model -r -F -d 'check the file against this model (a file or a name ruvllm list shows - fingerprint, geometry) and show the cached text'
 complete -c ruvllm -n '__fish_seen_subcommand_from kv-inspect' -s j -l json -d 'print one JSON document'
 complete -c ruvllm -n '__fish_seen_subcommand_from kv-inspect' -l diff -r -F -d 'show where FILE2 diverges from FILE instead'
 complete -c ruvllm -n '__fish_seen_subcommand_from kv-inspect' -l no-heads -d 'leave out the per-head statistics'
 complete -c ruvllm -n '__fish_seen_subcommand_from kv-inspect' -l outlier-factor -x -d 'a channel is an outlier when its absmax exceeds K times the median channel absmax of its head'
 complete -c ruvllm -n '__fish_seen_subcommand_from kv-inspect' -s h -l help -d 'show this help and exit'
 complete -c ruvllm -n '__fish_seen_subcommand_from kv-inspect' -F
-complete -c ruvllm-kv-inspect -s m -l model -r -F -d 'check the file against this model (fingerprint, geometry) and show the cached text'
+complete -c ruvllm-kv-inspect -s m -l model -r -F -d 'check the file against this model (a file or a name ruvllm list shows - fingerprint, geometry) and show the cached text'
 complete -c ruvllm-kv-inspect -s j -l json -d 'print one JSON document'
 complete -c ruvllm-kv-inspect -l diff -r -F -d 'show where FILE2 diverges from FILE instead'
 complete -c ruvllm-kv-inspect -l no-heads -d 'leave out the per-head statistics'
@@ -387,3 +390,24 @@ complete -c ruvllm-serve -l kv-cold -x -a 'q4 tq4' -d 'tiered - format of the ol
 complete -c ruvllm-serve -l expert-budget -x -d 'memory for a mixture of experts` weights, in MiB; experts beyond it are read from the file as needed, with the same results (default - from the memory available, or $RUVLLM_EXPERT_BUDGET)'
 complete -c ruvllm-serve -s h -l help -d 'show this help and exit'
 complete -c ruvllm-serve -f
+
+# pull
+complete -c ruvllm -n '__fish_seen_subcommand_from pull' -s q -l quiet -d 'print no progress and no summary (the name still goes to standard output)'
+complete -c ruvllm -n '__fish_seen_subcommand_from pull' -s h -l help -d 'show this help and exit'
+complete -c ruvllm-pull -s q -l quiet -d 'print no progress and no summary (the name still goes to standard output)'
+complete -c ruvllm-pull -s h -l help -d 'show this help and exit'
+complete -c ruvllm-pull -f
+
+# list
+complete -c ruvllm -n '__fish_seen_subcommand_from list' -s j -l json -d 'print the models as a JSON array on standard output'
+complete -c ruvllm -n '__fish_seen_subcommand_from list' -l names -d 'print only the names, one a line (for shell completion)'
+complete -c ruvllm -n '__fish_seen_subcommand_from list' -s h -l help -d 'show this help and exit'
+complete -c ruvllm-list -s j -l json -d 'print the models as a JSON array on standard output'
+complete -c ruvllm-list -l names -d 'print only the names, one a line (for shell completion)'
+complete -c ruvllm-list -s h -l help -d 'show this help and exit'
+complete -c ruvllm-list -f
+
+# rm
+complete -c ruvllm -n '__fish_seen_subcommand_from rm' -s h -l help -d 'show this help and exit'
+complete -c ruvllm-rm -s h -l help -d 'show this help and exit'
+complete -c ruvllm-rm -f
