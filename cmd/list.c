@@ -115,8 +115,9 @@ rvl_cmd cmd_list_desc = {
         "the start of the file's sha256 as the hub gave it (- for a file that did not come "
         "from the hub); SIZE its bytes; MODIFIED the file's time.\n"
         "\n"
-        "Every command's -m takes these names: whole, without hf.co/, or any prefix that names "
-        "one model (a prefix that names several is refused with their names).",
+        "Every command's -m takes these names, case-insensitively: whole, without hf.co/ or "
+        "hf.co/OWNER/, or any prefix of these that names one model (a prefix that names several "
+        "is refused with their names). A file path is taken as a file first.",
     .examples = "ruvllm list\tthe models, as a table\n"
                 "ruvllm list --json\tas JSON (name, path, size, modified, default, repo, file, sha256, pulled)\n"
                 "ruvllm list --names\tthe names alone, one a line",

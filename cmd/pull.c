@@ -123,8 +123,9 @@ rvl_cmd cmd_pull_desc = {
         "and `llama-cli -hf OWNER/REPO:QUANT` do. QUANT picks the file by its quantization type "
         "in the file name, case-insensitively (Q4_K_M, q8_0, IQ4_XS ...), or is a file name "
         "ending in .gguf; without it, Q4_K_M, else the repository's first GGUF file. The model's "
-        "name is then hf.co/OWNER/REPO:QUANT, which -m takes whole, without hf.co/, or as any "
-        "prefix that names one model (ruvllm list shows the names).\n"
+        "name is then hf.co/OWNER/REPO:QUANT, which -m takes whole, without hf.co/ or "
+        "hf.co/OWNER/, or as any prefix of these that names one model (ruvllm list shows the "
+        "names).\n"
         "\n"
         "The file list and each file's sha256 come from the hub's API "
         "(/api/models/OWNER/REPO/tree/main); the file from /OWNER/REPO/resolve/main/FILE, "
@@ -142,7 +143,7 @@ rvl_cmd cmd_pull_desc = {
         "is a terminal; the model's name to standard output.",
     .examples = "ruvllm pull bartowski/Llama-3.2-1B-Instruct-GGUF:Q4_K_M\ta model by repository and quantization\n"
                 "ruvllm pull " RVL_DEFAULT_MODEL_REPO ":" RVL_DEFAULT_MODEL_QUANT "\tthe default model\n"
-                "ruvllm run -m Llama-3.2-1B \"Hello\"\trun it by a prefix of its name",
+                "ruvllm run -m llama-3.2-1b \"Hello\"\trun it by a prefix of its name",
     .opts = opts,
     .pos_compl = COMPL_NONE,
     .min_pos = 1,

