@@ -24,6 +24,7 @@ typedef struct {
     bool tty;
     double t0, last;
     uint64_t first;     /* bytes already there when the bar started */
+    uint64_t shown;     /* bytes the bar last showed */
     bool started;
 } bar;
 
@@ -48,9 +49,10 @@ static void on_progress(void *ud, uint64_t done, uint64_t total)
         b->started = true;
         b->first = done;
         b->t0 = now;
-    } else if (now - b->last < 0.1 && done != total) {
+    } else if ((now - b->last < 0.1 && done != total) || (done == total && b->shown == total)) {
         return;
     }
+    b->shown = done;
     b->last = now;
     char a[32], t[32], rate[32] = "", eta[32] = "";
     double el = now - b->t0, bps = el > 0.5 ? (double)(done - b->first) / el : 0;

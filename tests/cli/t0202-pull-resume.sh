@@ -63,6 +63,14 @@ assert "and nothing at the destination" '[ ! -e "$F" ] && [ ! -e "$F.json" ]'
 rm "$HUB/.slow"
 run 0 ruvllm pull test-org/Big-GGUF
 err_has "continued a partial download"
+
+# on a terminal: a progress bar on stderr (script(1) gives it a pseudo-terminal)
+if command -v script >/dev/null 2>&1; then
+    rm -rf "$TMP/store"
+    script -qec "\"$RUVLLM\" pull test-org/Big-GGUF" /dev/null >"$TMP/tty.out" 2>&1 </dev/null
+    assert "a terminal gets the bar" 'grep -q -F "100% [##############################] 2.86 MiB / 2.86 MiB" "$TMP/tty.out"'
+    assert "the bar is shown once at 100%" '[ "$(grep -o -F "100% [" "$TMP/tty.out" | wc -l)" = 1 ]'
+fi
 assert "then the next pull completes it" 'cmp -s "$F" "$R/big-Q4_K_M.gguf"'
 
 finish
