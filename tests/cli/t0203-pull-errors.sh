@@ -38,6 +38,9 @@ rm "$HUB/.missing"
 # no file for the quant: the files there are named
 run 1 ruvllm pull test-org/Tiny-GGUF:Q5_K_S
 err_has "test-org/Tiny-GGUF has no GGUF file for 'Q5_K_S'; its GGUF files: tiny-Q4_K_M.gguf, tiny-Q8_0.gguf"
+# a quant is a word of the file name: Q4_K is not the Q4_K_M file
+run 1 ruvllm pull test-org/Tiny-GGUF:Q4_K
+err_has "has no GGUF file for 'Q4_K'"
 # several files for one quant: refused, listing them, pointing at REPO:FILE
 mkdir -p "$R/v2"
 head -c 1000 /dev/urandom >"$R/v2/tiny-Q8_0.gguf"
