@@ -290,6 +290,8 @@ static int http_get(xfer *x, const char *url, bool range)
         return rvl_seterr(RVL_EINTR, "interrupted");
     if (x->write_failed)
         return rvl_seterr(RVL_EIO, "writing the download: %s", strerror(x->write_errno));
+    if (x->too_big && x->fd < 0)
+        return rvl_seterr(RVL_EFORMAT, "%s: the file listing is over %zu bytes", url, x->mem_max);
     if (x->too_big)
         return rvl_seterr(RVL_EFORMAT, "%s: the server sends more bytes than the hub says "
                           "the file has (%llu)", url, (unsigned long long)x->total);
@@ -414,11 +416,6 @@ static int list_gguf(xfer *x, const char *repo, gguf_file **files, size_t *n)
             if (rc == RVL_ENOTFOUND)
                 rvl_seterr(rc, "%s: no such model repository on %s (%s)", repo, x->endpoint,
                            rvl_errmsg());
-            break;
-        }
-        if (x->too_big) {
-            rc = rvl_seterr(RVL_EFORMAT, "%s: the file listing is over %zu bytes", url,
-                            PULL_MAX_LISTING);
             break;
         }
         if ((rc = rvl_buf_add(&x->mem, "", 0)) < 0 ||
