@@ -20,7 +20,7 @@ PREFIX  ?= /usr/local
 DESTDIR ?=
 FUZZ_TIME ?= 60
 
-PKGS      := libzstd libxxhash readline libpcre2-8 libutf8proc libcjson libmicrohttpd
+PKGS      := libzstd libxxhash readline libpcre2-8 libutf8proc libcjson libmicrohttpd libcurl libcrypto
 TEST_PKGS := cmocka
 
 OPT      ?= -O2
@@ -65,7 +65,7 @@ CMD_OBJ  := $(CMD_SRC:%.c=$(BUILD)/%.o)
 TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 REPLAY_BIN := $(FUZZ_SRC:tests/fuzz/fuzz_%.c=$(BUILD)/tests/replay_%)
 
-COMMANDS := run chat quantize dequant bench lora-merge kv-inspect info serve
+COMMANDS := run chat quantize dequant bench lora-merge kv-inspect info serve pull list rm
 
 .PHONY: FORCE all check asan fuzz model install uninstall clean deps tests man completions
 .DELETE_ON_ERROR:

@@ -23,7 +23,7 @@ static bool opt_json, opt_no_heads;
 static double opt_outlier = 4;
 
 static rvl_opt opts[] = {
-    {OPT_STRING, 'm', "model", "FILE", "check the file against this model (fingerprint, geometry) and show the cached text", NULL, &opt_model, 0, 0, NULL, COMPL_FILE},
+    {OPT_STRING, 'm', "model", "MODEL", "check the file against this model (a file or a name ruvllm list shows: fingerprint, geometry) and show the cached text", NULL, &opt_model, 0, 0, NULL, COMPL_FILE},
     {OPT_FLAG, 'j', "json", NULL, "print one JSON document", NULL, &opt_json, 0, 0, NULL, COMPL_NONE},
     {OPT_STRING, 0, "diff", "FILE2", "show where FILE2 diverges from FILE instead", NULL, &opt_diff, 0, 0, NULL, COMPL_FILE},
     {OPT_FLAG, 0, "no-heads", NULL, "leave out the per-head statistics", NULL, &opt_no_heads, 0, 0, NULL, COMPL_NONE},
@@ -38,6 +38,7 @@ static const char *kind_name(uint32_t kind)
     case RVL_KVI_BLK_EXTRA: return "extra";
     case RVL_KVI_BLK_KV: return "kv";
     case RVL_KVI_BLK_CENTER: return "center";
+    case RVL_KVI_BLK_MODEL: return "model";
     default: return "unknown";
     }
 }
@@ -93,8 +94,9 @@ typedef struct {
 
 static int check_model(const char *name, const char *path, const rvl_kv_inspect_info *in, model_check *mc)
 {
-    int rc = rvl_model_open(&mc->m, path);
-    if (rc < 0)
+    char file[4096];   /* a file, or a name in the model store */
+    int rc = rvl_model_path(path, file, sizeof file);
+    if (rc < 0 || (rc = rvl_model_open(&mc->m, file)) < 0)
         return cli_fail(name, rc);
     const rvl_hparams *hp = rvl_model_hparams(mc->m);
     mc->fingerprint = rvl_model_fingerprint(mc->m);
@@ -267,6 +269,9 @@ static void print_text(FILE *out, const rvl_kv_inspect *f, const model_check *mc
     } else {
         fputc('\n', out);
     }
+    if (in->has_model)
+        fprintf(out, "made for    %s (%s)\n", in->model_name ? in->model_name : "(no name)",
+                in->model_path ? in->model_path : "path unknown");
     fprintf(out, "geometry    %u layers, kv_dim %u", in->n_layer, in->kv_dim);
     if (in->head_dim)
         fprintf(out, " (%u kv heads of %u)", in->n_head_kv, in->head_dim);
@@ -433,6 +438,15 @@ static void print_json(rvl_jw *w, const rvl_kv_inspect *f, const model_check *mc
     jw_hex(w, "computed", in->file_hash_computed);
     rvl_jw_obj_end(w);
     jw_hex(w, "fingerprint", in->fingerprint);
+    rvl_jw_key(w, "made_for");   /* the model block (flag bit 2), null without one */
+    if (in->has_model) {
+        rvl_jw_obj(w);
+        rvl_jw_key(w, "name"); rvl_jw_str(w, in->model_name);
+        rvl_jw_key(w, "path"); rvl_jw_str(w, in->model_path);
+        rvl_jw_obj_end(w);
+    } else {
+        rvl_jw_null(w);
+    }
     if (mc->m) {
         rvl_jw_key(w, "model");
         rvl_jw_obj(w);
@@ -757,8 +771,13 @@ static int kv_inspect_main(rvl_cmd *cmd, int argc, char **argv)
         char a[17], b[17];
         hex64(a, in->fingerprint);
         hex64(b, mc.fingerprint);
-        cli_err(name, "%s: made with another model (fingerprint %s, %s's is %s)", in->path, a,
-                opt_model, b);
+        if (in->model_name || in->model_path)
+            cli_err(name, "%s: made with another model, %s (%s) (fingerprint %s, %s's is %s)",
+                    in->path, in->model_name ? in->model_name : "(no name)",
+                    in->model_path ? in->model_path : "path unknown", a, opt_model, b);
+        else
+            cli_err(name, "%s: made with another model (fingerprint %s, %s's is %s)", in->path, a,
+                    opt_model, b);
         status = EXIT_RUNTIME;
     }
 out:
@@ -810,7 +829,8 @@ rvl_cmd cmd_kv_inspect_desc = {
         "\n"
         "With --json the output is one JSON document: file, size, magic, version, byte_order, "
         "intact, header_checksum and file_checksum ({ok, stored, computed}), fingerprint, "
-        "model ({path, fingerprint, matches}, with -m), the geometry, tokens (the ids), text "
+        "made_for ({name, path} of the model that made the file, null in files older than the "
+        "model block), model ({path, fingerprint, matches}, with -m), the geometry, tokens (the ids), text "
         "(with -m), tiers, total and layers ({pages, tokens, key_bytes, value_bytes, "
         "stored_bytes, f16_bytes (the same pages in f16), f16_position_bytes (the positions held, in f16), "
         "ratio_vs_f16 (f16_bytes over key and value bytes), disk_ratio_vs_f16 (f16_position_bytes over "
@@ -840,16 +860,17 @@ rvl_cmd cmd_kv_inspect_desc = {
         "56      12    value format of tiers 0, 1, 2\n"
         "68      4     hot tokens (0xffffffff: unbounded)\n"
         "72      4     warm tokens\n"
-        "76      4     flags: bit 0, keys stored centred\n"
+        "76      4     flags: bit 0, keys stored centred; bit 2, a model block first\n"
         "80      8     xxh3\\-64 of bytes 0..79\n"
-        "88      ...   blocks: tokens (n_tokens i32), extra (JSON), center (flag bit 0:\n"
+        "88      ...   blocks: model (flag bit 2: JSON name and path), tokens\n"
+        "              (n_tokens i32), extra (JSON), center (flag bit 0:\n"
         "              n_layer x n_head_kv x head_dim f32), then per layer\n"
         "              and page of 32 positions one kv block\n"
         "end\\-8   8     xxh3\\-64 of every byte before it\n"
         ".fi\n.RE\n"
         ".PP\n"
         "Formats: 0 f16, 1 q8, 2 q4, 3 tq4, 4 tq3, 5 f32. Each block has a 32\\-byte header: "
-        "kind (1 tokens, 2 extra, 3 kv, 4 center), layer, page, the page's key format, value format, "
+        "kind (1 tokens, 2 extra, 3 kv, 4 center, 5 model), layer, page, the page's key format, value format, "
         "tier and positions used (one byte each), raw size, stored size (one zstd frame) and "
         "the xxh3\\-64 of the stored bytes. A kv block holds each kv head's key page, then "
         "each kv head's value page. Version 1 files (a 56\\-byte header with kv_dim and one "

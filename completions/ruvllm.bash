@@ -40,7 +40,7 @@ _ruvllm() {
             case ${COMP_WORDS[i]} in -*) ;; *) cmd=${COMP_WORDS[i]}; cmdi=$((i + 1)); break ;; esac
         done
     fi
-    local cmds="run chat quantize dequant bench lora-merge kv-inspect info serve help"
+    local cmds="run chat quantize dequant bench lora-merge kv-inspect info serve pull list rm help"
     if [[ -z $cmd ]]; then
         COMPREPLY=($(compgen -W "$cmds --help --version" -- "$cur"))
         return
@@ -304,6 +304,40 @@ _ruvllm() {
             *) ;;
         esac
         ;;
+    pull)
+        case $prev in
+        esac
+        if [[ $cur == -* ]]; then
+            COMPREPLY=($(compgen -W "-q --quiet -h --help " -- "$cur"))
+            return
+        fi
+        case $(_ruvllm_npos $cmdi) in
+            0) ;;
+            *) ;;
+        esac
+        ;;
+    list)
+        case $prev in
+        esac
+        if [[ $cur == -* ]]; then
+            COMPREPLY=($(compgen -W "-j --json --names -h --help " -- "$cur"))
+            return
+        fi
+        case $(_ruvllm_npos $cmdi) in
+            *) ;;
+        esac
+        ;;
+    rm)
+        case $prev in
+        esac
+        if [[ $cur == -* ]]; then
+            COMPREPLY=($(compgen -W "-h --help " -- "$cur"))
+            return
+        fi
+        case $(_ruvllm_npos $cmdi) in
+            0|*) _ruvllm_names; ;;
+        esac
+        ;;
     esac
 }
-complete -o filenames -o bashdefault -F _ruvllm ruvllm ruvllm-run ruvllm-chat ruvllm-quantize ruvllm-dequant ruvllm-bench ruvllm-lora-merge ruvllm-kv-inspect ruvllm-info ruvllm-serve
+complete -o filenames -o bashdefault -F _ruvllm ruvllm ruvllm-run ruvllm-chat ruvllm-quantize ruvllm-dequant ruvllm-bench ruvllm-lora-merge ruvllm-kv-inspect ruvllm-info ruvllm-serve ruvllm-pull ruvllm-list ruvllm-rm

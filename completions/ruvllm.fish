@@ -55,7 +55,10 @@ complete -c ruvllm -n __fish_use_subcommand -a lora-merge -d 'merge LoRA adapter
 complete -c ruvllm -n __fish_use_subcommand -a kv-inspect -d 'look inside saved KV-cache and session files'
 complete -c ruvllm -n __fish_use_subcommand -a info -d 'show what is inside a model file'
 complete -c ruvllm -n __fish_use_subcommand -a serve -d 'serve the model over HTTP with the OpenAI API'
-complete -c ruvllm -n '__ruvllm_pos help 0' -a 'run chat quantize dequant bench lora-merge kv-inspect info serve'
+complete -c ruvllm -n __fish_use_subcommand -a pull -d 'download a GGUF model from the Hugging Face Hub into the store'
+complete -c ruvllm -n __fish_use_subcommand -a list -d 'list the models in the store'
+complete -c ruvllm -n __fish_use_subcommand -a rm -d 'remove models from the store'
+complete -c ruvllm -n '__ruvllm_pos help 0' -a 'run chat quantize dequant bench lora-merge kv-inspect info serve pull list rm'
 
 # run
 set -g __ruvllm_takes_run -m --model -f --file -n --max-tokens -c --ctx-size -t --threads --backend --temp --top-k --top-p --min-p --repeat-penalty --repeat-last-n --frequency-penalty --presence-penalty -s --seed --stop --system --chat-template --reasoning --reasoning-effort --kv-type --kv-type-k --kv-type-v --kv-hot --kv-warm --kv-cold --expert-budget --keep --lora --rope-scaling --rope-scale --rope-freq-base --yarn-orig-ctx --prompt-cache --batch --parallel -ctk --cache-type-k -ctv --cache-type-v
@@ -389,7 +392,7 @@ complete -c ruvllm-lora-merge -n '__ruvllm_pos lora-merge 1+' -F
 
 # kv-inspect
 set -g __ruvllm_takes_kv_inspect -m --model --diff --outlier-factor
-complete -c ruvllm -n '__fish_seen_subcommand_from kv-inspect' -s m -l model -r -F -a '(__ruvllm_models)' -d 'check the file against this model (fingerprint, geometry) and show the cached text'
+complete -c ruvllm -n '__fish_seen_subcommand_from kv-inspect' -s m -l model -r -F -a '(__ruvllm_models)' -d 'check the file against this model (a file or a name ruvllm list shows - fingerprint, geometry) and show the cached text'
 complete -c ruvllm -n '__fish_seen_subcommand_from kv-inspect' -s j -l json -d 'print one JSON document'
 complete -c ruvllm -n '__fish_seen_subcommand_from kv-inspect' -l diff -r -F -d 'show where FILE2 diverges from FILE instead'
 complete -c ruvllm -n '__fish_seen_subcommand_from kv-inspect' -l no-heads -d 'leave out the per-head statistics'
@@ -397,7 +400,7 @@ complete -c ruvllm -n '__fish_seen_subcommand_from kv-inspect' -l outlier-factor
 complete -c ruvllm -n '__fish_seen_subcommand_from kv-inspect' -s h -l help -d 'show this help and exit'
 complete -c ruvllm -n '__ruvllm_pos kv-inspect 0' -F
 complete -c ruvllm-kv-inspect -f
-complete -c ruvllm-kv-inspect -s m -l model -r -F -a '(__ruvllm_models)' -d 'check the file against this model (fingerprint, geometry) and show the cached text'
+complete -c ruvllm-kv-inspect -s m -l model -r -F -a '(__ruvllm_models)' -d 'check the file against this model (a file or a name ruvllm list shows - fingerprint, geometry) and show the cached text'
 complete -c ruvllm-kv-inspect -s j -l json -d 'print one JSON document'
 complete -c ruvllm-kv-inspect -l diff -r -F -d 'show where FILE2 diverges from FILE instead'
 complete -c ruvllm-kv-inspect -l no-heads -d 'leave out the per-head statistics'
@@ -492,3 +495,29 @@ complete -c ruvllm-serve -o ctk -x -a 'f16 f32 q8 q4 tq4 tq3 tiered' -d 'llama.c
 complete -c ruvllm-serve -l cache-type-k -x -a 'f16 f32 q8 q4 tq4 tq3 tiered' -d 'llama.cpp spelling of --kv-type-k'
 complete -c ruvllm-serve -o ctv -x -a 'f16 f32 q8 q4 tq4 tq3 tiered' -d 'llama.cpp spelling of --kv-type-v'
 complete -c ruvllm-serve -l cache-type-v -x -a 'f16 f32 q8 q4 tq4 tq3 tiered' -d 'llama.cpp spelling of --kv-type-v'
+
+# pull
+set -g __ruvllm_takes_pull
+complete -c ruvllm -n '__fish_seen_subcommand_from pull' -s q -l quiet -d 'print no progress and no summary (the name still goes to standard output)'
+complete -c ruvllm -n '__fish_seen_subcommand_from pull' -s h -l help -d 'show this help and exit'
+complete -c ruvllm-pull -f
+complete -c ruvllm-pull -s q -l quiet -d 'print no progress and no summary (the name still goes to standard output)'
+complete -c ruvllm-pull -s h -l help -d 'show this help and exit'
+
+# list
+set -g __ruvllm_takes_list
+complete -c ruvllm -n '__fish_seen_subcommand_from list' -s j -l json -d 'print the models as a JSON array on standard output'
+complete -c ruvllm -n '__fish_seen_subcommand_from list' -l names -d 'print only the names, one a line (for shell completion)'
+complete -c ruvllm -n '__fish_seen_subcommand_from list' -s h -l help -d 'show this help and exit'
+complete -c ruvllm-list -f
+complete -c ruvllm-list -s j -l json -d 'print the models as a JSON array on standard output'
+complete -c ruvllm-list -l names -d 'print only the names, one a line (for shell completion)'
+complete -c ruvllm-list -s h -l help -d 'show this help and exit'
+
+# rm
+set -g __ruvllm_takes_rm
+complete -c ruvllm -n '__fish_seen_subcommand_from rm' -s h -l help -d 'show this help and exit'
+complete -c ruvllm -n '__ruvllm_pos rm 0+' -a '(__ruvllm_models)'
+complete -c ruvllm-rm -f
+complete -c ruvllm-rm -s h -l help -d 'show this help and exit'
+complete -c ruvllm-rm -n '__ruvllm_pos rm 0+' -a '(__ruvllm_models)'

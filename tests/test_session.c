@@ -308,11 +308,14 @@ static void test_session_bad_files_are_refused(void **state)
         assert_int_equal(rvl_session_save(tc, tpath("tier.rvls"), seq, N, NULL), 0);
         size_t tn;
         unsigned char *tb = slurp(tpath("tier.rvls"), &tn);
-        size_t at = 88; /* header; then the tokens, extra and center blocks */
+        size_t at = 88; /* header; then the model, tokens, extra and center blocks */
 #define SKIP_BLOCK() (at += 32 + (size_t)(tb[at + 20] | tb[at + 21] << 8 | tb[at + 22] << 16 | \
                                           tb[at + 23] << 24))
-        /* quantized keys: stored centred, the flag at 76 and the centre after the extra block */
-        assert_int_equal(tb[76], 1);
+        /* quantized keys: stored centred, the flag at 76 and the centre after the extra block;
+         * flag bit 2: the model block comes first */
+        assert_int_equal(tb[76], 1 | 4);
+        assert_int_equal(tb[at], 5);
+        SKIP_BLOCK();
         SKIP_BLOCK();
         SKIP_BLOCK();
         assert_int_equal(tb[at], 4);
@@ -341,7 +344,7 @@ static void test_session_bad_files_are_refused(void **state)
         for (int i = 0; i < 8; i++)
             tb[tn - 8 + i] = (unsigned char)(h >> (8 * i));
         spill(tpath("v2flags.rvls"), tb, tn);
-        expect_refused(tc, tpath("v2flags.rvls"), RVL_EFORMAT, "unknown flags 0x00000001 at offset 76");
+        expect_refused(tc, tpath("v2flags.rvls"), RVL_EFORMAT, "unknown flags 0x00000005 at offset 76");
         free(tb);
         rvl_ctx_close(tc);
     }
@@ -361,17 +364,73 @@ static void test_session_bad_files_are_refused(void **state)
     rvl_ctx_close(tq);
     rvl_ctx_close(small);
 
-    /* another model, even one of the same shape (llama-tied differs only in weights) */
+    /* another model, even one of the same shape (llama-tied differs only in weights): the
+     * refusal names the model that made the file, by its store name and path */
     const char *others[] = {QWEN2, "tests/data/tiny/llama-linear.gguf"};
+    char *abs = realpath(LLAMA, NULL), made_by[4200];
+    assert_non_null(abs);
+    snprintf(made_by, sizeof made_by, "made for another model, llama (%s)", abs);
+    free(abs);
     for (int i = 0; i < 2; i++) {
         rvl_model *o = open_model(others[i]);
         rvl_ctx *oc = open_ctx(o, 128, RVL_KV_F16);
-        expect_refused(oc, tpath("good.rvls"), RVL_EFORMAT, "another model");
+        expect_refused(oc, tpath("good.rvls"), RVL_EFORMAT, made_by);
         rvl_ctx_close(oc);
         rvl_model_close(o);
     }
     free(b);
     free(t);
+    rvl_ctx_close(c);
+    rvl_model_close(m);
+}
+
+/* A file without the model block (flag bit 2), as ruvllm wrote them before it
+ * named the model, still loads; refused by another model, it says "another
+ * model" without a name. */
+static void test_session_without_model_block_still_loads(void **state)
+{
+    (void)state;
+    rvl_model *m = open_model(LLAMA);
+    rvl_ctx *c = open_ctx(m, 128, RVL_KV_F16);
+    const float *lg;
+    assert_int_equal(rvl_decode(c, seq, N, &lg), 0);
+    assert_int_equal(rvl_session_save(c, tpath("named.rvls"), seq, N, "{\"k\": 1}"), 0);
+    size_t n;
+    unsigned char *b = slurp(tpath("named.rvls"), &n);
+    assert_int_equal(b[8], 3);
+    assert_int_equal(b[76], 4);                 /* flag bit 2 */
+    assert_int_equal(b[88], 5);                 /* the model block first */
+    const size_t z = 32 + (size_t)(b[88 + 20] | b[88 + 21] << 8 | b[88 + 22] << 16);
+    /* the file without it: the flag cleared, the block cut, the checksums redone */
+    unsigned char *o = malloc(n - z);
+    assert_non_null(o);
+    memcpy(o, b, 88);
+    memcpy(o + 88, b + 88 + z, n - 88 - z);
+    o[76] = 0;
+    uint64_t h = XXH3_64bits(o, 80);
+    for (int i = 0; i < 8; i++)
+        o[80 + i] = (unsigned char)(h >> (8 * i));
+    h = XXH3_64bits(o, n - z - 8);
+    for (int i = 0; i < 8; i++)
+        o[n - z - 8 + i] = (unsigned char)(h >> (8 * i));
+    spill(tpath("old.rvls"), o, n - z);
+    rvl_ctx_reset(c);
+    int32_t *ids = NULL;
+    size_t ni = 0;
+    char *extra = NULL;
+    assert_int_equal(rvl_session_load(c, tpath("old.rvls"), &ids, &ni, &extra), 0);
+    assert_int_equal(ni, N);
+    assert_memory_equal(ids, seq, N * sizeof *ids);
+    assert_string_equal(extra, "{\"k\": 1}");
+    free(ids);
+    free(extra);
+    rvl_model *q = open_model(QWEN2);
+    rvl_ctx *qc = open_ctx(q, 128, RVL_KV_F16);
+    expect_refused(qc, tpath("old.rvls"), RVL_EFORMAT, "made for another model (fingerprint");
+    rvl_ctx_close(qc);
+    rvl_model_close(q);
+    free(o);
+    free(b);
     rvl_ctx_close(c);
     rvl_model_close(m);
 }
@@ -401,11 +460,14 @@ static void test_ctx_truncate_rewinds(void **state)
 int main(void)
 {
     make_seq();
+    /* model names: a file outside the store is named by its file name */
+    setenv("RUVLLM_MODELS", "/nonexistent/ruvllm-test-store", 1);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_session_restore_continues_exactly),
         cmocka_unit_test(test_session_windowed_rings_restore_exactly),
         cmocka_unit_test(test_session_save_checks_ids_and_leaves_no_temp),
         cmocka_unit_test(test_session_bad_files_are_refused),
+        cmocka_unit_test(test_session_without_model_block_still_loads),
         cmocka_unit_test(test_ctx_truncate_rewinds),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

@@ -19,6 +19,8 @@
 #include <xxhash.h>
 #include <zstd.h>
 
+#include <cjson/cJSON.h>
+
 #include "engine/kvcache.h"
 #include "engine/model.h"
 #include "engine/session_fmt.h"
@@ -97,12 +99,36 @@ int rvl_session_save(rvl_ctx *c, const char *path, const int32_t *ids, size_t n_
     if (n_ids != rvl_ctx_pos(c))
         return rvl_seterr(RVL_EINVAL, "%s: %zu token ids given for a cache of %u tokens", path,
                           n_ids, rvl_ctx_pos(c));
-    return rvl_session_save_kvc(kc, rvl_model_fingerprint(rvl_ctx_model(c)), path, ids, n_ids,
-                                extra_json);
+    /* the model's store name and absolute path, for the MODEL block */
+    const rvl_model *m = rvl_ctx_model(c);
+    const char *mpath = m->file ? rvl_file_path(m->file) : NULL;
+    char name[1024] = "", *abs = mpath ? realpath(mpath, NULL) : NULL;
+    if (mpath && rvl_store_name_of(mpath, name, sizeof name) < 0)
+        name[0] = 0;
+    cJSON *j = cJSON_CreateObject();
+    char *model_json = NULL;
+    if (j && cJSON_AddStringToObject(j, "name", name) &&
+        cJSON_AddStringToObject(j, "path", abs ? abs : mpath ? mpath : ""))
+        model_json = cJSON_PrintUnformatted(j);
+    cJSON_Delete(j);
+    free(abs);
+    if (!model_json)
+        return rvl_seterr(RVL_ENOMEM, "out of memory");
+    int rc = rvl_session_save_kvc_model(kc, rvl_model_fingerprint(m), path, ids, n_ids,
+                                        extra_json, model_json);
+    free(model_json);
+    return rc;
 }
 
 int rvl_session_save_kvc(rvl_kvcache *kc, uint64_t fingerprint, const char *path,
                          const int32_t *ids, size_t n_ids, const char *extra_json)
+{
+    return rvl_session_save_kvc_model(kc, fingerprint, path, ids, n_ids, extra_json, NULL);
+}
+
+int rvl_session_save_kvc_model(rvl_kvcache *kc, uint64_t fingerprint, const char *path,
+                               const int32_t *ids, size_t n_ids, const char *extra_json,
+                               const char *model_json)
 {
     const rvl_kvcache_params *kp = rvl_kvcache_params_of(kc);
     const uint32_t n = rvl_kvcache_n(kc), nkv = kp->n_head_kv, nkind = kp->v_is_k ? 1 : 2;
@@ -138,17 +164,26 @@ int rvl_session_save_kvc(rvl_kvcache *kc, uint64_t fingerprint, const char *path
     for (uint32_t l = 0; l < kp->n_layer; l++)
         trimmed |= rvl_kvcache_first_page(kc, l) > 0;
     rvl_session_put32(h + RVL_SESS_H_VERSION, kp->v_is_k ? RVL_SESS_VERSION : trimmed ? 4 : 3);
+    if (model_json && strlen(model_json) > RVL_SESS_MAX_MODEL) {
+        rc = rvl_seterr(RVL_EINVAL, "%s: the model's name and path are over %llu bytes", path,
+                        (unsigned long long)RVL_SESS_MAX_MODEL);
+        goto fail;
+    }
     rvl_session_put32(h + RVL_SESS_H_BOM, RVL_SESS_BOM);
     rvl_session_put64(h + RVL_SESS_H_FINGERPRINT, fingerprint);
     put_geometry(h, kp);
     rvl_session_put32(h + RVL_SESS_H_N_TOKENS, n);
     const float *mu = rvl_kvcache_key_center(kc);
     rvl_session_put32(h + RVL_SESS_H_FLAGS, (mu ? RVL_SESS_F_CENTER : 0) |
-                                               (kp->v_is_k ? RVL_SESS_F_V_IS_K : 0));
+                                               (kp->v_is_k ? RVL_SESS_F_V_IS_K : 0) |
+                                               (model_json ? RVL_SESS_F_MODEL : 0));
     rvl_session_put64(h + RVL_SESS_H_HASH, XXH3_64bits(h, RVL_SESS_H_HASH));
     if ((rc = wr(&w, h, sizeof h)) < 0)
         goto fail;
 
+    if (model_json &&
+        (rc = wr_block(&w, RVL_SESS_MODEL, 0, 0, none, model_json, strlen(model_json))) < 0)
+        goto fail;
     /* token ids as little-endian i32 */
     unsigned char *tb = malloc((size_t)n * 4 + 1);
     if (!tb) {
@@ -241,7 +276,7 @@ typedef struct {
 static int rd_block(reader *r, uint32_t kind, uint32_t layer, uint32_t page, size_t want_raw,
                     bool exact)
 {
-    static const char *const names[] = {"", "tokens", "extra", "kv", "center"};
+    static const char *const names[] = {"", "tokens", "extra", "kv", "center", "model"};
     const size_t at = r->off;
     if (r->size - 8 - r->off < RVL_SESS_BLK)
         return rvl_seterr(RVL_EFORMAT, "%s: truncated: the %s block at offset %zu is missing",
@@ -389,16 +424,30 @@ int rvl_session_load_kvc(rvl_kvcache *kc, uint64_t fingerprint, uint32_t n_vocab
     if (XXH3_64bits(r.b, r.size - 8) != rvl_session_get64(r.b + r.size - 8))
         BAD("%s: file checksum mismatch (offset %zu): the file is truncated or corrupted", path,
             r.size - 8);
+    r.off = RVL_SESS_HDR;
+    const uint32_t flags = rvl_session_get32(r.b + RVL_SESS_H_FLAGS);
+    char made_by[2200] = "another model";
+    if (version >= 3 && (flags & RVL_SESS_F_MODEL)) {   /* who made it, said when refusing it */
+        if ((rc = rd_block(&r, RVL_SESS_MODEL, 0, 0, RVL_SESS_MAX_MODEL, false)) < 0)
+            goto fail;
+        ((char *)r.raw)[r.raw_len] = 0;
+        cJSON *j = cJSON_Parse(r.raw);
+        const cJSON *nm = cJSON_GetObjectItemCaseSensitive(j, "name");
+        const cJSON *mp = cJSON_GetObjectItemCaseSensitive(j, "path");
+        if (cJSON_IsString(nm) && nm->valuestring[0])
+            snprintf(made_by, sizeof made_by, "another model, %.1000s (%.1000s)", nm->valuestring,
+                     cJSON_IsString(mp) && mp->valuestring[0] ? mp->valuestring : "path unknown");
+        cJSON_Delete(j);
+    }
     const uint64_t fp = rvl_session_get64(r.b + RVL_SESS_H_FINGERPRINT);
     if (fp != fingerprint)
-        BAD("%s: made with another model (fingerprint %016llx, this model's is %016llx)", path,
-            (unsigned long long)fp, (unsigned long long)fingerprint);
+        BAD("%s: made for %s (fingerprint %016llx, this model's is %016llx)", path,
+            made_by, (unsigned long long)fp, (unsigned long long)fingerprint);
     const uint32_t nl = rvl_session_get32(r.b + RVL_SESS_H_N_LAYER),
                    nkv = rvl_session_get32(r.b + RVL_SESS_H_N_HEAD_KV),
                    hd = rvl_session_get32(r.b + RVL_SESS_H_HEAD_DIM),
                    ps = rvl_session_get32(r.b + RVL_SESS_H_PAGE),
-                   n = rvl_session_get32(r.b + RVL_SESS_H_N_TOKENS),
-                   flags = rvl_session_get32(r.b + RVL_SESS_H_FLAGS);
+                   n = rvl_session_get32(r.b + RVL_SESS_H_N_TOKENS);
     /* the cache's geometry (MLA's latent cache is one kv head of its own size) */
     if (nl != kp->n_layer || nkv != kp->n_head_kv || hd != kp->head_dim || ps != RVL_SESS_PAGE)
         BAD("%s: cache geometry (%u layers, %u kv heads of %u, pages of %u) does not match this "
@@ -408,8 +457,9 @@ int rvl_session_load_kvc(rvl_kvcache *kc, uint64_t fingerprint, uint32_t n_vocab
         unsigned char mine[RVL_SESS_HDR] = {0};
         put_geometry(mine, kp);
         const uint32_t known = version == 2 ? 0u
-                               : version < 5 ? RVL_SESS_F_CENTER
-                                             : RVL_SESS_F_CENTER | RVL_SESS_F_V_IS_K;
+                               : version < 5 ? RVL_SESS_F_CENTER | RVL_SESS_F_MODEL
+                                             : RVL_SESS_F_CENTER | RVL_SESS_F_V_IS_K |
+                                                   RVL_SESS_F_MODEL;
         if (flags & ~known)
             BAD("%s: " RVL_SESS_E_FLAGS, path, flags);
         if (!(flags & RVL_SESS_F_V_IS_K) != !kp->v_is_k)
@@ -435,7 +485,6 @@ int rvl_session_load_kvc(rvl_kvcache *kc, uint64_t fingerprint, uint32_t n_vocab
     if (n > kp->n_ctx)
         BAD("%s: holds %u tokens, more than this context's %u (use a larger -c)", path, n,
             kp->n_ctx);
-    r.off = RVL_SESS_HDR;
     if ((rc = rd_block(&r, RVL_SESS_TOKENS, 0, 0, (size_t)n * 4, true)) < 0)
         goto fail;
     ids = malloc(((size_t)n + 1) * sizeof *ids);

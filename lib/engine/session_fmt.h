@@ -15,6 +15,15 @@
  * 4 with flag bit 1 (the values are the keys: MLA's latent cache) and is
  * written only for such a cache, so that a reader that does not know it
  * refuses the file by its version; versions 3 and 4 never have the bit.
+ * Flag bit 2 (versions 3 to 5) says a MODEL block comes first, before the
+ * TOKENS block: the JSON text {"name": ..., "path": ...} of the model the
+ * file was made with (its store name, lib/engine/store.c, and its absolute
+ * path), so that a file refused for another model says which model made
+ * it. Every file is written with it now; a reader that does not know the
+ * bit refuses the file by it ("unknown flags"), as it would by a version,
+ * while the version keeps saying the page layout (3 whole, 4 trimmed
+ * windows, 5 MLA) and stays the lowest that describes the file. Files
+ * without the bit are still read (without a model name).
  * kv-inspect reads versions 1 to 3 (and refuses 4 and 5 by their version).
  *
  *   off  size  field
@@ -49,9 +58,11 @@
  *              set (version 5 only): the values are the keys (kvcache.h
  *              v_is_k, MLA's latent cache): the value formats at 56..64
  *              equal the key formats and a KV block holds no value
- *              pages; other bits 0 (version 2: the whole field 0)
+ *              pages; bit 2 set (versions 3 to 5): a MODEL block comes
+ *              first; other bits 0 (version 2: the whole field 0)
  *   80   8     xxh3-64 of bytes 0..79
- *   88   ...   blocks, in this order: TOKENS (n_tokens i32), EXTRA (the
+ *   88   ...   blocks, in this order: with flag bit 2 a MODEL block (JSON
+ *              text, at most 64 KiB), TOKENS (n_tokens i32), EXTRA (the
  *              JSON text, possibly empty), with flag bit 0 a CENTER block
  *              (n_layer x n_head_kv x head_dim f32: the centre every
  *              stored key had subtracted), then for each layer l, for
@@ -65,7 +76,7 @@
  *              may lack keys the next query's window would see, and
  *              attention sees what it holds: kvcache.c "Sliding
  *              windows", "Context shift"). Each block:
- *                0  4  kind (1 tokens, 2 extra, 3 kv, 4 center)
+ *                0  4  kind (1 tokens, 2 extra, 3 kv, 4 center, 5 model)
  *                4  4  layer (kv) or 0
  *                8  4  page index (kv) or 0
  *                12 1  kv: key format of the page (as above), else 0
@@ -112,7 +123,9 @@
 #define RVL_SESS_TIERS 3                   /* hot, warm, cold */
 #define RVL_SESS_F_CENTER 1u               /* flags: keys stored centred */
 #define RVL_SESS_F_V_IS_K 2u               /* flags (version 5): the values are the keys */
+#define RVL_SESS_F_MODEL 4u                /* flags (versions 3+): a MODEL block comes first */
 #define RVL_SESS_MAX_EXTRA ((uint64_t)64 << 20)  /* bytes of the JSON blob */
+#define RVL_SESS_MAX_MODEL ((uint64_t)64 << 10)  /* bytes of the MODEL block's JSON */
 
 /* Header fields (versions 2 and 3); the tier formats are 4 bytes apart. */
 enum {
@@ -159,7 +172,8 @@ enum {
 };
 
 /* Block kinds, in file order (ruvllm_tools.h's RVL_KVI_BLK_* say the same). */
-enum { RVL_SESS_TOKENS = 1, RVL_SESS_EXTRA = 2, RVL_SESS_KV = 3, RVL_SESS_CENTER = 4 };
+enum { RVL_SESS_TOKENS = 1, RVL_SESS_EXTRA = 2, RVL_SESS_KV = 3, RVL_SESS_CENTER = 4,
+       RVL_SESS_MODEL = 5 /* with flag bit 2: first */ };
 
 /* ---------------------------------------------------------------- error texts
  * What both readers say, each after "PATH: " (rvl_seterr) or "header: "
@@ -179,6 +193,11 @@ enum { RVL_SESS_TOKENS = 1, RVL_SESS_EXTRA = 2, RVL_SESS_KV = 3, RVL_SESS_CENTER
 struct rvl_kvcache;
 int rvl_session_save_kvc(struct rvl_kvcache *kc, uint64_t fingerprint, const char *path,
                          const int32_t *ids, size_t n_ids, const char *extra_json);
+/* ... with the MODEL block's JSON text (flag bit 2); rvl_session_save_kvc
+ * (model_json NULL) writes neither, as before version 3 knew the bit. */
+int rvl_session_save_kvc_model(struct rvl_kvcache *kc, uint64_t fingerprint, const char *path,
+                               const int32_t *ids, size_t n_ids, const char *extra_json,
+                               const char *model_json);
 int rvl_session_load_kvc(struct rvl_kvcache *kc, uint64_t fingerprint, uint32_t n_vocab,
                          const char *path, const void *buf, size_t size, int32_t **ids,
                          size_t *n_ids, char **extra_json);

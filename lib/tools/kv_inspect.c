@@ -28,6 +28,8 @@
 #include <xxhash.h>
 #include <zstd.h>
 
+#include <cjson/cJSON.h>
+
 #include "engine/session_fmt.h"
 #include "f16.h"
 #include "format/format_int.h"
@@ -54,6 +56,7 @@ struct rvl_kv_inspect {
     long *index;                 /* [n_layer][n_pages] block index or -1; NULL: none */
     int32_t *tokens;
     char *extra;
+    char *model_name, *model_path;   /* from the model block */
     float *centre;
     void *raw;                   /* decompression scratch */
     size_t raw_cap;
@@ -135,6 +138,9 @@ static void block_name(const rvl_kv_inspect_blockinfo *bl, char *buf, size_t cap
         break;
     case RVL_KVI_BLK_CENTER:
         snprintf(buf, cap, "the center block at offset %llu", (unsigned long long)bl->offset);
+        break;
+    case RVL_KVI_BLK_MODEL:
+        snprintf(buf, cap, "the model block at offset %llu", (unsigned long long)bl->offset);
         break;
     case RVL_KVI_BLK_KV:
         snprintf(buf, cap, "the kv block at offset %llu (layer %u, page %u)",
@@ -242,9 +248,10 @@ static void read_header(rvl_kv_inspect *f)
                         rvl_kv_inspect_fmt_name(in->k_fmt[0]), rvl_kv_inspect_fmt_name(in->v_fmt[0]));
         }
         const uint32_t flags = rvl_session_get32(b + RVL_SESS_H_FLAGS);
-        if (flags & ~(in->version == 2 ? 0u : RVL_SESS_F_CENTER))
+        if (flags & ~(in->version == 2 ? 0u : RVL_SESS_F_CENTER | RVL_SESS_F_MODEL))
             problem(f, "header: " RVL_SESS_E_FLAGS, flags);
         in->key_centre = in->version >= 3 && (flags & RVL_SESS_F_CENTER);
+        in->has_model = in->version >= 3 && (flags & RVL_SESS_F_MODEL);
     }
     if (in->kv_dim == 0 || in->kv_dim > MAX_KV_DIM) {
         if (in->version == 1)
@@ -263,7 +270,7 @@ static void read_header(rvl_kv_inspect *f)
     }
     in->geometry_ok = ok;
     f->n_pages = (uint32_t)(((uint64_t)in->n_tokens + RVL_SESS_PAGE - 1) / RVL_SESS_PAGE);
-    in->n_blocks_expected = 2 + in->key_centre + (uint64_t)in->n_layer * f->n_pages;
+    in->n_blocks_expected = 2 + in->key_centre + in->has_model + (uint64_t)in->n_layer * f->n_pages;
 }
 
 /* ====================================================================
@@ -288,6 +295,11 @@ static int push_block(rvl_kv_inspect *f, const rvl_kv_inspect_blockinfo *bl)
 static void expected(const rvl_kv_inspect *f, uint64_t i, uint32_t *kind, uint32_t *layer, uint32_t *page)
 {
     *layer = *page = 0;
+    if (f->info.has_model && i == 0) {
+        *kind = RVL_KVI_BLK_MODEL;
+        return;
+    }
+    i -= f->info.has_model;
     if (i == 0) {
         *kind = RVL_KVI_BLK_TOKENS;
     } else if (i == 1) {
@@ -369,7 +381,7 @@ static int page_tables(rvl_kv_inspect *f, uint8_t **tiers)
 {
     const rvl_kv_inspect_info *in = &f->info;
     const size_t hb = in->block_header_bytes;
-    const uint64_t n_kv = in->n_blocks_expected - 2 - in->key_centre;
+    const uint64_t n_kv = in->n_blocks_expected - 2 - in->key_centre - in->has_model;
     *tiers = NULL;
     if (in->geometry_ok && n_kv && n_kv <= f->size / hb) {
         f->index = malloc(n_kv * sizeof *f->index);
@@ -418,7 +430,7 @@ static bool check_place(rvl_kv_inspect *f, uint64_t i, rvl_kv_inspect_blockinfo 
     else
         problem(f, "%s: misplaced: the layout puts the %s block%s here", name,
                 ek == RVL_KVI_BLK_TOKENS ? "tokens" : ek == RVL_KVI_BLK_EXTRA ? "extra"
-                : ek == RVL_KVI_BLK_CENTER ? "center" : "kv",
+                : ek == RVL_KVI_BLK_CENTER ? "center" : ek == RVL_KVI_BLK_MODEL ? "model" : "kv",
                 ek == RVL_KVI_BLK_KV ? " of another layer or page" : "");
     return false;
 }
@@ -437,6 +449,9 @@ static bool check_size(rvl_kv_inspect *f, rvl_kv_inspect_blockinfo *bl, const un
         sized = false;
     } else if (bl->kind == RVL_KVI_BLK_EXTRA && bl->raw_bytes > MAX_RAW) {
         problem(f, "%s: %u bytes of JSON, more than 64 MiB", name, bl->raw_bytes);
+        sized = false;
+    } else if (bl->kind == RVL_KVI_BLK_MODEL && bl->raw_bytes > RVL_SESS_MAX_MODEL) {
+        problem(f, "%s: %u bytes of JSON, more than 64 KiB", name, bl->raw_bytes);
         sized = false;
     } else if (bl->kind == RVL_KVI_BLK_CENTER &&
                (!in->geometry_ok ||
@@ -470,6 +485,32 @@ static int keep_tokens(rvl_kv_inspect *f)
     for (uint32_t t = 0; t < n; t++)
         f->tokens[t] = (int32_t)rvl_session_get32((const unsigned char *)f->raw + 4 * (size_t)t);
     return 0;
+}
+
+/* The model's name and path, from the model block bl in f->raw (JSON:
+ * {"name", "path"}); a block that does not say them is a problem. */
+static int keep_model(rvl_kv_inspect *f, const rvl_kv_inspect_blockinfo *bl, const char *name)
+{
+    char *text = malloc((size_t)bl->raw_bytes + 1);
+    if (!text)
+        return rvl_seterr(RVL_ENOMEM, "out of memory");
+    memcpy(text, f->raw, bl->raw_bytes);
+    text[bl->raw_bytes] = 0;
+    cJSON *j = cJSON_Parse(text);
+    free(text);
+    const cJSON *n = cJSON_GetObjectItemCaseSensitive(j, "name");
+    const cJSON *p = cJSON_GetObjectItemCaseSensitive(j, "path");
+    if (!cJSON_IsObject(j))
+        problem(f, "%s: not a JSON object", name);
+    if (cJSON_IsString(n) && n->valuestring[0] && !(f->model_name = strdup(n->valuestring)))
+        goto oom;
+    if (cJSON_IsString(p) && p->valuestring[0] && !(f->model_path = strdup(p->valuestring)))
+        goto oom;
+    cJSON_Delete(j);
+    return 0;
+oom:
+    cJSON_Delete(j);
+    return rvl_seterr(RVL_ENOMEM, "out of memory");
 }
 
 /* The JSON text, from the extra block bl in f->raw. */
@@ -544,6 +585,8 @@ static int read_block(rvl_kv_inspect *f, rvl_kv_inspect_blockinfo *bl, uint8_t *
         return f->extra ? 0 : keep_extra(f, bl);
     case RVL_KVI_BLK_CENTER:
         return f->centre ? 0 : keep_centre(f, bl, name);
+    case RVL_KVI_BLK_MODEL:
+        return f->model_name || f->model_path ? 0 : keep_model(f, bl, name);
     case RVL_KVI_BLK_KV:
         if (f->info.version >= 2 && tiers)
             check_tier(f, bl, tiers, name);
@@ -568,7 +611,7 @@ static void report_missing(rvl_kv_inspect *f)
         problem(f, "missing: %llu of the %llu blocks the header promises, from the %s block on",
                 (unsigned long long)(in->n_blocks_expected - f->n_blocks),
                 (unsigned long long)in->n_blocks_expected,
-                ek == RVL_KVI_BLK_TOKENS ? "tokens" : "extra");
+                ek == RVL_KVI_BLK_TOKENS ? "tokens" : ek == RVL_KVI_BLK_MODEL ? "model" : "extra");
 }
 
 /* Every block from the header to the file checksum, each recorded with
@@ -595,7 +638,7 @@ static int walk(rvl_kv_inspect *f)
         const unsigned char *h = f->b + off;
         read_block_header(f, h, &bl);
         block_name(&bl, name, sizeof name);
-        if (bl.kind < RVL_KVI_BLK_TOKENS || bl.kind > RVL_KVI_BLK_CENTER) {
+        if (bl.kind < RVL_KVI_BLK_TOKENS || bl.kind > RVL_KVI_BLK_MODEL) {
             problem(f, "%s: unknown block kind %u: the rest of the file (%zu bytes) is not read",
                     name, bl.kind, end - off);
             break;
@@ -687,6 +730,8 @@ static int open_buf(rvl_kv_inspect *f)
         problem(f, "%zu more problems not listed", f->dropped_problems);
     in->tokens = f->tokens;
     in->extra = f->extra;
+    in->model_name = f->model_name;
+    in->model_path = f->model_path;
     return 0;
 }
 
@@ -755,6 +800,8 @@ void rvl_kv_inspect_close(rvl_kv_inspect *f)
     free(f->index);
     free(f->tokens);
     free(f->extra);
+    free(f->model_name);
+    free(f->model_path);
     free(f->centre);
     free(f->raw);
     free(f->path);

@@ -87,8 +87,8 @@ run 2 ruvllm run --tmep 0 "x"
 err_has "did you mean '--temp'?"
 
 # model errors are runtime errors that say what to do
-RUVLLM_MODEL= XDG_CACHE_HOME="$TMP/nocache" run 1 ruvllm run "x"
-err_has "make model"
+RUVLLM_MODEL= RUVLLM_MODELS= XDG_CACHE_HOME="$TMP/nocache" run 1 ruvllm run "x"
+err_has "ruvllm pull"
 run 1 ruvllm run -m "$TMP/none.gguf" "x"
 err_has "none.gguf: No such file or directory"
 run 1 ruvllm run -m "$D/tokenizers/ggml-vocab-gpt-2.gguf" "x"
