@@ -7,6 +7,7 @@
  */
 #include <inttypes.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli.h"
 #include "ruvllm_tools.h"
@@ -425,7 +426,12 @@ static int info_main(rvl_cmd *cmd, int argc, char **argv)
         rvl_jw_arr(&w);
     for (int i = 0; i < argc; i++) {
         rvl_file *f;
-        int rc = rvl_file_open(&f, argv[i]);
+        char named[4096];
+        const char *path = argv[i];
+        /* not a path: a model of the store by name (ruvllm list) */
+        if (access(path, F_OK) != 0 && rvl_model_path(path, named, sizeof named) == 0)
+            path = named;
+        int rc = rvl_file_open(&f, path);
         if (rc < 0) {
             status = cli_fail(cmd->name, rc);
             continue;

@@ -60,6 +60,9 @@ cp "$TINY" "$S/mine/tiny.gguf"
 # RUVLLM_MODEL takes names too
 RUVLLM_MODEL=mine/tiny run 0 ruvllm run --temp 0 -n 4 "Hi"
 assert "RUVLLM_MODEL=NAME runs the model" 'cmp -s "$OUT" "$TMP/want"'
+# info takes names too
+run 0 ruvllm info mine/tiny
+out_has "file: $S/mine/tiny.gguf"
 
 # the default model is an entry of the store (marked *), found by the
 # plain file make model fetches, else by its hub name after ruvllm pull
