@@ -27,6 +27,7 @@
 #include "chat_input.h"
 #include "cli.h"
 #include "gen.h"
+#include "ruvllm_tools.h"
 
 /* ====================================================================
  * Options: set by cli_parse, read-only afterwards (what changes during
@@ -48,7 +49,7 @@ static cli_sample_opts opt_sample = {
     .temp = NAN, .top_k = LLONG_MIN, .top_p = NAN, .min_p = NAN, .repeat_penalty = NAN,
     .repeat_last_n = LLONG_MIN, .freq_penalty = NAN, .presence_penalty = NAN,
 };
-static bool opt_null, opt_json;
+static bool opt_null, opt_json, opt_verbose;
 
 static opt_list opt_lora;
 
@@ -72,6 +73,7 @@ static rvl_opt opts[] = {
     OPT_LORA(opt_lora),
     {OPT_FLAG, '0', "null", NULL, "with standard input not a terminal: messages are separated by NUL bytes, not newlines", NULL, &opt_null, 0, 0, NULL, COMPL_NONE},
     {OPT_FLAG, 'j', "json", NULL, "print one JSON object per turn instead of streaming the reply", NULL, &opt_json, 0, 0, NULL, COMPL_NONE},
+    {OPT_FLAG, 0, "verbose", NULL, "after each reply, print its timings on standard error, as ollama run --verbose does (/set verbose, /set quiet)", NULL, &opt_verbose, 0, 0, NULL, COMPL_NONE},
     OPT_END
 };
 
@@ -120,6 +122,8 @@ typedef struct {
     double prompt_ms, first_ms, gen_ms;
     size_t n_decoded;
     gen_finish finish;
+    double total_ms;            /* the whole turn, from the message to the reply's end */
+    double load_ms;             /* of it: opening the model (the first turn only) */
 } chat_last_turn;
 
 typedef struct {
@@ -141,6 +145,11 @@ typedef struct {
     bool given[N_SETTINGS];     /* on the command line: a session does not change them */
     uint64_t seed;              /* each reply's seed derives from it and the turn's number */
     bool seed_given;
+    char **stops;               /* /set parameter stop: stop strings besides the template's */
+    size_t n_stops;
+    bool verbose;               /* --verbose, /set verbose: timings after each reply */
+    double load_ms;             /* opening the model and its context: the first reply's
+                                   "load duration", 0 afterwards (as ollama's) */
     bool dirty;                 /* changed since the session file was written */
     int session_lock;           /* rvl_session_lock of --session, or -1 */
 
@@ -164,6 +173,12 @@ typedef struct {
     chat_totals total;
     chat_last_turn last;
 } chat_state;
+
+/* "1 exchange", "2 exchanges" */
+static const char *plural(size_t n, const char *one, const char *many)
+{
+    return n == 1 ? one : many;
+}
 
 /* ====================================================================
  * Settings
@@ -290,6 +305,13 @@ static void settings_print(chat_state *st, FILE *out)
             fprintf(out, "  %-18s %lld\n", settings[i].name, *setting_i(&st->set, i));
     }
     fprintf(out, "  %-18s %llu\n", "seed", (unsigned long long)st->seed);
+    if (st->n_stops) {
+        fprintf(out, "  %-18s", "stop");
+        for (size_t i = 0; i < st->n_stops; i++)
+            fprintf(out, " \"%s\"", st->stops[i]);
+        fputc('\n', out);
+    }
+    fprintf(out, "  %-18s %s\n", "verbose", st->verbose ? "on" : "off");
 }
 
 /* ====================================================================
@@ -740,8 +762,26 @@ static int generate_reply(chat_state *st, const int32_t *ids, const float *logit
         rvl_sampler_accept(smp, ids[i]);
 
     const char *const *stops = rvl_chat_stops(st->tmpl);
+    /* with /set parameter stop: the template's and those */
+    size_t n_tmpl = 0;
+    while (stops && stops[n_tmpl])
+        n_tmpl++;
+    const char **all = NULL;
+    if (st->n_stops) {
+        all = malloc((n_tmpl + st->n_stops + 1) * sizeof *all);
+        if (!all) {
+            rvl_sampler_close(smp);
+            return rvl_seterr(RVL_ENOMEM, "out of memory");
+        }
+        for (size_t i = 0; i < n_tmpl; i++)
+            all[i] = stops[i];
+        for (size_t i = 0; i < st->n_stops; i++)
+            all[n_tmpl + i] = st->stops[i];
+        all[n_tmpl + st->n_stops] = NULL;
+    }
     gen_params gp = {
-        .ctx = st->ctx, .smp = smp, .tok = st->tok, .stop_tokens = stops, .stop_strs = stops,
+        .ctx = st->ctx, .smp = smp, .tok = st->tok, .stop_tokens = stops,
+        .stop_strs = all ? all : stops,
         .max_tokens = st->set.max_tokens < 0 ? SIZE_MAX : (size_t)st->set.max_tokens,
         .special = false,   /* harmony's markers render anyway: user-defined (tok.c) */
         .emit = opt_json ? NULL : emit_stream, .ud = st,
@@ -750,6 +790,7 @@ static int generate_reply(chat_state *st, const int32_t *ids, const float *logit
     };
     st->think = st->think0;
     rc = gen_reply(&gp, logits, r);
+    free(all);
     if (rc == 0 && !opt_json && rvl_chat_has_reasoning(st->tmpl))
         rc = rvl_think_flush(&st->think, think_out, st);
     rvl_sampler_close(smp);
@@ -770,6 +811,46 @@ static int generate_reply(chat_state *st, const int32_t *ids, const float *logit
     turn->finish = r->finish;
     st->last = *turn;
     return rc;
+}
+
+/* ollama's durations: "1.234s", "45.6ms" */
+static void fmt_duration(char *buf, size_t cap, double ms)
+{
+    if (ms >= 1000)
+        snprintf(buf, cap, "%.3fs", ms / 1e3);
+    else
+        snprintf(buf, cap, "%.3fms", ms);
+}
+
+/* --verbose, /set verbose: the last turn's timings on stderr, with the
+ * fields and names of ollama run --verbose; prompt eval counts the tokens
+ * decoded (not those reused from the cache, which its own line gives). */
+static void verbose_timings(chat_state *st)
+{
+    const chat_last_turn *t = &st->last;
+    size_t np = t->n_prompt - t->n_reused;
+    char total[32], load[32], pd[32], ed[32];
+    fmt_duration(total, sizeof total, t->total_ms);
+    fmt_duration(load, sizeof load, t->load_ms);
+    fmt_duration(pd, sizeof pd, t->prompt_ms);
+    fmt_duration(ed, sizeof ed, t->gen_ms);
+    fflush(stdout);
+    fputs(st->color_err ? C_NOTE : "", stderr);
+    fprintf(stderr, "total duration:       %s\n", total);
+    fprintf(stderr, "load duration:        %s\n", load);
+    fprintf(stderr, "prompt eval count:    %zu token%s\n", np, plural(np, "", "s"));
+    fprintf(stderr, "prompt eval duration: %s\n", pd);
+    fprintf(stderr, "prompt eval rate:     %.2f tokens/s\n",
+            t->prompt_ms > 0 ? (double)np * 1e3 / t->prompt_ms : 0);
+    fprintf(stderr, "prompt cache:         %zu token%s reused\n", t->n_reused,
+            plural(t->n_reused, "", "s"));
+    fprintf(stderr, "eval count:           %zu token%s\n", t->n_gen, plural(t->n_gen, "", "s"));
+    fprintf(stderr, "eval duration:        %s\n", ed);
+    fprintf(stderr, "eval rate:            %.2f tokens/s", 
+            t->gen_ms > 0 && t->n_decoded ? (double)t->n_decoded * 1e3 / t->gen_ms : 0);
+    fputs(st->color_err ? C_OFF "\n" : "\n", stderr);
+    if (st->interactive)
+        fputc('\n', stderr);
 }
 
 static int keep_answer(void *ud, rvl_think_part part, const char *s, size_t n)
@@ -807,18 +888,27 @@ static int finish_reply(chat_state *st, const char *user, const gen_result *r)
         return -1;
     }
     rvl_buf_free(&content);
+    /* a reply cut by -n says so: it would look finished */
+    char cut[64] = "";
+    if (r->finish == GEN_LENGTH)
+        snprintf(cut, sizeof cut, "[stopped at -n %lld token%s]", st->set.max_tokens,
+                 plural((size_t)st->set.max_tokens, "", "s"));
     if (opt_json) {
         json_turn(st, user, r);
     } else {
         bool nl = r->text.n && r->text.p[r->text.n - 1] == '\n';
-        if (intr && st->interactive) {
-            const char *mk = st->color_out ? " " C_NOTE "[interrupted]" C_OFF "\n"
-                                           : " [interrupted]\n";
-            out_write(st, mk + nl, strlen(mk + nl));
+        const char *mark = intr ? "[interrupted]" : cut;
+        if (*mark && st->interactive) {
+            char mk[96];
+            snprintf(mk, sizeof mk, "%s%s%s%s\n", nl ? "" : " ", st->color_out ? C_NOTE : "", mark,
+                     st->color_out ? C_OFF : "");
+            out_write(st, mk, strlen(mk));
         } else if (!nl) {
             out_write(st, "\n", 1);
         }
         out_write(st, "\n", 1);
+        if (*cut && !st->interactive)
+            note(st, "%s", cut);   /* stdout keeps the reply alone */
     }
     if (intr && !st->interactive)
         warn(st, "interrupted: the reply stops here");
@@ -828,6 +918,8 @@ static int finish_reply(chat_state *st, const char *user, const gen_result *r)
              "oldest messages (/reset starts over, -c sets a larger context)", st->n_ctx);
     }
     ctx_check_warning(st);
+    if (st->verbose)
+        verbose_timings(st);
     return st->out_failed ? -1 : 0;
 }
 
@@ -839,7 +931,8 @@ static int finish_reply(chat_state *st, const char *user, const gen_result *r)
 static int reply_turn(chat_state *st, const char *user)
 {
     int32_t *ids = NULL;
-    chat_last_turn turn = {0};
+    chat_last_turn turn = {.load_ms = st->load_ms};
+    const double t0 = gen_now_ms();
     const float *logits = NULL;
     if (render_fitting(st, &ids, &turn.n_prompt) < 0)
         return 0;
@@ -869,6 +962,8 @@ static int reply_turn(chat_state *st, const char *user)
         gen_result_free(&r);
         return -1;
     }
+    st->last.total_ms = gen_now_ms() - t0 + st->load_ms;
+    st->load_ms = 0;   /* the model is loaded: the next turns' load duration is 0 */
     rc = finish_reply(st, user, &r);
     gen_result_free(&r);
     return rc;
@@ -1096,8 +1191,8 @@ static slash_status slash_save(chat_state *st, const char *arg)
     if (session_save(st, arg) < 0)
         fail(st, "/save: %s", rvl_errmsg());
     else
-        fprintf(st->info, "(saved %zu messages and %u cached tokens to %s)\n", st->n_conv,
-                cache_n(st), arg);
+        fprintf(st->info, "(saved %zu message%s and %u cached token%s to %s)\n", st->n_conv,
+                plural(st->n_conv, "", "s"), cache_n(st), plural(cache_n(st), "", "s"), arg);
     return SLASH_OK;
 }
 
@@ -1110,8 +1205,8 @@ static slash_status slash_load(chat_state *st, const char *arg)
     if (session_load(st, arg) < 0)
         fail(st, "/load: %s", rvl_errmsg());
     else
-        fprintf(st->info, "(loaded %zu messages and %u cached tokens from %s)\n", st->n_conv,
-                cache_n(st), arg);
+        fprintf(st->info, "(loaded %zu message%s and %u cached token%s from %s)\n", st->n_conv,
+                plural(st->n_conv, "", "s"), cache_n(st), plural(cache_n(st), "", "s"), arg);
     st->ctx_warned = false;
     return SLASH_OK;
 }
@@ -1157,7 +1252,8 @@ static slash_status slash_stats(chat_state *st, const char *arg)
     const chat_totals *total = &st->total;
     uint32_t pos = cache_n(st), n_ctx = st->n_ctx;
     size_t per = kv_bytes_per_token(st);
-    fprintf(out, "messages   %zu (%zu exchanges)\n", st->n_conv, conv_count(st, "assistant"));
+    size_t n_ex = conv_count(st, "assistant");
+    fprintf(out, "messages   %zu (%zu exchange%s)\n", st->n_conv, n_ex, plural(n_ex, "", "s"));
     fprintf(out, "context    %u of %u tokens used (%.1f%%)\n", pos, n_ctx, 100.0 * pos / n_ctx);
     fprintf(out, "KV cache   %.2f MiB used of %.2f MiB (%s, %zu bytes per token)\n",
             (double)pos * per / 1048576.0, (double)n_ctx * per / 1048576.0,
@@ -1166,23 +1262,147 @@ static slash_status slash_stats(chat_state *st, const char *arg)
     cli_expert_stats(out, "experts    ", st->model);
     if (last->valid) {
         size_t np = last->n_prompt - last->n_reused;
-        fprintf(out, "last turn  prompt %zu tokens (%zu reused from the cache, %zu decoded in "
-                     "%.1f ms, %.1f tok/s), first token %.1f ms, reply %zu tokens in %.1f ms "
+        fprintf(out, "last turn  prompt %zu token%s (%zu reused from the cache, %zu decoded in "
+                     "%.1f ms, %.1f tok/s), first token %.1f ms, reply %zu token%s in %.1f ms "
                      "(%.1f tok/s), finish: %s\n",
-                last->n_prompt, last->n_reused, np, last->prompt_ms,
+                last->n_prompt, plural(last->n_prompt, "", "s"), last->n_reused, np, last->prompt_ms,
                 last->prompt_ms > 0 ? np * 1e3 / last->prompt_ms : 0, last->first_ms, last->n_gen,
-                last->gen_ms,
+                plural(last->n_gen, "", "s"), last->gen_ms,
                 last->gen_ms > 0 && last->n_decoded ? last->n_decoded * 1e3 / last->gen_ms : 0,
                 gen_finish_name(last->finish));
     }
-    fprintf(out, "session    %zu turns, %zu prompt tokens decoded (%.1f tok/s), %zu tokens "
+    fprintf(out, "session    %zu turn%s, %zu prompt token%s decoded (%.1f tok/s), %zu token%s "
                  "generated (%.1f tok/s)\n",
-            total->turns, total->prompt_tokens,
+            total->turns, plural(total->turns, "", "s"), total->prompt_tokens,
+            plural(total->prompt_tokens, "", "s"),
             total->prompt_ms > 0 ? total->prompt_tokens * 1e3 / total->prompt_ms : 0,
-            total->gen_tokens, total->gen_ms > 0 ? total->gen_tokens * 1e3 / total->gen_ms : 0);
+            total->gen_tokens, plural(total->gen_tokens, "", "s"),
+            total->gen_ms > 0 ? total->gen_tokens * 1e3 / total->gen_ms : 0);
     fprintf(out, "prompt tokens reused: %zu of %zu\n", total->prompt_reused, total->prompt_all);
     return SLASH_OK;
 }
+
+/* ollama's /set parameter names for ours (ollama's Modelfile PARAMETERs). */
+static const struct {
+    const char *ollama, *ours;
+} ollama_params[] = {
+    {"temperature", "temp"}, {"top_k", "top-k"}, {"top_p", "top-p"}, {"min_p", "min-p"},
+    {"repeat_penalty", "repeat-penalty"}, {"repeat_last_n", "repeat-last-n"},
+    {"frequency_penalty", "frequency-penalty"}, {"presence_penalty", "presence-penalty"},
+    {"num_predict", "max-tokens"}, {"seed", "seed"},
+};
+#define N_OLLAMA_PARAMS (sizeof ollama_params / sizeof ollama_params[0])
+
+static void stops_clear(chat_state *st)
+{
+    for (size_t i = 0; i < st->n_stops; i++)
+        free(st->stops[i]);
+    free(st->stops);
+    st->stops = NULL;
+    st->n_stops = 0;
+}
+
+/* /set parameter stop A B ...: the stop strings, split at blanks as
+ * ollama splits them; none: no stop strings besides the template's. */
+static slash_status set_stops(chat_state *st, const char *arg)
+{
+    stops_clear(st);
+    for (const char *p = arg + strspn(arg, " \t"); *p; p += strspn(p, " \t")) {
+        size_t len = strcspn(p, " \t");
+        char **ns = realloc(st->stops, (st->n_stops + 2) * sizeof *ns);
+        char *one = strndup(p, len);
+        if (!ns || !one) {
+            free(one);
+            if (ns)
+                st->stops = ns;
+            cli_err(st->cmd, "out of memory");
+            return SLASH_FATAL;
+        }
+        st->stops = ns;
+        st->stops[st->n_stops++] = one;
+        st->stops[st->n_stops] = NULL;
+        p += len;
+    }
+    if (st->n_stops)
+        fprintf(st->info, "(stop: %zu string%s besides the template's)\n", st->n_stops,
+                plural(st->n_stops, "", "s"));
+    else
+        fprintf(st->info, "(stop: only the template's end of turn)\n");
+    return SLASH_OK;
+}
+
+/* /set parameter NAME VALUE: ollama's names (or ours). */
+static slash_status set_parameter(chat_state *st, const char *arg)
+{
+    char name[64], err[256];
+    size_t nl = strcspn(arg, " \t");
+    const char *val = arg + nl;
+    val += strspn(val, " \t");
+    snprintf(name, sizeof name, "%.*s", (int)(nl < 63 ? nl : 63), arg);
+    if (!*name) {
+        fprintf(st->info, "Parameters for /set parameter NAME VALUE (ollama's name, ours):\n");
+        for (size_t i = 0; i < N_OLLAMA_PARAMS; i++)
+            fprintf(st->info, "  %-18s %s\n", ollama_params[i].ollama, ollama_params[i].ours);
+        fprintf(st->info, "  %-18s %s\n", "stop", "stop strings (several: separated by blanks)");
+        return SLASH_OK;
+    }
+    if (strcmp(name, "stop") == 0)
+        return set_stops(st, val);
+    if (strcmp(name, "num_ctx") == 0) {
+        fail(st, "/set parameter num_ctx: the context (%u tokens) is allocated when the chat "
+             "starts; to continue this chat in a larger one: /save FILE, then ruvllm chat -c N "
+             "--session FILE", st->n_ctx);
+        return SLASH_OK;
+    }
+    if (strcmp(name, "num_thread") == 0) {
+        fail(st, "/set parameter num_thread: the threads start with the chat; start it with -t N");
+        return SLASH_OK;
+    }
+    const char *ours = NULL;
+    for (size_t i = 0; i < N_OLLAMA_PARAMS; i++)
+        if (strcmp(ollama_params[i].ollama, name) == 0 || strcmp(ollama_params[i].ours, name) == 0)
+            ours = ollama_params[i].ours;
+    if (!ours) {
+        const char *cands[N_OLLAMA_PARAMS + 3];
+        size_t n = 0;
+        for (size_t i = 0; i < N_OLLAMA_PARAMS; i++)
+            cands[n++] = ollama_params[i].ollama;
+        cands[n++] = "stop";
+        cands[n++] = "num_ctx";
+        cands[n] = NULL;
+        const char *sug = cli_suggest(name, cands);
+        if (sug)
+            fail(st, "/set parameter: unknown parameter '%s'; did you mean '%s'?", name, sug);
+        else
+            fail(st, "/set parameter: unknown parameter '%s' (/set parameter lists them)", name);
+        return SLASH_OK;
+    }
+    if (!*val) {
+        fail(st, "/set parameter %s needs a value", name);
+        return SLASH_OK;
+    }
+    if (setting_set(st, ours, val, err, sizeof err) < 0)
+        fail(st, "/set parameter: %s", err);
+    else if (strcmp(ours, name) != 0)
+        fprintf(st->info, "(%s = %s, as %s)\n", name, val, ours);
+    else
+        fprintf(st->info, "(%s = %s)\n", name, val);
+    return SLASH_OK;
+}
+
+/* ollama's /set options that have no counterpart here, and what to do. */
+static const struct {
+    const char *name, *instead;
+} ollama_unsupported[] = {
+    {"history", "the history is always kept"},
+    {"nohistory", "the history is always kept (HISTFILE-like control: none)"},
+    {"wordwrap", "replies are printed as the model writes them"},
+    {"nowordwrap", "replies are printed as the model writes them"},
+    {"format", "ruvllm chat --json prints one JSON object per turn"},
+    {"noformat", "ruvllm chat --json prints one JSON object per turn"},
+    {"think", "start the chat with --reasoning on"},
+    {"nothink", "start the chat with --reasoning off"},
+};
 
 static slash_status slash_set(chat_state *st, const char *arg)
 {
@@ -1196,6 +1416,26 @@ static slash_status slash_set(chat_state *st, const char *arg)
     val += strspn(val, " \t");
     snprintf(name, sizeof name, "%.*s", (int)(nl < 63 ? nl : 63), arg);
     char err[256];
+    /* ollama's forms */
+    if (strcmp(name, "system") == 0)
+        return slash_system(st, val);
+    if (strcmp(name, "parameter") == 0)
+        return set_parameter(st, val);
+    if (strcmp(name, "verbose") == 0 || strcmp(name, "quiet") == 0) {
+        if (*val) {
+            fail(st, "/set %s takes no value", name);
+            return SLASH_OK;
+        }
+        st->verbose = name[0] == 'v';
+        fprintf(st->info, st->verbose ? "(verbose: timings after each reply)\n"
+                                      : "(quiet: no timings after the replies)\n");
+        return SLASH_OK;
+    }
+    for (size_t i = 0; i < sizeof ollama_unsupported / sizeof ollama_unsupported[0]; i++)
+        if (strcmp(name, ollama_unsupported[i].name) == 0) {
+            fail(st, "/set %s: not in ruvllm chat (%s)", name, ollama_unsupported[i].instead);
+            return SLASH_OK;
+        }
     if (!*val) {
         /* name alone: its value, or the unknown-name message */
         if (setting_set(st, name, "", err, sizeof err) < 0 && strstr(err, "unknown")) {
@@ -1209,6 +1449,65 @@ static slash_status slash_set(chat_state *st, const char *arg)
         fail(st, "/set: %s", err);
     else
         fprintf(st->info, "(%s = %s)\n", name, val);
+    return SLASH_OK;
+}
+
+/* /show info: what ollama's shows (architecture, parameters, context
+ * length, embedding length, quantization), from what `ruvllm info` and
+ * `bench model` compute, and this chat's context. */
+static void show_info(chat_state *st)
+{
+    FILE *out = st->info;
+    const rvl_file *f = rvl_model_file(st->model);
+    const rvl_hparams *hp = rvl_model_hparams(st->model);
+    rvl_model_summary sum;
+    rvl_convert_summary(f, &sum);
+    char params[32], ftype[64];
+    if (sum.params >= 1000000000ull)
+        snprintf(params, sizeof params, "%.1fB", (double)sum.params / 1e9);
+    else
+        snprintf(params, sizeof params, "%.2fM", (double)sum.params / 1e6);
+    fprintf(out, "  Model\n");
+    fprintf(out, "    %-20s %s\n", "architecture", hp->arch);
+    fprintf(out, "    %-20s %s\n", "parameters", params);
+    if (sum.n_expert) {
+        fprintf(out, "    %-20s %u, %u used a token\n", "experts", sum.n_expert, sum.n_expert_used);
+        fprintf(out, "    %-20s %.2fB\n", "active parameters", (double)sum.active_params / 1e9);
+    }
+    fprintf(out, "    %-20s %u\n", "context length", hp->n_ctx_train);
+    fprintf(out, "    %-20s %u\n", "embedding length", hp->n_embd);
+    fprintf(out, "    %-20s %s\n", "quantization", rvl_bench_file_type(f, ftype, sizeof ftype));
+    fprintf(out, "\n  This chat\n");
+    const char *base = strrchr(st->model_path, '/');
+    fprintf(out, "    %-20s %s\n", "file", base ? base + 1 : st->model_path);
+    fprintf(out, "    %-20s %u tokens (-c)\n", "context size", st->n_ctx);
+    fprintf(out, "    %-20s %s\n", "template", rvl_chat_describe(st->tmpl));
+    fprintf(out, "    %-20s %s\n", "KV cache", cli_kv_describe(&opt_kv));
+}
+
+static slash_status slash_show(chat_state *st, const char *arg)
+{
+    if (!*arg || strcmp(arg, "info") == 0) {
+        show_info(st);
+    } else if (strcmp(arg, "parameters") == 0) {
+        settings_print(st, st->info);
+    } else if (strcmp(arg, "system") == 0) {
+        return slash_system(st, "");
+    } else if (strcmp(arg, "template") == 0) {
+        fprintf(st->info, "%s\n", rvl_chat_describe(st->tmpl));
+    } else if (strcmp(arg, "license") == 0) {
+        const rvl_kv *kv = rvl_file_find_kv(rvl_model_file(st->model), "general.license");
+        rvl_str lic;
+        if (kv && rvl_kv_get_str(kv, &lic) == 0)
+            fprintf(st->info, "%.*s\n", (int)lic.len, lic.ptr);
+        else
+            fprintf(st->info, "(the model file names no license: general.license)\n");
+    } else if (strcmp(arg, "modelfile") == 0) {
+        fail(st, "/show modelfile: ruvllm has no Modelfiles (/show info, /show parameters, "
+             "/show system, /show template)");
+    } else {
+        fail(st, "/show: unknown '%s' (info, parameters, system, template, license)", arg);
+    }
     return SLASH_OK;
 }
 
@@ -1229,8 +1528,13 @@ static const slash_cmd commands[] = {
     {"retry", "", "generate the last reply again", slash_retry},
     {"stats", "", "tokens, context used, speeds, KV cache memory", slash_stats},
     {"set", "[NAME VALUE]", "change a sampling setting (without arguments: list them)", slash_set},
+    {"show", "[WHAT]", "info (the model, the default), parameters, system, template, license", slash_show},
     {"exit", "", "leave (also Ctrl-D)", slash_exit},
     {"quit", "", "leave", slash_exit},
+    /* ollama's names */
+    {"bye", "", "leave (ollama's /bye)", slash_exit},
+    {"clear", "", "start a new conversation (ollama's /clear; as /reset)", slash_reset},
+    {"?", "", "show the commands (ollama's /?)", slash_help},
 };
 #define N_COMMANDS (sizeof commands / sizeof commands[0])
 
@@ -1247,6 +1551,9 @@ static slash_status slash_help(chat_state *st, const char *arg)
     for (size_t i = 0; i < N_SETTINGS; i++)
         fprintf(st->info, " %s,", settings[i].name);
     fprintf(st->info, " seed.\n");
+    fprintf(st->info, "As ollama: /set parameter NAME VALUE (temperature, top_k, top_p, min_p, seed, "
+                      "num_predict, repeat_penalty, repeat_last_n, stop ...), /set system TEXT, "
+                      "/set verbose, /set quiet.\n");
     if (st->interactive)
         fprintf(st->info, "Multi-line messages: end a line with \\ to continue it, or write the "
                       "message between lines of \"\"\".\nCtrl-C stops a reply; Ctrl-D leaves.\n");
@@ -1371,6 +1678,7 @@ static int chat_open(chat_state *st)
 {
     int status = 0, rc;
     char *w = NULL;
+    const double t0 = gen_now_ms();
     if ((rc = cli_model_open(&st->model, st->model_path, opt_expert_budget)) < 0)
         return cli_fail(st->cmd, rc);
     st->tok = rvl_model_tokenizer(st->model);
@@ -1402,6 +1710,7 @@ static int chat_open(chat_state *st)
     if (opt_effort)
         (void)rvl_chat_set_reasoning_effort(st->tmpl, opt_effort); /* a checked choice */
     st->n_ctx = rvl_ctx_n_ctx(st->ctx);
+    st->load_ms = gen_now_ms() - t0;
     st->add_bos = rvl_tok_add_bos(st->tok) && rvl_tok_bos(st->tok) >= 0;
     st->cached = malloc(((size_t)st->n_ctx + 1) * sizeof *st->cached);
     if (!st->cached || (opt_system && conv_set_system(st, opt_system) < 0)) {
@@ -1416,8 +1725,8 @@ static int chat_open(chat_state *st)
         if (session_load(st, opt_session) < 0)
             return cli_fail(st->cmd, RVL_EFORMAT);
         if (st->interactive)
-            note(st, "session %s: %zu messages, %u tokens in the cache", opt_session, st->n_conv,
-                 cache_n(st));
+            note(st, "session %s: %zu message%s, %u token%s in the cache", opt_session, st->n_conv,
+                 plural(st->n_conv, "", "s"), cache_n(st), plural(cache_n(st), "", "s"));
     }
     st->dirty = false;
     return 0;
@@ -1425,6 +1734,7 @@ static int chat_open(chat_state *st)
 
 static void chat_close(chat_state *st)
 {
+    stops_clear(st);
     rvl_session_unlock(st->session_lock);
     conv_clear(st, false);
     free(st->conv);
@@ -1486,10 +1796,37 @@ static int chat_loop(chat_state *st)
     }
 }
 
+/* `chat "Hello"` (ollama run MODEL "Hello" answers once and exits) or
+ * `chat model.gguf` (ollama run MODEL): say what to type instead. A
+ * message is not taken as the chat's first one: ollama's users would
+ * expect one answer and the end, others the chat to go on; run --chat is
+ * the one answer, and either guess would surprise the other half. */
+static _Noreturn void misplaced(const char *cmd, int argc, char **argv)
+{
+    const char *a = argv[0];
+    size_t len = strlen(a);
+    bool file = access(a, F_OK) == 0, model = file || (len > 5 && strcmp(a + len - 5, ".gguf") == 0);
+    if (argc == 1 && model)
+        cli_usage(cmd, "'%s' looks like a model: give it with -m (ruvllm chat -m '%s')", a, a);
+    /* the words as one message, quoted for the shell as ollama joins them */
+    rvl_buf q = {0};
+    for (int i = 0; i < argc; i++) {
+        if (i)
+            rvl_buf_add(&q, " ", 1);
+        for (const char *p = argv[i]; *p; p++)
+            if (*p == '\'')
+                rvl_buf_add(&q, "'\\''", 4);
+            else
+                rvl_buf_add(&q, p, 1);
+    }
+    rvl_buf_add(&q, "", 1);
+    cli_usage(cmd, "unexpected argument '%s': chat reads messages at its prompt (or one per line "
+              "from standard input); for one answer to a message, as ollama run MODEL \"...\" "
+              "gives: ruvllm run --chat '%s'", a, q.p ? q.p : "");
+}
+
 static int chat_main(rvl_cmd *cmd, int argc, char **argv)
 {
-    (void)argc;
-    (void)argv;
     chat_state state = {.cmd = cmd->name, .session_lock = -1}, *st = &state;
     int status, rc;
     const char *nc = getenv("NO_COLOR");
@@ -1499,7 +1836,10 @@ static int chat_main(rvl_cmd *cmd, int argc, char **argv)
     st->color_err = !no_color && isatty(STDERR_FILENO);
     st->info = st->interactive ? stdout : stderr;
 
+    if (argc > 0)
+        misplaced(st->cmd, argc, argv);
     settings_init(st);
+    st->verbose = opt_verbose;
     if (opt_seed) {
         if (parse_seed(opt_seed, &st->seed) < 0)
             cli_usage(st->cmd, "--seed: '%s' is not a non-negative integer", opt_seed);
@@ -1520,7 +1860,9 @@ static int chat_main(rvl_cmd *cmd, int argc, char **argv)
         return do_render(st);
 
     /* borrowed by chat_input until chat_input_close */
-    const char *cmd_names[N_COMMANDS + 1] = {0}, *set_names[N_SETTINGS + 2] = {0};
+    static const char *const set_words[] = {"system", "parameter", "verbose", "quiet"};
+    enum { N_SET_WORDS = sizeof set_words / sizeof set_words[0] };
+    const char *cmd_names[N_COMMANDS + 1] = {0}, *set_names[N_SETTINGS + N_SET_WORDS + 2] = {0};
     if ((status = chat_open(st)) != 0)
         goto out;
     if (st->interactive) {
@@ -1532,6 +1874,8 @@ static int chat_main(rvl_cmd *cmd, int argc, char **argv)
         for (size_t i = 0; i < N_SETTINGS; i++)
             set_names[i] = settings[i].name;
         set_names[N_SETTINGS] = "seed";
+        for (size_t i = 0; i < N_SET_WORDS; i++)
+            set_names[N_SETTINGS + 1 + i] = set_words[i];
         chat_input_open(&(chat_input_cfg){.color = st->color_out, .commands = cmd_names,
                                           .settings = set_names, .hint = hint, .ud = st});
     }
@@ -1560,14 +1904,28 @@ rvl_cmd cmd_chat_desc = {
         "On a terminal, messages are typed at a readline prompt (>>>) with the usual editing "
         "keys and a history kept in ${XDG_STATE_HOME:-$HOME/.local/state}/ruvllm/history. A "
         "line ending with a backslash continues on the next line; a message can also be "
-        "written between two lines of \"\"\". The reply is streamed as it is generated. Ctrl-C "
+        "written between two lines of \"\"\"; such a message is one entry of the history (the "
+        "Up arrow recalls all its lines). The reply is streamed as it is generated; one that "
+        "stops at the -n limit ends with [stopped at -n N tokens] (on standard error from a "
+        "script). Ctrl-C "
         "during a reply stops it and returns to the prompt (what was generated stays in the "
         "conversation, marked as interrupted; a second Ctrl-C before the reply stops quits); "
         "Ctrl-C at the prompt clears the line; Ctrl-D or /exit leaves.\n"
         "\n"
         "Lines starting with / are commands: /help, /reset, /system TEXT, /save FILE, /load "
-        "FILE, /undo, /retry, /stats, /set NAME VALUE, /exit (see CHAT COMMANDS). //TEXT "
-        "sends a message that starts with /.\n"
+        "FILE, /undo, /retry, /stats, /set NAME VALUE, /show, /exit (see CHAT COMMANDS). //TEXT "
+        "sends a message that starts with /. ollama's commands work too: /bye, /clear, /?, "
+        "/set system TEXT, /set parameter NAME VALUE with ollama's names (temperature, top_k, "
+        "top_p, min_p, seed, num_predict, repeat_penalty, repeat_last_n, stop), /set verbose, "
+        "/set quiet and /show info.\n"
+        "\n"
+        "--verbose (or /set verbose) prints the timings of each reply on standard error, with "
+        "the fields of ollama run --verbose: total duration, load duration (the model's, in "
+        "the first reply), prompt eval count, duration and rate (the tokens decoded; those "
+        "reused from the cache are on their own line), eval count, duration and rate.\n"
+        "\n"
+        "chat takes no message arguments: it says to use ruvllm run --chat \"MESSAGE\" for one "
+        "answer (what ollama run MODEL \"MESSAGE\" does), and -m for a model.\n"
         "\n"
         "--backend metal runs the model on an Apple GPU (builds made with make METAL=1 on "
         "macOS; other builds refuse it); there --session, /save, /load, --context-shift, "
@@ -1613,17 +1971,33 @@ rvl_cmd cmd_chat_desc = {
         "min\\-p, repeat\\-penalty, repeat\\-last\\-n, frequency\\-penalty, presence\\-penalty, "
         "max\\-tokens, seed; values are checked as the options' are. Without arguments, list "
         "the settings.\n"
-        ".TP\n.BR /exit \", \" /quit\nLeave (as Ctrl\\-D does).\n"
+        ".TP\n.BI \"/set system \" TEXT\nAs /system TEXT (ollama's form).\n"
+        ".TP\n.BI \"/set parameter \" \"NAME VALUE\"\nollama's names for the settings: temperature, "
+        "top_k, top_p, min_p, repeat_penalty, repeat_last_n, frequency_penalty, presence_penalty, "
+        "num_predict (max\\-tokens), seed; stop sets stop strings besides the template's (several "
+        "separated by blanks; none: only the template's). num_ctx and num_thread cannot change "
+        "during a chat: start it with \\-c or \\-t (a conversation saved with /save continues "
+        "with \\-\\-session). Without arguments, list them.\n"
+        ".TP\n.BR \"/set verbose\" \", \" \"/set quiet\"\nTimings after each reply, or none (as "
+        "\\-\\-verbose).\n"
+        ".TP\n.BI /show \" \" [WHAT]\n\\fBinfo\\fR (the default): the model's architecture, "
+        "parameters, context length, embedding length and quantization (its file type), and "
+        "this chat's context, template and KV cache; \\fBparameters\\fR: the settings; "
+        "\\fBsystem\\fR, \\fBtemplate\\fR, \\fBlicense\\fR.\n"
+        ".TP\n.BR /clear\nAs /reset (ollama's name).\n"
+        ".TP\n.BR /?\nAs /help.\n"
+        ".TP\n.BR /exit \", \" /quit \", \" /bye\nLeave (as Ctrl\\-D does).\n"
         ".SH FILES\n"
         ".TP\n.I ${XDG_STATE_HOME:\\-$HOME/.local/state}/ruvllm/history\n"
         "The prompt's history (mode 0600), written only when standard input is a terminal.\n",
     .examples = "ruvllm chat\tchat with the default model\n"
                 "ruvllm chat --system \"Answer in one sentence.\" --session notes.rvls\tkeep the conversation across runs\n"
                 "printf 'Hi!\\nWhat is 2+2?\\n' | ruvllm chat --temp 0\ttwo messages from a script\n"
-                "ruvllm chat --render conv.json\tthe prompt the template makes of a conversation",
+                "ruvllm chat --render conv.json\tthe prompt the template makes of a conversation\n"
+                "ruvllm chat --verbose -n 256\ttimings after each reply, replies of at most 256 tokens",
     .opts = opts,
     .pos_compl = COMPL_NONE,
     .min_pos = 0,
-    .max_pos = 0,
+    .max_pos = -1,   /* chat_main says what to type instead */
     .main = chat_main,
 };

@@ -91,7 +91,7 @@ _ruvllm() {
             --lora) COMPREPLY=($(compgen -f -- "$cur")); return ;;
         esac
         if [[ $cur == -* ]]; then
-            COMPREPLY=($(compgen -W "-m --model --system --session --chat-template --reasoning --reasoning-effort --render -n --max-tokens -c --ctx-size -t --threads --backend --temp --top-k --top-p --min-p --repeat-penalty --repeat-last-n --frequency-penalty --presence-penalty -s --seed --kv-type --kv-type-k --kv-type-v --kv-hot --kv-warm --kv-cold --expert-budget --context-shift --keep --lora -0 --null -j --json -h --help " -- "$cur"))
+            COMPREPLY=($(compgen -W "-m --model --system --session --chat-template --reasoning --reasoning-effort --render -n --max-tokens -c --ctx-size -t --threads --backend --temp --top-k --top-p --min-p --repeat-penalty --repeat-last-n --frequency-penalty --presence-penalty -s --seed --kv-type --kv-type-k --kv-type-v --kv-hot --kv-warm --kv-cold --expert-budget --context-shift --keep --lora -0 --null -j --json --verbose -h --help " -- "$cur"))
             return
         fi
         ;;
@@ -140,9 +140,9 @@ _ruvllm() {
             --kl-base) COMPREPLY=($(compgen -f -- "$cur")); return ;;
             --kl) COMPREPLY=($(compgen -f -- "$cur")); return ;;
             -d|--depth) return ;;
-            --kv-type) COMPREPLY=($(compgen -W "f16 f32 q8 q4 tq4 tq3 tiered" -- "$cur")); return ;;
-            --kv-type-k) COMPREPLY=($(compgen -W "f16 f32 q8 q4 tq4 tq3 tiered" -- "$cur")); return ;;
-            --kv-type-v) COMPREPLY=($(compgen -W "f16 f32 q8 q4 tq4 tq3 tiered" -- "$cur")); return ;;
+            --kv-type) return ;;
+            --kv-type-k) return ;;
+            --kv-type-v) return ;;
             --kv-hot) return ;;
             --kv-warm) return ;;
             --kv-cold) COMPREPLY=($(compgen -W "q4 tq4" -- "$cur")); return ;;
