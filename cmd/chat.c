@@ -1820,9 +1820,13 @@ static _Noreturn void misplaced(const char *cmd, int argc, char **argv)
                 rvl_buf_add(&q, p, 1);
     }
     rvl_buf_add(&q, "", 1);
+    /* one word may be a model's name (ollama run NAME) */
+    char model_hint[256] = "";
+    if (argc == 1 && !a[strcspn(a, " \t\n")])
+        snprintf(model_hint, sizeof model_hint, "; to chat with the model %s: ruvllm chat -m %s", a, a);
     cli_usage(cmd, "unexpected argument '%s': chat reads messages at its prompt (or one per line "
-              "from standard input); for one answer to a message, as ollama run MODEL \"...\" "
-              "gives: ruvllm run --chat '%s'", a, q.p ? q.p : "");
+              "from standard input); for one answer, as ollama run MODEL \"...\" gives: ruvllm "
+              "run --chat '%s'%s", a, q.p ? q.p : "", model_hint);
 }
 
 static int chat_main(rvl_cmd *cmd, int argc, char **argv)

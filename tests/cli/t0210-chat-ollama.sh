@@ -23,6 +23,9 @@ err_has "unexpected argument 'Why is the sky blue?'"
 err_has "ruvllm run --chat 'Why is the sky blue?'"
 run 2 chat Why is "it's" blue
 err_has "ruvllm run --chat 'Why is it'\\''s blue'"
+# one word: a message, or (ollama run NAME) a model's name
+run 2 chat smollm2
+err_has "ruvllm run --chat 'smollm2'; to chat with the model smollm2: ruvllm chat -m smollm2"
 run 2 ruvllm chat "$MODEL"
 err_has "looks like a model: give it with -m (ruvllm chat -m '$MODEL')"
 out_empty
