@@ -3,7 +3,8 @@
  *
  * On a terminal: a readline prompt (history, editing, multi-line input),
  * replies streamed as they are generated, Ctrl-C stops a reply, in-chat
- * /commands. With standard input not a terminal: each line (or NUL-
+ * /commands (cmd/chat_slash.c; cmd/chat.h is what the two share; reading
+ * the input is cmd/chat_input.c). With standard input not a terminal: each line (or NUL-
  * separated record with -0) is one user message, each reply is printed
  * followed by a blank line (or one JSON object per turn with --json).
  *
@@ -24,10 +25,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "chat.h"
 #include "chat_input.h"
-#include "cli.h"
-#include "gen.h"
-#include "ruvllm_tools.h"
 
 /* ====================================================================
  * Options: set by cli_parse, read-only afterwards (what changes during
@@ -81,12 +80,6 @@ static rvl_opt opts[] = {
  * The chat's state
  * ==================================================================== */
 
-/* What /set changes and sessions keep, besides the seed. */
-typedef struct {
-    cli_sample_opts sample;
-    long long max_tokens;       /* -1: until the end of the turn */
-} chat_settings;
-
 /* The settings by option name (the option table says the kind and the
  * range: OPT_FLOAT is a double, OPT_INT a long long). */
 static const struct {
@@ -104,78 +97,15 @@ static const struct {
     {"max-tokens", offsetof(chat_settings, max_tokens)},
 };
 #define N_SETTINGS (sizeof settings / sizeof settings[0])
+_Static_assert(N_SETTINGS == CHAT_N_SETTINGS, "chat.h's CHAT_N_SETTINGS counts settings[]");
 
-typedef struct {
-    char *role, *content;
-    bool interrupted;     /* a reply stopped by Ctrl-C */
-} msg_t;
-
-/* For /stats: every turn's, and the last one's. */
-typedef struct {
-    size_t turns, prompt_tokens, gen_tokens;
-    size_t prompt_all, prompt_reused; /* prompt tokens of every turn; of them reused */
-    double prompt_ms, gen_ms;
-} chat_totals;
-typedef struct {
-    bool valid;
-    size_t n_prompt, n_reused, n_gen;
-    double prompt_ms, first_ms, gen_ms;
-    size_t n_decoded;
-    gen_finish finish;
-    double total_ms;            /* the whole turn, from the message to the reply's end */
-    double load_ms;             /* of it: opening the model (the first turn only) */
-} chat_last_turn;
-
-typedef struct {
-    const char *cmd;            /* the command's name, for messages */
-
-    /* output: replies on stdout; notices, warnings and errors on stderr */
-    bool interactive;           /* standard input is a terminal */
-    bool color_out, color_err;  /* colors: only on a terminal and never with NO_COLOR */
-    FILE *info;                 /* /command output: stdout on a terminal, else stderr */
-    bool had_error;             /* a script's message or command failed: exit 1 */
-    bool out_failed;            /* writing standard output failed: stop */
-    bool template_warned;       /* the template's warning was given (it would repeat each turn) */
-    rvl_think think;            /* a thinking model's reply: reasoning shown dimmed */
-    rvl_think think0;           /* the splitter as the last rendered prompt left it (it may
-                                   have opened <think> or a harmony message itself) */
-
-    /* the settings */
-    chat_settings set;
-    bool given[N_SETTINGS];     /* on the command line: a session does not change them */
-    uint64_t seed;              /* each reply's seed derives from it and the turn's number */
-    bool seed_given;
-    char **stops;               /* /set parameter stop: stop strings besides the template's */
-    size_t n_stops;
-    bool verbose;               /* --verbose, /set verbose: timings after each reply */
-    double load_ms;             /* opening the model and its context: the first reply's
-                                   "load duration", 0 afterwards (as ollama's) */
-    bool dirty;                 /* changed since the session file was written */
-    int session_lock;           /* rvl_session_lock of --session, or -1 */
-
-    /* the conversation */
-    msg_t *conv;
-    size_t n_conv, cap_conv;
-
-    /* the engine: model, context, template, and the token ids in the cache */
-    char model_path[4096];
-    rvl_model *model;
-    rvl_ctx *ctx;
-    rvl_lora *lora;
-    rvl_chat *tmpl;
-    const rvl_tokenizer *tok;   /* the model's */
-    uint32_t n_ctx;
-    int32_t *cached;            /* ids in the cache: cached[0 .. rvl_ctx_pos) */
-    bool add_bos;               /* add BOS when the template did not write it */
-    bool ctx_warned;            /* the 90% warning was given */
-    uint64_t retry_salt;        /* /retry draws another reply */
-
-    chat_totals total;
-    chat_last_turn last;
-} chat_state;
+const char *chat_setting_name(size_t i)
+{
+    return settings[i].name;
+}
 
 /* "1 exchange", "2 exchanges" */
-static const char *plural(size_t n, const char *one, const char *many)
+const char *chat_plural(size_t n, const char *one, const char *many)
 {
     return n == 1 ? one : many;
 }
@@ -220,7 +150,7 @@ static int parse_seed(const char *s, uint64_t *v)
 
 /* Check VALUE for setting NAME against the option table; 0 and set it, or
  * -1 with a message in err. */
-static int setting_set(chat_state *st, const char *name, const char *value, char *err, size_t cap)
+int chat_setting_set(chat_state *st, const char *name, const char *value, char *err, size_t cap)
 {
     if (strcmp(name, "seed") == 0) {
         uint64_t v;
@@ -296,7 +226,7 @@ static void settings_init(chat_state *st)
     }
 }
 
-static void settings_print(chat_state *st, FILE *out)
+void chat_settings_print(chat_state *st, FILE *out)
 {
     for (size_t i = 0; i < N_SETTINGS; i++) {
         if (setting_is_float(i))
@@ -354,8 +284,7 @@ static void warn(chat_state *st, const char *fmt, ...)
 
 /* An error in a message or a command: reported, and a script exits 1 at
  * the end; the conversation goes on. */
-static void fail(chat_state *st, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void fail(chat_state *st, const char *fmt, ...)
+void chat_fail(chat_state *st, const char *fmt, ...)
 {
     va_list ap;
     fflush(stdout);
@@ -435,7 +364,7 @@ static int conv_push(chat_state *st, const char *role, const char *content, size
     return conv_insert(st, st->n_conv, role, content, len, intr);
 }
 
-static void conv_remove(chat_state *st, size_t at)
+void chat_conv_remove(chat_state *st, size_t at)
 {
     free(st->conv[at].role);
     free(st->conv[at].content);
@@ -444,14 +373,14 @@ static void conv_remove(chat_state *st, size_t at)
     st->dirty = true;
 }
 
-static void conv_clear(chat_state *st, bool keep_system)
+void chat_conv_clear(chat_state *st, bool keep_system)
 {
     size_t keep = keep_system && st->n_conv && strcmp(st->conv[0].role, "system") == 0 ? 1 : 0;
     while (st->n_conv > keep)
-        conv_remove(st, st->n_conv - 1);
+        chat_conv_remove(st, st->n_conv - 1);
 }
 
-static size_t conv_count(chat_state *st, const char *role)
+size_t chat_conv_count(chat_state *st, const char *role)
 {
     size_t k = 0;
     for (size_t i = 0; i < st->n_conv; i++)
@@ -460,11 +389,11 @@ static size_t conv_count(chat_state *st, const char *role)
 }
 
 /* Replace, add or (text NULL) remove the leading system message. */
-static int conv_set_system(chat_state *st, const char *text)
+int chat_conv_set_system(chat_state *st, const char *text)
 {
     bool has = st->n_conv && strcmp(st->conv[0].role, "system") == 0;
     if (has)
-        conv_remove(st, 0);
+        chat_conv_remove(st, 0);
     return text ? conv_insert(st, 0, "system", text, strlen(text), false) : 0;
 }
 
@@ -472,11 +401,11 @@ static int conv_set_system(chat_state *st, const char *text)
  * The engine: rendering the conversation, the cache, the turn
  * ==================================================================== */
 
-static uint32_t cache_n(chat_state *st) { return st->ctx ? rvl_ctx_pos(st->ctx) : 0; }
+uint32_t chat_cache_n(chat_state *st) { return st->ctx ? rvl_ctx_pos(st->ctx) : 0; }
 
 /* Of the coldest tier the formats use (the steady state of a long
  * context; the newest page and tiered's hot tokens take more). */
-static size_t kv_bytes_per_token(chat_state *st)
+size_t chat_kv_bytes_per_token(chat_state *st)
 {
     return (size_t)(rvl_ctx_kv_token_bytes(st->ctx, 2) + 0.5);
 }
@@ -559,7 +488,7 @@ static size_t common_prefix(const int32_t *a, size_t na, const int32_t *b, size_
 /* Drop what the cache holds past the conversation as it renders now
  * (after /undo, /reset, /system): the next turn then decodes only what
  * is new, and /stats tells the truth. */
-static void cache_trim(chat_state *st)
+void chat_cache_trim(chat_state *st)
 {
     int32_t *ids = NULL;
     size_t n = 0;
@@ -569,15 +498,15 @@ static void cache_trim(chat_state *st)
     }
     if (render_ids(st, false, &ids, &n) < 0)
         return;
-    size_t k = common_prefix(st->cached, cache_n(st), ids, n);
-    if (k < cache_n(st))
+    size_t k = common_prefix(st->cached, chat_cache_n(st), ids, n);
+    if (k < chat_cache_n(st))
         rvl_ctx_truncate(st->ctx, (uint32_t)k);
     free(ids);
 }
 
 static void ctx_check_warning(chat_state *st)
 {
-    uint32_t pos = cache_n(st), at = st->n_ctx - st->n_ctx / 10;
+    uint32_t pos = chat_cache_n(st), at = st->n_ctx - st->n_ctx / 10;
     if (pos < at) {
         st->ctx_warned = false;
     } else if (!st->ctx_warned) {
@@ -619,7 +548,7 @@ static void json_turn(chat_state *st, const char *user, const gen_result *r)
     rvl_jw_key(&w, "cached_tokens");
     rvl_jw_u64(&w, t->n_reused);
     rvl_jw_key(&w, "context_used");
-    rvl_jw_u64(&w, cache_n(st));
+    rvl_jw_u64(&w, chat_cache_n(st));
     rvl_jw_key(&w, "context_size");
     rvl_jw_u64(&w, st->n_ctx);
     rvl_jw_key(&w, "timings");
@@ -659,8 +588,8 @@ static int render_fitting(chat_state *st, int32_t **ids_out, size_t *n_out)
     size_t first = st->n_conv && strcmp(st->conv[0].role, "system") == 0 ? 1 : 0;
     for (;;) {
         if (render_ids(st, true, &ids, &n) < 0) {
-            fail(st, "%s", rvl_errmsg());
-            conv_remove(st, st->n_conv - 1);
+            chat_fail(st, "%s", rvl_errmsg());
+            chat_conv_remove(st, st->n_conv - 1);
             return -1;
         }
         if (n + reserve <= st->n_ctx)
@@ -678,36 +607,36 @@ static int render_fitting(chat_state *st, int32_t **ids_out, size_t *n_out)
             int rc = render_msgs(st, alone, k, true, &ida, &na);
             free(ida);
             if (rc == 0 && na >= st->n_ctx) {
-                fail(st, "the message needs %zu tokens with the template: more than the context "
+                chat_fail(st, "the message needs %zu tokens with the template: more than the context "
                      "holds (%u; see -c)", na, st->n_ctx);
                 free(ids);
-                conv_remove(st, st->n_conv - 1);
+                chat_conv_remove(st, st->n_conv - 1);
                 return -1;
             }
         }
         if (first + 1 >= st->n_conv) {
             if (n < st->n_ctx)
                 break;   /* no room to spare, but it fits */
-            fail(st, "the message needs %zu tokens with the template: more than the context "
+            chat_fail(st, "the message needs %zu tokens with the template: more than the context "
                  "holds (%u; see -c)", n, st->n_ctx);
             free(ids);
-            conv_remove(st, st->n_conv - 1);
+            chat_conv_remove(st, st->n_conv - 1);
             return -1;
         }
         /* one exchange: a user message and the replies after it */
-        conv_remove(st, first);
+        chat_conv_remove(st, first);
         dropped++;
         while (first + 1 < st->n_conv && strcmp(st->conv[first].role, "user") != 0) {
-            conv_remove(st, first);
+            chat_conv_remove(st, first);
             dropped++;
         }
         free(ids);
         ids = NULL;
     }
     if (n == 0) {
-        fail(st, "the template renders the conversation as nothing");
+        chat_fail(st, "the template renders the conversation as nothing");
         free(ids);
-        conv_remove(st, st->n_conv - 1);
+        chat_conv_remove(st, st->n_conv - 1);
         return -1;
     }
     if (dropped)
@@ -751,7 +680,7 @@ static int generate_reply(chat_state *st, const int32_t *ids, const float *logit
     size_t n = turn->n_prompt;
     *r = (gen_result){0};
     rvl_sampler_params sp;
-    uint64_t n_turn = conv_count(st, "assistant") + 1;
+    uint64_t n_turn = chat_conv_count(st, "assistant") + 1;
     cli_sample_params(&st->set.sample,
                       mix64(st->seed ^ mix64(n_turn) ^ mix64(st->retry_salt << 32)), &sp);
     rvl_sampler *smp = NULL;
@@ -838,15 +767,16 @@ static void verbose_timings(chat_state *st)
     fputs(st->color_err ? C_NOTE : "", stderr);
     fprintf(stderr, "total duration:       %s\n", total);
     fprintf(stderr, "load duration:        %s\n", load);
-    fprintf(stderr, "prompt eval count:    %zu token%s\n", np, plural(np, "", "s"));
+    fprintf(stderr, "prompt eval count:    %zu token%s\n", np, chat_plural(np, "", "s"));
     fprintf(stderr, "prompt eval duration: %s\n", pd);
     fprintf(stderr, "prompt eval rate:     %.2f tokens/s\n",
             t->prompt_ms > 0 ? (double)np * 1e3 / t->prompt_ms : 0);
     fprintf(stderr, "prompt cache:         %zu token%s reused\n", t->n_reused,
-            plural(t->n_reused, "", "s"));
-    fprintf(stderr, "eval count:           %zu token%s\n", t->n_gen, plural(t->n_gen, "", "s"));
+            chat_plural(t->n_reused, "", "s"));
+    fprintf(stderr, "eval count:           %zu token%s\n", t->n_gen,
+            chat_plural(t->n_gen, "", "s"));
     fprintf(stderr, "eval duration:        %s\n", ed);
-    fprintf(stderr, "eval rate:            %.2f tokens/s", 
+    fprintf(stderr, "eval rate:            %.2f tokens/s",
             t->gen_ms > 0 && t->n_decoded ? (double)t->n_decoded * 1e3 / t->gen_ms : 0);
     fputs(st->color_err ? C_OFF "\n" : "\n", stderr);
     if (st->interactive)
@@ -880,7 +810,7 @@ static int finish_reply(chat_state *st, const char *user, const gen_result *r)
     bool intr = r->finish == GEN_INTERRUPTED;
     rvl_buf content = {0};
     if (intr && r->text.n == 0 && r->n_ids == 0) {
-        conv_remove(st, st->n_conv - 1);   /* nothing of the reply yet: not sent */
+        chat_conv_remove(st, st->n_conv - 1);   /* nothing of the reply yet: not sent */
     } else if (reply_content(st, r, &content) < 0 ||
                conv_push(st, "assistant", content.p ? content.p : "", content.n, intr) < 0) {
         rvl_buf_free(&content);
@@ -892,7 +822,7 @@ static int finish_reply(chat_state *st, const char *user, const gen_result *r)
     char cut[64] = "";
     if (r->finish == GEN_LENGTH)
         snprintf(cut, sizeof cut, "[stopped at -n %lld token%s]", st->set.max_tokens,
-                 plural((size_t)st->set.max_tokens, "", "s"));
+                 chat_plural((size_t)st->set.max_tokens, "", "s"));
     if (opt_json) {
         json_turn(st, user, r);
     } else {
@@ -940,7 +870,7 @@ static int reply_turn(chat_state *st, const char *user)
     if (rc == RVL_EINTR || (rc == 0 && rvl_interrupted())) {
         /* the cache keeps the chunks that completed; the message is not sent */
         free(ids);
-        conv_remove(st, st->n_conv - 1);
+        chat_conv_remove(st, st->n_conv - 1);
         if (st->interactive)
             note(st, "[interrupted]");
         else
@@ -970,7 +900,7 @@ static int reply_turn(chat_state *st, const char *user)
 }
 
 /* reply_turn with a copy of the message: the conversation may drop it. */
-static int reply(chat_state *st, const char *user_msg)
+int chat_reply(chat_state *st, const char *user_msg)
 {
     char *user = strdup(user_msg);
     if (!user) {
@@ -1041,12 +971,12 @@ static char *session_json(chat_state *st)
     return buf;
 }
 
-static int session_save(chat_state *st, const char *path)
+int chat_session_save(chat_state *st, const char *path)
 {
     char *extra = session_json(st);
     if (!extra)
         return rvl_seterr(RVL_ENOMEM, "out of memory");
-    int rc = rvl_session_save(st->ctx, path, st->cached, cache_n(st), extra);
+    int rc = rvl_session_save(st->ctx, path, st->cached, chat_cache_n(st), extra);
     free(extra);
     return rc;
 }
@@ -1096,14 +1026,14 @@ static int session_apply(chat_state *st, const char *path, const char *extra)
             snprintf(val, sizeof val, "%.17g", s->valuedouble);
         else
             snprintf(val, sizeof val, "?");
-        if (setting_set(st, s->string, val, err, sizeof err) < 0) {
+        if (chat_setting_set(st, s->string, val, err, sizeof err) < 0) {
             st->set = saved;
             st->seed = saved_seed;
             rc = rvl_seterr(RVL_EFORMAT, "%s: settings: %s", path, err);
             goto out;
         }
     }
-    conv_clear(st, false);
+    chat_conv_clear(st, false);
     for (const cJSON *m = msgs->child; m; m = m->next) {
         const char *c = cJSON_GetObjectItemCaseSensitive(m, "content")->valuestring;
         if (conv_push(st, cJSON_GetObjectItemCaseSensitive(m, "role")->valuestring, c, strlen(c),
@@ -1117,7 +1047,7 @@ out:
     return rc;
 }
 
-static int session_load(chat_state *st, const char *path)
+int chat_session_load(chat_state *st, const char *path)
 {
     int32_t *ids = NULL;
     size_t n = 0;
@@ -1128,7 +1058,7 @@ static int session_load(chat_state *st, const char *path)
     if (rc == 0 && (rc = session_apply(st, path, extra)) == 0) {
         memcpy(st->cached, ids, n * sizeof *ids);
         st->retry_salt = 0;
-        if (opt_system && conv_set_system(st, opt_system) < 0)
+        if (opt_system && chat_conv_set_system(st, opt_system) < 0)
             rc = rvl_seterr(RVL_ENOMEM, "out of memory");
     }
     if (rc < 0)
@@ -1138,474 +1068,19 @@ static int session_load(chat_state *st, const char *path)
     return rc;
 }
 
-/* ====================================================================
- * In-chat commands: /NAME [ARG], handled by slash_NAME (cmd_NAME is
- * for the CLI's commands)
- * ==================================================================== */
-
-typedef enum { SLASH_OK, SLASH_EXIT, SLASH_FATAL } slash_status;
-
-typedef struct {
-    const char *name, *args, *help;
-    slash_status (*fn)(chat_state *st, const char *arg);
-} slash_cmd;
-
-static slash_status slash_help(chat_state *st, const char *arg);
-
-static slash_status slash_reset(chat_state *st, const char *arg)
+static bool blank(const char *s)
 {
-    (void)arg;
-    conv_clear(st, true);
-    rvl_ctx_reset(st->ctx);
-    st->retry_salt = 0;
-    st->ctx_warned = false;
-    fprintf(st->info, "(a new conversation%s)\n",
-            st->n_conv ? "; the system message stays" : "");
-    return SLASH_OK;
+    return s[strspn(s, " \t\r\n")] == 0;
 }
 
-static slash_status slash_system(chat_state *st, const char *arg)
-{
-    if (!*arg) {
-        bool has = st->n_conv && strcmp(st->conv[0].role, "system") == 0;
-        fprintf(st->info,
-                has ? "system: %s\n" : "(no system message: the template's default applies)\n",
-                has ? st->conv[0].content : "");
-        return SLASH_OK;
-    }
-    if (conv_set_system(st, arg) < 0) {
-        cli_err(st->cmd, "out of memory");
-        return SLASH_FATAL;
-    }
-    cache_trim(st);
-    fprintf(st->info, "(system message set)\n");
-    return SLASH_OK;
-}
-
-static slash_status slash_save(chat_state *st, const char *arg)
-{
-    if (!*arg) {
-        fail(st, "/save needs a file name");
-        return SLASH_OK;
-    }
-    if (session_save(st, arg) < 0)
-        fail(st, "/save: %s", rvl_errmsg());
-    else
-        fprintf(st->info, "(saved %zu message%s and %u cached token%s to %s)\n", st->n_conv,
-                plural(st->n_conv, "", "s"), cache_n(st), plural(cache_n(st), "", "s"), arg);
-    return SLASH_OK;
-}
-
-static slash_status slash_load(chat_state *st, const char *arg)
-{
-    if (!*arg) {
-        fail(st, "/load needs a file name");
-        return SLASH_OK;
-    }
-    if (session_load(st, arg) < 0)
-        fail(st, "/load: %s", rvl_errmsg());
-    else
-        fprintf(st->info, "(loaded %zu message%s and %u cached token%s from %s)\n", st->n_conv,
-                plural(st->n_conv, "", "s"), cache_n(st), plural(cache_n(st), "", "s"), arg);
-    st->ctx_warned = false;
-    return SLASH_OK;
-}
-
-static slash_status slash_undo(chat_state *st, const char *arg)
-{
-    (void)arg;
-    size_t end = st->n_conv;
-    while (end && strcmp(st->conv[end - 1].role, "user") != 0 &&
-           strcmp(st->conv[end - 1].role, "system") != 0)
-        end--;
-    if (!end || strcmp(st->conv[end - 1].role, "user") != 0) {
-        fail(st, "/undo: nothing to undo");
-        return SLASH_OK;
-    }
-    size_t k = st->n_conv - (end - 1);
-    while (st->n_conv >= end)
-        conv_remove(st, st->n_conv - 1);
-    cache_trim(st);
-    st->retry_salt = 0;
-    fprintf(st->info, "(removed the last exchange: %zu message%s)\n", k, k == 1 ? "" : "s");
-    return SLASH_OK;
-}
-
-static slash_status slash_retry(chat_state *st, const char *arg)
-{
-    (void)arg;
-    if (!st->n_conv || strcmp(st->conv[st->n_conv - 1].role, "assistant") != 0 || st->n_conv < 2 ||
-        strcmp(st->conv[st->n_conv - 2].role, "user") != 0) {
-        fail(st, "/retry: no reply to regenerate");
-        return SLASH_OK;
-    }
-    conv_remove(st, st->n_conv - 1);
-    st->retry_salt++;
-    return reply(st, st->conv[st->n_conv - 1].content) < 0 ? SLASH_FATAL : SLASH_OK;
-}
-
-static slash_status slash_stats(chat_state *st, const char *arg)
-{
-    (void)arg;
-    FILE *out = st->info;
-    const chat_last_turn *last = &st->last;
-    const chat_totals *total = &st->total;
-    uint32_t pos = cache_n(st), n_ctx = st->n_ctx;
-    size_t per = kv_bytes_per_token(st);
-    size_t n_ex = conv_count(st, "assistant");
-    fprintf(out, "messages   %zu (%zu exchange%s)\n", st->n_conv, n_ex, plural(n_ex, "", "s"));
-    fprintf(out, "context    %u of %u tokens used (%.1f%%)\n", pos, n_ctx, 100.0 * pos / n_ctx);
-    fprintf(out, "KV cache   %.2f MiB used of %.2f MiB (%s, %zu bytes per token)\n",
-            (double)pos * per / 1048576.0, (double)n_ctx * per / 1048576.0,
-            cli_kv_describe(&opt_kv), per);
-    fprintf(out, "backend    %s (device %s)\n", rvl_ctx_backend(st->ctx), rvl_ctx_device(st->ctx));
-    cli_expert_stats(out, "experts    ", st->model);
-    if (last->valid) {
-        size_t np = last->n_prompt - last->n_reused;
-        fprintf(out, "last turn  prompt %zu token%s (%zu reused from the cache, %zu decoded in "
-                     "%.1f ms, %.1f tok/s), first token %.1f ms, reply %zu token%s in %.1f ms "
-                     "(%.1f tok/s), finish: %s\n",
-                last->n_prompt, plural(last->n_prompt, "", "s"), last->n_reused, np, last->prompt_ms,
-                last->prompt_ms > 0 ? np * 1e3 / last->prompt_ms : 0, last->first_ms, last->n_gen,
-                plural(last->n_gen, "", "s"), last->gen_ms,
-                last->gen_ms > 0 && last->n_decoded ? last->n_decoded * 1e3 / last->gen_ms : 0,
-                gen_finish_name(last->finish));
-    }
-    fprintf(out, "session    %zu turn%s, %zu prompt token%s decoded (%.1f tok/s), %zu token%s "
-                 "generated (%.1f tok/s)\n",
-            total->turns, plural(total->turns, "", "s"), total->prompt_tokens,
-            plural(total->prompt_tokens, "", "s"),
-            total->prompt_ms > 0 ? total->prompt_tokens * 1e3 / total->prompt_ms : 0,
-            total->gen_tokens, plural(total->gen_tokens, "", "s"),
-            total->gen_ms > 0 ? total->gen_tokens * 1e3 / total->gen_ms : 0);
-    fprintf(out, "prompt tokens reused: %zu of %zu\n", total->prompt_reused, total->prompt_all);
-    return SLASH_OK;
-}
-
-/* ollama's /set parameter names for ours (ollama's Modelfile PARAMETERs). */
-static const struct {
-    const char *ollama, *ours;
-} ollama_params[] = {
-    {"temperature", "temp"}, {"top_k", "top-k"}, {"top_p", "top-p"}, {"min_p", "min-p"},
-    {"repeat_penalty", "repeat-penalty"}, {"repeat_last_n", "repeat-last-n"},
-    {"frequency_penalty", "frequency-penalty"}, {"presence_penalty", "presence-penalty"},
-    {"num_predict", "max-tokens"}, {"seed", "seed"},
-};
-#define N_OLLAMA_PARAMS (sizeof ollama_params / sizeof ollama_params[0])
-
-static void stops_clear(chat_state *st)
+/* /set parameter stop's strings, freed. */
+void chat_stops_clear(chat_state *st)
 {
     for (size_t i = 0; i < st->n_stops; i++)
         free(st->stops[i]);
     free(st->stops);
     st->stops = NULL;
     st->n_stops = 0;
-}
-
-/* /set parameter stop A B ...: the stop strings, split at blanks as
- * ollama splits them; none: no stop strings besides the template's. */
-static slash_status set_stops(chat_state *st, const char *arg)
-{
-    stops_clear(st);
-    for (const char *p = arg + strspn(arg, " \t"); *p; p += strspn(p, " \t")) {
-        size_t len = strcspn(p, " \t");
-        char **ns = realloc(st->stops, (st->n_stops + 2) * sizeof *ns);
-        char *one = strndup(p, len);
-        if (!ns || !one) {
-            free(one);
-            if (ns)
-                st->stops = ns;
-            cli_err(st->cmd, "out of memory");
-            return SLASH_FATAL;
-        }
-        st->stops = ns;
-        st->stops[st->n_stops++] = one;
-        st->stops[st->n_stops] = NULL;
-        p += len;
-    }
-    if (st->n_stops)
-        fprintf(st->info, "(stop: %zu string%s besides the template's)\n", st->n_stops,
-                plural(st->n_stops, "", "s"));
-    else
-        fprintf(st->info, "(stop: only the template's end of turn)\n");
-    return SLASH_OK;
-}
-
-/* /set parameter NAME VALUE: ollama's names (or ours). */
-static slash_status set_parameter(chat_state *st, const char *arg)
-{
-    char name[64], err[256];
-    size_t nl = strcspn(arg, " \t");
-    const char *val = arg + nl;
-    val += strspn(val, " \t");
-    snprintf(name, sizeof name, "%.*s", (int)(nl < 63 ? nl : 63), arg);
-    if (!*name) {
-        fprintf(st->info, "Parameters for /set parameter NAME VALUE (ollama's name, ours):\n");
-        for (size_t i = 0; i < N_OLLAMA_PARAMS; i++)
-            fprintf(st->info, "  %-18s %s\n", ollama_params[i].ollama, ollama_params[i].ours);
-        fprintf(st->info, "  %-18s %s\n", "stop", "stop strings (several: separated by blanks)");
-        return SLASH_OK;
-    }
-    if (strcmp(name, "stop") == 0)
-        return set_stops(st, val);
-    if (strcmp(name, "num_ctx") == 0) {
-        fail(st, "/set parameter num_ctx: the context (%u tokens) is allocated when the chat "
-             "starts; to continue this chat in a larger one: /save FILE, then ruvllm chat -c N "
-             "--session FILE", st->n_ctx);
-        return SLASH_OK;
-    }
-    if (strcmp(name, "num_thread") == 0) {
-        fail(st, "/set parameter num_thread: the threads start with the chat; start it with -t N");
-        return SLASH_OK;
-    }
-    const char *ours = NULL;
-    for (size_t i = 0; i < N_OLLAMA_PARAMS; i++)
-        if (strcmp(ollama_params[i].ollama, name) == 0 || strcmp(ollama_params[i].ours, name) == 0)
-            ours = ollama_params[i].ours;
-    if (!ours) {
-        const char *cands[N_OLLAMA_PARAMS + 3];
-        size_t n = 0;
-        for (size_t i = 0; i < N_OLLAMA_PARAMS; i++)
-            cands[n++] = ollama_params[i].ollama;
-        cands[n++] = "stop";
-        cands[n++] = "num_ctx";
-        cands[n] = NULL;
-        const char *sug = cli_suggest(name, cands);
-        if (sug)
-            fail(st, "/set parameter: unknown parameter '%s'; did you mean '%s'?", name, sug);
-        else
-            fail(st, "/set parameter: unknown parameter '%s' (/set parameter lists them)", name);
-        return SLASH_OK;
-    }
-    if (!*val) {
-        fail(st, "/set parameter %s needs a value", name);
-        return SLASH_OK;
-    }
-    if (setting_set(st, ours, val, err, sizeof err) < 0)
-        fail(st, "/set parameter: %s", err);
-    else if (strcmp(ours, name) != 0)
-        fprintf(st->info, "(%s = %s, as %s)\n", name, val, ours);
-    else
-        fprintf(st->info, "(%s = %s)\n", name, val);
-    return SLASH_OK;
-}
-
-/* ollama's /set options that have no counterpart here, and what to do. */
-static const struct {
-    const char *name, *instead;
-} ollama_unsupported[] = {
-    {"history", "the history is always kept"},
-    {"nohistory", "the history is always kept (HISTFILE-like control: none)"},
-    {"wordwrap", "replies are printed as the model writes them"},
-    {"nowordwrap", "replies are printed as the model writes them"},
-    {"format", "ruvllm chat --json prints one JSON object per turn"},
-    {"noformat", "ruvllm chat --json prints one JSON object per turn"},
-    {"think", "start the chat with --reasoning on"},
-    {"nothink", "start the chat with --reasoning off"},
-};
-
-static slash_status slash_set(chat_state *st, const char *arg)
-{
-    if (!*arg) {
-        settings_print(st, st->info);
-        return SLASH_OK;
-    }
-    char name[64];
-    size_t nl = strcspn(arg, " \t");
-    const char *val = arg + nl;
-    val += strspn(val, " \t");
-    snprintf(name, sizeof name, "%.*s", (int)(nl < 63 ? nl : 63), arg);
-    char err[256];
-    /* ollama's forms */
-    if (strcmp(name, "system") == 0)
-        return slash_system(st, val);
-    if (strcmp(name, "parameter") == 0)
-        return set_parameter(st, val);
-    if (strcmp(name, "verbose") == 0 || strcmp(name, "quiet") == 0) {
-        if (*val) {
-            fail(st, "/set %s takes no value", name);
-            return SLASH_OK;
-        }
-        st->verbose = name[0] == 'v';
-        fprintf(st->info, st->verbose ? "(verbose: timings after each reply)\n"
-                                      : "(quiet: no timings after the replies)\n");
-        return SLASH_OK;
-    }
-    for (size_t i = 0; i < sizeof ollama_unsupported / sizeof ollama_unsupported[0]; i++)
-        if (strcmp(name, ollama_unsupported[i].name) == 0) {
-            fail(st, "/set %s: not in ruvllm chat (%s)", name, ollama_unsupported[i].instead);
-            return SLASH_OK;
-        }
-    if (!*val) {
-        /* name alone: its value, or the unknown-name message */
-        if (setting_set(st, name, "", err, sizeof err) < 0 && strstr(err, "unknown")) {
-            fail(st, "/set: %s", err);
-            return SLASH_OK;
-        }
-        fail(st, "/set: %s needs a value", name);
-        return SLASH_OK;
-    }
-    if (setting_set(st, name, val, err, sizeof err) < 0)
-        fail(st, "/set: %s", err);
-    else
-        fprintf(st->info, "(%s = %s)\n", name, val);
-    return SLASH_OK;
-}
-
-/* /show info: what ollama's shows (architecture, parameters, context
- * length, embedding length, quantization), from what `ruvllm info` and
- * `bench model` compute, and this chat's context. */
-static void show_info(chat_state *st)
-{
-    FILE *out = st->info;
-    const rvl_file *f = rvl_model_file(st->model);
-    const rvl_hparams *hp = rvl_model_hparams(st->model);
-    rvl_model_summary sum;
-    rvl_convert_summary(f, &sum);
-    char params[32], ftype[64];
-    if (sum.params >= 1000000000ull)
-        snprintf(params, sizeof params, "%.1fB", (double)sum.params / 1e9);
-    else
-        snprintf(params, sizeof params, "%.2fM", (double)sum.params / 1e6);
-    fprintf(out, "  Model\n");
-    fprintf(out, "    %-20s %s\n", "architecture", hp->arch);
-    fprintf(out, "    %-20s %s\n", "parameters", params);
-    if (sum.n_expert) {
-        fprintf(out, "    %-20s %u, %u used a token\n", "experts", sum.n_expert, sum.n_expert_used);
-        fprintf(out, "    %-20s %.2fB\n", "active parameters", (double)sum.active_params / 1e9);
-    }
-    fprintf(out, "    %-20s %u\n", "context length", hp->n_ctx_train);
-    fprintf(out, "    %-20s %u\n", "embedding length", hp->n_embd);
-    fprintf(out, "    %-20s %s\n", "quantization", rvl_bench_file_type(f, ftype, sizeof ftype));
-    fprintf(out, "\n  This chat\n");
-    const char *base = strrchr(st->model_path, '/');
-    fprintf(out, "    %-20s %s\n", "file", base ? base + 1 : st->model_path);
-    fprintf(out, "    %-20s %u tokens (-c)\n", "context size", st->n_ctx);
-    fprintf(out, "    %-20s %s\n", "template", rvl_chat_describe(st->tmpl));
-    fprintf(out, "    %-20s %s\n", "KV cache", cli_kv_describe(&opt_kv));
-}
-
-static slash_status slash_show(chat_state *st, const char *arg)
-{
-    if (!*arg || strcmp(arg, "info") == 0) {
-        show_info(st);
-    } else if (strcmp(arg, "parameters") == 0) {
-        settings_print(st, st->info);
-    } else if (strcmp(arg, "system") == 0) {
-        return slash_system(st, "");
-    } else if (strcmp(arg, "template") == 0) {
-        fprintf(st->info, "%s\n", rvl_chat_describe(st->tmpl));
-    } else if (strcmp(arg, "license") == 0) {
-        const rvl_kv *kv = rvl_file_find_kv(rvl_model_file(st->model), "general.license");
-        rvl_str lic;
-        if (kv && rvl_kv_get_str(kv, &lic) == 0)
-            fprintf(st->info, "%.*s\n", (int)lic.len, lic.ptr);
-        else
-            fprintf(st->info, "(the model file names no license: general.license)\n");
-    } else if (strcmp(arg, "modelfile") == 0) {
-        fail(st, "/show modelfile: ruvllm has no Modelfiles (/show info, /show parameters, "
-             "/show system, /show template)");
-    } else {
-        fail(st, "/show: unknown '%s' (info, parameters, system, template, license)", arg);
-    }
-    return SLASH_OK;
-}
-
-static slash_status slash_exit(chat_state *st, const char *arg)
-{
-    (void)st;
-    (void)arg;
-    return SLASH_EXIT;
-}
-
-static const slash_cmd commands[] = {
-    {"help", "", "show the commands", slash_help},
-    {"reset", "", "start a new conversation (the system message stays)", slash_reset},
-    {"system", "[TEXT]", "set the system message (without TEXT: show it)", slash_system},
-    {"save", "FILE", "save the conversation with its cache to FILE", slash_save},
-    {"load", "FILE", "continue the conversation saved in FILE", slash_load},
-    {"undo", "", "drop the last exchange (your message and the reply)", slash_undo},
-    {"retry", "", "generate the last reply again", slash_retry},
-    {"stats", "", "tokens, context used, speeds, KV cache memory", slash_stats},
-    {"set", "[NAME VALUE]", "change a sampling setting (without arguments: list them)", slash_set},
-    {"show", "[WHAT]", "info (the model, the default), parameters, system, template, license", slash_show},
-    {"exit", "", "leave (also Ctrl-D)", slash_exit},
-    {"quit", "", "leave", slash_exit},
-    /* ollama's names */
-    {"bye", "", "leave (ollama's /bye)", slash_exit},
-    {"clear", "", "start a new conversation (ollama's /clear; as /reset)", slash_reset},
-    {"?", "", "show the commands (ollama's /?)", slash_help},
-};
-#define N_COMMANDS (sizeof commands / sizeof commands[0])
-
-static slash_status slash_help(chat_state *st, const char *arg)
-{
-    (void)arg;
-    for (size_t i = 0; i < N_COMMANDS; i++) {
-        char lab[64];
-        snprintf(lab, sizeof lab, "/%s %s", commands[i].name, commands[i].args);
-        fprintf(st->info, "  %-20s %s\n", lab, commands[i].help);
-    }
-    fprintf(st->info, "  %-20s %s\n", "//TEXT", "send a message that starts with '/'");
-    fprintf(st->info, "Settings for /set:");
-    for (size_t i = 0; i < N_SETTINGS; i++)
-        fprintf(st->info, " %s,", settings[i].name);
-    fprintf(st->info, " seed.\n");
-    fprintf(st->info, "As ollama: /set parameter NAME VALUE (temperature, top_k, top_p, min_p, seed, "
-                      "num_predict, repeat_penalty, repeat_last_n, stop ...), /set system TEXT, "
-                      "/set verbose, /set quiet.\n");
-    if (st->interactive)
-        fprintf(st->info, "Multi-line messages: end a line with \\ to continue it, or write the "
-                      "message between lines of \"\"\".\nCtrl-C stops a reply; Ctrl-D leaves.\n");
-    return SLASH_OK;
-}
-
-/* A line starting with '/': run it. */
-static slash_status slash_run(chat_state *st, const char *line)
-{
-    const char *p = line + 1;
-    size_t nl = strcspn(p, " \t\n");
-    const char *arg = p + nl;
-    arg += strspn(arg, " \t\n");
-    /* trailing blanks are not part of an argument */
-    char *a = strdup(arg);
-    if (!a) {
-        cli_err(st->cmd, "out of memory");
-        return SLASH_FATAL;
-    }
-    size_t al = strlen(a);
-    while (al && (a[al - 1] == ' ' || a[al - 1] == '\t' || a[al - 1] == '\n' || a[al - 1] == '\r'))
-        a[--al] = 0;
-    slash_status res = SLASH_OK;
-    const slash_cmd *c = NULL;
-    for (size_t i = 0; i < N_COMMANDS; i++)
-        if (strlen(commands[i].name) == nl && strncmp(commands[i].name, p, nl) == 0)
-            c = &commands[i];
-    if (c) {
-        res = c->fn(st, a);
-    } else {
-        char word[64];
-        const char *cands[N_COMMANDS + 1];
-        for (size_t i = 0; i < N_COMMANDS; i++)
-            cands[i] = commands[i].name;
-        cands[N_COMMANDS] = NULL;
-        snprintf(word, sizeof word, "%.*s", (int)(nl < 63 ? nl : 63), p);
-        const char *s = cli_suggest(word, cands);
-        if (s)
-            fail(st, "unknown command '/%s'; did you mean '/%s'? (/help lists the commands)", word,
-                 s);
-        else
-            fail(st, "unknown command '/%s' (/help lists the commands; //TEXT sends a message "
-                 "that starts with '/')", word);
-    }
-    free(a);
-    fflush(st->info);
-    return res;
-}
-
-static bool blank(const char *s)
-{
-    return s[strspn(s, " \t\r\n")] == 0;
 }
 
 /* ====================================================================
@@ -1713,7 +1188,7 @@ static int chat_open(chat_state *st)
     st->load_ms = gen_now_ms() - t0;
     st->add_bos = rvl_tok_add_bos(st->tok) && rvl_tok_bos(st->tok) >= 0;
     st->cached = malloc(((size_t)st->n_ctx + 1) * sizeof *st->cached);
-    if (!st->cached || (opt_system && conv_set_system(st, opt_system) < 0)) {
+    if (!st->cached || (opt_system && chat_conv_set_system(st, opt_system) < 0)) {
         cli_err(st->cmd, "out of memory");
         return EXIT_RUNTIME;
     }
@@ -1722,11 +1197,12 @@ static int chat_open(chat_state *st)
     if (opt_session && (rc = rvl_session_lock(opt_session, &st->session_lock)) < 0)
         return cli_fail(st->cmd, rc);
     if (opt_session && access(opt_session, F_OK) == 0) {
-        if (session_load(st, opt_session) < 0)
+        if (chat_session_load(st, opt_session) < 0)
             return cli_fail(st->cmd, RVL_EFORMAT);
         if (st->interactive)
             note(st, "session %s: %zu message%s, %u token%s in the cache", opt_session, st->n_conv,
-                 plural(st->n_conv, "", "s"), cache_n(st), plural(cache_n(st), "", "s"));
+                 chat_plural(st->n_conv, "", "s"), chat_cache_n(st),
+                 chat_plural(chat_cache_n(st), "", "s"));
     }
     st->dirty = false;
     return 0;
@@ -1734,9 +1210,9 @@ static int chat_open(chat_state *st)
 
 static void chat_close(chat_state *st)
 {
-    stops_clear(st);
+    chat_stops_clear(st);
     rvl_session_unlock(st->session_lock);
-    conv_clear(st, false);
+    chat_conv_clear(st, false);
     free(st->conv);
     free(st->cached);
     rvl_chat_close(st->tmpl);
@@ -1766,13 +1242,13 @@ static int chat_loop(chat_state *st)
         if (blank(msg)) {
             /* nothing to send */
         } else if (msg[0] == '/' && msg[1] != '/') {
-            res = slash_run(st, msg);
+            res = chat_slash_run(st, msg);
         } else {
             const char *text = msg[0] == '/' ? msg + 1 : msg;
             if (conv_push(st, "user", text, strlen(text), false) < 0) {
                 cli_err(st->cmd, "out of memory");
                 res = SLASH_FATAL;
-            } else if (reply(st, text) < 0) {
+            } else if (chat_reply(st, text) < 0) {
                 res = SLASH_FATAL;
             }
         }
@@ -1785,8 +1261,8 @@ static int chat_loop(chat_state *st)
         const bool stopped = rvl_interrupted();
         if (opt_session && st->dirty) {
             rvl_interrupt_clear();
-            if (session_save(st, opt_session) < 0)
-                fail(st, "--session: %s", rvl_errmsg());
+            if (chat_session_save(st, opt_session) < 0)
+                chat_fail(st, "--session: %s", rvl_errmsg());
             st->dirty = false;   /* saved, or the failure said once (the next turn retries) */
         }
         if (res == SLASH_EXIT)
@@ -1839,6 +1315,7 @@ static int chat_main(rvl_cmd *cmd, int argc, char **argv)
     st->color_out = !no_color && isatty(STDOUT_FILENO);
     st->color_err = !no_color && isatty(STDERR_FILENO);
     st->info = st->interactive ? stdout : stderr;
+    st->kv = &opt_kv;
 
     if (argc > 0)
         misplaced(st->cmd, argc, argv);
@@ -1866,25 +1343,23 @@ static int chat_main(rvl_cmd *cmd, int argc, char **argv)
     /* borrowed by chat_input until chat_input_close */
     static const char *const set_words[] = {"system", "parameter", "verbose", "quiet"};
     enum { N_SET_WORDS = sizeof set_words / sizeof set_words[0] };
-    const char *cmd_names[N_COMMANDS + 1] = {0}, *set_names[N_SETTINGS + N_SET_WORDS + 2] = {0};
+    const char *set_names[N_SETTINGS + N_SET_WORDS + 2] = {0};
     if ((status = chat_open(st)) != 0)
         goto out;
     if (st->interactive) {
         const char *base = strrchr(st->model_path, '/');
         note(st, "ruvllm chat: %s, %s, context %u tokens. /help for commands, Ctrl-D or /exit to "
              "leave.", base ? base + 1 : st->model_path, rvl_chat_describe(st->tmpl), st->n_ctx);
-        for (size_t i = 0; i < N_COMMANDS; i++)
-            cmd_names[i] = commands[i].name;
         for (size_t i = 0; i < N_SETTINGS; i++)
             set_names[i] = settings[i].name;
         set_names[N_SETTINGS] = "seed";
         for (size_t i = 0; i < N_SET_WORDS; i++)
             set_names[N_SETTINGS + 1 + i] = set_words[i];
-        chat_input_open(&(chat_input_cfg){.color = st->color_out, .commands = cmd_names,
+        chat_input_open(&(chat_input_cfg){.color = st->color_out, .commands = chat_slash_names(),
                                           .settings = set_names, .hint = hint, .ud = st});
     }
     status = chat_loop(st);
-    if (opt_session && st->dirty && st->ctx && session_save(st, opt_session) < 0) {
+    if (opt_session && st->dirty && st->ctx && chat_session_save(st, opt_session) < 0) {
         cli_err(st->cmd, "--session: %s", rvl_errmsg());
         status = EXIT_RUNTIME;
     }
