@@ -6,6 +6,7 @@
  */
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "chat.h"
 
@@ -73,7 +74,11 @@ static slash_status slash_load(chat_state *st, const char *arg)
         return SLASH_OK;
     }
     if (chat_session_load(st, arg) < 0)
-        chat_fail(st, "/load: %s", rvl_errmsg());
+        /* ollama's /load MODEL switches models: not this one */
+        chat_fail(st, "/load: %s%s", rvl_errmsg(),
+                  access(arg, F_OK) < 0 ? " (/load takes a session file saved with /save; another "
+                                          "model needs a new chat: ruvllm chat -m MODEL)"
+                                        : "");
     else
         fprintf(st->info, "(loaded %zu message%s and %u cached token%s from %s)\n", st->n_conv,
                 chat_plural(st->n_conv, "", "s"), chat_cache_n(st),

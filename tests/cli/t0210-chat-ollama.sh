@@ -50,6 +50,9 @@ err_has "/set parameter top_k needs a value"
 err_has "/set wordwrap: not in ruvllm chat"
 err_has "/show modelfile: ruvllm has no Modelfiles"
 err_has "/show: unknown 'nothing'"
+# ollama's /load MODEL: ours loads a session file, and says how to change models
+run_in "/load smollm2${nl}" 1 chat
+err_has "(/load takes a session file saved with /save; another model needs a new chat: ruvllm chat -m MODEL)"
 # /show info: ollama's fields, from the file
 run_in "/show info${nl}/show${nl}" 0 chat -c 512
 assert "/show info and /show print the same" "[ \"\$(grep -c 'architecture         llama' \"\$ERR\")\" = 2 ]"
