@@ -18,18 +18,22 @@
 #include "ruvllm_tools.h"
 
 /* Integer options keep -1 ("not given") so that a subcommand can refuse
- * options that are not its own; the help shows the effective default. */
+ * options that are not its own; the help shows the effective default.
+ * bench model takes lists as llama-bench does: -m, -t, -p, -n, -d and the
+ * KV types are repeatable and comma-separated (opt_list, split by
+ * split_list); kernels and ppl take one value of each (one_value). */
 static cli_kv_opts opt_kv;
-static const char *opt_model, *opt_output, *opt_filter, *opt_isa, *opt_synth, *opt_type, *opt_file,
+static opt_list opt_models, opt_threads_l, opt_p_l, opt_n_l, opt_depth_l, opt_kv_l, opt_kvk_l,
+    opt_kvv_l;
+static const char *opt_output, *opt_filter, *opt_isa, *opt_synth, *opt_type, *opt_file,
     *opt_kl_base, *opt_kl;
-static long long opt_threads = 0, opt_reps = -1, opt_m = -1, opt_mem = -1, opt_p = -1, opt_n = -1,
-                 opt_ctx = -1, opt_chunks = -1, opt_depth = -1;
+static long long opt_reps = -1, opt_m = -1, opt_mem = -1, opt_ctx = -1, opt_chunks = -1;
 static bool opt_json, opt_huge;
 static double opt_expert_budget = 0;
 
 static rvl_opt opts[] = {
-    OPT_MODEL(opt_model),
-    {OPT_INT, 't', "threads", "N", "threads (0: one per CPU)", "0", &opt_threads, 0, 256, NULL, COMPL_NONE},
+    {OPT_LIST, 'm', "model", "FILE", "model file (default: $RUVLLM_MODEL, then the cached default model); model: repeatable or comma-separated, rows for each", NULL, &opt_models, 0, 0, NULL, COMPL_FILE},
+    {OPT_LIST, 't', "threads", "N", "threads (0: one per CPU); model: a comma-separated list", "0", &opt_threads_l, 0, 0, NULL, COMPL_NONE},
     {OPT_INT, 'r', "repetitions", "N", "kernels, model: timed repetitions after one warm-up", "5", &opt_reps, 1, 255, NULL, COMPL_NONE},
     {OPT_CHOICE, 'o', "output", "FORMAT", "output format", "md", &opt_output, 0, 0, "md|csv|json", COMPL_NONE},
     {OPT_FLAG, 'j', "json", NULL, "print JSON (the same as -o json)", NULL, &opt_json, 0, 0, NULL, COMPL_NONE},
@@ -38,8 +42,8 @@ static rvl_opt opts[] = {
     {OPT_INT, 0, "tokens", "M", "kernels: activation rows of the GEMM rows", "64", &opt_m, 1, 4096, NULL, COMPL_NONE},
     {OPT_INT, 0, "mem-size", "MIB", "kernels: working set the weights cycle through, of which each bandwidth array is half (0: twice the last-level cache, within 256..1024 MiB)", "0", &opt_mem, 0, 1 << 20, NULL, COMPL_NONE},
     {OPT_FLAG, 0, "huge-pages", NULL, "kernels: 2 MiB pages (MADV_HUGEPAGE) for the bandwidth arrays and the weights, as recent kernels map a model file's page cache (default: the pages malloc gives)", NULL, &opt_huge, 0, 0, NULL, COMPL_NONE},
-    {OPT_INT, 'p', "n-prompt", "N", "model: prompt tokens of the pp test (0: none)", "512", &opt_p, 0, 1 << 20, NULL, COMPL_NONE},
-    {OPT_INT, 'n', "n-gen", "N", "model: generated tokens of the tg test (0: none)", "128", &opt_n, 0, 1 << 20, NULL, COMPL_NONE},
+    {OPT_LIST, 'p', "n-prompt", "N", "model: prompt tokens of the pp test, a comma-separated list (0: none)", "512", &opt_p_l, 0, 0, NULL, COMPL_NONE},
+    {OPT_LIST, 'n', "n-gen", "N", "model: generated tokens of the tg test, a comma-separated list (0: none)", "128", &opt_n_l, 0, 0, NULL, COMPL_NONE},
     {OPT_STRING, 0, "synthetic", "SHAPE", "model: random weights of a named shape instead of -m (llama-7b, llama-1b, smollm2-135m, ...)", NULL, &opt_synth, 0, 0, NULL, COMPL_NONE},
     {OPT_STRING, 0, "type", "TYPE", "model: weight format of the synthetic model (Q4_0, Q8_0, Q4_K, F16, ...)", "Q4_0", &opt_type, 0, 0, NULL, COMPL_NONE},
     {OPT_STRING, 'f', "file", "FILE", "ppl: the text to score", NULL, &opt_file, 0, 0, NULL, COMPL_FILE},
@@ -47,11 +51,130 @@ static rvl_opt opts[] = {
     {OPT_INT, 0, "chunks", "N", "ppl: score at most N windows (0: all)", "0", &opt_chunks, 0, 1 << 30, NULL, COMPL_NONE},
     {OPT_STRING, 0, "kl-base", "FILE", "ppl: save every scored position's log-probabilities to FILE", NULL, &opt_kl_base, 0, 0, NULL, COMPL_FILE},
     {OPT_STRING, 0, "kl", "FILE", "ppl: compare with a --kl-base FILE: KL divergence and top-token agreement", NULL, &opt_kl, 0, 0, NULL, COMPL_FILE},
-    {OPT_INT, 'd', "depth", "N", "model: context depth: the cache holds N positions (random keys and values) before each pp/tg test", "0", &opt_depth, 0, 1 << 20, NULL, COMPL_NONE},
-    OPT_KV(opt_kv),
+    {OPT_LIST, 'd', "depth", "N", "model: context depth: the cache holds N positions (random keys and values) before each pp/tg test; a comma-separated list", "0", &opt_depth_l, 0, 0, NULL, COMPL_NONE},
+    {OPT_LIST, 0, "kv-type", "TYPE", "KV cache format: f16 (as llama.cpp), f32 (exact), q8, q4 (KIVI), tq4, tq3 (TurboQuant), tiered (f16, then q8, then --kv-cold); model: a comma-separated list", "f16", &opt_kv_l, 0, 0, NULL, COMPL_NONE},
+    {OPT_LIST, 0, "kv-type-k", "TYPE", "KV cache format of the keys only (default: --kv-type); model: a list, each with each --kv-type-v", NULL, &opt_kvk_l, 0, 0, NULL, COMPL_NONE},
+    {OPT_LIST, 0, "kv-type-v", "TYPE", "KV cache format of the values only (default: --kv-type); model: a list", NULL, &opt_kvv_l, 0, 0, NULL, COMPL_NONE},
+    {OPT_INT, 0, "kv-hot", "N", "tiered: the newest N tokens stay in f16 (whole pages of 32)", "256", &opt_kv.hot, 1, 1 << 20, NULL, COMPL_NONE},
+    {OPT_INT, 0, "kv-warm", "N", "tiered: the next N tokens are kept in q8, older ones in --kv-cold", "2048", &opt_kv.warm, 1, 1 << 20, NULL, COMPL_NONE},
+    {OPT_CHOICE, 0, "kv-cold", "TYPE", "tiered: format of the oldest tokens (default tq4; q8 for a latent (MLA) cache, which takes no 4-bit format)", NULL, &opt_kv.cold, 0, 0, "q4|tq4", COMPL_NONE},
     OPT_EXPERT_BUDGET(opt_expert_budget),
     OPT_END
 };
+
+/* ====================================================================
+ * Lists: every occurrence of a list option, each split at commas
+ * ==================================================================== */
+
+typedef struct {
+    char **v;
+    int n;
+} slist;
+
+static void slist_free(slist *l)
+{
+    for (int i = 0; i < l->n; i++)
+        free(l->v[i]);
+    free(l->v);
+    *l = (slist){0};
+}
+
+/* The values of option --name, or def alone when it was not given (def
+ * NULL: an empty list). Empty items ("1,,2") are usage errors. */
+static slist split_list(const char *name, const opt_list *o, const char *def)
+{
+    slist l = {0};
+    const char *only_def[] = {def};
+    const char **items = o->n ? o->items : only_def;
+    int n_items = o->n ? o->n : def ? 1 : 0;
+    for (int i = 0; i < n_items; i++) {
+        for (const char *p = items[i];;) {
+            size_t len = strcspn(p, ",");
+            if (len == 0)
+                cli_usage("bench", "--%s: an empty item in '%s'", name, items[i]);
+            char **nv = realloc(l.v, (size_t)(l.n + 1) * sizeof *nv);
+            char *item = strndup(p, len);
+            if (!nv || !item) {
+                cli_err("bench", "out of memory");
+                exit(EXIT_RUNTIME);
+            }
+            l.v = nv;
+            l.v[l.n++] = item;
+            if (!p[len])
+                break;
+            p += len + 1;
+        }
+    }
+    return l;
+}
+
+/* Integers in [min, max]: as split_list, each checked. owned: free(). */
+static long long *int_list(const char *name, const opt_list *o, const char *def, long long min,
+                           long long max, int *n)
+{
+    slist l = split_list(name, o, def);
+    long long *v = malloc((size_t)(l.n ? l.n : 1) * sizeof *v);
+    if (!v) {
+        cli_err("bench", "out of memory");
+        exit(EXIT_RUNTIME);
+    }
+    for (int i = 0; i < l.n; i++) {
+        char *end;
+        errno = 0;
+        v[i] = strtoll(l.v[i], &end, 10);
+        if (*end || errno || end == l.v[i])
+            cli_usage("bench", "--%s: '%s' is not an integer", name, l.v[i]);
+        if (v[i] < min || v[i] > max)
+            cli_usage("bench", "--%s: %lld is out of range [%lld, %lld]", name, v[i], min, max);
+    }
+    *n = l.n;
+    slist_free(&l);
+    return v;
+}
+
+/* KV formats: as split_list, each one the library knows. */
+static slist kv_list(const char *name, const opt_list *o)
+{
+    slist l = split_list(name, o, NULL);
+    for (int i = 0; i < l.n; i++)
+        if (rvl_kv_type_parse(l.v[i]) < 0)
+            cli_usage("bench", "--%s: unknown KV format '%s' (%s)", name, l.v[i], CLI_KV_TYPES);
+    return l;
+}
+
+/* kernels and ppl take one value of a list option: it, or NULL. */
+static const char *one_value(const char *sub, const char *name, const opt_list *o)
+{
+    if (o->n > 1 || (o->n == 1 && strchr(o->items[0], ',')))
+        cli_usage("bench", "--%s: 'bench %s' takes one value (lists are for 'bench model')", name,
+                  sub);
+    return o->n ? o->items[0] : NULL;
+}
+
+/* One integer of a list option (kernels, ppl), def when not given. */
+static long long one_int(const char *sub, const char *name, const opt_list *o, long long def,
+                         long long min, long long max)
+{
+    if (!one_value(sub, name, o))
+        return def;
+    int n;
+    long long *v = int_list(name, o, NULL, min, max, &n), x = v[0];
+    free(v);
+    return x;
+}
+
+/* The KV options as run and chat take them, for kernels and ppl. */
+static void one_kv(const char *sub)
+{
+    opt_kv.type = one_value(sub, "kv-type", &opt_kv_l);
+    opt_kv.type_k = one_value(sub, "kv-type-k", &opt_kvk_l);
+    opt_kv.type_v = one_value(sub, "kv-type-v", &opt_kvv_l);
+    slist a = kv_list("kv-type", &opt_kv_l), b = kv_list("kv-type-k", &opt_kvk_l),
+          c = kv_list("kv-type-v", &opt_kvv_l);
+    slist_free(&a);
+    slist_free(&b);
+    slist_free(&c);
+}
 
 enum { OUT_MD, OUT_CSV, OUT_JSON };
 
@@ -74,12 +197,12 @@ static void only(const char *sub, const char *allowed)
         const char *name;
         bool given;
     } given[] = {
-        {"model", opt_model != NULL}, {"repetitions", opt_reps >= 0}, {"filter", opt_filter != NULL},
+        {"model", opt_models.n > 0}, {"repetitions", opt_reps >= 0}, {"filter", opt_filter != NULL},
         {"isa", opt_isa != NULL}, {"tokens", opt_m >= 0}, {"mem-size", opt_mem >= 0},
-        {"n-prompt", opt_p >= 0}, {"n-gen", opt_n >= 0}, {"synthetic", opt_synth != NULL},
+        {"n-prompt", opt_p_l.n > 0}, {"n-gen", opt_n_l.n > 0}, {"synthetic", opt_synth != NULL},
         {"type", opt_type != NULL}, {"file", opt_file != NULL}, {"ctx-size", opt_ctx >= 0},
         {"chunks", opt_chunks >= 0}, {"kl-base", opt_kl_base != NULL}, {"kl", opt_kl != NULL},
-        {"depth", opt_depth >= 0}, {"huge-pages", opt_huge},
+        {"depth", opt_depth_l.n > 0}, {"huge-pages", opt_huge},
         {"expert-budget", opt_expert_budget > 0},
     };
     for (size_t i = 0; i < sizeof given / sizeof given[0]; i++) {
@@ -584,6 +707,8 @@ static int bench_kernels(const char *name)
     o.fmt = out_format();
 
     only("kernels", " model repetitions filter isa tokens mem-size huge-pages ");
+    const char *model = one_value("kernels", "model", &opt_models);
+    const long long threads_opt = one_int("kernels", "threads", &opt_threads_l, 0, 0, 256);
     if (parse_isas(name, isas, &n_isa) < 0)
         return EXIT_RUNTIME;
     if (opt_filter) {
@@ -604,8 +729,8 @@ static int bench_kernels(const char *name)
     /* the cases: every default format at Llama-7B's shapes, the model's
      * own matrices with -m, then the elementwise operations */
     bool oom = format_cases(&cs, isas, n_isa, m) < 0;
-    if (opt_model) {
-        if ((rc = model_cases(&cs, opt_model, isas, n_isa, m)) < 0) {
+    if (model) {
+        if ((rc = model_cases(&cs, model, isas, n_isa, m)) < 0) {
             status = cli_fail(name, rc);
             goto out;
         }
@@ -648,7 +773,7 @@ static int bench_kernels(const char *name)
     }
 
     uint64_t ws = opt_mem > 0 ? (uint64_t)opt_mem << 20 : 0;
-    if ((rc = rvl_bench_open(&b, (int)opt_threads, ws)) < 0) {
+    if ((rc = rvl_bench_open(&b, (int)threads_opt, ws)) < 0) {
         status = cli_fail(name, rc);
         goto out;
     }
@@ -733,7 +858,8 @@ static void synth_progress(void *ud, uint64_t done, uint64_t total)
 }
 
 typedef struct {
-    char model[96];
+    char model[96];           /* "llama 135M Q4_K_M", as llama-bench labels a model */
+    char file[4096];          /* its path ("" for a synthetic model) */
     uint64_t size, params;
     char backend[32];
 } model_desc;
@@ -742,21 +868,13 @@ static void describe_model(const rvl_model *m, const char *synth, const char *ty
 {
     const rvl_file *f = rvl_model_file(m);
     const rvl_hparams *hp = rvl_model_hparams(m);
-    uint64_t by_type[64] = {0};
     d->size = d->params = 0;
     for (uint64_t i = 0; i < rvl_file_n_tensors(f); i++) {
         const rvl_tensor_info *t = rvl_file_tensor(f, i);
         d->size += t->nbytes;
         d->params += t->n_elements;
-        if (t->n_dims == 2 && t->type < 64)
-            by_type[t->type] += t->n_elements;
     }
-    uint32_t dom = 0;
-    for (uint32_t t = 0; t < 64; t++)
-        if (by_type[t] > by_type[dom])
-            dom = t;
-    const rvl_type_info *ti = rvl_type_get(dom);
-    char plabel[32];
+    char plabel[32], ftype[32];
     if (d->params >= 1000000000ull)
         snprintf(plabel, sizeof plabel, "%.1fB", (double)d->params / 1e9);
     else
@@ -764,182 +882,370 @@ static void describe_model(const rvl_model *m, const char *synth, const char *ty
     if (synth)
         snprintf(d->model, sizeof d->model, "%s %s (synthetic)", synth, type_name);
     else
-        snprintf(d->model, sizeof d->model, "%s %s %s", hp->arch, plabel, ti ? ti->name : "?");
+        snprintf(d->model, sizeof d->model, "%s %s %s", hp->arch, plabel,
+                 rvl_bench_file_type(f, ftype, sizeof ftype));
     snprintf(d->backend, sizeof d->backend, "CPU %s", rvl_cpu_isa_selected());
+}
+
+/* What bench model measures: every combination of its lists, in
+ * llama-bench's order of loops (model outermost, each model loaded once;
+ * then the K and V formats, threads, depth; the pp tests, then the tg
+ * tests), one row each. */
+typedef struct {
+    const char *name;            /* the command's, for messages */
+    int fmt, reps;
+    slist models;                /* -m; empty: --synthetic or the default model */
+    long long *threads, *np, *ng, *depth;
+    int n_threads, n_np, n_ng, n_depth;
+    char **kv_k, **kv_v;         /* the KV pairs; NULL: the default (f16) */
+    int n_kv;
+    bool kv_split;               /* K and V formats given apart (-ctk/-ctv) */
+    bool show_kv;                /* KV formats given: a column each in the table */
+    uint32_t n_ctx;              /* enough for the longest test at the deepest depth */
+} model_plan;
+
+static long long max_of(const long long *v, int n)
+{
+    long long m = 0;
+    for (int i = 0; i < n; i++)
+        m = v[i] > m ? v[i] : m;
+    return m;
+}
+
+/* The KV pairs: --kv-type's list with K = V, or (when -ctk or -ctv is
+ * given) every K format with every V format, as llama-bench crosses
+ * -ctk and -ctv. */
+static void plan_kv(model_plan *pl)
+{
+    slist t = kv_list("kv-type", &opt_kv_l), k = kv_list("kv-type-k", &opt_kvk_l),
+          v = kv_list("kv-type-v", &opt_kvv_l);
+    pl->kv_split = k.n || v.n;
+    pl->show_kv = t.n || pl->kv_split;
+    slist *ks = k.n ? &k : &t, *vs = v.n ? &v : &t;
+    int nk = pl->kv_split ? (ks->n ? ks->n : 1) : (t.n ? t.n : 1);
+    int nv = pl->kv_split ? (vs->n ? vs->n : 1) : 1;
+    pl->kv_k = calloc((size_t)(nk * nv), sizeof *pl->kv_k);
+    pl->kv_v = calloc((size_t)(nk * nv), sizeof *pl->kv_v);
+    if (!pl->kv_k || !pl->kv_v) {
+        cli_err(pl->name, "out of memory");
+        exit(EXIT_RUNTIME);
+    }
+    for (int a = 0; a < nk; a++)
+        for (int b = 0; b < nv; b++) {
+            const char *kn = pl->kv_split ? (ks->n ? ks->v[a] : NULL) : (t.n ? t.v[a] : NULL);
+            const char *vn = pl->kv_split ? (vs->n ? vs->v[b] : NULL) : kn;
+            pl->kv_k[pl->n_kv] = kn ? strdup(kn) : NULL;
+            pl->kv_v[pl->n_kv] = vn ? strdup(vn) : NULL;
+            pl->n_kv++;
+        }
+    slist_free(&t);
+    slist_free(&k);
+    slist_free(&v);
+}
+
+static void plan_free(model_plan *pl)
+{
+    slist_free(&pl->models);
+    free(pl->threads);
+    free(pl->np);
+    free(pl->ng);
+    free(pl->depth);
+    for (int i = 0; i < pl->n_kv; i++) {
+        free(pl->kv_k[i]);
+        free(pl->kv_v[i]);
+    }
+    free(pl->kv_k);
+    free(pl->kv_v);
+}
+
+static void model_header(const model_plan *pl, rvl_jw *w)
+{
+    if (pl->fmt == OUT_MD) {
+        printf("| %-34s | %10s | %10s | %-10s | %7s |", "model", "size", "params", "backend",
+               "threads");
+        if (pl->show_kv)
+            printf(" %-6s | %-6s |", "type_k", "type_v");
+        printf(" %10s | %20s |\n", "test", "t/s");
+        printf("| ---------------------------------- | ---------: | ---------: | ---------- | ------: |");
+        if (pl->show_kv)
+            printf(" ------ | ------ |");
+        printf(" ---------: | -------------------: |\n");
+    } else if (pl->fmt == OUT_CSV) {
+        printf("model,model_size,model_n_params,backend,n_threads,test,n_prompt,n_gen,reps,avg_ts,"
+               "stddev_ts,avg_ms,n_depth,type_k,type_v\n");
+    } else {
+        rvl_jw_init(w, stdout, true);
+        rvl_jw_arr(w);
+    }
+}
+
+/* One test's row. */
+typedef struct {
+    const model_desc *d;
+    int threads;
+    const char *type_k, *type_v;
+    uint32_t n_prompt, n_gen, depth;
+    const char *test;            /* "pp512", "tg128@d512" */
+} model_row;
+
+static void model_print_row(const model_plan *pl, rvl_jw *w, const model_row *r, const double *ts,
+                            const double *ms)
+{
+    rvl_bench_stat st, sm;
+    rvl_bench_stats(ts, pl->reps, &st);
+    rvl_bench_stats(ms, pl->reps, &sm);
+    const model_desc *d = r->d;
+    if (pl->fmt == OUT_MD) {
+        char size[32], params[32], v[48];
+        human_bytes(size, sizeof size, (double)d->size);
+        if (d->params >= 1000000000ull)
+            snprintf(params, sizeof params, "%.2f B", (double)d->params / 1e9);
+        else
+            snprintf(params, sizeof params, "%.2f M", (double)d->params / 1e6);
+        snprintf(v, sizeof v, "%.2f ± %.2f", st.mean, st.sd);
+        printf("| %-34s | %10s | %10s | %-10s | %7d |", d->model, size, params, d->backend,
+               r->threads);
+        if (pl->show_kv)
+            printf(" %-6s | %-6s |", r->type_k, r->type_v);
+        printf(" %10s | %21s |\n", r->test, v);   /* ± is two bytes, one column */
+    } else if (pl->fmt == OUT_CSV) {
+        printf("\"%s\",%llu,%llu,%s,%d,%s,%u,%u,%d,%.4f,%.4f,%.4f,%u,%s,%s\n", d->model,
+               (unsigned long long)d->size, (unsigned long long)d->params, d->backend, r->threads,
+               r->test, r->n_prompt, r->n_gen, pl->reps, st.mean, st.sd, sm.mean, r->depth,
+               r->type_k, r->type_v);
+    } else {
+        rvl_jw_obj(w);
+        rvl_jw_key(w, "model"); rvl_jw_str(w, d->model);
+        rvl_jw_key(w, "model_file"); rvl_jw_str(w, d->file[0] ? d->file : NULL);
+        rvl_jw_key(w, "model_size"); rvl_jw_u64(w, d->size);
+        rvl_jw_key(w, "model_n_params"); rvl_jw_u64(w, d->params);
+        rvl_jw_key(w, "backend"); rvl_jw_str(w, "CPU");
+        rvl_jw_key(w, "isa"); rvl_jw_str(w, rvl_cpu_isa_selected());
+        rvl_jw_key(w, "n_threads"); rvl_jw_i64(w, r->threads);
+        rvl_jw_key(w, "type_k"); rvl_jw_str(w, r->type_k);
+        rvl_jw_key(w, "type_v"); rvl_jw_str(w, r->type_v);
+        rvl_jw_key(w, "test"); rvl_jw_str(w, r->test);
+        rvl_jw_key(w, "n_prompt"); rvl_jw_u64(w, r->n_prompt);
+        rvl_jw_key(w, "n_gen"); rvl_jw_u64(w, r->n_gen);
+        rvl_jw_key(w, "n_depth"); rvl_jw_u64(w, r->depth);
+        rvl_jw_key(w, "reps"); rvl_jw_i64(w, pl->reps);
+        rvl_jw_key(w, "avg_ts"); rvl_jw_f64(w, st.mean);
+        rvl_jw_key(w, "stddev_ts"); rvl_jw_f64(w, st.sd);
+        rvl_jw_key(w, "avg_ms"); rvl_jw_f64(w, sm.mean);
+        rvl_jw_key(w, "samples_ts");
+        rvl_jw_arr(w);
+        for (int i = 0; i < pl->reps; i++)
+            rvl_jw_f64(w, ts[i]);
+        rvl_jw_arr_end(w);
+        rvl_jw_obj_end(w);
+    }
+    fflush(stdout);
+}
+
+/* One test (n tokens, prompt: in one batch, else one at a time) timed
+ * pl->reps times and printed. 0, or the exit status after the error. */
+static int model_test(const model_plan *pl, rvl_jw *w, rvl_ctx *c, uint32_t n_vocab, model_row *r,
+                      bool prompt, uint32_t n)
+{
+    double ts[256], ms[256];
+    char tname[48];
+    if (r->depth)
+        snprintf(tname, sizeof tname, "%s%u@d%u", prompt ? "pp" : "tg", n, r->depth);
+    else
+        snprintf(tname, sizeof tname, "%s%u", prompt ? "pp" : "tg", n);
+    r->test = tname;
+    r->n_prompt = prompt ? n : 0;
+    r->n_gen = prompt ? 0 : n;
+    for (int i = 0; i < pl->reps; i++) {
+        double sec;
+        if (isatty(STDERR_FILENO))
+            fprintf(stderr, "\r\033[Kruvllm %s: %s [%d/%d]", pl->name, tname, i + 1, pl->reps);
+        int rc = rvl_bench_decode_at(c, n_vocab, r->depth, n, prompt ? n : 1, 100 + (uint64_t)i,
+                                     &sec);
+        if (rc < 0) {
+            progress_done();
+            return cli_fail(pl->name, rc);
+        }
+        ts[i] = sec > 0 ? n / sec : 0;
+        ms[i] = sec * 1e3;
+    }
+    progress_done();
+    model_print_row(pl, w, r, ts, ms);
+    return 0;
+}
+
+/* The rows of one model: a context per KV pair and thread count, warmed
+ * up, then every depth's tests. 0, or the exit status after the error. */
+static int model_rows(const model_plan *pl, rvl_jw *w, rvl_model *m, const model_desc *d)
+{
+    const uint32_t n_vocab = rvl_model_hparams(m)->n_vocab;
+    for (int k = 0; k < pl->n_kv; k++) {
+        for (int t = 0; t < pl->n_threads; t++) {
+            cli_kv_opts kv = opt_kv;
+            kv.type = pl->kv_split ? NULL : pl->kv_k[k];
+            kv.type_k = pl->kv_split ? pl->kv_k[k] : NULL;
+            kv.type_v = pl->kv_split ? pl->kv_v[k] : NULL;
+            rvl_ctx_params cp = {.n_ctx = pl->n_ctx, .n_threads = (uint32_t)pl->threads[t]};
+            cli_kv_params(&kv, &cp);
+            rvl_ctx *c = NULL;
+            int rc = rvl_ctx_open(&c, m, &cp);
+            /* warm-up: fault the weights in, wake the pool */
+            double tw;
+            if (rc == 0 && pl->n_np)
+                rc = rvl_bench_decode(c, n_vocab, (uint32_t)(max_of(pl->np, pl->n_np) < 32 ? max_of(pl->np, pl->n_np) : 32), 0, 1, &tw);
+            if (rc == 0 && pl->n_ng)
+                rc = rvl_bench_decode(c, n_vocab, 1, 1, 2, &tw);
+            if (rc < 0) {
+                rvl_ctx_close(c);
+                return cli_fail(pl->name, rc);
+            }
+            model_row r = {
+                .d = d, .threads = pl->threads[t] > 0 ? (int)pl->threads[t] : n_cpus(),
+                .type_k = rvl_kv_type_name(cp.kv_type_k), .type_v = rvl_kv_type_name(cp.kv_type_v),
+            };
+            int status = 0;
+            for (int di = 0; di < pl->n_depth && !status; di++) {
+                r.depth = (uint32_t)pl->depth[di];
+                for (int i = 0; i < pl->n_np && !status; i++)
+                    status = model_test(pl, w, c, n_vocab, &r, true, (uint32_t)pl->np[i]);
+                for (int i = 0; i < pl->n_ng && !status; i++)
+                    status = model_test(pl, w, c, n_vocab, &r, false, (uint32_t)pl->ng[i]);
+            }
+            rvl_ctx_close(c);
+            if (status)
+                return status;
+        }
+    }
+    return 0;
+}
+
+/* --synthetic SHAPE: its description, checked (usage errors exit). */
+static const rvl_bench_shape *synth_shape(const char *name, int *type)
+{
+    const rvl_bench_shape *shape = rvl_bench_shape_find(opt_synth);
+    if (!shape) {
+        const char *cands[32];
+        char list[512] = "";
+        size_t k = 0;
+        for (const rvl_bench_shape *s; k < 31 && (s = rvl_bench_shape_at(k)); k++) {
+            cands[k] = s->name;
+            snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", k ? ", " : "", s->name);
+        }
+        cands[k] = NULL;
+        const char *sug = cli_suggest(opt_synth, cands);
+        if (sug)
+            cli_usage(name, "--synthetic: unknown shape '%s'; did you mean '%s'?", opt_synth, sug);
+        cli_usage(name, "--synthetic: unknown shape '%s' (%s)", opt_synth, list);
+    }
+    *type = RVL_TYPE_Q4_0;
+    if (opt_type && (*type = rvl_type_from_name(opt_type)) < 0)
+        cli_usage(name, "--type: unknown type '%s'", opt_type);
+    return shape;
+}
+
+/* Open model i of the plan (-m's, the default one, or a synthetic
+ * model) and describe it. 0, or the exit status after the error. */
+static int model_load(const model_plan *pl, int i, rvl_model **m, model_desc *d)
+{
+    int rc;
+    memset(d, 0, sizeof *d);
+    if (opt_synth) {
+        int type;
+        const rvl_bench_shape *shape = synth_shape(pl->name, &type);
+        const char *tmp = getenv("TMPDIR");
+        char sz[32];
+        human_bytes(sz, sizeof sz, (double)rvl_bench_synth_size(shape, (uint32_t)type));
+        fprintf(stderr, "ruvllm %s: writing a synthetic %s %s model (%s) in %s\n", pl->name,
+                shape->name, rvl_type_get((uint32_t)type)->name, sz, tmp && *tmp ? tmp : "/tmp");
+        int last = -1;
+        rc = rvl_bench_synth_open(m, shape, (uint32_t)type, tmp, synth_progress, &last);
+        progress_done();
+        if (rc < 0)
+            return cli_fail(pl->name, rc);
+        describe_model(*m, shape->name, rvl_type_get((uint32_t)type)->name, d);
+        return 0;
+    }
+    if ((rc = rvl_model_path(pl->models.n ? pl->models.v[i] : NULL, d->file, sizeof d->file)) < 0 ||
+        (rc = cli_model_open(m, d->file, opt_expert_budget)) < 0)
+        return cli_fail(pl->name, rc);
+    describe_model(*m, NULL, NULL, d);
+    return 0;
 }
 
 static int bench_model(const char *name)
 {
-    rvl_model *m = NULL;
-    rvl_ctx *c = NULL;
-    int status = 0, rc, fmt = out_format();
-    const rvl_bench_shape *shape = NULL;
-    int type = RVL_TYPE_Q4_0;
-    char path[4096];
+    model_plan pl = {.name = name, .fmt = out_format(), .reps = (int)(opt_reps > 0 ? opt_reps : 5)};
+    int status = 0;
 
     only("model", " model repetitions n-prompt n-gen synthetic type depth expert-budget ");
-    if (opt_synth && opt_model)
+    if (opt_synth && opt_models.n)
         cli_usage(name, "give -m MODEL or --synthetic SHAPE, not both");
     if (opt_type && !opt_synth)
         cli_usage(name, "--type applies to --synthetic models");
-    const uint32_t np = (uint32_t)(opt_p >= 0 ? opt_p : 512), ng = (uint32_t)(opt_n >= 0 ? opt_n : 128);
-    const int reps = (int)(opt_reps > 0 ? opt_reps : 5);
-    if (np == 0 && ng == 0)
-        cli_usage(name, "-p 0 and -n 0 leave nothing to measure");
     if (opt_synth) {
-        shape = rvl_bench_shape_find(opt_synth);
-        if (!shape) {
-            const char *cands[32];
-            char list[512] = "";
-            size_t k = 0;
-            for (const rvl_bench_shape *s; k < 31 && (s = rvl_bench_shape_at(k)); k++) {
-                cands[k] = s->name;
-                snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", k ? ", " : "", s->name);
-            }
-            cands[k] = NULL;
-            const char *sug = cli_suggest(opt_synth, cands);
-            if (sug)
-                cli_usage(name, "--synthetic: unknown shape '%s'; did you mean '%s'?", opt_synth, sug);
-            cli_usage(name, "--synthetic: unknown shape '%s' (%s)", opt_synth, list);
-        }
-        if (opt_type) {
-            type = rvl_type_from_name(opt_type);
-            if (type < 0)
-                cli_usage(name, "--type: unknown type '%s'", opt_type);
-        }
-        const char *tmp = getenv("TMPDIR");
-        char sz[32];
-        human_bytes(sz, sizeof sz, (double)rvl_bench_synth_size(shape, (uint32_t)type));
-        fprintf(stderr, "ruvllm %s: writing a synthetic %s %s model (%s) in %s\n", name, shape->name,
-                rvl_type_get((uint32_t)type)->name, sz, tmp && *tmp ? tmp : "/tmp");
-        int last = -1;
-        rc = rvl_bench_synth_open(&m, shape, (uint32_t)type, tmp, synth_progress, &last);
-        progress_done();
-        if (rc < 0) {
-            status = cli_fail(name, rc);
-            goto out;
-        }
-    } else {
-        if ((rc = rvl_model_path(opt_model, path, sizeof path)) < 0 ||
-            (rc = cli_model_open(&m, path, opt_expert_budget)) < 0) {
-            status = cli_fail(name, rc);
-            goto out;
-        }
+        int type;
+        synth_shape(name, &type);   /* usage errors before anything is measured */
     }
-    const rvl_hparams *hp = rvl_model_hparams(m);
-    const uint32_t depth = (uint32_t)(opt_depth > 0 ? opt_depth : 0);
-    const uint32_t need = (np > ng ? np : ng) + depth;
-    rvl_ctx_params cp = {.n_ctx = need, .n_threads = (uint32_t)opt_threads};
-    cli_kv_params(&opt_kv, &cp);
-    if ((rc = rvl_ctx_open(&c, m, &cp)) < 0) {
-        status = cli_fail(name, rc);
-        goto out;
-    }
-    const int threads = opt_threads > 0 ? (int)opt_threads : n_cpus();
-    model_desc d;
-    describe_model(m, shape ? shape->name : NULL, shape ? rvl_type_get((uint32_t)type)->name : NULL, &d);
+    pl.models = split_list("model", &opt_models, NULL);
+    pl.threads = int_list("threads", &opt_threads_l, "0", 0, 256, &pl.n_threads);
+    pl.np = int_list("n-prompt", &opt_p_l, "512", 0, 1 << 20, &pl.n_np);
+    pl.ng = int_list("n-gen", &opt_n_l, "128", 0, 1 << 20, &pl.n_ng);
+    pl.depth = int_list("depth", &opt_depth_l, "0", 0, 1 << 20, &pl.n_depth);
+    /* 0 in -p or -n: no such test */
+    int k = 0;
+    for (int i = 0; i < pl.n_np; i++)
+        if (pl.np[i])
+            pl.np[k++] = pl.np[i];
+    pl.n_np = k;
+    k = 0;
+    for (int i = 0; i < pl.n_ng; i++)
+        if (pl.ng[i])
+            pl.ng[k++] = pl.ng[i];
+    pl.n_ng = k;
+    if (!pl.n_np && !pl.n_ng)
+        cli_usage(name, "-p 0 and -n 0 leave nothing to measure");
+    plan_kv(&pl);
+    long long longest = max_of(pl.np, pl.n_np) > max_of(pl.ng, pl.n_ng) ? max_of(pl.np, pl.n_np)
+                                                                         : max_of(pl.ng, pl.n_ng);
+    pl.n_ctx = (uint32_t)(longest + max_of(pl.depth, pl.n_depth));
 
-    /* warm-up: fault the weights in, wake the pool */
-    double tw;
-    if ((np && (rc = rvl_bench_decode(c, hp->n_vocab, np < 32 ? np : 32, 0, 1, &tw)) < 0) ||
-        (ng && (rc = rvl_bench_decode(c, hp->n_vocab, 1, 1, 2, &tw)) < 0)) {
-        status = cli_fail(name, rc);
-        goto out;
-    }
-
-    char size[32];
-    human_bytes(size, sizeof size, (double)d.size);
-    char params[32];
-    if (d.params >= 1000000000ull)
-        snprintf(params, sizeof params, "%.2f B", (double)d.params / 1e9);
-    else
-        snprintf(params, sizeof params, "%.2f M", (double)d.params / 1e6);
-    rvl_jw w;
-    if (fmt == OUT_MD) {
-        printf("| %-34s | %10s | %10s | %-10s | %7s | %8s | %20s |\n", "model", "size", "params", "backend",
-               "threads", "test", "t/s");
-        printf("| ---------------------------------- | ---------: | ---------: | ---------- | ------: | -------: "
-               "| -------------------: |\n");
-    } else if (fmt == OUT_CSV) {
-        printf("model,model_size,model_n_params,backend,n_threads,test,n_prompt,n_gen,reps,avg_ts,stddev_ts,avg_ms\n");
-    } else {
-        rvl_jw_init(&w, stdout, true);
-        rvl_jw_arr(&w);
-    }
-    fflush(stdout);
-
-    for (int test = 0; test < 2; test++) {
-        const uint32_t n = test == 0 ? np : ng;
-        if (!n)
-            continue;
-        double ts[256], ms[256];
-        char tname[32];
-        if (depth)
-            snprintf(tname, sizeof tname, "%s%u@d%u", test == 0 ? "pp" : "tg", n, depth);
-        else
-            snprintf(tname, sizeof tname, "%s%u", test == 0 ? "pp" : "tg", n);
-        for (int r = 0; r < reps; r++) {
-            double sec;
-            if (isatty(STDERR_FILENO))
-                fprintf(stderr, "\r\033[Kruvllm %s: %s [%d/%d]", name, tname, r + 1, reps);
-            rc = rvl_bench_decode_at(c, hp->n_vocab, depth, n, test == 0 ? n : 1, 100 + (uint64_t)r,
-                                     &sec);
+    /* every model file is there before the first row (each is loaded
+     * only when its turn comes) */
+    for (int i = 0; i < pl.models.n; i++) {
+        char path[4096];
+        int rc = rvl_model_path(pl.models.v[i], path, sizeof path);
+        if (rc < 0 || access(path, R_OK) < 0) {
             if (rc < 0) {
-                progress_done();
                 status = cli_fail(name, rc);
-                goto out;
+            } else {
+                cli_err(name, "%s: %s", path, strerror(errno));
+                status = EXIT_RUNTIME;
             }
-            ts[r] = sec > 0 ? n / sec : 0;
-            ms[r] = sec * 1e3;
+            plan_free(&pl);
+            return status;
         }
-        progress_done();
-        rvl_bench_stat st, sm;
-        rvl_bench_stats(ts, reps, &st);
-        rvl_bench_stats(ms, reps, &sm);
-        if (fmt == OUT_MD) {
-            char v[48];
-            snprintf(v, sizeof v, "%.2f ± %.2f", st.mean, st.sd);
-            printf("| %-34s | %10s | %10s | %-10s | %7d | %8s | %21s |\n", d.model, size, params, d.backend,
-                   threads, tname, v);
-        } else if (fmt == OUT_CSV) {
-            printf("\"%s\",%llu,%llu,%s,%d,%s,%u,%u,%d,%.4f,%.4f,%.4f\n", d.model, (unsigned long long)d.size,
-                   (unsigned long long)d.params, d.backend, threads, tname, test == 0 ? n : 0,
-                   test == 1 ? n : 0, reps, st.mean, st.sd, sm.mean);
-        } else {
-            rvl_jw_obj(&w);
-            rvl_jw_key(&w, "model"); rvl_jw_str(&w, d.model);
-            rvl_jw_key(&w, "model_file"); rvl_jw_str(&w, shape ? NULL : path);
-            rvl_jw_key(&w, "model_size"); rvl_jw_u64(&w, d.size);
-            rvl_jw_key(&w, "model_n_params"); rvl_jw_u64(&w, d.params);
-            rvl_jw_key(&w, "backend"); rvl_jw_str(&w, "CPU");
-            rvl_jw_key(&w, "isa"); rvl_jw_str(&w, rvl_cpu_isa_selected());
-            rvl_jw_key(&w, "n_threads"); rvl_jw_i64(&w, threads);
-            rvl_jw_key(&w, "test"); rvl_jw_str(&w, tname);
-            rvl_jw_key(&w, "n_prompt"); rvl_jw_u64(&w, test == 0 ? n : 0);
-            rvl_jw_key(&w, "n_gen"); rvl_jw_u64(&w, test == 1 ? n : 0);
-            rvl_jw_key(&w, "reps"); rvl_jw_i64(&w, reps);
-            rvl_jw_key(&w, "avg_ts"); rvl_jw_f64(&w, st.mean);
-            rvl_jw_key(&w, "stddev_ts"); rvl_jw_f64(&w, st.sd);
-            rvl_jw_key(&w, "avg_ms"); rvl_jw_f64(&w, sm.mean);
-            rvl_jw_key(&w, "samples_ts");
-            rvl_jw_arr(&w);
-            for (int r = 0; r < reps; r++)
-                rvl_jw_f64(&w, ts[r]);
-            rvl_jw_arr_end(&w);
-            rvl_jw_obj_end(&w);
-        }
-        fflush(stdout);
     }
-    if (fmt == OUT_JSON)
+
+    rvl_jw w;
+    model_header(&pl, &w);
+    fflush(stdout);
+    const int n_models = pl.models.n ? pl.models.n : 1;
+    for (int i = 0; i < n_models && !status; i++) {
+        rvl_model *m = NULL;
+        model_desc d;
+        if ((status = model_load(&pl, i, &m, &d)) == 0) {
+            status = model_rows(&pl, &w, m, &d);
+            cli_expert_stats(stderr, "ruvllm bench: experts (all tests and warm-ups): ", m);
+        }
+        rvl_model_close(m);
+    }
+    if (pl.fmt == OUT_JSON)
         rvl_jw_arr_end(&w); /* pretty: ends the line */
     if (fflush(stdout) != 0) {
         cli_err(name, "writing to standard output failed: %s", strerror(errno));
         status = EXIT_RUNTIME;
     }
-    cli_expert_stats(stderr, "ruvllm bench: experts (all tests and warm-ups): ", m);
-out:
-    rvl_ctx_close(c);
-    rvl_model_close(m);
+    plan_free(&pl);
     return status;
 }
 
@@ -969,6 +1275,9 @@ static int bench_ppl(const char *name)
     char path[4096];
 
     only("ppl", " model file ctx-size chunks kl-base kl expert-budget ");
+    const char *model = one_value("ppl", "model", &opt_models);
+    const long long threads_opt = one_int("ppl", "threads", &opt_threads_l, 0, 0, 256);
+    one_kv("ppl");
     if (fmt == OUT_CSV)
         cli_usage(name, "bench ppl prints text or JSON, not csv");
     if (!opt_file && !opt_kl)
@@ -976,7 +1285,7 @@ static int bench_ppl(const char *name)
     if (opt_kl && opt_kl_base && strcmp(opt_kl, opt_kl_base) == 0)
         cli_usage(name, "--kl and --kl-base name the same file");
 
-    if ((rc = rvl_model_path(opt_model, path, sizeof path)) < 0 ||
+    if ((rc = rvl_model_path(model, path, sizeof path)) < 0 ||
         (rc = cli_model_open(&m, path, opt_expert_budget)) < 0) {
         status = cli_fail(name, rc);
         goto out;
@@ -994,7 +1303,7 @@ static int bench_ppl(const char *name)
     }
     rvl_ppl_params pp = {
         .n_ctx = (uint32_t)(opt_ctx > 0 ? opt_ctx : 0),
-        .n_threads = (uint32_t)opt_threads,
+        .n_threads = (uint32_t)threads_opt,
         .n_windows = (uint32_t)(opt_chunks > 0 ? opt_chunks : 0),
         .save_path = opt_kl_base,
         .base_path = opt_kl,
@@ -1144,7 +1453,16 @@ rvl_cmd cmd_bench_desc = {
         "bench model measures prompt processing (pp: -p random tokens in one batch) and "
         "generation (tg: -n tokens one at a time), each from an empty cache, as llama-bench "
         "does, and prints tokens per second as mean +/- standard deviation over the "
-        "repetitions. --synthetic SHAPE writes a llama GGUF of that shape with random weights "
+        "repetitions. As llama-bench, -m, -t, -p, -n, -d, --kv-type, --kv-type-k and "
+        "--kv-type-v take comma-separated lists and may be repeated (-m a.gguf -m b.gguf is the "
+        "same as -m a.gguf,b.gguf); every combination is measured, one row each, in llama-bench's "
+        "order: for each model (loaded once), each K and V format (--kv-type's list keeps K and "
+        "V alike; --kv-type-k and --kv-type-v lists are crossed), each thread count and each "
+        "depth, the pp tests and then the tg tests. The type_k and type_v columns appear when a "
+        "KV format is given; csv and json always carry n_depth, type_k and type_v. A model is "
+        "labelled by its architecture, parameters and file type: general.file_type by "
+        "llama-quantize's name (Q4_K_M, not the Q5_0 most of a small model's tensors fall back "
+        "to), else the type of most of its weights. --synthetic SHAPE writes a llama GGUF of that shape with random weights "
         "in --type (rows quantized by the format's own quantizer, tiled) to $TMPDIR, opens it "
         "and removes its name at once, so 7B-class speed can be measured without a download "
         "(a 7B Q4_0 file needs about 3.6 GiB of free space while it is being written). "
@@ -1191,6 +1509,7 @@ rvl_cmd cmd_bench_desc = {
                 "ruvllm bench kernels -t 2 --filter 'gemv (Q4_0|Q4_K|Q8_0) .*11008x4096'\tthe decode GEMV\n"
                 "ruvllm bench kernels --isa all --filter 'gemm Q4_K'\tkernel variants side by side\n"
                 "ruvllm bench model -p 512 -n 128 -r 5\tllama-bench's pp512 and tg128\n"
+                "ruvllm bench model -m q4_0.gguf,q4_k_m.gguf -t 1,2 -p 128,512 -n 0\tllama-bench's lists: 8 rows\n"
                 "ruvllm bench model --synthetic llama-7b --type Q4_0 -r 2\t7B speed without a download\n"
                 "ruvllm bench ppl -f wiki.test.raw -c 512\tperplexity\n"
                 "ruvllm bench ppl -m f16.gguf -f wiki.test.raw --kl-base f16.logp\tsave the reference\n"

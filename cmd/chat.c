@@ -3,7 +3,8 @@
  *
  * On a terminal: a readline prompt (history, editing, multi-line input),
  * replies streamed as they are generated, Ctrl-C stops a reply, in-chat
- * /commands. With standard input not a terminal: each line (or NUL-
+ * /commands (cmd/chat_slash.c; cmd/chat.h is what the two share; reading
+ * the input is cmd/chat_input.c). With standard input not a terminal: each line (or NUL-
  * separated record with -0) is one user message, each reply is printed
  * followed by a blank line (or one JSON object per turn with --json).
  *
@@ -24,9 +25,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "chat.h"
 #include "chat_input.h"
-#include "cli.h"
-#include "gen.h"
 
 /* ====================================================================
  * Options: set by cli_parse, read-only afterwards (what changes during
@@ -48,7 +48,7 @@ static cli_sample_opts opt_sample = {
     .temp = NAN, .top_k = LLONG_MIN, .top_p = NAN, .min_p = NAN, .repeat_penalty = NAN,
     .repeat_last_n = LLONG_MIN, .freq_penalty = NAN, .presence_penalty = NAN,
 };
-static bool opt_null, opt_json;
+static bool opt_null, opt_json, opt_verbose;
 
 static opt_list opt_lora;
 
@@ -72,18 +72,13 @@ static rvl_opt opts[] = {
     OPT_LORA(opt_lora),
     {OPT_FLAG, '0', "null", NULL, "with standard input not a terminal: messages are separated by NUL bytes, not newlines", NULL, &opt_null, 0, 0, NULL, COMPL_NONE},
     {OPT_FLAG, 'j', "json", NULL, "print one JSON object per turn instead of streaming the reply", NULL, &opt_json, 0, 0, NULL, COMPL_NONE},
+    {OPT_FLAG, 0, "verbose", NULL, "after each reply, print its timings on standard error, as ollama run --verbose does (/set verbose, /set quiet)", NULL, &opt_verbose, 0, 0, NULL, COMPL_NONE},
     OPT_END
 };
 
 /* ====================================================================
  * The chat's state
  * ==================================================================== */
-
-/* What /set changes and sessions keep, besides the seed. */
-typedef struct {
-    cli_sample_opts sample;
-    long long max_tokens;       /* -1: until the end of the turn */
-} chat_settings;
 
 /* The settings by option name (the option table says the kind and the
  * range: OPT_FLOAT is a double, OPT_INT a long long). */
@@ -102,68 +97,18 @@ static const struct {
     {"max-tokens", offsetof(chat_settings, max_tokens)},
 };
 #define N_SETTINGS (sizeof settings / sizeof settings[0])
+_Static_assert(N_SETTINGS == CHAT_N_SETTINGS, "chat.h's CHAT_N_SETTINGS counts settings[]");
 
-typedef struct {
-    char *role, *content;
-    bool interrupted;     /* a reply stopped by Ctrl-C */
-} msg_t;
+const char *chat_setting_name(size_t i)
+{
+    return settings[i].name;
+}
 
-/* For /stats: every turn's, and the last one's. */
-typedef struct {
-    size_t turns, prompt_tokens, gen_tokens;
-    size_t prompt_all, prompt_reused; /* prompt tokens of every turn; of them reused */
-    double prompt_ms, gen_ms;
-} chat_totals;
-typedef struct {
-    bool valid;
-    size_t n_prompt, n_reused, n_gen;
-    double prompt_ms, first_ms, gen_ms;
-    size_t n_decoded;
-    gen_finish finish;
-} chat_last_turn;
-
-typedef struct {
-    const char *cmd;            /* the command's name, for messages */
-
-    /* output: replies on stdout; notices, warnings and errors on stderr */
-    bool interactive;           /* standard input is a terminal */
-    bool color_out, color_err;  /* colors: only on a terminal and never with NO_COLOR */
-    FILE *info;                 /* /command output: stdout on a terminal, else stderr */
-    bool had_error;             /* a script's message or command failed: exit 1 */
-    bool out_failed;            /* writing standard output failed: stop */
-    bool template_warned;       /* the template's warning was given (it would repeat each turn) */
-    rvl_think think;            /* a thinking model's reply: reasoning shown dimmed */
-    rvl_think think0;           /* the splitter as the last rendered prompt left it (it may
-                                   have opened <think> or a harmony message itself) */
-
-    /* the settings */
-    chat_settings set;
-    bool given[N_SETTINGS];     /* on the command line: a session does not change them */
-    uint64_t seed;              /* each reply's seed derives from it and the turn's number */
-    bool seed_given;
-    bool dirty;                 /* changed since the session file was written */
-    int session_lock;           /* rvl_session_lock of --session, or -1 */
-
-    /* the conversation */
-    msg_t *conv;
-    size_t n_conv, cap_conv;
-
-    /* the engine: model, context, template, and the token ids in the cache */
-    char model_path[4096];
-    rvl_model *model;
-    rvl_ctx *ctx;
-    rvl_lora *lora;
-    rvl_chat *tmpl;
-    const rvl_tokenizer *tok;   /* the model's */
-    uint32_t n_ctx;
-    int32_t *cached;            /* ids in the cache: cached[0 .. rvl_ctx_pos) */
-    bool add_bos;               /* add BOS when the template did not write it */
-    bool ctx_warned;            /* the 90% warning was given */
-    uint64_t retry_salt;        /* /retry draws another reply */
-
-    chat_totals total;
-    chat_last_turn last;
-} chat_state;
+/* "1 exchange", "2 exchanges" */
+const char *chat_plural(size_t n, const char *one, const char *many)
+{
+    return n == 1 ? one : many;
+}
 
 /* ====================================================================
  * Settings
@@ -205,7 +150,7 @@ static int parse_seed(const char *s, uint64_t *v)
 
 /* Check VALUE for setting NAME against the option table; 0 and set it, or
  * -1 with a message in err. */
-static int setting_set(chat_state *st, const char *name, const char *value, char *err, size_t cap)
+int chat_setting_set(chat_state *st, const char *name, const char *value, char *err, size_t cap)
 {
     if (strcmp(name, "seed") == 0) {
         uint64_t v;
@@ -281,7 +226,7 @@ static void settings_init(chat_state *st)
     }
 }
 
-static void settings_print(chat_state *st, FILE *out)
+void chat_settings_print(chat_state *st, FILE *out)
 {
     for (size_t i = 0; i < N_SETTINGS; i++) {
         if (setting_is_float(i))
@@ -290,6 +235,13 @@ static void settings_print(chat_state *st, FILE *out)
             fprintf(out, "  %-18s %lld\n", settings[i].name, *setting_i(&st->set, i));
     }
     fprintf(out, "  %-18s %llu\n", "seed", (unsigned long long)st->seed);
+    if (st->n_stops) {
+        fprintf(out, "  %-18s", "stop");
+        for (size_t i = 0; i < st->n_stops; i++)
+            fprintf(out, " \"%s\"", st->stops[i]);
+        fputc('\n', out);
+    }
+    fprintf(out, "  %-18s %s\n", "verbose", st->verbose ? "on" : "off");
 }
 
 /* ====================================================================
@@ -332,8 +284,7 @@ static void warn(chat_state *st, const char *fmt, ...)
 
 /* An error in a message or a command: reported, and a script exits 1 at
  * the end; the conversation goes on. */
-static void fail(chat_state *st, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void fail(chat_state *st, const char *fmt, ...)
+void chat_fail(chat_state *st, const char *fmt, ...)
 {
     va_list ap;
     fflush(stdout);
@@ -413,7 +364,7 @@ static int conv_push(chat_state *st, const char *role, const char *content, size
     return conv_insert(st, st->n_conv, role, content, len, intr);
 }
 
-static void conv_remove(chat_state *st, size_t at)
+void chat_conv_remove(chat_state *st, size_t at)
 {
     free(st->conv[at].role);
     free(st->conv[at].content);
@@ -422,14 +373,14 @@ static void conv_remove(chat_state *st, size_t at)
     st->dirty = true;
 }
 
-static void conv_clear(chat_state *st, bool keep_system)
+void chat_conv_clear(chat_state *st, bool keep_system)
 {
     size_t keep = keep_system && st->n_conv && strcmp(st->conv[0].role, "system") == 0 ? 1 : 0;
     while (st->n_conv > keep)
-        conv_remove(st, st->n_conv - 1);
+        chat_conv_remove(st, st->n_conv - 1);
 }
 
-static size_t conv_count(chat_state *st, const char *role)
+size_t chat_conv_count(chat_state *st, const char *role)
 {
     size_t k = 0;
     for (size_t i = 0; i < st->n_conv; i++)
@@ -438,11 +389,11 @@ static size_t conv_count(chat_state *st, const char *role)
 }
 
 /* Replace, add or (text NULL) remove the leading system message. */
-static int conv_set_system(chat_state *st, const char *text)
+int chat_conv_set_system(chat_state *st, const char *text)
 {
     bool has = st->n_conv && strcmp(st->conv[0].role, "system") == 0;
     if (has)
-        conv_remove(st, 0);
+        chat_conv_remove(st, 0);
     return text ? conv_insert(st, 0, "system", text, strlen(text), false) : 0;
 }
 
@@ -450,11 +401,11 @@ static int conv_set_system(chat_state *st, const char *text)
  * The engine: rendering the conversation, the cache, the turn
  * ==================================================================== */
 
-static uint32_t cache_n(chat_state *st) { return st->ctx ? rvl_ctx_pos(st->ctx) : 0; }
+uint32_t chat_cache_n(chat_state *st) { return st->ctx ? rvl_ctx_pos(st->ctx) : 0; }
 
 /* Of the coldest tier the formats use (the steady state of a long
  * context; the newest page and tiered's hot tokens take more). */
-static size_t kv_bytes_per_token(chat_state *st)
+size_t chat_kv_bytes_per_token(chat_state *st)
 {
     return (size_t)(rvl_ctx_kv_token_bytes(st->ctx, 2) + 0.5);
 }
@@ -537,7 +488,7 @@ static size_t common_prefix(const int32_t *a, size_t na, const int32_t *b, size_
 /* Drop what the cache holds past the conversation as it renders now
  * (after /undo, /reset, /system): the next turn then decodes only what
  * is new, and /stats tells the truth. */
-static void cache_trim(chat_state *st)
+void chat_cache_trim(chat_state *st)
 {
     int32_t *ids = NULL;
     size_t n = 0;
@@ -547,15 +498,15 @@ static void cache_trim(chat_state *st)
     }
     if (render_ids(st, false, &ids, &n) < 0)
         return;
-    size_t k = common_prefix(st->cached, cache_n(st), ids, n);
-    if (k < cache_n(st))
+    size_t k = common_prefix(st->cached, chat_cache_n(st), ids, n);
+    if (k < chat_cache_n(st))
         rvl_ctx_truncate(st->ctx, (uint32_t)k);
     free(ids);
 }
 
 static void ctx_check_warning(chat_state *st)
 {
-    uint32_t pos = cache_n(st), at = st->n_ctx - st->n_ctx / 10;
+    uint32_t pos = chat_cache_n(st), at = st->n_ctx - st->n_ctx / 10;
     if (pos < at) {
         st->ctx_warned = false;
     } else if (!st->ctx_warned) {
@@ -597,7 +548,7 @@ static void json_turn(chat_state *st, const char *user, const gen_result *r)
     rvl_jw_key(&w, "cached_tokens");
     rvl_jw_u64(&w, t->n_reused);
     rvl_jw_key(&w, "context_used");
-    rvl_jw_u64(&w, cache_n(st));
+    rvl_jw_u64(&w, chat_cache_n(st));
     rvl_jw_key(&w, "context_size");
     rvl_jw_u64(&w, st->n_ctx);
     rvl_jw_key(&w, "timings");
@@ -637,8 +588,8 @@ static int render_fitting(chat_state *st, int32_t **ids_out, size_t *n_out)
     size_t first = st->n_conv && strcmp(st->conv[0].role, "system") == 0 ? 1 : 0;
     for (;;) {
         if (render_ids(st, true, &ids, &n) < 0) {
-            fail(st, "%s", rvl_errmsg());
-            conv_remove(st, st->n_conv - 1);
+            chat_fail(st, "%s", rvl_errmsg());
+            chat_conv_remove(st, st->n_conv - 1);
             return -1;
         }
         if (n + reserve <= st->n_ctx)
@@ -656,36 +607,36 @@ static int render_fitting(chat_state *st, int32_t **ids_out, size_t *n_out)
             int rc = render_msgs(st, alone, k, true, &ida, &na);
             free(ida);
             if (rc == 0 && na >= st->n_ctx) {
-                fail(st, "the message needs %zu tokens with the template: more than the context "
+                chat_fail(st, "the message needs %zu tokens with the template: more than the context "
                      "holds (%u; see -c)", na, st->n_ctx);
                 free(ids);
-                conv_remove(st, st->n_conv - 1);
+                chat_conv_remove(st, st->n_conv - 1);
                 return -1;
             }
         }
         if (first + 1 >= st->n_conv) {
             if (n < st->n_ctx)
                 break;   /* no room to spare, but it fits */
-            fail(st, "the message needs %zu tokens with the template: more than the context "
+            chat_fail(st, "the message needs %zu tokens with the template: more than the context "
                  "holds (%u; see -c)", n, st->n_ctx);
             free(ids);
-            conv_remove(st, st->n_conv - 1);
+            chat_conv_remove(st, st->n_conv - 1);
             return -1;
         }
         /* one exchange: a user message and the replies after it */
-        conv_remove(st, first);
+        chat_conv_remove(st, first);
         dropped++;
         while (first + 1 < st->n_conv && strcmp(st->conv[first].role, "user") != 0) {
-            conv_remove(st, first);
+            chat_conv_remove(st, first);
             dropped++;
         }
         free(ids);
         ids = NULL;
     }
     if (n == 0) {
-        fail(st, "the template renders the conversation as nothing");
+        chat_fail(st, "the template renders the conversation as nothing");
         free(ids);
-        conv_remove(st, st->n_conv - 1);
+        chat_conv_remove(st, st->n_conv - 1);
         return -1;
     }
     if (dropped)
@@ -729,7 +680,7 @@ static int generate_reply(chat_state *st, const int32_t *ids, const float *logit
     size_t n = turn->n_prompt;
     *r = (gen_result){0};
     rvl_sampler_params sp;
-    uint64_t n_turn = conv_count(st, "assistant") + 1;
+    uint64_t n_turn = chat_conv_count(st, "assistant") + 1;
     cli_sample_params(&st->set.sample,
                       mix64(st->seed ^ mix64(n_turn) ^ mix64(st->retry_salt << 32)), &sp);
     rvl_sampler *smp = NULL;
@@ -740,8 +691,26 @@ static int generate_reply(chat_state *st, const int32_t *ids, const float *logit
         rvl_sampler_accept(smp, ids[i]);
 
     const char *const *stops = rvl_chat_stops(st->tmpl);
+    /* with /set parameter stop: the template's and those */
+    size_t n_tmpl = 0;
+    while (stops && stops[n_tmpl])
+        n_tmpl++;
+    const char **all = NULL;
+    if (st->n_stops) {
+        all = malloc((n_tmpl + st->n_stops + 1) * sizeof *all);
+        if (!all) {
+            rvl_sampler_close(smp);
+            return rvl_seterr(RVL_ENOMEM, "out of memory");
+        }
+        for (size_t i = 0; i < n_tmpl; i++)
+            all[i] = stops[i];
+        for (size_t i = 0; i < st->n_stops; i++)
+            all[n_tmpl + i] = st->stops[i];
+        all[n_tmpl + st->n_stops] = NULL;
+    }
     gen_params gp = {
-        .ctx = st->ctx, .smp = smp, .tok = st->tok, .stop_tokens = stops, .stop_strs = stops,
+        .ctx = st->ctx, .smp = smp, .tok = st->tok, .stop_tokens = stops,
+        .stop_strs = all ? all : stops,
         .max_tokens = st->set.max_tokens < 0 ? SIZE_MAX : (size_t)st->set.max_tokens,
         .special = false,   /* harmony's markers render anyway: user-defined (tok.c) */
         .emit = opt_json ? NULL : emit_stream, .ud = st,
@@ -750,6 +719,7 @@ static int generate_reply(chat_state *st, const int32_t *ids, const float *logit
     };
     st->think = st->think0;
     rc = gen_reply(&gp, logits, r);
+    free(all);
     if (rc == 0 && !opt_json && rvl_chat_has_reasoning(st->tmpl))
         rc = rvl_think_flush(&st->think, think_out, st);
     rvl_sampler_close(smp);
@@ -770,6 +740,47 @@ static int generate_reply(chat_state *st, const int32_t *ids, const float *logit
     turn->finish = r->finish;
     st->last = *turn;
     return rc;
+}
+
+/* ollama's durations: "1.234s", "45.6ms" */
+static void fmt_duration(char *buf, size_t cap, double ms)
+{
+    if (ms >= 1000)
+        snprintf(buf, cap, "%.3fs", ms / 1e3);
+    else
+        snprintf(buf, cap, "%.3fms", ms);
+}
+
+/* --verbose, /set verbose: the last turn's timings on stderr, with the
+ * fields and names of ollama run --verbose; prompt eval counts the tokens
+ * decoded (not those reused from the cache, which its own line gives). */
+static void verbose_timings(chat_state *st)
+{
+    const chat_last_turn *t = &st->last;
+    size_t np = t->n_prompt - t->n_reused;
+    char total[32], load[32], pd[32], ed[32];
+    fmt_duration(total, sizeof total, t->total_ms);
+    fmt_duration(load, sizeof load, t->load_ms);
+    fmt_duration(pd, sizeof pd, t->prompt_ms);
+    fmt_duration(ed, sizeof ed, t->gen_ms);
+    fflush(stdout);
+    fputs(st->color_err ? C_NOTE : "", stderr);
+    fprintf(stderr, "total duration:       %s\n", total);
+    fprintf(stderr, "load duration:        %s\n", load);
+    fprintf(stderr, "prompt eval count:    %zu token%s\n", np, chat_plural(np, "", "s"));
+    fprintf(stderr, "prompt eval duration: %s\n", pd);
+    fprintf(stderr, "prompt eval rate:     %.2f tokens/s\n",
+            t->prompt_ms > 0 ? (double)np * 1e3 / t->prompt_ms : 0);
+    fprintf(stderr, "prompt cache:         %zu token%s reused\n", t->n_reused,
+            chat_plural(t->n_reused, "", "s"));
+    fprintf(stderr, "eval count:           %zu token%s\n", t->n_gen,
+            chat_plural(t->n_gen, "", "s"));
+    fprintf(stderr, "eval duration:        %s\n", ed);
+    fprintf(stderr, "eval rate:            %.2f tokens/s",
+            t->gen_ms > 0 && t->n_decoded ? (double)t->n_decoded * 1e3 / t->gen_ms : 0);
+    fputs(st->color_err ? C_OFF "\n" : "\n", stderr);
+    if (st->interactive)
+        fputc('\n', stderr);
 }
 
 static int keep_answer(void *ud, rvl_think_part part, const char *s, size_t n)
@@ -799,7 +810,7 @@ static int finish_reply(chat_state *st, const char *user, const gen_result *r)
     bool intr = r->finish == GEN_INTERRUPTED;
     rvl_buf content = {0};
     if (intr && r->text.n == 0 && r->n_ids == 0) {
-        conv_remove(st, st->n_conv - 1);   /* nothing of the reply yet: not sent */
+        chat_conv_remove(st, st->n_conv - 1);   /* nothing of the reply yet: not sent */
     } else if (reply_content(st, r, &content) < 0 ||
                conv_push(st, "assistant", content.p ? content.p : "", content.n, intr) < 0) {
         rvl_buf_free(&content);
@@ -807,18 +818,27 @@ static int finish_reply(chat_state *st, const char *user, const gen_result *r)
         return -1;
     }
     rvl_buf_free(&content);
+    /* a reply cut by -n says so: it would look finished */
+    char cut[64] = "";
+    if (r->finish == GEN_LENGTH)
+        snprintf(cut, sizeof cut, "[stopped at -n %lld token%s]", st->set.max_tokens,
+                 chat_plural((size_t)st->set.max_tokens, "", "s"));
     if (opt_json) {
         json_turn(st, user, r);
     } else {
         bool nl = r->text.n && r->text.p[r->text.n - 1] == '\n';
-        if (intr && st->interactive) {
-            const char *mk = st->color_out ? " " C_NOTE "[interrupted]" C_OFF "\n"
-                                           : " [interrupted]\n";
-            out_write(st, mk + nl, strlen(mk + nl));
+        const char *mark = intr ? "[interrupted]" : cut;
+        if (*mark && st->interactive) {
+            char mk[96];
+            snprintf(mk, sizeof mk, "%s%s%s%s\n", nl ? "" : " ", st->color_out ? C_NOTE : "", mark,
+                     st->color_out ? C_OFF : "");
+            out_write(st, mk, strlen(mk));
         } else if (!nl) {
             out_write(st, "\n", 1);
         }
         out_write(st, "\n", 1);
+        if (*cut && !st->interactive)
+            note(st, "%s", cut);   /* stdout keeps the reply alone */
     }
     if (intr && !st->interactive)
         warn(st, "interrupted: the reply stops here");
@@ -828,6 +848,8 @@ static int finish_reply(chat_state *st, const char *user, const gen_result *r)
              "oldest messages (/reset starts over, -c sets a larger context)", st->n_ctx);
     }
     ctx_check_warning(st);
+    if (st->verbose)
+        verbose_timings(st);
     return st->out_failed ? -1 : 0;
 }
 
@@ -839,7 +861,8 @@ static int finish_reply(chat_state *st, const char *user, const gen_result *r)
 static int reply_turn(chat_state *st, const char *user)
 {
     int32_t *ids = NULL;
-    chat_last_turn turn = {0};
+    chat_last_turn turn = {.load_ms = st->load_ms};
+    const double t0 = gen_now_ms();
     const float *logits = NULL;
     if (render_fitting(st, &ids, &turn.n_prompt) < 0)
         return 0;
@@ -847,7 +870,7 @@ static int reply_turn(chat_state *st, const char *user)
     if (rc == RVL_EINTR || (rc == 0 && rvl_interrupted())) {
         /* the cache keeps the chunks that completed; the message is not sent */
         free(ids);
-        conv_remove(st, st->n_conv - 1);
+        chat_conv_remove(st, st->n_conv - 1);
         if (st->interactive)
             note(st, "[interrupted]");
         else
@@ -869,13 +892,15 @@ static int reply_turn(chat_state *st, const char *user)
         gen_result_free(&r);
         return -1;
     }
+    st->last.total_ms = gen_now_ms() - t0 + st->load_ms;
+    st->load_ms = 0;   /* the model is loaded: the next turns' load duration is 0 */
     rc = finish_reply(st, user, &r);
     gen_result_free(&r);
     return rc;
 }
 
 /* reply_turn with a copy of the message: the conversation may drop it. */
-static int reply(chat_state *st, const char *user_msg)
+int chat_reply(chat_state *st, const char *user_msg)
 {
     char *user = strdup(user_msg);
     if (!user) {
@@ -946,12 +971,12 @@ static char *session_json(chat_state *st)
     return buf;
 }
 
-static int session_save(chat_state *st, const char *path)
+int chat_session_save(chat_state *st, const char *path)
 {
     char *extra = session_json(st);
     if (!extra)
         return rvl_seterr(RVL_ENOMEM, "out of memory");
-    int rc = rvl_session_save(st->ctx, path, st->cached, cache_n(st), extra);
+    int rc = rvl_session_save(st->ctx, path, st->cached, chat_cache_n(st), extra);
     free(extra);
     return rc;
 }
@@ -1001,14 +1026,14 @@ static int session_apply(chat_state *st, const char *path, const char *extra)
             snprintf(val, sizeof val, "%.17g", s->valuedouble);
         else
             snprintf(val, sizeof val, "?");
-        if (setting_set(st, s->string, val, err, sizeof err) < 0) {
+        if (chat_setting_set(st, s->string, val, err, sizeof err) < 0) {
             st->set = saved;
             st->seed = saved_seed;
             rc = rvl_seterr(RVL_EFORMAT, "%s: settings: %s", path, err);
             goto out;
         }
     }
-    conv_clear(st, false);
+    chat_conv_clear(st, false);
     for (const cJSON *m = msgs->child; m; m = m->next) {
         const char *c = cJSON_GetObjectItemCaseSensitive(m, "content")->valuestring;
         if (conv_push(st, cJSON_GetObjectItemCaseSensitive(m, "role")->valuestring, c, strlen(c),
@@ -1022,7 +1047,7 @@ out:
     return rc;
 }
 
-static int session_load(chat_state *st, const char *path)
+int chat_session_load(chat_state *st, const char *path)
 {
     int32_t *ids = NULL;
     size_t n = 0;
@@ -1033,7 +1058,7 @@ static int session_load(chat_state *st, const char *path)
     if (rc == 0 && (rc = session_apply(st, path, extra)) == 0) {
         memcpy(st->cached, ids, n * sizeof *ids);
         st->retry_salt = 0;
-        if (opt_system && conv_set_system(st, opt_system) < 0)
+        if (opt_system && chat_conv_set_system(st, opt_system) < 0)
             rc = rvl_seterr(RVL_ENOMEM, "out of memory");
     }
     if (rc < 0)
@@ -1043,262 +1068,19 @@ static int session_load(chat_state *st, const char *path)
     return rc;
 }
 
-/* ====================================================================
- * In-chat commands: /NAME [ARG], handled by slash_NAME (cmd_NAME is
- * for the CLI's commands)
- * ==================================================================== */
-
-typedef enum { SLASH_OK, SLASH_EXIT, SLASH_FATAL } slash_status;
-
-typedef struct {
-    const char *name, *args, *help;
-    slash_status (*fn)(chat_state *st, const char *arg);
-} slash_cmd;
-
-static slash_status slash_help(chat_state *st, const char *arg);
-
-static slash_status slash_reset(chat_state *st, const char *arg)
-{
-    (void)arg;
-    conv_clear(st, true);
-    rvl_ctx_reset(st->ctx);
-    st->retry_salt = 0;
-    st->ctx_warned = false;
-    fprintf(st->info, "(a new conversation%s)\n",
-            st->n_conv ? "; the system message stays" : "");
-    return SLASH_OK;
-}
-
-static slash_status slash_system(chat_state *st, const char *arg)
-{
-    if (!*arg) {
-        bool has = st->n_conv && strcmp(st->conv[0].role, "system") == 0;
-        fprintf(st->info,
-                has ? "system: %s\n" : "(no system message: the template's default applies)\n",
-                has ? st->conv[0].content : "");
-        return SLASH_OK;
-    }
-    if (conv_set_system(st, arg) < 0) {
-        cli_err(st->cmd, "out of memory");
-        return SLASH_FATAL;
-    }
-    cache_trim(st);
-    fprintf(st->info, "(system message set)\n");
-    return SLASH_OK;
-}
-
-static slash_status slash_save(chat_state *st, const char *arg)
-{
-    if (!*arg) {
-        fail(st, "/save needs a file name");
-        return SLASH_OK;
-    }
-    if (session_save(st, arg) < 0)
-        fail(st, "/save: %s", rvl_errmsg());
-    else
-        fprintf(st->info, "(saved %zu messages and %u cached tokens to %s)\n", st->n_conv,
-                cache_n(st), arg);
-    return SLASH_OK;
-}
-
-static slash_status slash_load(chat_state *st, const char *arg)
-{
-    if (!*arg) {
-        fail(st, "/load needs a file name");
-        return SLASH_OK;
-    }
-    if (session_load(st, arg) < 0)
-        fail(st, "/load: %s", rvl_errmsg());
-    else
-        fprintf(st->info, "(loaded %zu messages and %u cached tokens from %s)\n", st->n_conv,
-                cache_n(st), arg);
-    st->ctx_warned = false;
-    return SLASH_OK;
-}
-
-static slash_status slash_undo(chat_state *st, const char *arg)
-{
-    (void)arg;
-    size_t end = st->n_conv;
-    while (end && strcmp(st->conv[end - 1].role, "user") != 0 &&
-           strcmp(st->conv[end - 1].role, "system") != 0)
-        end--;
-    if (!end || strcmp(st->conv[end - 1].role, "user") != 0) {
-        fail(st, "/undo: nothing to undo");
-        return SLASH_OK;
-    }
-    size_t k = st->n_conv - (end - 1);
-    while (st->n_conv >= end)
-        conv_remove(st, st->n_conv - 1);
-    cache_trim(st);
-    st->retry_salt = 0;
-    fprintf(st->info, "(removed the last exchange: %zu message%s)\n", k, k == 1 ? "" : "s");
-    return SLASH_OK;
-}
-
-static slash_status slash_retry(chat_state *st, const char *arg)
-{
-    (void)arg;
-    if (!st->n_conv || strcmp(st->conv[st->n_conv - 1].role, "assistant") != 0 || st->n_conv < 2 ||
-        strcmp(st->conv[st->n_conv - 2].role, "user") != 0) {
-        fail(st, "/retry: no reply to regenerate");
-        return SLASH_OK;
-    }
-    conv_remove(st, st->n_conv - 1);
-    st->retry_salt++;
-    return reply(st, st->conv[st->n_conv - 1].content) < 0 ? SLASH_FATAL : SLASH_OK;
-}
-
-static slash_status slash_stats(chat_state *st, const char *arg)
-{
-    (void)arg;
-    FILE *out = st->info;
-    const chat_last_turn *last = &st->last;
-    const chat_totals *total = &st->total;
-    uint32_t pos = cache_n(st), n_ctx = st->n_ctx;
-    size_t per = kv_bytes_per_token(st);
-    fprintf(out, "messages   %zu (%zu exchanges)\n", st->n_conv, conv_count(st, "assistant"));
-    fprintf(out, "context    %u of %u tokens used (%.1f%%)\n", pos, n_ctx, 100.0 * pos / n_ctx);
-    fprintf(out, "KV cache   %.2f MiB used of %.2f MiB (%s, %zu bytes per token)\n",
-            (double)pos * per / 1048576.0, (double)n_ctx * per / 1048576.0,
-            cli_kv_describe(&opt_kv), per);
-    fprintf(out, "backend    %s (device %s)\n", rvl_ctx_backend(st->ctx), rvl_ctx_device(st->ctx));
-    cli_expert_stats(out, "experts    ", st->model);
-    if (last->valid) {
-        size_t np = last->n_prompt - last->n_reused;
-        fprintf(out, "last turn  prompt %zu tokens (%zu reused from the cache, %zu decoded in "
-                     "%.1f ms, %.1f tok/s), first token %.1f ms, reply %zu tokens in %.1f ms "
-                     "(%.1f tok/s), finish: %s\n",
-                last->n_prompt, last->n_reused, np, last->prompt_ms,
-                last->prompt_ms > 0 ? np * 1e3 / last->prompt_ms : 0, last->first_ms, last->n_gen,
-                last->gen_ms,
-                last->gen_ms > 0 && last->n_decoded ? last->n_decoded * 1e3 / last->gen_ms : 0,
-                gen_finish_name(last->finish));
-    }
-    fprintf(out, "session    %zu turns, %zu prompt tokens decoded (%.1f tok/s), %zu tokens "
-                 "generated (%.1f tok/s)\n",
-            total->turns, total->prompt_tokens,
-            total->prompt_ms > 0 ? total->prompt_tokens * 1e3 / total->prompt_ms : 0,
-            total->gen_tokens, total->gen_ms > 0 ? total->gen_tokens * 1e3 / total->gen_ms : 0);
-    fprintf(out, "prompt tokens reused: %zu of %zu\n", total->prompt_reused, total->prompt_all);
-    return SLASH_OK;
-}
-
-static slash_status slash_set(chat_state *st, const char *arg)
-{
-    if (!*arg) {
-        settings_print(st, st->info);
-        return SLASH_OK;
-    }
-    char name[64];
-    size_t nl = strcspn(arg, " \t");
-    const char *val = arg + nl;
-    val += strspn(val, " \t");
-    snprintf(name, sizeof name, "%.*s", (int)(nl < 63 ? nl : 63), arg);
-    char err[256];
-    if (!*val) {
-        /* name alone: its value, or the unknown-name message */
-        if (setting_set(st, name, "", err, sizeof err) < 0 && strstr(err, "unknown")) {
-            fail(st, "/set: %s", err);
-            return SLASH_OK;
-        }
-        fail(st, "/set: %s needs a value", name);
-        return SLASH_OK;
-    }
-    if (setting_set(st, name, val, err, sizeof err) < 0)
-        fail(st, "/set: %s", err);
-    else
-        fprintf(st->info, "(%s = %s)\n", name, val);
-    return SLASH_OK;
-}
-
-static slash_status slash_exit(chat_state *st, const char *arg)
-{
-    (void)st;
-    (void)arg;
-    return SLASH_EXIT;
-}
-
-static const slash_cmd commands[] = {
-    {"help", "", "show the commands", slash_help},
-    {"reset", "", "start a new conversation (the system message stays)", slash_reset},
-    {"system", "[TEXT]", "set the system message (without TEXT: show it)", slash_system},
-    {"save", "FILE", "save the conversation with its cache to FILE", slash_save},
-    {"load", "FILE", "continue the conversation saved in FILE", slash_load},
-    {"undo", "", "drop the last exchange (your message and the reply)", slash_undo},
-    {"retry", "", "generate the last reply again", slash_retry},
-    {"stats", "", "tokens, context used, speeds, KV cache memory", slash_stats},
-    {"set", "[NAME VALUE]", "change a sampling setting (without arguments: list them)", slash_set},
-    {"exit", "", "leave (also Ctrl-D)", slash_exit},
-    {"quit", "", "leave", slash_exit},
-};
-#define N_COMMANDS (sizeof commands / sizeof commands[0])
-
-static slash_status slash_help(chat_state *st, const char *arg)
-{
-    (void)arg;
-    for (size_t i = 0; i < N_COMMANDS; i++) {
-        char lab[64];
-        snprintf(lab, sizeof lab, "/%s %s", commands[i].name, commands[i].args);
-        fprintf(st->info, "  %-20s %s\n", lab, commands[i].help);
-    }
-    fprintf(st->info, "  %-20s %s\n", "//TEXT", "send a message that starts with '/'");
-    fprintf(st->info, "Settings for /set:");
-    for (size_t i = 0; i < N_SETTINGS; i++)
-        fprintf(st->info, " %s,", settings[i].name);
-    fprintf(st->info, " seed.\n");
-    if (st->interactive)
-        fprintf(st->info, "Multi-line messages: end a line with \\ to continue it, or write the "
-                      "message between lines of \"\"\".\nCtrl-C stops a reply; Ctrl-D leaves.\n");
-    return SLASH_OK;
-}
-
-/* A line starting with '/': run it. */
-static slash_status slash_run(chat_state *st, const char *line)
-{
-    const char *p = line + 1;
-    size_t nl = strcspn(p, " \t\n");
-    const char *arg = p + nl;
-    arg += strspn(arg, " \t\n");
-    /* trailing blanks are not part of an argument */
-    char *a = strdup(arg);
-    if (!a) {
-        cli_err(st->cmd, "out of memory");
-        return SLASH_FATAL;
-    }
-    size_t al = strlen(a);
-    while (al && (a[al - 1] == ' ' || a[al - 1] == '\t' || a[al - 1] == '\n' || a[al - 1] == '\r'))
-        a[--al] = 0;
-    slash_status res = SLASH_OK;
-    const slash_cmd *c = NULL;
-    for (size_t i = 0; i < N_COMMANDS; i++)
-        if (strlen(commands[i].name) == nl && strncmp(commands[i].name, p, nl) == 0)
-            c = &commands[i];
-    if (c) {
-        res = c->fn(st, a);
-    } else {
-        char word[64];
-        const char *cands[N_COMMANDS + 1];
-        for (size_t i = 0; i < N_COMMANDS; i++)
-            cands[i] = commands[i].name;
-        cands[N_COMMANDS] = NULL;
-        snprintf(word, sizeof word, "%.*s", (int)(nl < 63 ? nl : 63), p);
-        const char *s = cli_suggest(word, cands);
-        if (s)
-            fail(st, "unknown command '/%s'; did you mean '/%s'? (/help lists the commands)", word,
-                 s);
-        else
-            fail(st, "unknown command '/%s' (/help lists the commands; //TEXT sends a message "
-                 "that starts with '/')", word);
-    }
-    free(a);
-    fflush(st->info);
-    return res;
-}
-
 static bool blank(const char *s)
 {
     return s[strspn(s, " \t\r\n")] == 0;
+}
+
+/* /set parameter stop's strings, freed. */
+void chat_stops_clear(chat_state *st)
+{
+    for (size_t i = 0; i < st->n_stops; i++)
+        free(st->stops[i]);
+    free(st->stops);
+    st->stops = NULL;
+    st->n_stops = 0;
 }
 
 /* ====================================================================
@@ -1371,6 +1153,7 @@ static int chat_open(chat_state *st)
 {
     int status = 0, rc;
     char *w = NULL;
+    const double t0 = gen_now_ms();
     if ((rc = cli_model_open(&st->model, st->model_path, opt_expert_budget)) < 0)
         return cli_fail(st->cmd, rc);
     st->tok = rvl_model_tokenizer(st->model);
@@ -1402,9 +1185,10 @@ static int chat_open(chat_state *st)
     if (opt_effort)
         (void)rvl_chat_set_reasoning_effort(st->tmpl, opt_effort); /* a checked choice */
     st->n_ctx = rvl_ctx_n_ctx(st->ctx);
+    st->load_ms = gen_now_ms() - t0;
     st->add_bos = rvl_tok_add_bos(st->tok) && rvl_tok_bos(st->tok) >= 0;
     st->cached = malloc(((size_t)st->n_ctx + 1) * sizeof *st->cached);
-    if (!st->cached || (opt_system && conv_set_system(st, opt_system) < 0)) {
+    if (!st->cached || (opt_system && chat_conv_set_system(st, opt_system) < 0)) {
         cli_err(st->cmd, "out of memory");
         return EXIT_RUNTIME;
     }
@@ -1413,11 +1197,12 @@ static int chat_open(chat_state *st)
     if (opt_session && (rc = rvl_session_lock(opt_session, &st->session_lock)) < 0)
         return cli_fail(st->cmd, rc);
     if (opt_session && access(opt_session, F_OK) == 0) {
-        if (session_load(st, opt_session) < 0)
+        if (chat_session_load(st, opt_session) < 0)
             return cli_fail(st->cmd, RVL_EFORMAT);
         if (st->interactive)
-            note(st, "session %s: %zu messages, %u tokens in the cache", opt_session, st->n_conv,
-                 cache_n(st));
+            note(st, "session %s: %zu message%s, %u token%s in the cache", opt_session, st->n_conv,
+                 chat_plural(st->n_conv, "", "s"), chat_cache_n(st),
+                 chat_plural(chat_cache_n(st), "", "s"));
     }
     st->dirty = false;
     return 0;
@@ -1425,8 +1210,9 @@ static int chat_open(chat_state *st)
 
 static void chat_close(chat_state *st)
 {
+    chat_stops_clear(st);
     rvl_session_unlock(st->session_lock);
-    conv_clear(st, false);
+    chat_conv_clear(st, false);
     free(st->conv);
     free(st->cached);
     rvl_chat_close(st->tmpl);
@@ -1456,13 +1242,13 @@ static int chat_loop(chat_state *st)
         if (blank(msg)) {
             /* nothing to send */
         } else if (msg[0] == '/' && msg[1] != '/') {
-            res = slash_run(st, msg);
+            res = chat_slash_run(st, msg);
         } else {
             const char *text = msg[0] == '/' ? msg + 1 : msg;
             if (conv_push(st, "user", text, strlen(text), false) < 0) {
                 cli_err(st->cmd, "out of memory");
                 res = SLASH_FATAL;
-            } else if (reply(st, text) < 0) {
+            } else if (chat_reply(st, text) < 0) {
                 res = SLASH_FATAL;
             }
         }
@@ -1475,8 +1261,8 @@ static int chat_loop(chat_state *st)
         const bool stopped = rvl_interrupted();
         if (opt_session && st->dirty) {
             rvl_interrupt_clear();
-            if (session_save(st, opt_session) < 0)
-                fail(st, "--session: %s", rvl_errmsg());
+            if (chat_session_save(st, opt_session) < 0)
+                chat_fail(st, "--session: %s", rvl_errmsg());
             st->dirty = false;   /* saved, or the failure said once (the next turn retries) */
         }
         if (res == SLASH_EXIT)
@@ -1486,10 +1272,41 @@ static int chat_loop(chat_state *st)
     }
 }
 
+/* `chat "Hello"` (ollama run MODEL "Hello" answers once and exits) or
+ * `chat model.gguf` (ollama run MODEL): say what to type instead. A
+ * message is not taken as the chat's first one: ollama's users would
+ * expect one answer and the end, others the chat to go on; run --chat is
+ * the one answer, and either guess would surprise the other half. */
+static _Noreturn void misplaced(const char *cmd, int argc, char **argv)
+{
+    const char *a = argv[0];
+    size_t len = strlen(a);
+    bool file = access(a, F_OK) == 0, model = file || (len > 5 && strcmp(a + len - 5, ".gguf") == 0);
+    if (argc == 1 && model)
+        cli_usage(cmd, "'%s' looks like a model: give it with -m (ruvllm chat -m '%s')", a, a);
+    /* the words as one message, quoted for the shell as ollama joins them */
+    rvl_buf q = {0};
+    for (int i = 0; i < argc; i++) {
+        if (i)
+            rvl_buf_add(&q, " ", 1);
+        for (const char *p = argv[i]; *p; p++)
+            if (*p == '\'')
+                rvl_buf_add(&q, "'\\''", 4);
+            else
+                rvl_buf_add(&q, p, 1);
+    }
+    rvl_buf_add(&q, "", 1);
+    /* one word may be a model's name (ollama run NAME) */
+    char model_hint[256] = "";
+    if (argc == 1 && !a[strcspn(a, " \t\n")])
+        snprintf(model_hint, sizeof model_hint, "; to chat with the model %s: ruvllm chat -m %s", a, a);
+    cli_usage(cmd, "unexpected argument '%s': chat reads messages at its prompt (or one per line "
+              "from standard input); for one answer, as ollama run MODEL \"...\" gives: ruvllm "
+              "run --chat '%s'%s", a, q.p ? q.p : "", model_hint);
+}
+
 static int chat_main(rvl_cmd *cmd, int argc, char **argv)
 {
-    (void)argc;
-    (void)argv;
     chat_state state = {.cmd = cmd->name, .session_lock = -1}, *st = &state;
     int status, rc;
     const char *nc = getenv("NO_COLOR");
@@ -1498,8 +1315,12 @@ static int chat_main(rvl_cmd *cmd, int argc, char **argv)
     st->color_out = !no_color && isatty(STDOUT_FILENO);
     st->color_err = !no_color && isatty(STDERR_FILENO);
     st->info = st->interactive ? stdout : stderr;
+    st->kv = &opt_kv;
 
+    if (argc > 0)
+        misplaced(st->cmd, argc, argv);
     settings_init(st);
+    st->verbose = opt_verbose;
     if (opt_seed) {
         if (parse_seed(opt_seed, &st->seed) < 0)
             cli_usage(st->cmd, "--seed: '%s' is not a non-negative integer", opt_seed);
@@ -1520,23 +1341,25 @@ static int chat_main(rvl_cmd *cmd, int argc, char **argv)
         return do_render(st);
 
     /* borrowed by chat_input until chat_input_close */
-    const char *cmd_names[N_COMMANDS + 1] = {0}, *set_names[N_SETTINGS + 2] = {0};
+    static const char *const set_words[] = {"system", "parameter", "verbose", "quiet"};
+    enum { N_SET_WORDS = sizeof set_words / sizeof set_words[0] };
+    const char *set_names[N_SETTINGS + N_SET_WORDS + 2] = {0};
     if ((status = chat_open(st)) != 0)
         goto out;
     if (st->interactive) {
         const char *base = strrchr(st->model_path, '/');
         note(st, "ruvllm chat: %s, %s, context %u tokens. /help for commands, Ctrl-D or /exit to "
              "leave.", base ? base + 1 : st->model_path, rvl_chat_describe(st->tmpl), st->n_ctx);
-        for (size_t i = 0; i < N_COMMANDS; i++)
-            cmd_names[i] = commands[i].name;
         for (size_t i = 0; i < N_SETTINGS; i++)
             set_names[i] = settings[i].name;
         set_names[N_SETTINGS] = "seed";
-        chat_input_open(&(chat_input_cfg){.color = st->color_out, .commands = cmd_names,
+        for (size_t i = 0; i < N_SET_WORDS; i++)
+            set_names[N_SETTINGS + 1 + i] = set_words[i];
+        chat_input_open(&(chat_input_cfg){.color = st->color_out, .commands = chat_slash_names(),
                                           .settings = set_names, .hint = hint, .ud = st});
     }
     status = chat_loop(st);
-    if (opt_session && st->dirty && st->ctx && session_save(st, opt_session) < 0) {
+    if (opt_session && st->dirty && st->ctx && chat_session_save(st, opt_session) < 0) {
         cli_err(st->cmd, "--session: %s", rvl_errmsg());
         status = EXIT_RUNTIME;
     }
@@ -1560,14 +1383,28 @@ rvl_cmd cmd_chat_desc = {
         "On a terminal, messages are typed at a readline prompt (>>>) with the usual editing "
         "keys and a history kept in ${XDG_STATE_HOME:-$HOME/.local/state}/ruvllm/history. A "
         "line ending with a backslash continues on the next line; a message can also be "
-        "written between two lines of \"\"\". The reply is streamed as it is generated. Ctrl-C "
+        "written between two lines of \"\"\"; such a message is one entry of the history (the "
+        "Up arrow recalls all its lines). The reply is streamed as it is generated; one that "
+        "stops at the -n limit ends with [stopped at -n N tokens] (on standard error from a "
+        "script). Ctrl-C "
         "during a reply stops it and returns to the prompt (what was generated stays in the "
         "conversation, marked as interrupted; a second Ctrl-C before the reply stops quits); "
         "Ctrl-C at the prompt clears the line; Ctrl-D or /exit leaves.\n"
         "\n"
         "Lines starting with / are commands: /help, /reset, /system TEXT, /save FILE, /load "
-        "FILE, /undo, /retry, /stats, /set NAME VALUE, /exit (see CHAT COMMANDS). //TEXT "
-        "sends a message that starts with /.\n"
+        "FILE, /undo, /retry, /stats, /set NAME VALUE, /show, /exit (see CHAT COMMANDS). //TEXT "
+        "sends a message that starts with /. ollama's commands work too: /bye, /clear, /?, "
+        "/set system TEXT, /set parameter NAME VALUE with ollama's names (temperature, top_k, "
+        "top_p, min_p, seed, num_predict, repeat_penalty, repeat_last_n, stop), /set verbose, "
+        "/set quiet and /show info.\n"
+        "\n"
+        "--verbose (or /set verbose) prints the timings of each reply on standard error, with "
+        "the fields of ollama run --verbose: total duration, load duration (the model's, in "
+        "the first reply), prompt eval count, duration and rate (the tokens decoded; those "
+        "reused from the cache are on their own line), eval count, duration and rate.\n"
+        "\n"
+        "chat takes no message arguments: it says to use ruvllm run --chat \"MESSAGE\" for one "
+        "answer (what ollama run MODEL \"MESSAGE\" does), and -m for a model.\n"
         "\n"
         "--backend metal runs the model on an Apple GPU (builds made with make METAL=1 on "
         "macOS; other builds refuse it); there --session, /save, /load, --context-shift, "
@@ -1613,17 +1450,33 @@ rvl_cmd cmd_chat_desc = {
         "min\\-p, repeat\\-penalty, repeat\\-last\\-n, frequency\\-penalty, presence\\-penalty, "
         "max\\-tokens, seed; values are checked as the options' are. Without arguments, list "
         "the settings.\n"
-        ".TP\n.BR /exit \", \" /quit\nLeave (as Ctrl\\-D does).\n"
+        ".TP\n.BI \"/set system \" TEXT\nAs /system TEXT (ollama's form).\n"
+        ".TP\n.BI \"/set parameter \" \"NAME VALUE\"\nollama's names for the settings: temperature, "
+        "top_k, top_p, min_p, repeat_penalty, repeat_last_n, frequency_penalty, presence_penalty, "
+        "num_predict (max\\-tokens), seed; stop sets stop strings besides the template's (several "
+        "separated by blanks; none: only the template's). num_ctx and num_thread cannot change "
+        "during a chat: start it with \\-c or \\-t (a conversation saved with /save continues "
+        "with \\-\\-session). Without arguments, list them.\n"
+        ".TP\n.BR \"/set verbose\" \", \" \"/set quiet\"\nTimings after each reply, or none (as "
+        "\\-\\-verbose).\n"
+        ".TP\n.BI /show \" \" [WHAT]\n\\fBinfo\\fR (the default): the model's architecture, "
+        "parameters, context length, embedding length and quantization (its file type), and "
+        "this chat's context, template and KV cache; \\fBparameters\\fR: the settings; "
+        "\\fBsystem\\fR, \\fBtemplate\\fR, \\fBlicense\\fR.\n"
+        ".TP\n.BR /clear\nAs /reset (ollama's name).\n"
+        ".TP\n.BR /?\nAs /help.\n"
+        ".TP\n.BR /exit \", \" /quit \", \" /bye\nLeave (as Ctrl\\-D does).\n"
         ".SH FILES\n"
         ".TP\n.I ${XDG_STATE_HOME:\\-$HOME/.local/state}/ruvllm/history\n"
         "The prompt's history (mode 0600), written only when standard input is a terminal.\n",
     .examples = "ruvllm chat\tchat with the default model\n"
                 "ruvllm chat --system \"Answer in one sentence.\" --session notes.rvls\tkeep the conversation across runs\n"
                 "printf 'Hi!\\nWhat is 2+2?\\n' | ruvllm chat --temp 0\ttwo messages from a script\n"
-                "ruvllm chat --render conv.json\tthe prompt the template makes of a conversation",
+                "ruvllm chat --render conv.json\tthe prompt the template makes of a conversation\n"
+                "ruvllm chat --verbose -n 256\ttimings after each reply, replies of at most 256 tokens",
     .opts = opts,
     .pos_compl = COMPL_NONE,
     .min_pos = 0,
-    .max_pos = 0,
+    .max_pos = -1,   /* chat_main says what to type instead */
     .main = chat_main,
 };

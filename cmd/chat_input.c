@@ -128,14 +128,31 @@ static void history_open(void)
     }
     if ((size_t)snprintf(hist_path, sizeof hist_path, "%s/history", dir) >= sizeof hist_path)
         return;
-    int fd = open(hist_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+    int fd = open(hist_path, O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
     if (fd < 0) {
         cli_err("chat", "history: %s: %s (history is not saved)", hist_path, strerror(errno));
         return;
     }
-    close(fd);
     using_history();
+#if defined(RL_READLINE_VERSION) && RL_READLINE_VERSION >= 0x0800
+    /* A multi-line message is one entry, in the file too: each entry
+     * follows a timestamp line ("#<seconds>", as bash's history file with
+     * lithist), and the lines up to the next one are one entry. A file of
+     * one line per entry (written before) is read as such and rewritten
+     * stamped. */
+    char first[2] = {0};
+    bool stamped = read(fd, first, 2) == 2 && first[0] == '#' && first[1] >= '0' && first[1] <= '9';
+    close(fd);
+    history_comment_char = '#';
+    history_write_timestamps = 1;
+    history_multiline_entries = stamped;
     read_history(hist_path);
+    if (!stamped && history_length > 0)
+        write_history(hist_path);
+#else
+    close(fd);
+    read_history(hist_path);
+#endif
     hist_on = true;
 }
 
@@ -210,81 +227,121 @@ void chat_input_close(void)
     hist_on = false;
 }
 
+/* A message being read: its text, the lines as typed (the history entry),
+ * and the lines of a recalled multi-line entry not yet taken. */
+typedef struct {
+    rvl_buf text, typed;
+    char *queued;               /* owned: the rest of a recalled entry */
+    size_t at;                  /* its next line */
+    bool block, cont;           /* inside """ ... """; after a trailing backslash */
+} reading;
+
+/* The next line: from a recalled entry's rest, else from the terminal. A
+ * line with newlines in it (a multi-line entry recalled from the history
+ * and sent) is taken line by line, as it was first typed. */
+static int next_line(reading *rd, const char *prompt, char **line, bool *empty)
+{
+    if (!rd->queued) {
+        int r = read_line(prompt, line, empty);
+        if (r != 1 || !strchr(*line, '\n'))
+            return r;
+        rd->queued = *line;
+        rd->at = 0;
+    }
+    const char *p = rd->queued + rd->at;
+    size_t len = strcspn(p, "\n");
+    *line = strndup(p, len);
+    if (p[len])
+        rd->at += len + 1;
+    else {
+        free(rd->queued);
+        rd->queued = NULL;
+    }
+    return *line ? 1 : -2;
+}
+
+/* The message is complete (or dropped): the lines as typed become one
+ * history entry. 1 with *msg, or 0 when out of memory. */
+static int reading_end(reading *rd, char **msg)
+{
+    if (rd->typed.n && rvl_buf_add(&rd->typed, "", 1) == 0)
+        history_add(rd->typed.p);
+    rvl_buf_free(&rd->typed);
+    free(rd->queued);
+    rd->queued = NULL;
+    if (!msg) {
+        rvl_buf_free(&rd->text);
+        return 0;
+    }
+    *msg = rd->text.p ? rd->text.p : strdup("");
+    return *msg ? 1 : 0;
+}
+
+/* Add one line (without its newline) to the message: 1 when the message
+ * is complete, 0 when more lines follow, -1 when out of memory. */
+static int take_line(reading *rd, const char *line)
+{
+    size_t len = strlen(line);
+    rvl_buf *b = &rd->text;
+    if ((rd->typed.n && rvl_buf_add(&rd->typed, "\n", 1) < 0) ||
+        rvl_buf_add(&rd->typed, line, len) < 0)
+        return -1;
+    if (rd->block) {
+        bool end = len >= 3 && strcmp(line + len - 3, "\"\"\"") == 0;
+        if ((b->n && rvl_buf_add(b, "\n", 1) < 0) || rvl_buf_add(b, line, end ? len - 3 : len) < 0)
+            return -1;
+        return end;
+    }
+    if (!rd->cont && len >= 3 && strncmp(line, "\"\"\"", 3) == 0) {
+        const char *rest = line + 3;
+        size_t rl = len - 3;
+        if (rl >= 3 && strcmp(rest + rl - 3, "\"\"\"") == 0)   /* """one line""" */
+            return rvl_buf_add(b, rest, rl - 3) < 0 ? -1 : 1;
+        rd->block = true;
+        return rvl_buf_add(b, rest, rl) < 0 ? -1 : 0;
+    }
+    bool more = len && line[len - 1] == '\\';
+    if ((rd->cont && rvl_buf_add(b, "\n", 1) < 0) || rvl_buf_add(b, line, more ? len - 1 : len) < 0)
+        return -1;
+    rd->cont = more;
+    return !more;
+}
+
 int chat_input_message(char **msg)
 {
-    rvl_buf b = {0};
-    bool block = false, cont = false;
+    reading rd = {0};
     char prompt[64];
     for (;;) {
-        const char *p = block || cont ? "... " : ">>> ";
+        const char *p = rd.block || rd.cont ? "... " : ">>> ";
         snprintf(prompt, sizeof prompt, "%s%s%s", cfg.color ? "\001\033[1;32m\002" : "", p,
                  cfg.color ? "\001\033[0m\002" : "");
         char *line = NULL;
         bool empty = false;
-        int r = read_line(prompt, &line, &empty);
+        int r = next_line(&rd, prompt, &line, &empty);
+        if (r == -2)
+            break;
         if (r < 0) {
             fputs("\n", stdout);
-            if (empty && !block && !cont)
+            if (empty && !rd.block && !rd.cont)
                 cfg.hint(cfg.ud, "(to leave, type /exit or press Ctrl-D)");
             fflush(stdout);
-            rvl_buf_free(&b);
+            reading_end(&rd, NULL);   /* what was typed before stays in the history */
             return -1;
         }
         if (r == 0) {
-            if (b.n && !rvl_interrupted()) {   /* Ctrl-D inside a multi-line message: send it */
-                *msg = b.p;
-                return 1;
-            }
-            rvl_buf_free(&b);
+            if (rd.text.n && !rvl_interrupted())   /* Ctrl-D inside a multi-line message: send it */
+                return reading_end(&rd, msg) ? 1 : (cli_err("chat", "out of memory"), 0);
+            reading_end(&rd, NULL);
             return 0;
         }
-        history_add(line);
-        size_t len = strlen(line);
-        bool ok = true;
-        if (block) {
-            bool end = len >= 3 && strcmp(line + len - 3, "\"\"\"") == 0;
-            ok = (b.n == 0 || rvl_buf_add(&b, "\n", 1) == 0) &&
-                 rvl_buf_add(&b, line, end ? len - 3 : len) == 0;
-            free(line);
-            if (!ok)
-                break;
-            if (end) {
-                *msg = b.p ? b.p : strdup("");
-                return 1;
-            }
-            continue;
-        }
-        if (!cont && len >= 3 && strncmp(line, "\"\"\"", 3) == 0) {
-            const char *rest = line + 3;
-            size_t rl = len - 3;
-            if (rl >= 3 && strcmp(rest + rl - 3, "\"\"\"") == 0) {   /* """one line""" */
-                ok = rvl_buf_add(&b, rest, rl - 3) == 0;
-                free(line);
-                if (!ok)
-                    break;
-                *msg = b.p ? b.p : strdup("");
-                return 1;
-            }
-            block = true;
-            ok = rvl_buf_add(&b, rest, rl) == 0;
-            free(line);
-            if (!ok)
-                break;
-            continue;
-        }
-        bool more = len && line[len - 1] == '\\';
-        ok = (!cont || rvl_buf_add(&b, "\n", 1) == 0) &&
-             rvl_buf_add(&b, line, more ? len - 1 : len) == 0;
+        int done = take_line(&rd, line);
         free(line);
-        if (!ok)
+        if (done < 0)
             break;
-        if (!more) {
-            *msg = b.p ? b.p : strdup("");
-            return 1;
-        }
-        cont = true;
+        if (done)
+            return reading_end(&rd, msg) ? 1 : (cli_err("chat", "out of memory"), 0);
     }
-    rvl_buf_free(&b);
+    reading_end(&rd, NULL);
     cli_err("chat", "out of memory");
     return 0;
 }

@@ -24,8 +24,10 @@ void chat_input_close(void);   /* trims the history file to 2000 lines */
 
 /* One message from the terminal: a line, lines joined by a trailing
  * backslash, or the lines between two lines of """ (the opening """ may
- * have text after it, the closing one text before it). Every line goes
- * to the history. 1: *msg (owned, free()), 0: end of input (Ctrl-D),
+ * have text after it, the closing one text before it). The message's
+ * lines as typed are one history entry (the Up arrow recalls all of it,
+ * and sending it again reads its lines as they were typed); the history
+ * file keeps it whole (readline >= 8: timestamps and multi-line entries). 1: *msg (owned, free()), 0: end of input (Ctrl-D),
  * -1: Ctrl-C (the line is dropped; at an empty prompt cfg.hint says how
  * to leave). SIGINT is handled here while waiting for input; the caller's
  * handler is restored before returning. */

@@ -137,7 +137,7 @@ _ruvllm() {
             --cache-type-v) COMPREPLY=($(compgen -W "f16 f32 q8 q4 tq4 tq3 tiered" -- "$cur")); return ;;
         esac
         if [[ $cur == -* ]]; then
-            COMPREPLY=($(compgen -W "-m --model --system --session --chat-template --reasoning --reasoning-effort --render -n --max-tokens -c --ctx-size -t --threads --backend --temp --top-k --top-p --min-p --repeat-penalty --repeat-last-n --frequency-penalty --presence-penalty -s --seed --kv-type --kv-type-k --kv-type-v --kv-hot --kv-warm --kv-cold --expert-budget --context-shift --keep --lora -0 --null -j --json -h --help " -- "$cur"))
+            COMPREPLY=($(compgen -W "-m --model --system --session --chat-template --reasoning --reasoning-effort --render -n --max-tokens -c --ctx-size -t --threads --backend --temp --top-k --top-p --min-p --repeat-penalty --repeat-last-n --frequency-penalty --presence-penalty -s --seed --kv-type --kv-type-k --kv-type-v --kv-hot --kv-warm --kv-cold --expert-budget --context-shift --keep --lora -0 --null -j --json --verbose -h --help " -- "$cur"))
             return
         fi
         case $(_ruvllm_npos $cmdi -m --model --system --session --chat-template --reasoning --reasoning-effort --render -n --max-tokens -c --ctx-size -t --threads --backend --temp --top-k --top-p --min-p --repeat-penalty --repeat-last-n --frequency-penalty --presence-penalty -s --seed --kv-type --kv-type-k --kv-type-v --kv-hot --kv-warm --kv-cold --expert-budget --keep --lora -ctk --cache-type-k -ctv --cache-type-v) in
@@ -198,17 +198,17 @@ _ruvllm() {
             --kl-base) COMPREPLY=($(compgen -f -- "$cur")); return ;;
             --kl) COMPREPLY=($(compgen -f -- "$cur")); return ;;
             -d|--depth) return ;;
-            --kv-type) COMPREPLY=($(compgen -W "f16 f32 q8 q4 tq4 tq3 tiered" -- "$cur")); return ;;
-            --kv-type-k) COMPREPLY=($(compgen -W "f16 f32 q8 q4 tq4 tq3 tiered" -- "$cur")); return ;;
-            --kv-type-v) COMPREPLY=($(compgen -W "f16 f32 q8 q4 tq4 tq3 tiered" -- "$cur")); return ;;
+            --kv-type) return ;;
+            --kv-type-k) return ;;
+            --kv-type-v) return ;;
             --kv-hot) return ;;
             --kv-warm) return ;;
             --kv-cold) COMPREPLY=($(compgen -W "q4 tq4" -- "$cur")); return ;;
             --expert-budget) return ;;
-            -ctk) COMPREPLY=($(compgen -W "f16 f32 q8 q4 tq4 tq3 tiered" -- "$cur")); return ;;
-            --cache-type-k) COMPREPLY=($(compgen -W "f16 f32 q8 q4 tq4 tq3 tiered" -- "$cur")); return ;;
-            -ctv) COMPREPLY=($(compgen -W "f16 f32 q8 q4 tq4 tq3 tiered" -- "$cur")); return ;;
-            --cache-type-v) COMPREPLY=($(compgen -W "f16 f32 q8 q4 tq4 tq3 tiered" -- "$cur")); return ;;
+            -ctk) return ;;
+            --cache-type-k) return ;;
+            -ctv) return ;;
+            --cache-type-v) return ;;
         esac
         if [[ $cur == -* ]]; then
             COMPREPLY=($(compgen -W "-m --model -t --threads -r --repetitions -o --output -j --json --filter --isa --tokens --mem-size --huge-pages -p --n-prompt -n --n-gen --synthetic --type -f --file -c --ctx-size --chunks --kl-base --kl -d --depth --kv-type --kv-type-k --kv-type-v --kv-hot --kv-warm --kv-cold --expert-budget -h --help " -- "$cur"))

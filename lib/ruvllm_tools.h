@@ -551,6 +551,12 @@ int rvl_bench_decode(rvl_ctx *c, uint32_t n_vocab, uint32_t n, uint32_t batch, u
 int rvl_bench_decode_at(rvl_ctx *c, uint32_t n_vocab, uint32_t depth, uint32_t n, uint32_t batch,
                         uint64_t seed, double *seconds);
 
+/* The name of a model file's type, as llama-quantize names it
+ * ("Q4_K_M"): general.file_type, then ruvllm.file_type (the project's
+ * mixes), else the type of most 2-D tensors' elements. Writes it into buf
+ * (cap bytes) and returns buf. */
+const char *rvl_bench_file_type(const rvl_file *f, char *buf, size_t cap);
+
 /* Synthetic llama models of random weights, for speed measurements. */
 typedef struct {
     const char *name;                        /* "llama-7b", "smollm2-135m", ... */

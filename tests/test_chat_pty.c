@@ -7,7 +7,9 @@
  * and the test waits for text in what it prints. Checks: the prompt, a
  * reply streamed while it is generated, Ctrl-C stopping a reply and
  * returning to the prompt, Ctrl-C at an empty prompt, several /commands,
- * multi-line input, colors only without NO_COLOR, the history file.
+ * multi-line input, colors only without NO_COLOR, the history file;
+ * ollama's commands, --verbose's timings, the marker of a reply stopped at
+ * -n, a multi-line message recalled whole from the history.
  *
  * The binary is $RUVLLM (tests/run.sh sets it) or build/ruvllm; the model
  * is the default one (skipped when it is missing). No -lutil: the
@@ -247,14 +249,26 @@ static bool have_model(void)
 
 static char xdg_env[300];
 
-static void spawn_chat(pty_t *p, bool no_color, const char *max_tokens)
+/* extra: one more option (NULL: none) */
+static void spawn_chat_with(pty_t *p, bool no_color, const char *max_tokens, const char *extra)
 {
     char *argv[] = {bin, "chat", "-m", model, "--temp", "0", "-c", "1024", "-t", "2",
-                    "-n", (char *)max_tokens, NULL};
+                    "-n", (char *)max_tokens, (char *)extra, NULL};
     snprintf(xdg_env, sizeof xdg_env, "XDG_STATE_HOME=%s", state);
     const char *env[] = {xdg_env, "TERM=xterm", no_color ? "NO_COLOR=1" : "NO_COLOR=",
                          "INPUTRC=/dev/null", NULL};
     pty_spawn(p, argv, env);
+}
+
+static void spawn_chat(pty_t *p, bool no_color, const char *max_tokens)
+{
+    spawn_chat_with(p, no_color, max_tokens, NULL);
+}
+
+/* Was `s` printed between `from` and the mark? */
+static bool pty_seen_since(const pty_t *p, size_t from, const char *s)
+{
+    return p->mark > from && memmem(p->buf + from, p->mark - from, s, strlen(s)) != NULL;
 }
 
 /* ====================================================================
@@ -311,7 +325,7 @@ static void test_chat_pty_prompt_streams_and_ctrl_c_interrupts(void **st)
     pty_expect(&p, "removed the last exchange", WAIT_MS);
     pty_expect(&p, ">>> ", WAIT_MS);
     pty_send(&p, "/stats\r");
-    pty_expect(&p, "messages   2 (1 exchanges)", WAIT_MS);
+    pty_expect(&p, "messages   2 (1 exchange)", WAIT_MS);
     pty_expect(&p, ">>> ", WAIT_MS);
 
     /* /help lists the commands */
@@ -401,11 +415,145 @@ static void test_chat_pty_no_color_history_recall_and_ctrl_d(void **st)
     pty_close(&p);
 }
 
+/* ollama's commands, --verbose's timings, the -n marker */
+static void test_chat_pty_ollama_commands_verbose_and_limit_marker(void **st)
+{
+    (void)st;
+    if (!have_model())
+        skip();
+    pty_t p;
+    spawn_chat_with(&p, false, "4", "--verbose");
+    pty_expect(&p, ">>> ", 20000);
+
+    /* /? lists the commands, ollama's names too */
+    pty_send(&p, "/?\r");
+    pty_expect(&p, "/bye", WAIT_MS);
+    pty_expect(&p, "/clear", WAIT_MS);
+    pty_expect(&p, ">>> ", WAIT_MS);
+
+    /* a reply cut at -n: the marker (dimmed), then ollama's timings */
+    pty_send(&p, "Write a long story about a cat.\r");
+    pty_expect(&p, "\033[2m[stopped at -n 4 tokens]", 30000);
+    pty_expect(&p, "total duration:", WAIT_MS);
+    pty_expect(&p, "load duration:", WAIT_MS);
+    pty_expect(&p, "prompt eval count:", WAIT_MS);
+    pty_expect(&p, "prompt eval rate:", WAIT_MS);
+    pty_expect(&p, "eval count:           4 tokens", WAIT_MS);
+    pty_expect(&p, "eval rate:", WAIT_MS);
+    pty_expect(&p, ">>> ", WAIT_MS);
+
+    /* /set quiet: no timings; /set verbose: again */
+    pty_send(&p, "/set quiet\r");
+    pty_expect(&p, "(quiet", WAIT_MS);
+    pty_expect(&p, ">>> ", WAIT_MS);
+    size_t from = p.mark;
+    pty_send(&p, "Say hi.\r");
+    pty_expect(&p, "[stopped at -n 4 tokens]", 30000);
+    pty_expect(&p, ">>> ", WAIT_MS);
+    assert_false(pty_seen_since(&p, from, "eval rate:"));
+    pty_send(&p, "/set verbose\r");
+    pty_expect(&p, "(verbose", WAIT_MS);
+    pty_expect(&p, ">>> ", WAIT_MS);
+
+    /* /set parameter with ollama's names */
+    pty_send(&p, "/set parameter num_predict 2\r");
+    pty_expect(&p, "(num_predict = 2, as max-tokens)", WAIT_MS);
+    pty_expect(&p, ">>> ", WAIT_MS);
+    pty_send(&p, "/set parameter temperature 0.2\r");
+    pty_expect(&p, "(temperature = 0.2, as temp)", WAIT_MS);
+    pty_expect(&p, ">>> ", WAIT_MS);
+    pty_send(&p, "Tell me a story.\r");
+    pty_expect(&p, "[stopped at -n 2 tokens]", 30000);
+    pty_expect(&p, "eval rate:", WAIT_MS);
+    pty_expect(&p, ">>> ", WAIT_MS);
+
+    /* /set system, /show system, /show info, /clear */
+    pty_send(&p, "/set system Be brief.\r");
+    pty_expect(&p, "(system message set)", WAIT_MS);
+    pty_expect(&p, ">>> ", WAIT_MS);
+    pty_send(&p, "/show system\r");
+    pty_expect(&p, "system: Be brief.", WAIT_MS);
+    pty_expect(&p, ">>> ", WAIT_MS);
+    pty_send(&p, "/show info\r");
+    pty_expect(&p, "architecture", WAIT_MS);
+    pty_expect(&p, "context length", WAIT_MS);
+    pty_expect(&p, "quantization         Q4_1", WAIT_MS);
+    pty_expect(&p, ">>> ", WAIT_MS);
+    pty_send(&p, "/stats\r");
+    pty_expect(&p, "messages   7 (3 exchanges)", WAIT_MS);
+    pty_expect(&p, ">>> ", WAIT_MS);
+    pty_send(&p, "/clear\r");
+    pty_expect(&p, "(a new conversation; the system message stays)", WAIT_MS);
+    pty_expect(&p, ">>> ", WAIT_MS);
+    pty_send(&p, "/stats\r");
+    pty_expect(&p, "messages   1 (0 exchanges)", WAIT_MS);
+    pty_expect(&p, ">>> ", WAIT_MS);
+
+    /* /bye leaves */
+    pty_send(&p, "/bye\r");
+    assert_int_equal(pty_wait(&p, 10000), 0);
+    pty_close(&p);
+}
+
+/* A multi-line message is one history entry: the Up arrow recalls all of
+ * it, sending it again sends the same message, and the history file keeps
+ * it whole for the next chat. */
+static void test_chat_pty_multi_line_message_recalled_whole(void **st)
+{
+    (void)st;
+    if (!have_model())
+        skip();
+    pty_t p;
+    spawn_chat(&p, true, "4");
+    pty_expect(&p, ">>> ", 20000);
+    pty_send(&p, "\"\"\"\r");
+    pty_expect(&p, "... ", WAIT_MS);
+    pty_send(&p, "Recall me:\r");
+    pty_expect(&p, "... ", WAIT_MS);
+    pty_send(&p, "one, two\"\"\"\r");
+    pty_expect(&p, ">>> ", 30000);
+    /* a backslash continuation too */
+    pty_send(&p, "Also:\\\r");
+    pty_expect(&p, "... ", WAIT_MS);
+    pty_send(&p, "three\r");
+    pty_expect(&p, ">>> ", 30000);
+
+    /* Up twice: the """ message, all of its lines */
+    pty_send(&p, "\033[A");
+    pty_expect(&p, "Also:\\", WAIT_MS);
+    pty_expect(&p, "three", WAIT_MS);
+    pty_send(&p, "\033[A");
+    pty_expect(&p, "Recall me:", WAIT_MS);
+    pty_expect(&p, "one, two\"\"\"", WAIT_MS);
+    /* sent again: one message, answered, the prompt back (not "... ") */
+    pty_send(&p, "\r");
+    pty_expect(&p, ">>> ", 30000);
+    pty_send(&p, "/stats\r");
+    pty_expect(&p, "messages   6 (3 exchanges)", WAIT_MS);
+    pty_expect(&p, ">>> ", WAIT_MS);
+    pty_send(&p, "/exit\r");
+    assert_int_equal(pty_wait(&p, 10000), 0);
+    pty_close(&p);
+
+    /* the next chat recalls it whole from the history file: /exit, /stats,
+     * then the message (sent twice, kept once) */
+    spawn_chat(&p, true, "4");
+    pty_expect(&p, ">>> ", 20000);
+    pty_send(&p, "\033[A\033[A\033[A");
+    pty_expect(&p, "Recall me:", WAIT_MS);
+    pty_expect(&p, "one, two", WAIT_MS);
+    pty_send(&p, "\025\004");   /* Ctrl-U, Ctrl-D: leave */
+    assert_int_equal(pty_wait(&p, 10000), 0);
+    pty_close(&p);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_chat_pty_prompt_streams_and_ctrl_c_interrupts),
         cmocka_unit_test(test_chat_pty_no_color_history_recall_and_ctrl_d),
+        cmocka_unit_test(test_chat_pty_ollama_commands_verbose_and_limit_marker),
+        cmocka_unit_test(test_chat_pty_multi_line_message_recalled_whole),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -1154,6 +1154,53 @@ int rvl_bench_decode_at(rvl_ctx *c, uint32_t n_vocab, uint32_t depth, uint32_t n
 }
 
 /* ====================================================================
+ * The model's label: its file type
+ * ==================================================================== */
+
+/* general.file_type names the mix the file was quantized with; the most
+ * common tensor type does not: a Q4_K_M file of a model whose rows are
+ * not whole 256-element blocks (SmolLM2's 576) holds mostly Q5_0, which
+ * llama.cpp's quantizer falls back to for them. */
+const char *rvl_bench_file_type(const rvl_file *f, char *buf, size_t cap)
+{
+    const rvl_kv *kv = rvl_file_find_kv(f, "general.file_type");
+    uint64_t ft;
+    if (kv && rvl_kv_get_u64(kv, &ft) == 0) {
+        for (size_t i = 0; rvl_qmix_at(i); i++)
+            if (rvl_qmix_at(i)->ftype == ft) {   /* the first: a mix's name, not its alias */
+                snprintf(buf, cap, "%s", rvl_qmix_at(i)->name);
+                return buf;
+            }
+    }
+    rvl_str name;
+    if ((kv = rvl_file_find_kv(f, "ruvllm.file_type")) && rvl_kv_get_str(kv, &name) == 0 &&
+        name.len) {
+        snprintf(buf, cap, "%.*s", (int)name.len, name.ptr);
+        return buf;
+    }
+    /* the census: llama.cpp's types, then the project's */
+    enum { N_GGML = RVL_TYPE_GGML_COUNT, N_ALL = N_GGML + RVL_TYPE_RVL_END - RVL_TYPE_RVL_FIRST };
+    uint64_t by_type[N_ALL] = {0};
+    for (uint64_t i = 0; i < rvl_file_n_tensors(f); i++) {
+        const rvl_tensor_info *t = rvl_file_tensor(f, i);
+        if (t->n_dims != 2)
+            continue;
+        if (t->type < N_GGML)
+            by_type[t->type] += t->n_elements;
+        else if (t->type >= RVL_TYPE_RVL_FIRST && t->type < RVL_TYPE_RVL_END)
+            by_type[N_GGML + t->type - RVL_TYPE_RVL_FIRST] += t->n_elements;
+    }
+    uint32_t dom = 0;
+    for (uint32_t t = 0; t < N_ALL; t++)
+        if (by_type[t] > by_type[dom])
+            dom = t;
+    const rvl_type_info *ti =
+        rvl_type_get(dom < N_GGML ? dom : dom - N_GGML + RVL_TYPE_RVL_FIRST);
+    snprintf(buf, cap, "%s", ti ? ti->name : "?");
+    return buf;
+}
+
+/* ====================================================================
  * Synthetic models: llama GGUFs of random weights of a named shape
  * ==================================================================== */
 

@@ -188,7 +188,7 @@ out_has "pp16"
 out_has "tg4"
 out_has " ± "
 run 0 ruvllm bench model -p 8 -n 0 -r 2 -o csv
-assert "csv header" "[ \"\$(head -n 1 '$OUT')\" = 'model,model_size,model_n_params,backend,n_threads,test,n_prompt,n_gen,reps,avg_ts,stddev_ts,avg_ms' ]"
+assert "csv header" "[ \"\$(head -n 1 '$OUT')\" = 'model,model_size,model_n_params,backend,n_threads,test,n_prompt,n_gen,reps,avg_ts,stddev_ts,avg_ms,n_depth,type_k,type_v' ]"
 out_has ",pp8,8,0,2,"
 out_lacks "tg"
 run 0 ruvllm bench model -p 0 -n 2 -r 2 -t 1 --json

@@ -104,7 +104,7 @@ err_has "/retry"
 err_has "(temp = 0.5)"
 err_has "  temp               0.5"
 err_has "system: Answer in French."
-err_has "messages   3 (1 exchanges)"
+err_has "messages   3 (1 exchange)"
 err_has "(removed the last exchange: 2 messages)"
 err_has "messages   1 (0 exchanges)"
 err_has "(a new conversation; the system message stays)"
@@ -127,7 +127,7 @@ err_has "prompt tokens reused: "
 run_in "Say hello.${nl}/retry${nl}/stats${nl}" 0 chat -n 16
 assert "/retry: the same greedy reply twice" \
     "[ \"\$(sed -n 1p \"\$OUT\")\" = \"\$(sed -n 3p \"\$OUT\")\" ] && [ -n \"\$(sed -n 1p \"\$OUT\")\" ]"
-err_has "messages   2 (1 exchanges)"
+err_has "messages   2 (1 exchange)"
 
 # errors in a script: reported, the chat goes on, exit status 1
 run_in "/foo${nl}/stast${nl}/set tmp 1${nl}/set temp 500${nl}/set top-k x${nl}/set temp${nl}/undo${nl}/retry${nl}/save${nl}/load $TMP/none${nl}Hi${nl}" 1 chat -n 8
@@ -159,7 +159,7 @@ err_has "% full ("
 # a message that cannot fit at all: refused, the conversation kept
 run_in "Hi${nl}$(printf 'word %.0s' $(seq 1 100))${nl}/stats${nl}Hello${nl}" 1 chat -c 80 -n 4
 err_has "more than the context holds (80; see -c)"
-err_has "messages   2 (1 exchanges)"
+err_has "messages   2 (1 exchange)"
 assert "the messages before and after are answered" "[ \"\$(grep -c '^\$' \"\$OUT\")\" = 2 ]"
 
 # ---- Ctrl-C (SIGINT) during a reply: the partial reply, exit 130 ----

@@ -27,7 +27,8 @@ cp "$OUT" "$TMP/part1"
 assert "the session file exists" "[ -s \"\$S\" ]"
 cp "$S" "$TMP/s2.rvls"
 run_in "Why that one?${nl}" 0 chat --session "$S"
-err_empty
+# nothing on stderr but the marker of a reply stopped at -n
+assert "stderr: no message but the -n marker" "! grep -v -F '[stopped at -n ' \"\$ERR\" | grep -q ."
 cat "$TMP/part1" "$OUT" >"$TMP/joined"
 assert "restarted from the session: the same replies as the uninterrupted run" \
     "cmp -s \"\$TMP/joined\" \"\$TMP/full\""
