@@ -53,6 +53,16 @@ static rvl_opt opts[] = {
     OPT_END
 };
 
+/* llama-bench's spellings (the shared ones: opt.c). */
+static const cli_alias aliases[] = {
+    {"-fa|--flash-attn", ALIAS_ACCEPT, NULL, 1, NULL,
+     "ruvllm's attention is always the fused (flash) kernel: -fa changes nothing"},
+    {"--n-depth", ALIAS_OPTION, "depth", 0, NULL, NULL},
+    {"-pg", ALIAS_REFUSE, NULL, 1, NULL,
+     "bench model times the prompt (-p N) and the generation (-n N) apart: give those"},
+    ALIAS_END
+};
+
 enum { OUT_MD, OUT_CSV, OUT_JSON };
 
 static int out_format(void)
@@ -1196,6 +1206,7 @@ rvl_cmd cmd_bench_desc = {
                 "ruvllm bench ppl -m f16.gguf -f wiki.test.raw --kl-base f16.logp\tsave the reference\n"
                 "ruvllm bench ppl -m q4.gguf --kl f16.logp\tKL divergence against it",
     .opts = opts,
+    .aliases = aliases,
     .pos_compl = COMPL_NONE,
     .min_pos = 0,
     .max_pos = -1,

@@ -45,6 +45,35 @@ typedef struct {
     compl_kind compl;
 } rvl_opt;
 
+/* Another tool's spelling of an option (llama.cpp's, llama-server's,
+ * llama-bench's, ollama's): what it means here. Looked up as a whole word
+ * ("-ngl", "--n-gpu-layers", "-p") after the command's own options and
+ * before one-dash words are read as bundles of short options ("-vq",
+ * "-n5"): the command's table first, then cli_aliases_common (opt.c). */
+typedef enum {
+    ALIAS_OPTION,  /* our option `to`, with its value when it takes one */
+    ALIAS_JOIN,    /* our option `to`, given the next two values as "A:B" (--lora-scaled F S) */
+    ALIAS_ACCEPT,  /* what ruvllm always does: accepted and its values skipped; `say` (if
+                      any) is a note on stderr */
+    ALIAS_REFUSE,  /* not here: exit 2 with `say`, one sentence saying what to do instead */
+} cli_alias_kind;
+
+typedef struct {
+    const char *names;     /* every spelling, dashes included: "-sys|--system-prompt" */
+    cli_alias_kind kind;
+    const char *to;        /* OPTION, JOIN: our long option (the entry is skipped by a
+                              command without it) */
+    int nval;              /* ACCEPT, REFUSE: values that follow (-1: one optional value,
+                              taken when it is one of `when`) */
+    const char *when;      /* NULL, or "a|b": with nval 1 the entry holds only for these
+                              values; with nval -1 the values taken */
+    const char *say;
+} cli_alias;
+#define ALIAS_END {NULL, 0, NULL, 0, NULL, NULL}
+/* The spellings every command understands when it has the option they
+ * mean, and those no command has (opt.c). */
+extern const cli_alias cli_aliases_common[];
+
 typedef struct rvl_cmd {
     const char *name;         /* from commands.def, set at start-up */
     const char *summary;      /* from commands.def */
@@ -53,6 +82,7 @@ typedef struct rvl_cmd {
     const char *man_extra;    /* extra man sections in roff, or NULL */
     const char *examples;     /* lines "command\tcomment", or NULL */
     rvl_opt *opts;            /* terminated by an entry with lng == NULL */
+    const cli_alias *aliases; /* other tools' spellings (ALIAS_END-terminated), or NULL */
     compl_kind pos_compl;     /* what positionals are */
     int min_pos, max_pos;     /* max_pos < 0: unlimited */
     int (*main)(struct rvl_cmd *cmd, int argc, char **argv);
