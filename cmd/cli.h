@@ -65,8 +65,9 @@ typedef struct {
                               command without it) */
     int nval;              /* ACCEPT, REFUSE: values that follow (-1: one optional value,
                               taken when it is one of `when`) */
-    const char *when;      /* NULL, or "a|b": with nval 1 the entry holds only for these
-                              values; with nval -1 the values taken */
+    const char *when;      /* ACCEPT, REFUSE: NULL, or "a|b": with nval 1 the entry holds
+                              only for these values; with nval -1 the values taken.
+                              OPTION: the argument's name in --help (NULL: our option's) */
     const char *say;
 } cli_alias;
 #define ALIAS_END {NULL, 0, NULL, 0, NULL, NULL}

@@ -265,7 +265,7 @@ const cli_alias cli_aliases_common[] = {
     {"--temperature", ALIAS_OPTION, "temp", 0, NULL, NULL},
     {"-ctk|--cache-type-k", ALIAS_OPTION, "kv-type-k", 0, NULL, NULL},
     {"-ctv|--cache-type-v", ALIAS_OPTION, "kv-type-v", 0, NULL, NULL},
-    {"--chat-template-file", ALIAS_OPTION, "chat-template", 0, NULL, NULL},
+    {"--chat-template-file", ALIAS_OPTION, "chat-template", 0, "FILE", NULL},
     {"--lora-scaled", ALIAS_JOIN, "lora", 0, NULL, NULL},
     {"-sp", ALIAS_OPTION, "special", 0, NULL, NULL},
     {"-np", ALIAS_OPTION, "parallel", 0, NULL, NULL},
@@ -592,18 +592,19 @@ static void alias_list(const rvl_cmd *cmd, FILE *out, bool man)
             if (al->kind == ALIAS_JOIN)
                 snprintf(arg, sizeof arg, " FILE SCALE");
             else if (o->kind != OPT_FLAG)
-                snprintf(arg, sizeof arg, " %s", o->argname ? o->argname : "VALUE");
+                snprintf(arg, sizeof arg, " %s", al->when ? al->when : o->argname ? o->argname : "VALUE");
             if (al->kind == ALIAS_JOIN)
                 snprintf(ours, sizeof ours, "--%s FILE:SCALE", o->lng);
             else
                 snprintf(ours, sizeof ours, "--%s%s", o->lng, arg);
             if (man) {
-                fputs(".TP\n.B ", out);
+                fputs(".TP\n\\fB", out);
                 roff_str(out, names);
+                fputs("\\fR", out);
                 if (arg[0]) {
-                    fputs("\n.I \"", out);
+                    fputs(" \\fI", out);
                     roff_str(out, arg + 1);
-                    fputc('"', out);
+                    fputs("\\fR", out);
                 }
                 fputs("\nThe same as \\fB", out);
                 roff_str(out, ours);

@@ -37,7 +37,7 @@ static bool opt_unordered;
 static rvl_opt opts[] = {
     OPT_MODEL(opt_model),
     {OPT_STRING, 'p', "prompt", "TEXT", "the prompt (the same as giving it as arguments)", NULL, &opt_prompt, 0, 0, NULL, COMPL_NONE},
-    {OPT_STRING, 'f', "file", "FILE", "read the prompt from FILE ('-': standard input); with a prompt argument, FILE is the material it is about (see below)", NULL, &opt_file, 0, 0, NULL, COMPL_FILE},
+    {OPT_STRING, 'f', "file", "FILE", "read the prompt from FILE ('-': standard input); with a prompt argument, FILE is the material it applies to (see the description)", NULL, &opt_file, 0, 0, NULL, COMPL_FILE},
     {OPT_INT, 'n', "max-tokens", "N", "generate at most N tokens (-1: until end of generation or a full context)", "-1", &opt_n, -1, 1e9, NULL, COMPL_NONE},
     {OPT_INT, 'c', "ctx-size", "N", "context size in tokens (0: min(4096, the model's))", "0", &opt_ctx, 0, 1048576, NULL, COMPL_NONE},
     {OPT_INT, 't', "threads", "N", "threads (0: one per CPU)", "0", &opt_threads, 0, 256, NULL, COMPL_NONE},
