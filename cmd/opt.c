@@ -270,6 +270,7 @@ const cli_alias cli_aliases_common[] = {
     {"-sp", ALIAS_OPTION, "special", 0, NULL, NULL},
     {"-np", ALIAS_OPTION, "parallel", 0, NULL, NULL},
     {"-a", ALIAS_OPTION, "alias", 0, NULL, NULL},
+    {"-v|--log-verbose", ALIAS_OPTION, "verbose", 0, NULL, NULL},
     /* what ruvllm always does */
     {"--jinja", ALIAS_ACCEPT, NULL, 0, NULL, NULL},
     {"-fa|--flash-attn", ALIAS_ACCEPT, NULL, 1, "off|0|false|disabled",

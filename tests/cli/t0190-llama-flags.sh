@@ -114,6 +114,8 @@ run 0 ruvllm run --tokenize --special "<|im_start|>"
 cp "$OUT" "$TMP/special"
 run 0 ruvllm run --tokenize -sp "<|im_start|>"
 assert "-sp = --special" "cmp -s '$OUT' '$TMP/special'"
+run 0 ruvllm run --log-verbose --temp 0 -n 1 "$P"
+err_has "30 layers, dim 576"
 run 2 ruvllm run -np 0 "$P"
 err_has "-np: 0 is out of range"
 # run's own: -st is one chat turn, -no-cnv raw text, --display-prompt --echo
