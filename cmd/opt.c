@@ -254,6 +254,8 @@ static void set_value(const rvl_cmd *cmd, const rvl_opt *o, const char *nm, cons
 #define HF "download the model with 'ruvllm pull REPO[:QUANT]' once, then give -m NAME"
 #define THREADS "ruvllm does not pin its threads: run it under taskset (taskset -c 0-3 ruvllm ...) " \
     "and give -t"
+#define MOE "a mixture of experts' weights are on the CPU already; to keep fewer of them in " \
+    "memory, give --expert-budget MIB (run, chat, bench)"
 #define BATCH "ruvllm chooses its own batch sizes for the prompt (they change the speed, " \
     "never the result): drop it"
 
@@ -286,12 +288,8 @@ const cli_alias cli_aliases_common[] = {
      ALIAS_REFUSE, NULL, 1, NULL, NO_GPU},
     {"-nkvo|--no-kv-offload|-kvo|--kv-offload|-nopo|--no-op-offload", ALIAS_REFUSE, NULL, 0, NULL,
      NO_GPU},
-    {"-cmoe|--cpu-moe", ALIAS_REFUSE, NULL, 0, NULL,
-     "a mixture of experts' weights are on the CPU already; to keep fewer of them in memory, "
-     "give --expert-budget MIB (run, chat, bench)"},
-    {"-ncmoe|--n-cpu-moe", ALIAS_REFUSE, NULL, 1, NULL,
-     "a mixture of experts' weights are on the CPU already; to keep fewer of them in memory, "
-     "give --expert-budget MIB (run, chat, bench)"},
+    {"-cmoe|--cpu-moe", ALIAS_REFUSE, NULL, 0, NULL, MOE},
+    {"-ncmoe|--n-cpu-moe", ALIAS_REFUSE, NULL, 1, NULL, MOE},
     {"-ngld|--n-gpu-layers-draft|--gpu-layers-draft|-md|--model-draft|--draft|--draft-max|"
      "--draft-n|--draft-min|-devd|--device-draft", ALIAS_REFUSE, NULL, 1, NULL,
      "ruvllm has no speculative decoding with a draft model: drop it"},
@@ -310,13 +308,13 @@ const cli_alias cli_aliases_common[] = {
     {"-b|--batch-size|-ub|--ubatch-size", ALIAS_REFUSE, NULL, 1, NULL, BATCH},
     {"-tb|--threads-batch", ALIAS_REFUSE, NULL, 1, NULL,
      "ruvllm uses the -t threads for the prompt and the generation alike: drop -tb"},
-    {"-C|--cpu-mask|-Cr|--cpu-range|--prio|--poll", ALIAS_REFUSE, NULL, 1, NULL, THREADS},
-    {"--cpu-strict", ALIAS_REFUSE, NULL, 1, NULL, THREADS},
+    {"-C|--cpu-mask|-Cr|--cpu-range|--cpu-strict|--prio|--poll", ALIAS_REFUSE, NULL, 1, NULL,
+     THREADS},
     {"--mirostat|--mirostat-lr|--mirostat-ent|--typical|--typical-p|--top-nsigma|--xtc-probability|"
      "--xtc-threshold|--dry-multiplier|--dry-base|--dry-allowed-length|--dry-penalty-last-n|"
      "--dynatemp-range|--dynatemp-exp|--samplers|--sampling-seq|-l|--logit-bias",
      ALIAS_REFUSE, NULL, 1, NULL, SAMPLERS},
-    {"--grammar|--grammar-file|-j|--json-schema|-jf|--json-schema-file", ALIAS_REFUSE, NULL, 1, NULL,
+    {"--grammar|--grammar-file|-j|--json-schema|--json-schema-file", ALIAS_REFUSE, NULL, 1, NULL,
      "ruvllm has no constrained decoding (grammars, JSON schemas): drop it"},
     {"-mm|--mmproj|-mmu|--mmproj-url|--image|--audio", ALIAS_REFUSE, NULL, 1, NULL,
      "ruvllm runs text models only (no images or audio)"},

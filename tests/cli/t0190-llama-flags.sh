@@ -144,6 +144,9 @@ done
 # short options still bundle; an unknown one-dash word is named whole
 run 0 ruvllm run -n4 --temp 0 "$P"
 assert "-n4 = -n 4" "cmp -s '$OUT' '$TMP/plain'"
+printf '%s' "$P" >"$TMP/p.txt"
+run 0 ruvllm run -jf "$TMP/p.txt" --temp 0 -n 2
+out_has '"finish_reason":"length"'
 run 2 ruvllm run -zqx "$P"
 err_has "unknown option '-zqx'"
 run 2 ruvllm run -nx "$P"
@@ -179,7 +182,7 @@ refused "ruvllm samples with --temp, --top-k, --top-p, --min-p" --mirostat --mir
     --mirostat-ent --typical --typical-p --top-nsigma --xtc-probability --xtc-threshold \
     --dry-multiplier --dry-base --dry-allowed-length --dry-penalty-last-n --dynatemp-range \
     --dynatemp-exp --samplers --sampling-seq -l --logit-bias
-refused "no constrained decoding" --grammar --grammar-file --json-schema -jf --json-schema-file
+refused "no constrained decoding" --grammar --grammar-file --json-schema --json-schema-file
 refused "text models only" -mm --mmproj -mmu --mmproj-url --image --audio
 refused "text only" --embedding --embeddings --rerank --reranking
 refused "--system \"\$(cat FILE)\"" -sysf --system-prompt-file
