@@ -354,6 +354,8 @@ static void check_options(const char *cmd)
     for (int i = 0; i < opt_stop.n; i++)
         if (!opt_stop.items[i][0])
             cli_usage(cmd, "--stop: the stop string is empty");
+    if (opt_chat && opt_raw)
+        cli_usage(cmd, "--chat and --raw disagree: a chat turn, or raw text?");
     if (!opt_chat &&
         (opt_system || opt_chat_template || opt_reasoning || opt_effort || opt_show_reasoning))
         cli_usage(cmd, "%s needs --chat", opt_system ? "--system" : opt_chat_template ? "--chat-template"
@@ -367,8 +369,8 @@ static void check_options(const char *cmd)
 /* --batch: what run's options say every line does by default. */
 static int batch_main(const char *cmd, int argc, uint64_t seed)
 {
-    const char *clash = argc ? "a prompt argument" : opt_file ? "-f" : opt_prompt_cache ? "--prompt-cache"
-                        : opt_echo ? "--echo" : opt_tokenize ? "--tokenize" : opt_json ? "--json"
+    const char *clash = argc ? "a prompt argument" : opt_prompt ? "-p" : opt_file ? "-f"
+                        : opt_prompt_cache ? "--prompt-cache" : opt_echo ? "--echo" : opt_tokenize ? "--tokenize" : opt_json ? "--json"
                         : opt_shift ? "--context-shift" : opt_lora.n ? "--lora" : NULL;
     if (clash)
         cli_usage(cmd, "--batch cannot be combined with %s%s", clash,

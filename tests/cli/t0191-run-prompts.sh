@@ -73,4 +73,8 @@ run 2 ruvllm run -p a b
 err_has "give the prompt once"
 run 2 ruvllm run -f "$TMP/notes.txt" -
 err_has "not both"
+run 2 ruvllm run --batch - -p summarize
+err_has "--batch cannot be combined with -p"
+run 2 ruvllm run --chat --raw summarize
+err_has "--chat and --raw disagree"
 finish
