@@ -75,6 +75,15 @@ typedef struct {
  * mean, and those no command has (opt.c). */
 extern const cli_alias cli_aliases_common[];
 
+struct rvl_cmd;
+/* For each spelling that names one of cmd's options (the command's table,
+ * then the shared one): fn(ud, "-sys, --system-prompt", "TEXT",
+ * "--system TEXT"); the argument is "" for a flag. --help lists them;
+ * cli_print_man_aliases writes the man page's OTHER SPELLINGS section. */
+typedef void (*cli_alias_fn)(void *ud, const char *names, const char *arg, const char *ours);
+void cli_alias_each(const struct rvl_cmd *cmd, cli_alias_fn fn, void *ud);
+void cli_print_man_aliases(const struct rvl_cmd *cmd, FILE *out);
+
 typedef struct rvl_cmd {
     const char *name;         /* from commands.def, set at start-up */
     const char *summary;      /* from commands.def */

@@ -555,14 +555,13 @@ static void opt_label(const rvl_opt *o, char *buf, size_t cap)
         snprintf(buf, cap, "    --%s%s", o->lng, arg);
 }
 
-static void roff_str(FILE *out, const char *s);
+/* ====================================================================
+ * Other tools' spellings in --help and the man page
+ * ==================================================================== */
 
-/* The other tools' spellings the command takes for its own options:
- * "llama.cpp's spellings" in --help (man: a section of the man page). */
-static void alias_list(const rvl_cmd *cmd, FILE *out, bool man)
+void cli_alias_each(const rvl_cmd *cmd, cli_alias_fn fn, void *ud)
 {
     const cli_alias *tabs[2] = {cmd->aliases, cli_aliases_common};
-    bool any = false;
     for (int t = 0; t < 2; t++) {
         for (const cli_alias *al = tabs[t]; al && al->names; al++) {
             if (al->kind != ALIAS_OPTION && al->kind != ALIAS_JOIN)
@@ -570,13 +569,6 @@ static void alias_list(const rvl_cmd *cmd, FILE *out, bool man)
             const rvl_opt *o = find_long(cmd, al->to, strlen(al->to));
             if (!o)
                 continue;
-            if (!any)
-                fputs(man ? ".SH OTHER SPELLINGS\nllama.cpp's spellings of these options are "
-                            "accepted too; its options ruvllm does not have are refused with a "
-                            "sentence saying what to do instead (docs/llama\\-cpp\\-options.md "
-                            "lists both).\n"
-                          : "\nllama.cpp's spellings, also accepted:\n", out);
-            any = true;
             char names[96], arg[48] = "", ours[96];
             size_t k = 0;
             for (const char *p = al->names; *p && k + 3 < sizeof names; p++) {
@@ -589,32 +581,71 @@ static void alias_list(const rvl_cmd *cmd, FILE *out, bool man)
             }
             names[k] = 0;
             if (al->kind == ALIAS_JOIN)
-                snprintf(arg, sizeof arg, " FILE SCALE");
+                snprintf(arg, sizeof arg, "FILE SCALE");
             else if (o->kind != OPT_FLAG)
-                snprintf(arg, sizeof arg, " %s", al->when ? al->when : o->argname ? o->argname : "VALUE");
+                snprintf(arg, sizeof arg, "%s", al->when ? al->when : o->argname ? o->argname : "VALUE");
             if (al->kind == ALIAS_JOIN)
                 snprintf(ours, sizeof ours, "--%s FILE:SCALE", o->lng);
             else
-                snprintf(ours, sizeof ours, "--%s%s", o->lng, arg);
-            if (man) {
-                fputs(".TP\n\\fB", out);
-                roff_str(out, names);
-                fputs("\\fR", out);
-                if (arg[0]) {
-                    fputs(" \\fI", out);
-                    roff_str(out, arg + 1);
-                    fputs("\\fR", out);
-                }
-                fputs("\nThe same as \\fB", out);
-                roff_str(out, ours);
-                fputs("\\fR.\n", out);
-            } else {
-                char label[160];
-                snprintf(label, sizeof label, "%s%s", names, arg);
-                fprintf(out, "  %-28s = %s\n", label, ours);
-            }
+                snprintf(ours, sizeof ours, "--%s%s%s", o->lng, arg[0] ? " " : "", arg);
+            fn(ud, names, arg, ours);
         }
     }
+}
+
+typedef struct {
+    FILE *out;
+    bool any;
+} alias_out;
+
+static void help_alias(void *ud, const char *names, const char *arg, const char *ours)
+{
+    alias_out *a = ud;
+    char label[160];
+    if (!a->any)
+        fputs("\nllama.cpp's spellings, also accepted:\n", a->out);
+    a->any = true;
+    snprintf(label, sizeof label, "%s%s%s", names, arg[0] ? " " : "", arg);
+    fprintf(a->out, "  %-28s = %s\n", label, ours);
+}
+
+/* roff for the words of a spelling: dashes as \- (no other special
+ * characters occur in them) */
+static void man_word(FILE *out, const char *s)
+{
+    for (; *s; s++) {
+        if (*s == '-')
+            fputs("\\-", out);
+        else
+            fputc(*s, out);
+    }
+}
+
+static void man_alias(void *ud, const char *names, const char *arg, const char *ours)
+{
+    alias_out *a = ud;
+    if (!a->any)
+        fputs(".SH OTHER SPELLINGS\nllama.cpp's spellings of these options are accepted too; "
+              "its options ruvllm does not have are refused with a sentence saying what to do "
+              "instead (docs/llama\\-cpp\\-options.md lists both).\n", a->out);
+    a->any = true;
+    fputs(".TP\n\\fB", a->out);
+    man_word(a->out, names);
+    fputs("\\fR", a->out);
+    if (arg[0]) {
+        fputs(" \\fI", a->out);
+        man_word(a->out, arg);
+        fputs("\\fR", a->out);
+    }
+    fputs("\nThe same as \\fB", a->out);
+    man_word(a->out, ours);
+    fputs("\\fR.\n", a->out);
+}
+
+void cli_print_man_aliases(const rvl_cmd *cmd, FILE *out)
+{
+    alias_out a = {out, false};
+    cli_alias_each(cmd, man_alias, &a);
 }
 
 void cli_print_help(const rvl_cmd *cmd, FILE *out)
@@ -632,7 +663,8 @@ void cli_print_help(const rvl_cmd *cmd, FILE *out)
             fprintf(out, " [default: %s]", o->def);
         fputc('\n', out);
     }
-    alias_list(cmd, out, false);
+    alias_out ao = {out, false};
+    cli_alias_each(cmd, help_alias, &ao);
     if (cmd->examples) {
         fprintf(out, "\nexamples:\n");
         const char *p = cmd->examples;
@@ -775,7 +807,7 @@ void cli_print_man(const rvl_cmd *cmd, FILE *out)
             p += l + (nl ? 1 : 0);
         }
     }
-    alias_list(cmd, out, true);
+    cli_print_man_aliases(cmd, out);
     if (cmd->man_extra)
         fputs(cmd->man_extra, out);
     fprintf(out, ".SH EXIT STATUS\n0 on success, 1 on a runtime error, 2 on a usage error, "
