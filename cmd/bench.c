@@ -136,9 +136,20 @@ static long long *int_list(const char *name, const opt_list *o, const char *def,
 static slist kv_list(const char *name, const opt_list *o)
 {
     slist l = split_list(name, o, NULL);
-    for (int i = 0; i < l.n; i++)
-        if (rvl_kv_type_parse(l.v[i]) < 0)
-            cli_usage("bench", "--%s: unknown KV format '%s' (%s)", name, l.v[i], CLI_KV_TYPES);
+    char nm[32];
+    snprintf(nm, sizeof nm, "--%s", name);
+    for (int i = 0; i < l.n; i++) {
+        const char *ours = cli_kv_name("bench", nm, l.v[i]);
+        if (ours != l.v[i]) {
+            char *c = strdup(ours);
+            if (!c) {
+                cli_err("bench", "out of memory");
+                exit(EXIT_RUNTIME);
+            }
+            free(l.v[i]);
+            l.v[i] = c;
+        }
+    }
     return l;
 }
 
@@ -175,6 +186,16 @@ static void one_kv(const char *sub)
     slist_free(&b);
     slist_free(&c);
 }
+
+/* llama-bench's spellings (the shared ones: opt.c). */
+static const cli_alias aliases[] = {
+    {"-fa|--flash-attn", ALIAS_ACCEPT, NULL, 1, NULL,
+     "ruvllm's attention is always the fused (flash) kernel: -fa changes nothing"},
+    {"--n-depth", ALIAS_OPTION, "depth", 0, NULL, NULL},
+    {"-pg", ALIAS_REFUSE, NULL, 1, NULL,
+     "bench model times the prompt (-p N) and the generation (-n N) apart: give those"},
+    ALIAS_END
+};
 
 enum { OUT_MD, OUT_CSV, OUT_JSON };
 
@@ -1515,6 +1536,7 @@ rvl_cmd cmd_bench_desc = {
                 "ruvllm bench ppl -m f16.gguf -f wiki.test.raw --kl-base f16.logp\tsave the reference\n"
                 "ruvllm bench ppl -m q4.gguf --kl f16.logp\tKL divergence against it",
     .opts = opts,
+    .aliases = aliases,
     .pos_compl = COMPL_NONE,
     .min_pos = 0,
     .max_pos = -1,

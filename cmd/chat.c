@@ -76,6 +76,18 @@ static rvl_opt opts[] = {
     OPT_END
 };
 
+/* llama-cli's spellings for a conversation (the shared ones: opt.c). */
+static const cli_alias aliases[] = {
+    {"-cnv|--conversation|-i|--interactive|-if|--interactive-first", ALIAS_ACCEPT, NULL, 0, NULL, NULL},
+    {"-st|--single-turn", ALIAS_REFUSE, NULL, 0, NULL, "for one reply use 'ruvllm run --chat PROMPT'"},
+    {"-no-cnv|--no-conversation", ALIAS_REFUSE, NULL, 0, NULL,
+     "to complete a prompt as raw text use 'ruvllm run PROMPT'"},
+    {"-p|--prompt", ALIAS_REFUSE, NULL, 1, NULL,
+     "chat reads its messages from the terminal or standard input (echo 'TEXT' | ruvllm chat); "
+     "for one reply use 'ruvllm run --chat TEXT', for a system message --system TEXT"},
+    ALIAS_END
+};
+
 /* ====================================================================
  * The chat's state
  * ==================================================================== */
@@ -1475,6 +1487,7 @@ rvl_cmd cmd_chat_desc = {
                 "ruvllm chat --render conv.json\tthe prompt the template makes of a conversation\n"
                 "ruvllm chat --verbose -n 256\ttimings after each reply, replies of at most 256 tokens",
     .opts = opts,
+    .aliases = aliases,
     .pos_compl = COMPL_NONE,
     .min_pos = 0,
     .max_pos = -1,   /* chat_main says what to type instead */

@@ -45,6 +45,44 @@ typedef struct {
     compl_kind compl;
 } rvl_opt;
 
+/* Another tool's spelling of an option (llama.cpp's, llama-server's,
+ * llama-bench's, ollama's): what it means here. Looked up as a whole word
+ * ("-ngl", "--n-gpu-layers", "-p") after the command's own options and
+ * before one-dash words are read as bundles of short options ("-vq",
+ * "-n5"): the command's table first, then cli_aliases_common (opt.c). */
+typedef enum {
+    ALIAS_OPTION,  /* our option `to`, with its value when it takes one */
+    ALIAS_JOIN,    /* our option `to`, given the next two values as "A:B" (--lora-scaled F S) */
+    ALIAS_ACCEPT,  /* what ruvllm always does: accepted and its values skipped; `say` (if
+                      any) is a note on stderr */
+    ALIAS_REFUSE,  /* not here: exit 2 with `say`, one sentence saying what to do instead */
+} cli_alias_kind;
+
+typedef struct {
+    const char *names;     /* every spelling, dashes included: "-sys|--system-prompt" */
+    cli_alias_kind kind;
+    const char *to;        /* OPTION, JOIN: our long option (the entry is skipped by a
+                              command without it) */
+    int nval;              /* ACCEPT, REFUSE: values that follow (-1: one optional value,
+                              taken when it is one of `when`) */
+    const char *when;      /* ACCEPT, REFUSE: NULL, or "a|b": with nval 1 the entry holds
+                              only for these values; with nval -1 the values taken.
+                              OPTION: the argument's name in --help (NULL: our option's) */
+    const char *say;
+} cli_alias;
+#define ALIAS_END {NULL, 0, NULL, 0, NULL, NULL}
+/* The spellings every command understands when it has the option they
+ * mean, and those no command has (opt.c). */
+extern const cli_alias cli_aliases_common[];
+
+struct rvl_cmd;
+/* For each spelling that names one of cmd's options (the command's table,
+ * then the shared one): fn(ud, "-sys, --system-prompt", "TEXT",
+ * "--system TEXT"); the argument is "" for a flag. --help lists them;
+ * cmd/man.c writes them as the man page's OTHER SPELLINGS section. */
+typedef void (*cli_alias_fn)(void *ud, const char *names, const char *arg, const char *ours);
+void cli_alias_each(const struct rvl_cmd *cmd, cli_alias_fn fn, void *ud);
+
 typedef struct rvl_cmd {
     const char *name;         /* from commands.def, set at start-up */
     const char *summary;      /* from commands.def */
@@ -53,6 +91,7 @@ typedef struct rvl_cmd {
     const char *man_extra;    /* extra man sections in roff, or NULL */
     const char *examples;     /* lines "command\tcomment", or NULL */
     rvl_opt *opts;            /* terminated by an entry with lng == NULL */
+    const cli_alias *aliases; /* other tools' spellings (ALIAS_END-terminated), or NULL */
     compl_kind pos_compl;     /* what positionals are */
     int min_pos, max_pos;     /* max_pos < 0: unlimited */
     int (*main)(struct rvl_cmd *cmd, int argc, char **argv);
@@ -136,6 +175,9 @@ typedef struct {
     {OPT_INT, 0, "kv-warm", "N", "tiered: the next N tokens are kept in q8, older ones in --kv-cold", "2048", &(kv).warm, 1, 1 << 20, NULL, COMPL_NONE}, \
     {OPT_CHOICE, 0, "kv-cold", "TYPE", "tiered: format of the oldest tokens (default tq4; q8 for a latent (MLA) cache, which takes no 4-bit format)", NULL, &(kv).cold, 0, 0, "q4|tq4", COMPL_NONE}
 rvl_kv_type cli_kv_type(const char *choice);
+/* One KV format as the user gave it (ours, or llama.cpp's name: q8_0 is q8):
+ * our name, or a usage error saying what to use instead (exits 2). */
+const char *cli_kv_name(const char *cmd, const char *nm, const char *arg);
 void cli_kv_params(const cli_kv_opts *kv, rvl_ctx_params *cp);
 /* "f16", "q8/f16", "tiered (256 f16, 2048 q8, tq4)": what a context's
  * options chose, for logs. Static buffer. */

@@ -301,6 +301,45 @@ static const char *const ENVIRONMENT[][2] = {
     {"NO_COLOR", "Disable colors."},
 };
 
+/* OTHER SPELLINGS: llama.cpp's names the command accepts (cmd/opt.c). */
+typedef struct {
+    roff *r;
+    bool any;
+} alias_page;
+
+static void r_alias(void *ud, const char *names, const char *arg, const char *ours)
+{
+    alias_page *a = ud;
+    roff *r = a->r;
+    if (!a->any) {
+        r_req(r, ".SH OTHER SPELLINGS");
+        r_fills(r, "llama.cpp's spellings of these options are accepted too; its options ruvllm "
+                   "does not have are refused with a sentence saying what to do instead "
+                   "(docs/llama-cpp-options.md lists both).");
+        a->any = true;
+    }
+    r_req(r, ".TP");
+    r_put(r, "\\fB");
+    r_str(r, names);
+    r_put(r, "\\fR");
+    if (arg[0]) {
+        r_put(r, " \\fI");
+        r_str(r, arg);
+        r_put(r, "\\fR");
+    }
+    r_endl(r);
+    r_put(r, "The same as \\fB");
+    r_str(r, ours);
+    r_put(r, "\\fR.");
+    r_endl(r);
+}
+
+static void r_aliases(roff *r, const rvl_cmd *cmd)
+{
+    alias_page a = {r, false};
+    cli_alias_each(cmd, r_alias, &a);
+}
+
 void cli_print_man(const rvl_cmd *cmd, FILE *out)
 {
     roff r = {out, 0};
@@ -331,6 +370,7 @@ void cli_print_man(const rvl_cmd *cmd, FILE *out)
     }
     if (cmd->examples)
         r_examples(&r, cmd->examples);
+    r_aliases(&r, cmd);
     if (cmd->man_extra)
         r_verbatim(&r, cmd->man_extra);
     r_exit_status(&r);

@@ -126,15 +126,28 @@ static const rvl_opt *find_short(const rvl_cmd *cmd, char c)
     return NULL;
 }
 
+/* "a|b|c" holds word (len bytes)? */
+static bool in_bars(const char *bars, const char *word, size_t len)
+{
+    for (const char *p = bars; p && *p;) {
+        const char *bar = strchr(p, '|');
+        size_t l = bar ? (size_t)(bar - p) : strlen(p);
+        if (l == len && strncmp(p, word, l) == 0)
+            return true;
+        p = bar ? bar + 1 : NULL;
+    }
+    return false;
+}
+
 static void unknown_long(const rvl_cmd *cmd, const char *name, size_t len)
 {
-    const char *cands[128];
+    const char *cands[160];
     char word[128];
     char spelled[130];
     int n = 0;
 
     snprintf(word, sizeof word, "%.*s", (int)(len < 100 ? len : 100), name);
-    for (const rvl_opt *o = cmd->opts; o->lng && n < 127; o++)
+    for (const rvl_opt *o = cmd->opts; o->lng && n < 159; o++)
         cands[n++] = o->lng;
     cands[n] = NULL;
     const char *s = cli_suggest(word, cands);
@@ -144,16 +157,42 @@ static void unknown_long(const rvl_cmd *cmd, const char *name, size_t len)
     cli_usage(cmd->name, "unknown option '%s'", spelled);
 }
 
-static void opt_name(const rvl_opt *o, char *buf, size_t cap)
+/* The value of an OPT_CHOICE given in another tool's spelling of the same
+ * thing: llama.cpp's cache types (q8_0 is our q8). */
+static const struct {
+    const char *from, *to;
+} choice_synonyms[] = {
+    {"q8_0", "q8"},
+    {"q4_0", "q4"},
+};
+
+/* Cache types llama.cpp has and we do not: what to use instead (the
+ * options whose choices are CLI_KV_TYPES). */
+static const struct {
+    const char *names, *say;
+} kv_refused[] = {
+    {"bf16", "the same size as f16, which is what to use (or f32, exact)"},
+    {"q4_1|q5_0|q5_1|iq4_nl", "use q4 (4-bit with a scale and a minimum per group, as q4_1), "
+                              "q8, or TurboQuant's tq4 and tq3"},
+};
+
+const char *cli_kv_name(const char *cmd, const char *nm, const char *arg)
 {
-    snprintf(buf, cap, "--%s", o->lng);
+    const size_t al = strlen(arg);
+    if (rvl_kv_type_parse(arg) >= 0)
+        return arg;
+    for (size_t i = 0; i < sizeof choice_synonyms / sizeof choice_synonyms[0]; i++)
+        if (strcmp(arg, choice_synonyms[i].from) == 0)
+            return choice_synonyms[i].to;
+    for (size_t i = 0; i < sizeof kv_refused / sizeof kv_refused[0]; i++)
+        if (in_bars(kv_refused[i].names, arg, al))
+            cli_usage(cmd, "%s: %s is not a KV cache format of ruvllm: %s", nm, arg,
+                      kv_refused[i].say);
+    cli_usage(cmd, "%s: '%s' is not one of %s", nm, arg, CLI_KV_TYPES);
 }
 
-static void set_value(const rvl_cmd *cmd, const rvl_opt *o, const char *arg)
+static void set_value(const rvl_cmd *cmd, const rvl_opt *o, const char *nm, const char *arg)
 {
-    char nm[64];
-    opt_name(o, nm, sizeof nm);
-
     switch (o->kind) {
     case OPT_FLAG:
         *(bool *)o->value = true;
@@ -184,17 +223,19 @@ static void set_value(const rvl_cmd *cmd, const rvl_opt *o, const char *arg)
         *(const char **)o->value = arg;
         break;
     case OPT_CHOICE: {
-        const char *p = o->choices;
-        size_t al = strlen(arg);
-        while (p && *p) {
-            const char *bar = strchr(p, '|');
-            size_t l = bar ? (size_t)(bar - p) : strlen(p);
-            if (l == al && strncmp(p, arg, l) == 0) {
-                *(const char **)o->value = arg;
+        const size_t al = strlen(arg);
+        if (in_bars(o->choices, arg, al)) {
+            *(const char **)o->value = arg;
+            return;
+        }
+        for (size_t i = 0; i < sizeof choice_synonyms / sizeof choice_synonyms[0]; i++)
+            if (strcmp(arg, choice_synonyms[i].from) == 0 &&
+                in_bars(o->choices, choice_synonyms[i].to, strlen(choice_synonyms[i].to))) {
+                *(const char **)o->value = choice_synonyms[i].to;
                 return;
             }
-            p = bar ? bar + 1 : NULL;
-        }
+        if (strcmp(o->choices, CLI_KV_TYPES) == 0)
+            cli_kv_name(cmd->name, nm, arg); /* says what to use instead */
         cli_usage(cmd->name, "%s: '%s' is not one of %s", nm, arg, o->choices);
     }
     case OPT_LIST: {
@@ -213,6 +254,219 @@ static void set_value(const rvl_cmd *cmd, const rvl_opt *o, const char *arg)
         break;
     }
     }
+}
+
+/* ====================================================================
+ * Other tools' spellings (cli_alias)
+ * ==================================================================== */
+
+#define NO_GPU "there are no layers to offload or devices to split over: ruvllm runs the whole " \
+    "model on the CPU, or on an Apple GPU with --backend metal (run, chat); drop it"
+#define SAMPLERS "ruvllm samples with --temp, --top-k, --top-p, --min-p and the repetition " \
+    "penalties (--repeat-penalty, --frequency-penalty, --presence-penalty); drop it"
+#define HF "download the model with 'ruvllm pull REPO[:QUANT]' once, then give -m NAME"
+#define THREADS "ruvllm does not pin its threads: run it under taskset (taskset -c 0-3 ruvllm ...) " \
+    "and give -t"
+#define MOE "a mixture of experts' weights are on the CPU already; to keep fewer of them in " \
+    "memory, give --expert-budget MIB (run, chat, bench)"
+#define BATCH "ruvllm chooses its own batch sizes for the prompt (they change the speed, " \
+    "never the result): drop it"
+
+const cli_alias cli_aliases_common[] = {
+    /* the same option under llama.cpp's name */
+    {"-sys|--system-prompt", ALIAS_OPTION, "system", 0, NULL, NULL},
+    {"-r|--reverse-prompt", ALIAS_OPTION, "stop", 0, NULL, NULL},
+    {"--n-predict|--predict", ALIAS_OPTION, "max-tokens", 0, NULL, NULL},
+    {"--temperature", ALIAS_OPTION, "temp", 0, NULL, NULL},
+    {"-ctk|--cache-type-k", ALIAS_OPTION, "kv-type-k", 0, NULL, NULL},
+    {"-ctv|--cache-type-v", ALIAS_OPTION, "kv-type-v", 0, NULL, NULL},
+    {"--chat-template-file", ALIAS_OPTION, "chat-template", 0, "FILE", NULL},
+    {"--lora-scaled", ALIAS_JOIN, "lora", 0, NULL, NULL},
+    {"-sp", ALIAS_OPTION, "special", 0, NULL, NULL},
+    {"-np", ALIAS_OPTION, "parallel", 0, NULL, NULL},
+    {"-a", ALIAS_OPTION, "alias", 0, NULL, NULL},
+    {"-v|--log-verbose", ALIAS_OPTION, "verbose", 0, NULL, NULL},
+    /* what ruvllm always does */
+    {"--jinja", ALIAS_ACCEPT, NULL, 0, NULL, NULL},
+    {"-fa|--flash-attn", ALIAS_ACCEPT, NULL, 1, "off|0|false|disabled",
+     "ruvllm's attention is always the fused (flash) kernel; -fa off changes nothing"},
+    {"-fa|--flash-attn", ALIAS_ACCEPT, NULL, -1, "on|auto|1|true|enabled", NULL},
+    {"-ngl|--n-gpu-layers|--gpu-layers", ALIAS_ACCEPT, NULL, 1, "0", NULL},
+    {"--no-context-shift", ALIAS_ACCEPT, NULL, 0, NULL, NULL},
+    {"--no-display-prompt", ALIAS_ACCEPT, NULL, 0, NULL, NULL},
+    {"--no-warmup", ALIAS_ACCEPT, NULL, 0, NULL, NULL},
+    /* not here */
+    {"-ngl|--n-gpu-layers|--gpu-layers", ALIAS_REFUSE, NULL, 1, NULL, NO_GPU},
+    {"-sm|--split-mode|-ts|--tensor-split|-mg|--main-gpu|-dev|--device|-ot|--override-tensor",
+     ALIAS_REFUSE, NULL, 1, NULL, NO_GPU},
+    {"-nkvo|--no-kv-offload|-kvo|--kv-offload|-nopo|--no-op-offload", ALIAS_REFUSE, NULL, 0, NULL,
+     NO_GPU},
+    {"-cmoe|--cpu-moe", ALIAS_REFUSE, NULL, 0, NULL, MOE},
+    {"-ncmoe|--n-cpu-moe", ALIAS_REFUSE, NULL, 1, NULL, MOE},
+    {"-ngld|--n-gpu-layers-draft|--gpu-layers-draft|-md|--model-draft|--draft|--draft-max|"
+     "--draft-n|--draft-min|-devd|--device-draft", ALIAS_REFUSE, NULL, 1, NULL,
+     "ruvllm has no speculative decoding with a draft model: drop it"},
+    {"-hf|-hfr|--hf-repo|-hff|--hf-file|-mu|--model-url", ALIAS_REFUSE, NULL, 1, NULL, HF},
+    {"-hft|--hf-token", ALIAS_REFUSE, NULL, 1, NULL,
+     "ruvllm pull downloads public models without a token: drop it"},
+    {"--mlock", ALIAS_REFUSE, NULL, 0, NULL,
+     "ruvllm maps the model file and leaves its pages to the kernel (no locking): drop --mlock"},
+    {"--no-mmap|--mmap", ALIAS_REFUSE, NULL, 0, NULL,
+     "ruvllm always maps the model file (pages shared and read on demand): drop it"},
+    {"-lm|--load-mode", ALIAS_REFUSE, NULL, 1, NULL,
+     "ruvllm always maps the model file (pages shared and read on demand): drop it"},
+    {"--numa", ALIAS_REFUSE, NULL, 1, NULL,
+     "ruvllm places no memory by NUMA node: run it under numactl "
+     "(numactl --interleave=all ruvllm ...)"},
+    {"-b|--batch-size|-ub|--ubatch-size", ALIAS_REFUSE, NULL, 1, NULL, BATCH},
+    {"-tb|--threads-batch", ALIAS_REFUSE, NULL, 1, NULL,
+     "ruvllm uses the -t threads for the prompt and the generation alike: drop -tb"},
+    {"-C|--cpu-mask|-Cr|--cpu-range|--cpu-strict|--prio|--poll", ALIAS_REFUSE, NULL, 1, NULL,
+     THREADS},
+    {"--mirostat|--mirostat-lr|--mirostat-ent|--typical|--typical-p|--top-nsigma|--xtc-probability|"
+     "--xtc-threshold|--dry-multiplier|--dry-base|--dry-allowed-length|--dry-penalty-last-n|"
+     "--dynatemp-range|--dynatemp-exp|--samplers|--sampling-seq|-l|--logit-bias",
+     ALIAS_REFUSE, NULL, 1, NULL, SAMPLERS},
+    {"--grammar|--grammar-file|-j|--json-schema|--json-schema-file", ALIAS_REFUSE, NULL, 1, NULL,
+     "ruvllm has no constrained decoding (grammars, JSON schemas): drop it"},
+    {"-mm|--mmproj|-mmu|--mmproj-url|--image|--audio", ALIAS_REFUSE, NULL, 1, NULL,
+     "ruvllm runs text models only (no images or audio)"},
+    {"--embedding|--embeddings|--rerank|--reranking", ALIAS_REFUSE, NULL, 0, NULL,
+     "ruvllm generates text only (no embeddings or reranking)"},
+    {"-sysf|--system-prompt-file", ALIAS_REFUSE, NULL, 1, NULL,
+     "give the file's text with --system \"$(cat FILE)\""},
+    {"--rope-freq-scale", ALIAS_REFUSE, NULL, 1, NULL,
+     "give the context extension factor instead: --rope-scale 1/F (--rope-freq-scale 0.25 is "
+     "--rope-scale 4)"},
+    {"--no-jinja", ALIAS_REFUSE, NULL, 0, NULL,
+     "ruvllm renders the model's Jinja template; for a built-in format instead give "
+     "--chat-template NAME (chatml, llama3, ...)"},
+    {"--prompt-cache-all|--prompt-cache-ro", ALIAS_REFUSE, NULL, 0, NULL,
+     "ruvllm's --prompt-cache FILE keeps the prompt's cache and saves it back: drop it"},
+    {"-dt|--defrag-thold", ALIAS_REFUSE, NULL, 1, NULL,
+     "ruvllm's KV cache never needs defragmenting: drop it"},
+    {"-i|--interactive|-if|--interactive-first|-cnv|--conversation", ALIAS_REFUSE, NULL, 0, NULL,
+     "for a conversation use 'ruvllm chat' (the same -m, --system and sampling options)"},
+    ALIAS_END
+};
+
+/* The first entry of `tab` spelled `word` whose values hold (next: the
+ * value that follows, or NULL), and which this command can take. *spelled:
+ * an OPTION entry spelled so, whose option the command lacks. */
+static const cli_alias *alias_in(const rvl_cmd *cmd, const cli_alias *tab, const char *word,
+                                 size_t wl, const char *next, const cli_alias **spelled)
+{
+    for (const cli_alias *al = tab; al && al->names; al++) {
+        if (!in_bars(al->names, word, wl))
+            continue;
+        if (al->kind == ALIAS_OPTION || al->kind == ALIAS_JOIN) {
+            if (!find_long(cmd, al->to, strlen(al->to))) {
+                if (!*spelled)
+                    *spelled = al;
+                continue;
+            }
+        } else if (al->when && al->nval == 1 && (!next || !in_bars(al->when, next, strlen(next)))) {
+            continue;
+        }
+        return al;
+    }
+    return NULL;
+}
+
+/* Strings made by ALIAS_JOIN: they live as long as the options. */
+static char *joined[16];
+static int n_joined;
+
+/* Apply argv[*i] (`word`, its "=VALUE" part eq or NULL) as other tools'
+ * spelling; false when it is none. */
+static bool apply_alias(const rvl_cmd *cmd, const char *word, size_t wl, const char *eq, int argc,
+                        char **argv, int *i)
+{
+    char w[64];
+    snprintf(w, sizeof w, "%.*s", (int)(wl < 60 ? wl : 60), word);
+    const char *next = eq ? eq : *i + 1 < argc ? argv[*i + 1] : NULL;
+    const cli_alias *spelled = NULL;
+    const cli_alias *al = alias_in(cmd, cmd->aliases, w, wl, next, &spelled);
+    if (!al)
+        al = alias_in(cmd, cli_aliases_common, w, wl, next, &spelled);
+    if (!al) {
+        if (spelled)
+            cli_usage(cmd->name, "unknown option '%s' (llama.cpp's spelling of --%s, which "
+                      "ruvllm %s does not have)", w, spelled->to, cmd->name);
+        return false;
+    }
+    switch (al->kind) {
+    case ALIAS_OPTION: {
+        const rvl_opt *o = find_long(cmd, al->to, strlen(al->to));
+        if (o->kind == OPT_FLAG) {
+            if (eq)
+                cli_usage(cmd->name, "option '%s' takes no value", w);
+            set_value(cmd, o, w, NULL);
+            return true;
+        }
+        if (!eq && *i + 1 >= argc)
+            cli_usage(cmd->name, "option '%s' needs a value (%s)", w, o->argname);
+        set_value(cmd, o, w, eq ? eq : argv[++*i]);
+        return true;
+    }
+    case ALIAS_JOIN: {
+        if (eq || *i + 2 >= argc)
+            cli_usage(cmd->name, "option '%s' needs two values", w);
+        const char *a = argv[*i + 1], *b = argv[*i + 2];
+        char *j = n_joined < 16 ? malloc(strlen(a) + strlen(b) + 2) : NULL;
+        if (!j)
+            cli_usage(cmd->name, "%s: too many", w);
+        sprintf(j, "%s:%s", a, b);
+        joined[n_joined++] = j;
+        *i += 2;
+        set_value(cmd, find_long(cmd, al->to, strlen(al->to)), w, j);
+        return true;
+    }
+    case ALIAS_ACCEPT:
+        if (al->nval < 0) {
+            if (eq && !in_bars(al->when, eq, strlen(eq)))
+                cli_usage(cmd->name, "%s: '%s' is not one of %s", w, eq, al->when);
+            if (!eq && next && in_bars(al->when, next, strlen(next)))
+                ++*i;
+        } else if (al->nval > 0 && !eq) {
+            if (*i + al->nval >= argc)
+                cli_usage(cmd->name, "option '%s' needs a value", w);
+            *i += al->nval;
+        }
+        if (al->say)
+            cli_err(cmd->name, "note: %s: %s", w, al->say);
+        return true;
+    case ALIAS_REFUSE:
+        cli_usage(cmd->name, "%s: %s", w, al->say);
+    }
+    return false;
+}
+
+/* A word of one dash and several letters is read as short options
+ * ("-vq", "-n5") only when it reads as such: every letter an option, and
+ * a number for a numeric option's inline value ("-ngl" is not "-n gl"). */
+static bool bundle_ok(const rvl_cmd *cmd, const char *a)
+{
+    for (const char *p = a + 1; *p; p++) {
+        const rvl_opt *o = find_short(cmd, *p);
+        if (!o)
+            return false;
+        if (o->kind == OPT_FLAG)
+            continue;
+        if (!p[1] || (o->kind != OPT_INT && o->kind != OPT_FLOAT))
+            return true;
+        char *end;
+        errno = 0;
+        (void)strtod(p + 1, &end);
+        return !*end && !errno;
+    }
+    return true;
+}
+
+static void help_exit(rvl_cmd *cmd)
+{
+    cli_print_help(cmd, stdout);
+    exit(0);
 }
 
 void cli_parse(rvl_cmd *cmd, int argc, char **argv, int *npos)
@@ -235,16 +489,19 @@ void cli_parse(rvl_cmd *cmd, int argc, char **argv, int *npos)
             const char *eq = strchr(name, '=');
             size_t len = eq ? (size_t)(eq - name) : strlen(name);
             const rvl_opt *o = find_long(cmd, name, len);
-            if (!o)
+            if (!o) {
+                if (apply_alias(cmd, a, len + 2, eq ? eq + 1 : NULL, argc, argv, &i))
+                    continue;
                 unknown_long(cmd, name, len);
-            if (strcmp(o->lng, "help") == 0) {
-                cli_print_help(cmd, stdout);
-                exit(0);
             }
+            if (strcmp(o->lng, "help") == 0)
+                help_exit(cmd);
+            char nm[80];
+            snprintf(nm, sizeof nm, "--%s", o->lng);
             if (o->kind == OPT_FLAG) {
                 if (eq)
                     cli_usage(cmd->name, "option '--%s' takes no value", o->lng);
-                set_value(cmd, o, NULL);
+                set_value(cmd, o, nm, NULL);
                 continue;
             }
             const char *arg = eq ? eq + 1 : NULL;
@@ -253,10 +510,16 @@ void cli_parse(rvl_cmd *cmd, int argc, char **argv, int *npos)
                     cli_usage(cmd->name, "option '--%s' needs a value (%s)", o->lng, o->argname);
                 arg = argv[++i];
             }
-            set_value(cmd, o, arg);
+            set_value(cmd, o, nm, arg);
             continue;
         }
-        /* one or more short options: -vq, -n5, -n 5 */
+        /* one dash: our short option, another tool's spelling as a whole
+         * word ("-ngl", "-p"), or short options bundled: -vq, -n5, -n 5 */
+        const size_t wl = strlen(a);
+        if ((wl > 2 || !find_short(cmd, a[1])) && apply_alias(cmd, a, wl, NULL, argc, argv, &i))
+            continue;
+        if (wl > 2 && !bundle_ok(cmd, a))
+            cli_usage(cmd->name, "unknown option '%s'", a);
         for (const char *p = a + 1; *p; p++) {
             const rvl_opt *o = find_short(cmd, *p);
             if (!o) {
@@ -264,12 +527,12 @@ void cli_parse(rvl_cmd *cmd, int argc, char **argv, int *npos)
                     cli_usage(cmd->name, "unknown option '%s'", a);
                 cli_usage(cmd->name, "unknown option '-%c'", *p);
             }
-            if (o->shrt == 'h' && strcmp(o->lng, "help") == 0) {
-                cli_print_help(cmd, stdout);
-                exit(0);
-            }
+            if (o->shrt == 'h' && strcmp(o->lng, "help") == 0)
+                help_exit(cmd);
+            char nm[80];
+            snprintf(nm, sizeof nm, "--%s", o->lng);
             if (o->kind == OPT_FLAG) {
-                set_value(cmd, o, NULL);
+                set_value(cmd, o, nm, NULL);
                 continue;
             }
             const char *arg = p[1] ? p + 1 : NULL;
@@ -278,7 +541,7 @@ void cli_parse(rvl_cmd *cmd, int argc, char **argv, int *npos)
                     cli_usage(cmd->name, "option '-%c' needs a value (%s)", *p, o->argname);
                 arg = argv[++i];
             }
-            set_value(cmd, o, arg);
+            set_value(cmd, o, nm, arg);
             break;
         }
     }
@@ -305,6 +568,62 @@ static void opt_label(const rvl_opt *o, char *buf, size_t cap)
         snprintf(buf, cap, "    --%s%s", o->lng, arg);
 }
 
+/* ====================================================================
+ * Other tools' spellings in --help and the man page
+ * ==================================================================== */
+
+void cli_alias_each(const rvl_cmd *cmd, cli_alias_fn fn, void *ud)
+{
+    const cli_alias *tabs[2] = {cmd->aliases, cli_aliases_common};
+    for (int t = 0; t < 2; t++) {
+        for (const cli_alias *al = tabs[t]; al && al->names; al++) {
+            if (al->kind != ALIAS_OPTION && al->kind != ALIAS_JOIN)
+                continue;
+            const rvl_opt *o = find_long(cmd, al->to, strlen(al->to));
+            if (!o)
+                continue;
+            char names[96], arg[48] = "", ours[96];
+            size_t k = 0;
+            for (const char *p = al->names; *p && k + 3 < sizeof names; p++) {
+                if (*p == '|') {
+                    names[k++] = ',';
+                    names[k++] = ' ';
+                } else {
+                    names[k++] = *p;
+                }
+            }
+            names[k] = 0;
+            if (al->kind == ALIAS_JOIN)
+                snprintf(arg, sizeof arg, "FILE SCALE");
+            else if (o->kind != OPT_FLAG)
+                snprintf(arg, sizeof arg, "%s", al->when ? al->when : o->argname ? o->argname : "VALUE");
+            if (al->kind == ALIAS_JOIN)
+                snprintf(ours, sizeof ours, "--%s FILE:SCALE", o->lng);
+            else
+                snprintf(ours, sizeof ours, "--%s%s%s", o->lng, arg[0] ? " " : "", arg);
+            fn(ud, names, arg, ours);
+        }
+    }
+}
+
+typedef struct {
+    FILE *out;
+    bool any;
+} alias_out;
+
+static void help_alias(void *ud, const char *names, const char *arg, const char *ours)
+{
+    alias_out *a = ud;
+    char label[160];
+    if (!a->any)
+        fputs("\nllama.cpp's spellings, also accepted:\n", a->out);
+    a->any = true;
+    snprintf(label, sizeof label, "%s%s%s", names, arg[0] ? " " : "", arg);
+    fprintf(a->out, "  %-28s = %s\n", label, ours);
+}
+
+/* roff for the words of a spelling: dashes as \- (no other special
+ * characters occur in them) */
 void cli_print_help(const rvl_cmd *cmd, FILE *out)
 {
     char label[128];
@@ -320,6 +639,8 @@ void cli_print_help(const rvl_cmd *cmd, FILE *out)
             fprintf(out, " [default: %s]", o->def);
         fputc('\n', out);
     }
+    alias_out ao = {out, false};
+    cli_alias_each(cmd, help_alias, &ao);
     if (cmd->examples) {
         fprintf(out, "\nexamples:\n");
         const char *p = cmd->examples;

@@ -6,9 +6,11 @@
  * arguments, -f FILE, or stdin (no arguments, or "-").
  */
 #include <errno.h>
+#include <math.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -16,7 +18,7 @@
 #include "gen.h"
 #include "run_batch.h"
 
-static const char *opt_model, *opt_file, *opt_sampling_seed, *opt_system, *opt_chat_template,
+static const char *opt_model, *opt_file, *opt_prompt, *opt_sampling_seed, *opt_system, *opt_chat_template,
                   *opt_prompt_cache, *opt_rope_scaling, *opt_backend, *opt_reasoning,
                   *opt_effort;
 static cli_kv_opts opt_kv;
@@ -26,7 +28,7 @@ static double opt_rope_scale = 0, opt_rope_base = 0, opt_expert_budget = 0;
 static long long opt_yarn_orig = 0;
 static long long opt_n = -1, opt_ctx = 0, opt_threads = 0;
 static cli_sample_opts opt_sample = CLI_SAMPLE_DEFAULTS;
-static bool opt_chat, opt_echo, opt_special, opt_no_bos, opt_tokenize, opt_json, opt_verbose, opt_stats;
+static bool opt_chat, opt_raw, opt_echo, opt_special, opt_no_bos, opt_tokenize, opt_json, opt_verbose, opt_stats;
 static opt_list opt_stop, opt_lora;
 static const char *opt_batch;
 static long long opt_parallel = 0;   /* 0: not given (4) */
@@ -34,7 +36,8 @@ static bool opt_unordered;
 
 static rvl_opt opts[] = {
     OPT_MODEL(opt_model),
-    {OPT_STRING, 'f', "file", "FILE", "read the prompt from FILE ('-': standard input)", NULL, &opt_file, 0, 0, NULL, COMPL_FILE},
+    {OPT_STRING, 'p', "prompt", "TEXT", "the prompt (the same as giving it as arguments)", NULL, &opt_prompt, 0, 0, NULL, COMPL_NONE},
+    {OPT_STRING, 'f', "file", "FILE", "read the prompt from FILE ('-': standard input); with a prompt argument, FILE is the material it applies to (see the description)", NULL, &opt_file, 0, 0, NULL, COMPL_FILE},
     {OPT_INT, 'n', "max-tokens", "N", "generate at most N tokens (-1: until end of generation or a full context)", "-1", &opt_n, -1, 1e9, NULL, COMPL_NONE},
     {OPT_INT, 'c', "ctx-size", "N", "context size in tokens (0: min(4096, the model's))", "0", &opt_ctx, 0, 1048576, NULL, COMPL_NONE},
     {OPT_INT, 't', "threads", "N", "threads (0: one per CPU)", "0", &opt_threads, 0, 256, NULL, COMPL_NONE},
@@ -44,6 +47,7 @@ static rvl_opt opts[] = {
     {OPT_LIST, 0, "stop", "STR", "stop when STR is generated (repeatable; STR is not printed)", NULL, &opt_stop, 0, 0, NULL, COMPL_NONE},
     {OPT_FLAG, 0, "ignore-eos", NULL, "never end at an end-of-generation token (its probability becomes 0; as llama.cpp's --ignore-eos)", NULL, &opt_ignore_eos, 0, 0, NULL, COMPL_NONE},
     {OPT_FLAG, 0, "chat", NULL, "wrap the prompt as one user turn in the model's chat template, with the generation prompt", NULL, &opt_chat, 0, 0, NULL, COMPL_NONE},
+    {OPT_FLAG, 0, "raw", NULL, "complete the prompt as raw text, the default, without the note run prints on a terminal for a model that has a chat template", NULL, &opt_raw, 0, 0, NULL, COMPL_NONE},
     {OPT_STRING, 0, "system", "TEXT", "with --chat: a system message before the user turn", NULL, &opt_system, 0, 0, NULL, COMPL_NONE},
     {OPT_STRING, 0, "chat-template", "NAME|FILE", "with --chat: a built-in template (chatml, qwen3, llama2, llama3, mistral-v1, gemma, phi3, zephyr, ...) or a Jinja template file instead of the model's", NULL, &opt_chat_template, 0, 0, NULL, COMPL_FILE},
     OPT_REASONING(opt_reasoning),
@@ -71,38 +75,80 @@ static rvl_opt opts[] = {
     OPT_END
 };
 
+/* llama-cli's spellings that mean something else for run than for the
+ * other commands (the shared ones are in opt.c). */
+static const cli_alias aliases[] = {
+    {"-st|--single-turn", ALIAS_OPTION, "chat", 0, NULL, NULL},
+    {"-no-cnv|--no-conversation", ALIAS_OPTION, "raw", 0, NULL, NULL},
+    {"--display-prompt", ALIAS_OPTION, "echo", 0, NULL, NULL},
+    {"-i|--interactive|-if|--interactive-first|-cnv|--conversation", ALIAS_REFUSE, NULL, 0, NULL,
+     "run answers once: for a conversation use 'ruvllm chat' (the same -m, --system and sampling "
+     "options), for one reply in the model's chat template add --chat"},
+    ALIAS_END
+};
+
 /* ====================================================================
  * Small helpers
  * ==================================================================== */
 
-/* The prompt: -f FILE, the arguments joined by spaces, or stdin; a file
- * or stdin is read up to RUVLLM_MAX_INPUT (rvl_input_read). 0, or the
- * exit status after printing the error. */
+/* Is there material on standard input for a prompt given as an
+ * argument? As ollama run: whenever it is not a terminal, but a pipe, a
+ * file or a socket (not /dev/null or another character device, which a
+ * script's `run "..."` often inherits). */
+static bool stdin_has_material(void)
+{
+    struct stat st;
+    return !isatty(STDIN_FILENO) && fstat(STDIN_FILENO, &st) == 0 &&
+           (S_ISFIFO(st.st_mode) || S_ISREG(st.st_mode) || S_ISSOCK(st.st_mode));
+}
+
+/* Read a prompt source (a file, or "-": stdin) up to RUVLLM_MAX_INPUT,
+ * less one trailing newline (as llama.cpp reads -f: a file's last line
+ * ends in one that is not part of the prompt). 0, or the exit status
+ * after printing the error. */
+static int read_source(const char *cmd, const char *src, rvl_buf *out)
+{
+    if (!strcmp(src, "-") && isatty(STDIN_FILENO))
+        fprintf(stderr, "ruvllm %s: reading the prompt from standard input (end with Ctrl-D)\n", cmd);
+    char *text;
+    size_t n;
+    int rc = rvl_input_read(src, rvl_input_limit(), &text, &n);
+    if (rc < 0)
+        return rc == RVL_EINTR ? EXIT_INTERRUPTED : cli_fail(cmd, rc);
+    if (n && text[n - 1] == '\n')
+        n--;
+    rc = rvl_buf_add(out, text, n);
+    free(text);
+    return rc < 0 ? cli_fail(cmd, rvl_seterr(RVL_ENOMEM, "out of memory")) : 0;
+}
+
+/* The prompt. An instruction (-p TEXT, or the arguments joined by
+ * spaces) and material (-f FILE, or standard input when it is a pipe or a
+ * file) make one prompt together: the material, a blank line, the
+ * instruction (ollama run puts standard input first too, joined with a
+ * space). Either alone is the prompt; with neither, standard input is
+ * read (also from a terminal). */
 static int get_prompt(const char *cmd, int argc, char **argv, rvl_buf *prompt)
 {
-    const char *src = NULL;   /* a file, or "-" for stdin */
-    if (opt_file && argc > 0)
-        cli_usage(cmd, "give the prompt as arguments or with -f, not both");
-    if (opt_file)
-        src = opt_file;
-    else if (argc == 0 || (argc == 1 && strcmp(argv[0], "-") == 0))
-        src = "-";
-    else
-        for (int i = 0; i < argc; i++)
+    bool dash = argc == 1 && strcmp(argv[0], "-") == 0;   /* "run -": stdin */
+    if (opt_prompt && argc > 0)
+        cli_usage(cmd, "give the prompt once: with -p or as arguments");
+    if (dash && opt_file)
+        cli_usage(cmd, "give the prompt as '-' (standard input) or with -f, not both");
+    bool instruction = opt_prompt || (argc > 0 && !dash);
+    const char *material = opt_file ? opt_file
+                           : !instruction || dash || stdin_has_material() ? "-" : NULL;
+    int st;
+    if (material && (st = read_source(cmd, material, prompt)) != 0)
+        return st;
+    if (instruction) {
+        if (prompt->n && rvl_buf_add(prompt, "\n\n", 2) < 0)
+            return cli_fail(cmd, rvl_seterr(RVL_ENOMEM, "out of memory"));
+        if (opt_prompt && rvl_buf_add(prompt, opt_prompt, strlen(opt_prompt)) < 0)
+            return cli_fail(cmd, rvl_seterr(RVL_ENOMEM, "out of memory"));
+        for (int i = 0; !opt_prompt && i < argc; i++)
             if ((i && rvl_buf_add(prompt, " ", 1) < 0) || rvl_buf_add(prompt, argv[i], strlen(argv[i])) < 0)
                 return cli_fail(cmd, rvl_seterr(RVL_ENOMEM, "out of memory"));
-    if (src) {
-        if (!strcmp(src, "-") && isatty(STDIN_FILENO))
-            fprintf(stderr, "ruvllm %s: reading the prompt from standard input (end with Ctrl-D)\n", cmd);
-        char *text;
-        size_t n;
-        int rc = rvl_input_read(src, rvl_input_limit(), &text, &n);
-        if (rc < 0)
-            return rc == RVL_EINTR ? EXIT_INTERRUPTED : cli_fail(cmd, rc);
-        rc = rvl_buf_add(prompt, text, n);
-        free(text);
-        if (rc < 0)
-            return cli_fail(cmd, rvl_seterr(RVL_ENOMEM, "out of memory"));
     }
     if (rvl_buf_add(prompt, "", 0) < 0)
         return cli_fail(cmd, rvl_seterr(RVL_ENOMEM, "out of memory"));
@@ -283,12 +329,33 @@ static uint64_t sampling_seed(const char *cmd)
     return (uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 20) ^ (uint64_t)getpid();
 }
 
+/* A context past the model's training length (and past what its own
+ * RoPE scaling reaches) degrades the output: say once what scaling would
+ * reach it. */
+static void warn_context(const char *cmd, const rvl_hparams *hp, uint32_t n_ctx)
+{
+    const double factor = opt_rope_scale > 0 ? opt_rope_scale
+                          : hp->rope_scaling != RVL_ROPE_SCALING_NONE ? hp->rope_factor : 1.0;
+    const bool scaled = (opt_rope_scaling && strcmp(opt_rope_scaling, "none") != 0) ||
+                        (!opt_rope_scaling && hp->rope_scaling != RVL_ROPE_SCALING_NONE);
+    const uint32_t train = hp->n_ctx_train;
+    if (!train || n_ctx <= train || hp->has_longrope ||
+        (scaled && (double)n_ctx <= (double)hp->rope_orig_ctx * factor))
+        return;
+    const double need = ceil((double)n_ctx / train * 100.0) / 100.0;
+    cli_err(cmd, "warning: a context of %u tokens is longer than the %u this model was trained "
+            "with; past %u the output degrades unless RoPE is scaled by %g: add --rope-scaling "
+            "yarn --rope-scale %g (or linear, or ntk)", n_ctx, train, train, need, need);
+}
+
 /* Usage errors no single option shows (exits 2). */
 static void check_options(const char *cmd)
 {
     for (int i = 0; i < opt_stop.n; i++)
         if (!opt_stop.items[i][0])
             cli_usage(cmd, "--stop: the stop string is empty");
+    if (opt_chat && opt_raw)
+        cli_usage(cmd, "--chat and --raw disagree: a chat turn, or raw text?");
     if (!opt_chat &&
         (opt_system || opt_chat_template || opt_reasoning || opt_effort || opt_show_reasoning))
         cli_usage(cmd, "%s needs --chat", opt_system ? "--system" : opt_chat_template ? "--chat-template"
@@ -302,8 +369,8 @@ static void check_options(const char *cmd)
 /* --batch: what run's options say every line does by default. */
 static int batch_main(const char *cmd, int argc, uint64_t seed)
 {
-    const char *clash = argc ? "a prompt argument" : opt_file ? "-f" : opt_prompt_cache ? "--prompt-cache"
-                        : opt_echo ? "--echo" : opt_tokenize ? "--tokenize" : opt_json ? "--json"
+    const char *clash = argc ? "a prompt argument" : opt_prompt ? "-p" : opt_file ? "-f"
+                        : opt_prompt_cache ? "--prompt-cache" : opt_echo ? "--echo" : opt_tokenize ? "--tokenize" : opt_json ? "--json"
                         : opt_shift ? "--context-shift" : opt_lora.n ? "--lora" : NULL;
     if (clash)
         cli_usage(cmd, "--batch cannot be combined with %s%s", clash,
@@ -456,18 +523,27 @@ static int print_json(const rvl_ctx *c, const run_report *rp, const gen_result *
     return fflush(stdout) == 0 ? 0 : -1;
 }
 
+/* Do descriptors a and b write to the same file (2>&1)? */
+static bool same_file(int a, int b)
+{
+    struct stat sa, sb;
+    return fstat(a, &sa) == 0 && fstat(b, &sb) == 0 && sa.st_dev == sb.st_dev &&
+           sa.st_ino == sb.st_ino;
+}
+
 /* --stats: timings and speeds on stderr. */
 static void print_stats(const rvl_ctx *c, const run_report *rp, const gen_result *res)
 {
     const double t_first = rp->prompt_ms + res->first_ms, t_gen = res->gen_ms;
     fprintf(stderr,
-            "ruvllm run: load %.1f ms | prompt %zu tokens (%zu reused) in %.1f ms (%.1f tok/s) | "
+            "ruvllm run: load %.1f ms | prompt %zu tokens in %.1f ms (%.1f tok/s) | "
             "first token %.1f ms | generated %zu tokens in %.1f ms (%.1f tok/s) | finish: %s\n",
-            rp->load_ms, rp->n_prompt, rp->n_reused, rp->prompt_ms,
+            rp->load_ms, rp->n_prompt, rp->prompt_ms,
             rp->prompt_ms > 0 ? (double)(rp->n_prompt - rp->n_reused) * 1e3 / rp->prompt_ms : 0,
             t_first, res->n_ids, t_gen,
             t_gen > 0 && res->n_decoded ? (double)res->n_decoded * 1e3 / t_gen : 0, rp->finish);
-    fprintf(stderr, "ruvllm run: prompt tokens reused: %zu of %zu\n", rp->n_reused, rp->n_prompt);
+    if (opt_prompt_cache)
+        fprintf(stderr, "ruvllm run: prompt tokens reused: %zu of %zu\n", rp->n_reused, rp->n_prompt);
     fprintf(stderr, "ruvllm run: backend %s, device %s\n", rvl_ctx_backend(c), rvl_ctx_device(c));
     rvl_kv_usage u;
     const uint32_t n = rvl_ctx_pos(c);
@@ -547,6 +623,15 @@ static int run_main(rvl_cmd *cmd, int argc, char **argv)
 
     const rvl_hparams *hp = rvl_model_hparams(m);
     const rvl_tokenizer *tok = rvl_model_tokenizer(m);
+    warn_context(name, hp, rvl_ctx_n_ctx(c));
+    /* raw completion is what run does; on a terminal, with a model made to
+     * chat, say so once (the same command line in a script must not
+     * change meaning, so chat is not made the default here) */
+    if (!opt_chat && !opt_raw && !opt_json && !opt_tokenize && isatty(STDIN_FILENO) &&
+        isatty(STDOUT_FILENO) && rvl_file_find_kv(rvl_model_file(m), "tokenizer.chat_template"))
+        cli_err(name, "note: completing the prompt as raw text; this model has a chat template: "
+                "add --chat for its reply as an assistant, or use 'ruvllm chat' for a "
+                "conversation (--raw: no note)");
     if (opt_chat && (rc = chat_wrap(name, rvl_model_file(m), tok, &prompt, &chat)) < 0) {
         status = cli_fail(name, rc);
         goto out;
@@ -657,6 +742,11 @@ static int run_main(rvl_cmd *cmd, int argc, char **argv)
         /* end the line on a terminal so the shell prompt starts cleanly */
         if (isatty(STDOUT_FILENO))
             out_write("\n", 1);
+        /* --stats on lines of their own where they meet the text (2>&1,
+         * or a terminal behind a pipe) */
+        else if (opt_stats && (res.text.n || (opt_echo && prompt.n)) &&
+                 (isatty(STDERR_FILENO) || same_file(STDOUT_FILENO, STDERR_FILENO)))
+            fputc('\n', stderr);
     }
     if (opt_stats) {
         print_stats(c, &rp, &res);
@@ -690,8 +780,30 @@ rvl_cmd cmd_run_desc = {
     .description =
         "Generate a continuation of PROMPT and print only the generated text on standard "
         "output, streamed and flushed token by token, so that ruvllm run fits in a shell "
-        "pipeline. The prompt is the arguments joined by spaces, the contents of -f FILE, or "
-        "standard input when there are no arguments or the only argument is '-'.\n"
+        "pipeline. The prompt is the arguments joined by spaces (or -p TEXT), the contents of "
+        "-f FILE, or standard input when there are no arguments or the only argument is '-'. One "
+        "trailing newline of a file or of standard input is dropped (as llama.cpp reads -f), so "
+        "printf 'question?\\n' | ruvllm run --chat asks what ruvllm run --chat 'question?' asks.\n"
+        "\n"
+        "A prompt argument and material to apply it to go together: when standard input is a "
+        "pipe or a file (not a terminal or /dev/null), or with -f FILE, the prompt is that text, "
+        "a blank line, then the arguments, as ollama run puts standard input before its prompt "
+        "argument (it joins them with a space):\n"
+        "\n"
+        "  git diff | ruvllm run --chat 'Write a commit message for this change.'\n"
+        "\n"
+        "To keep a script's run 'PROMPT' from reading a standard input that is a pipe, give it "
+        "< /dev/null.\n"
+        "\n"
+        "run completes the prompt as raw text. With a model that has a chat template (an "
+        "instruction-tuned model), --chat asks for the assistant's reply instead, and ruvllm chat "
+        "holds a conversation; on a terminal, without --chat or --raw, run says so once on "
+        "standard error. Chat is not made the default there so that a command line tried at the "
+        "terminal does the same in a script.\n"
+        "\n"
+        "A context (-c) longer than the one the model was trained with is accepted with a "
+        "warning that says which RoPE scaling would reach it (--rope-scaling yarn --rope-scale "
+        "F, F = the context over the training length).\n"
         "\n"
         "Generation stops at the model's end-of-generation tokens, at a --stop string, after "
         "--max-tokens tokens, or when the context is full (with a message on standard error). "
@@ -740,10 +852,13 @@ rvl_cmd cmd_run_desc = {
         "--context-shift and the quantized --kv-type values are refused there.",
     .examples = "ruvllm run -n 32 \"The capital of France is\"\tcontinue a prompt\n"
                 "echo 'def fib(n):' | ruvllm run --temp 0 -n 64\tgreedy, prompt from stdin\n"
+                "ruvllm run --chat -f notes.txt 'Summarize these notes.'\tan instruction about a file, "
+                "as the model's chat turn\n"
                 "ruvllm run --tokenize \"Hello world\"\tprint the prompt's token ids\n"
                 "ruvllm run --batch prompts.txt --parallel 8 --temp 0 -n 64\tmany prompts at once, "
                 "JSON Lines out",
     .opts = opts,
+    .aliases = aliases,
     .pos_compl = COMPL_NONE,
     .min_pos = 0,
     .max_pos = -1,

@@ -63,6 +63,18 @@ static rvl_opt opts[] = {
     OPT_END
 };
 
+/* llama-server's spellings (the shared ones: opt.c). */
+static const cli_alias aliases[] = {
+    {"-cb|--cont-batching|--metrics|--no-webui|--no-ui", ALIAS_ACCEPT, NULL, 0, NULL, NULL},
+    {"-nocb|--no-cont-batching", ALIAS_REFUSE, NULL, 0, NULL,
+     "serve always batches its sequences continuously: drop it"},
+    {"--api-key-file", ALIAS_REFUSE, NULL, 1, NULL,
+     "give --api-key \"$(cat FILE)\", or set RUVLLM_API_KEY"},
+    {"--ssl-key-file|--ssl-cert-file", ALIAS_REFUSE, NULL, 1, NULL,
+     "serve speaks plain HTTP: put a TLS proxy (caddy, nginx) in front of it"},
+    ALIAS_END
+};
+
 /* ====================================================================
  * The server's state
  * ==================================================================== */
@@ -1118,6 +1130,7 @@ rvl_cmd cmd_serve_desc = {
                 "curl -s localhost:8080/v1/chat/completions -d '{\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}]}'\tchat with it\n"
                 "RUVLLM_API_KEY=secret ruvllm serve --host 0.0.0.0 --parallel 8\tserve the network, with a key",
     .opts = opts,
+    .aliases = aliases,
     .pos_compl = COMPL_NONE,
     .min_pos = 0,
     .max_pos = 0,

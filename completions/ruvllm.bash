@@ -52,6 +52,7 @@ _ruvllm() {
     run)
         case $prev in
             -m|--model) _ruvllm_models; return ;;
+            -p|--prompt) return ;;
             -f|--file) COMPREPLY=($(compgen -f -- "$cur")); return ;;
             -n|--max-tokens) return ;;
             -c|--ctx-size) return ;;
@@ -93,10 +94,10 @@ _ruvllm() {
             --cache-type-v) COMPREPLY=($(compgen -W "f16 f32 q8 q4 tq4 tq3 tiered" -- "$cur")); return ;;
         esac
         if [[ $cur == -* ]]; then
-            COMPREPLY=($(compgen -W "-m --model -f --file -n --max-tokens -c --ctx-size -t --threads --backend --temp --top-k --top-p --min-p --repeat-penalty --repeat-last-n --frequency-penalty --presence-penalty -s --seed --stop --ignore-eos --chat --system --chat-template --reasoning --reasoning-effort --show-reasoning --kv-type --kv-type-k --kv-type-v --kv-hot --kv-warm --kv-cold --expert-budget --context-shift --keep --lora --rope-scaling --rope-scale --rope-freq-base --yarn-orig-ctx --prompt-cache -e --echo --special --no-bos --tokenize -j --json --batch --parallel --unordered --stats -v --verbose -h --help " -- "$cur"))
+            COMPREPLY=($(compgen -W "-m --model -p --prompt -f --file -n --max-tokens -c --ctx-size -t --threads --backend --temp --top-k --top-p --min-p --repeat-penalty --repeat-last-n --frequency-penalty --presence-penalty -s --seed --stop --ignore-eos --chat --raw --system --chat-template --reasoning --reasoning-effort --show-reasoning --kv-type --kv-type-k --kv-type-v --kv-hot --kv-warm --kv-cold --expert-budget --context-shift --keep --lora --rope-scaling --rope-scale --rope-freq-base --yarn-orig-ctx --prompt-cache -e --echo --special --no-bos --tokenize -j --json --batch --parallel --unordered --stats -v --verbose -h --help " -- "$cur"))
             return
         fi
-        case $(_ruvllm_npos $cmdi -m --model -f --file -n --max-tokens -c --ctx-size -t --threads --backend --temp --top-k --top-p --min-p --repeat-penalty --repeat-last-n --frequency-penalty --presence-penalty -s --seed --stop --system --chat-template --reasoning --reasoning-effort --kv-type --kv-type-k --kv-type-v --kv-hot --kv-warm --kv-cold --expert-budget --keep --lora --rope-scaling --rope-scale --rope-freq-base --yarn-orig-ctx --prompt-cache --batch --parallel -ctk --cache-type-k -ctv --cache-type-v) in
+        case $(_ruvllm_npos $cmdi -m --model -p --prompt -f --file -n --max-tokens -c --ctx-size -t --threads --backend --temp --top-k --top-p --min-p --repeat-penalty --repeat-last-n --frequency-penalty --presence-penalty -s --seed --stop --system --chat-template --reasoning --reasoning-effort --kv-type --kv-type-k --kv-type-v --kv-hot --kv-warm --kv-cold --expert-budget --keep --lora --rope-scaling --rope-scale --rope-freq-base --yarn-orig-ctx --prompt-cache --batch --parallel -ctk --cache-type-k -ctv --cache-type-v) in
             *) ;;
         esac
         ;;

@@ -61,9 +61,10 @@ complete -c ruvllm -n __fish_use_subcommand -a rm -d 'remove models from the sto
 complete -c ruvllm -n '__ruvllm_pos help 0' -a 'run chat quantize dequant bench lora-merge kv-inspect info serve pull list rm'
 
 # run
-set -g __ruvllm_takes_run -m --model -f --file -n --max-tokens -c --ctx-size -t --threads --backend --temp --top-k --top-p --min-p --repeat-penalty --repeat-last-n --frequency-penalty --presence-penalty -s --seed --stop --system --chat-template --reasoning --reasoning-effort --kv-type --kv-type-k --kv-type-v --kv-hot --kv-warm --kv-cold --expert-budget --keep --lora --rope-scaling --rope-scale --rope-freq-base --yarn-orig-ctx --prompt-cache --batch --parallel -ctk --cache-type-k -ctv --cache-type-v
+set -g __ruvllm_takes_run -m --model -p --prompt -f --file -n --max-tokens -c --ctx-size -t --threads --backend --temp --top-k --top-p --min-p --repeat-penalty --repeat-last-n --frequency-penalty --presence-penalty -s --seed --stop --system --chat-template --reasoning --reasoning-effort --kv-type --kv-type-k --kv-type-v --kv-hot --kv-warm --kv-cold --expert-budget --keep --lora --rope-scaling --rope-scale --rope-freq-base --yarn-orig-ctx --prompt-cache --batch --parallel -ctk --cache-type-k -ctv --cache-type-v
 complete -c ruvllm -n '__fish_seen_subcommand_from run' -s m -l model -r -F -a '(__ruvllm_models)' -d 'model file (default - $RUVLLM_MODEL, then the cached default model)'
-complete -c ruvllm -n '__fish_seen_subcommand_from run' -s f -l file -r -F -d 'read the prompt from FILE (`-` - standard input)'
+complete -c ruvllm -n '__fish_seen_subcommand_from run' -s p -l prompt -x -d 'the prompt (the same as giving it as arguments)'
+complete -c ruvllm -n '__fish_seen_subcommand_from run' -s f -l file -r -F -d 'read the prompt from FILE (`-` - standard input); with a prompt argument, FILE is the material it applies to (see the description)'
 complete -c ruvllm -n '__fish_seen_subcommand_from run' -s n -l max-tokens -x -d 'generate at most N tokens (-1 - until end of generation or a full context)'
 complete -c ruvllm -n '__fish_seen_subcommand_from run' -s c -l ctx-size -x -d 'context size in tokens (0 - min(4096, the model`s))'
 complete -c ruvllm -n '__fish_seen_subcommand_from run' -s t -l threads -x -d 'threads (0 - one per CPU)'
@@ -80,6 +81,7 @@ complete -c ruvllm -n '__fish_seen_subcommand_from run' -s s -l seed -x -d 'rand
 complete -c ruvllm -n '__fish_seen_subcommand_from run' -l stop -x -d 'stop when STR is generated (repeatable; STR is not printed)'
 complete -c ruvllm -n '__fish_seen_subcommand_from run' -l ignore-eos -d 'never end at an end-of-generation token (its probability becomes 0; as llama.cpp`s --ignore-eos)'
 complete -c ruvllm -n '__fish_seen_subcommand_from run' -l chat -d 'wrap the prompt as one user turn in the model`s chat template, with the generation prompt'
+complete -c ruvllm -n '__fish_seen_subcommand_from run' -l raw -d 'complete the prompt as raw text, the default, without the note run prints on a terminal for a model that has a chat template'
 complete -c ruvllm -n '__fish_seen_subcommand_from run' -l system -x -d 'with --chat - a system message before the user turn'
 complete -c ruvllm -n '__fish_seen_subcommand_from run' -l chat-template -r -F -a 'chatml llama2 llama3 mistral-v1 mistral-v3 mistral-v3-tekken mistral-v7 mistral-v7-tekken gemma phi3 phi4 zephyr deepseek2 deepseek3 deepseek-r1 command-r granite vicuna vicuna-orca qwen3 gpt-oss' -d 'with --chat - a built-in template (chatml, qwen3, llama2, llama3, mistral-v1, gemma, phi3, zephyr, ...) or a Jinja template file instead of the model`s'
 complete -c ruvllm -n '__fish_seen_subcommand_from run' -l reasoning -x -a 'on off' -d 'thinking models (Qwen3) - reason before answering (the chat template`s enable_thinking; default - the template`s, on for Qwen3)'
@@ -117,7 +119,8 @@ complete -c ruvllm -n '__fish_seen_subcommand_from run' -o ctv -x -a 'f16 f32 q8
 complete -c ruvllm -n '__fish_seen_subcommand_from run' -l cache-type-v -x -a 'f16 f32 q8 q4 tq4 tq3 tiered' -d 'llama.cpp spelling of --kv-type-v'
 complete -c ruvllm-run -f
 complete -c ruvllm-run -s m -l model -r -F -a '(__ruvllm_models)' -d 'model file (default - $RUVLLM_MODEL, then the cached default model)'
-complete -c ruvllm-run -s f -l file -r -F -d 'read the prompt from FILE (`-` - standard input)'
+complete -c ruvllm-run -s p -l prompt -x -d 'the prompt (the same as giving it as arguments)'
+complete -c ruvllm-run -s f -l file -r -F -d 'read the prompt from FILE (`-` - standard input); with a prompt argument, FILE is the material it applies to (see the description)'
 complete -c ruvllm-run -s n -l max-tokens -x -d 'generate at most N tokens (-1 - until end of generation or a full context)'
 complete -c ruvllm-run -s c -l ctx-size -x -d 'context size in tokens (0 - min(4096, the model`s))'
 complete -c ruvllm-run -s t -l threads -x -d 'threads (0 - one per CPU)'
@@ -134,6 +137,7 @@ complete -c ruvllm-run -s s -l seed -x -d 'random seed for reproducible sampling
 complete -c ruvllm-run -l stop -x -d 'stop when STR is generated (repeatable; STR is not printed)'
 complete -c ruvllm-run -l ignore-eos -d 'never end at an end-of-generation token (its probability becomes 0; as llama.cpp`s --ignore-eos)'
 complete -c ruvllm-run -l chat -d 'wrap the prompt as one user turn in the model`s chat template, with the generation prompt'
+complete -c ruvllm-run -l raw -d 'complete the prompt as raw text, the default, without the note run prints on a terminal for a model that has a chat template'
 complete -c ruvllm-run -l system -x -d 'with --chat - a system message before the user turn'
 complete -c ruvllm-run -l chat-template -r -F -a 'chatml llama2 llama3 mistral-v1 mistral-v3 mistral-v3-tekken mistral-v7 mistral-v7-tekken gemma phi3 phi4 zephyr deepseek2 deepseek3 deepseek-r1 command-r granite vicuna vicuna-orca qwen3 gpt-oss' -d 'with --chat - a built-in template (chatml, qwen3, llama2, llama3, mistral-v1, gemma, phi3, zephyr, ...) or a Jinja template file instead of the model`s'
 complete -c ruvllm-run -l reasoning -x -a 'on off' -d 'thinking models (Qwen3) - reason before answering (the chat template`s enable_thinking; default - the template`s, on for Qwen3)'

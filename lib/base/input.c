@@ -106,6 +106,12 @@ int rvl_input_read_fd(int fd, const char *name, size_t limit, char **buf, size_t
             rvl_buf_free(&b);
             return rvl_seterr(RVL_ENOMEM, "%s: out of memory after %zu bytes", name, b.n);
         }
+        /* a Ctrl-C that came before the read (while a terminal's prompt
+         * was being printed) ends it as one during the read would */
+        if (rvl_interrupted()) {
+            rvl_buf_free(&b);
+            return rvl_seterr(RVL_EINTR, "interrupted");
+        }
         ssize_t k = read(fd, b.p + b.n, want);
         if (k < 0) {
             int e = errno;

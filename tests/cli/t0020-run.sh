@@ -82,7 +82,7 @@ run 2 ruvllm run -t 100000 "x"
 run 2 ruvllm run -c 99999999 "x"
 run 2 ruvllm run --seed -3 "x"
 run 2 ruvllm run --stop "" "x"
-run 2 ruvllm run -f "$TMP/prompt.txt" "and an argument"
+run 2 ruvllm run -f "$TMP/prompt.txt" -   # two prompt sources (an argument with -f is joined: t0191)
 run 2 ruvllm run --tmep 0 "x"
 err_has "did you mean '--temp'?"
 

@@ -77,7 +77,11 @@ lead=0
 while IFS="$tab" read -r id special _ pids toks margins _; do
     flags=""
     [ "$special" = 1 ] && flags="--special"
-    file=$PROMPTS/$id.txt
+    # the prompt file as llama-cli -f reads it: its last newline is not part
+    # of the prompt (ruvllm run -f drops it too), and the golden's text may
+    # end in one (chatml's "assistant\n")
+    file=$TMP/$id.txt
+    cp "$PROMPTS/$id.txt" "$file" && echo >>"$file"
     # shellcheck disable=SC2086 # $flags is empty or one word
     "$RUVLLM" run -m "$MODEL" $flags --tokenize -f "$file" >"$OUT" 2>"$ERR" </dev/null
     got=$(cat "$OUT")

@@ -34,7 +34,7 @@ alone() {
     no=$1 prompt=$2
     shift 2
     sed -n "${no}p" "$OUT" >"$TMP/got"
-    "$RUVLLM" run --json "$@" "$prompt" >"$TMP/want" 2>/dev/null
+    "$RUVLLM" run --json "$@" "$prompt" >"$TMP/want" 2>/dev/null </dev/null   # not the loop's input as material
     desc=$(printf '%s' "$*" | tr '\n' '~')
     assert "line $no ($desc): the text of run alone" \
         "[ \"\$(text_of <'$TMP/got')\" = \"\$(text_of <'$TMP/want')\" ] && [ -n \"\$(text_of <'$TMP/got')\" ]"
