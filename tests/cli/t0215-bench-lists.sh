@@ -88,7 +88,7 @@ err_has "--threads: 'x' is not an integer"
 run 2 ruvllm bench model -m "$MODEL" -p 4,,8 -n 0
 err_has "--n-prompt: an empty item in '4,,8'"
 run 2 ruvllm bench model -m "$MODEL" -p 4 -n 0 --kv-type f16,q9
-err_has "--kv-type: unknown KV format 'q9'"
+err_has "--kv-type: 'q9' is not one of f16|f32|q8|q4|tq4|tq3|tiered"
 run 2 ruvllm bench model -m "$MODEL" -p 0,0 -n 0
 err_has "-p 0 and -n 0 leave nothing to measure"
 # a missing second model: said before anything is measured
