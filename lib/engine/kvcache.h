@@ -9,7 +9,9 @@
  * of every kv head, head after head, each in the tier's storage format of
  * that kind (kernels/kvq.h's page layouts; f32: 32 rows of head_dim
  * floats). A windowed group is a ring holding only the pages its window
- * still needs (kvcache.c, "Sliding windows").
+ * still needs (kvcache.c, "Sliding windows"). The slots are a store's
+ * (rvl_kvstore below): the cache's own, or one its sequence shares with
+ * an rvl_batch's others (kvcache.c, "The store", "Sharing").
  *
  * Tiers, by the age of a full page (how many positions its newest one is
  * behind the newest token):
