@@ -744,8 +744,9 @@ int rvl_decode(rvl_ctx *c, const int32_t *tokens, uint32_t n, const float **logi
 /* ======================================================================
  * Many sequences at once (lib/engine/batch.c): one model, one thread pool,
  * up to n_seq sequences, each with its own page table in one shared KV
- * store (cp's formats and n_ctx; below), decoded together: a step takes tokens of several sequences
- * (a prompt chunk of one, the next token of others) and runs them through
+ * store (cp's formats and n_ctx; below), decoded together: a step takes
+ * tokens of several sequences (a prompt chunk of one, the next token of
+ * others) and runs them through
  * the model as one batch, so each weight row is read once for all of them.
  * Each sequence's logits are those it would get alone (the matmuls' rows
  * do not depend on the batch they come in; attention reads only its own
@@ -784,11 +785,16 @@ int rvl_batch_decode(rvl_batch *b, uint32_t n_items, const uint32_t *seq,
  * prefix: the same ids from position 0) is held once, whichever sequences
  * use it, and copied when one changes it (copy-on-write). Its budget counts
  * the pages of the model's global layers, in any tier (windowed layers
- * keep rings of their window per sequence besides). Keys stored centred
- * (quantized formats, kvcache.c "Key centering") are shared only between
- * sequences with the same centre: in practice pages still in tier 0 before
- * either centred its keys; f16, f32 and caches without centering (MLA,
- * sink logits, soft-capping) share in every tier. */
+ * keep rings of their window per sequence besides). A page is shared in
+ * the tier it would have in the sequence alone; keys stored centred
+ * (quantized formats, kvcache.c "Key centering") only between sequences
+ * whose keys were centred alike (a sequence whose shared pages cover the
+ * point where it would fix its centre takes the centre the first one fixed
+ * from the same keys). A sequence gets the logits it gets alone as long as
+ * the pages it maps were computed as its own would have been (prompts in
+ * chunks of RVL_UBATCH from position 0, as rvl_decode runs them: on a
+ * cache whose pages age, the chunks decide which keys were quantized when
+ * later ones were computed). */
 #define RVL_KV_PAGE 32             /* positions per KV page */
 typedef struct {
     uint32_t pages;                /* the budget: pages of RVL_KV_PAGE positions */

@@ -299,6 +299,55 @@ static void test_cow_tiered(void **state)
     check_cow(f, 64, 32, "tiered");
 }
 
+/* A windowed layer's ring (window 40: 5 pages) frees its old pages and the
+ * store reuses their slots, least recently freed first: a cache whose
+ * prompt would need pages the rings no longer hold maps nothing, though
+ * the global layer holds them all; one whose ring pages are still
+ * findable (freed last, not yet reused) maps them, bit for bit. */
+static void test_window_ring_shares_what_it_still_holds(void **state)
+{
+    (void)state;
+    const uint32_t window[NL] = {0, 40};
+    const int f[3] = {RVL_KVQ_F16, RVL_KVQ_F16, RVL_KVQ_F16};
+    rvl_kvcache_params p = {.n_layer = NL, .n_head = NH, .n_head_kv = NKV, .head_dim = HD,
+                            .n_ctx = 1024, .hot = RVL_KVC_UNBOUNDED, .warm = RVL_KVC_UNBOUNDED,
+                            .scale = 0.125f, .window = window};
+    memcpy(p.fmt_k, f, sizeof f);
+    memcpy(p.fmt_v, f, sizeof f);
+    rvl_kvstore *st = NULL;
+    assert_int_equal(rvl_kvstore_open(&st, &p, 2, 0), 0);
+    rvl_kvcache *a = NULL, *b = NULL;
+    assert_int_equal(rvl_kvcache_open_on(&a, st, 1), 0);
+    assert_int_equal(rvl_kvcache_open_on(&b, st, 1), 0);
+    static int32_t ids[1024];
+    for (int i = 0; i < 1024; i++)
+        ids[i] = 5 * i + 2;
+    uint64_t rng = 11;
+    const size_t rows = (size_t)20 * 32 * KVD;
+    float *ring = calloc(2 * rows, sizeof *ring), *rb = calloc(rows, sizeof *rb);
+    for (int i = 0; i < 24; i++) {
+        write_rows(a, 32, &rng, ids);
+        for (int kind = 0; i == 19 && kind < 2; kind++) /* what the ring holds at 20 pages */
+            kvt_cache_rows(a, 1, kind, 20 * 32, NKV, HD, ring + kind * rows);
+    }
+    assert_int_equal(rvl_kvcache_first_page(a, 1), 19);
+    /* pages 3 .. 7 of the ring were freed long ago and their slots reused */
+    assert_int_equal(rvl_kvcache_share(b, ids, 8 * 32 + 1), 0);
+    /* pages 15 .. 19: freed last, still findable (19 still held) */
+    assert_int_equal(rvl_kvcache_share(b, ids, 20 * 32 + 1), 20 * 32);
+    assert_int_equal(rvl_kvcache_first_page(b, 1), 15);
+    for (int kind = 0; kind < 2; kind++) { /* b's ring: the slots a freed, as a wrote them */
+        kvt_cache_rows(b, 1, kind, 20 * 32, NKV, HD, rb);
+        assert_memory_equal(rb + (size_t)15 * 32 * KVD, ring + kind * rows + (size_t)15 * 32 * KVD,
+                            (size_t)5 * 32 * KVD * sizeof *rb);
+    }
+    free(ring);
+    free(rb);
+    rvl_kvcache_close(a);
+    rvl_kvcache_close(b);
+    rvl_kvstore_close(st);
+}
+
 /* ====================================================================
  * Room
  * ==================================================================== */
@@ -363,6 +412,7 @@ int main(void)
         cmocka_unit_test(test_gemma3_q8),
         cmocka_unit_test(test_cow_f16),
         cmocka_unit_test(test_cow_tiered),
+        cmocka_unit_test(test_window_ring_shares_what_it_still_holds),
         cmocka_unit_test(test_full_store_refuses_step),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
