@@ -566,19 +566,13 @@ static void admit(rvl_sched *s, req **gone, req **failed)
  * the run thread's, which owns the batch). */
 static void note_kv(rvl_sched *s)
 {
-    uint64_t n = 0, bytes = 0;
-    for (uint32_t i = 0; i < s->n_running; i++) {
-        rvl_kv_usage u;
-        if (rvl_batch_seq_kv_usage(s->b, s->run[i]->seq, &u) == 0) {
-            n += u.n;
-            bytes += u.bytes;
-        }
-    }
+    uint64_t n = 0;
+    for (uint32_t i = 0; i < s->n_running; i++)
+        n += rvl_batch_seq_pos(s->b, s->run[i]->seq);
     memset(&s->st.kv, 0, sizeof s->st.kv);
     s->st.kv.n = n > UINT32_MAX ? UINT32_MAX : (uint32_t)n;
     rvl_batch_kv_get(s->b, &s->st.kv_store);
-    /* the store's bytes count a page two sequences share once */
-    s->st.kv.bytes = s->st.kv_store.bytes ? s->st.kv_store.bytes : bytes;
+    s->st.kv.bytes = s->st.kv_store.bytes; /* a page sequences share counted once */
 }
 
 int rvl_sched_run(rvl_sched *s, bool wait_idle)
