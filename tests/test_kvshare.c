@@ -71,8 +71,7 @@ static void step_one(rvl_batch *b, rvl_ctx *alone, uint32_t s, const int32_t *tk
                  rvl_ctx_pos(alone) - n);
 }
 
-static void check_share(const char *model, rvl_kv_type kv, uint32_t hot, uint32_t warm,
-                        bool shares)
+static void check_share(const char *model, rvl_kv_type kv, uint32_t hot, uint32_t warm)
 {
     char path[256], what[128];
     snprintf(path, sizeof path, "%s/%s.gguf", DATA_DIR, model);
@@ -100,15 +99,10 @@ static void check_share(const char *model, rvl_kv_type kv, uint32_t hot, uint32_
     uint32_t own = 0; /* the pages of the global layers the sequences hold, each its own */
     for (int s = 0; s < N_SEQ; s++)
         own += (plen[s] + 31) / 32;
-    if (shares) {
-        /* the three prefix pages once: 0's four, then one page of each other's */
-        assert_int_equal(u.reused_tokens, 2 * PREFIX);
-        assert_int_equal(u.pages_shared, PREFIX / 32);
-        assert_int_equal(u.pages_used, own - 2 * PREFIX / 32);
-    } else {
-        assert_int_equal(u.reused_tokens, 0);
-        assert_int_equal(u.pages_shared, 0);
-    }
+    /* the three prefix pages once: 0's four, then one page of each other's */
+    assert_int_equal(u.reused_tokens, 2 * PREFIX);
+    assert_int_equal(u.pages_shared, PREFIX / 32);
+    assert_int_equal(u.pages_used, own - 2 * PREFIX / 32);
     assert_int_equal(u.pages_free, u.pages - u.pages_used);
     assert_true(u.bytes > 0);
 
@@ -151,33 +145,31 @@ static void check_share(const char *model, rvl_kv_type kv, uint32_t hot, uint32_
     rvl_model_close(m);
 }
 
-static void test_llama_f16(void **state) { (void)state; check_share("llama", RVL_KV_F16, 0, 0, true); }
-static void test_llama_f32(void **state) { (void)state; check_share("llama", RVL_KV_F32, 0, 0, true); }
+#define SHARE_TEST(name, model, kv, hot, warm)                                           \
+    static void name(void **state)                                                       \
+    {                                                                                    \
+        (void)state;                                                                     \
+        check_share(model, kv, hot, warm);                                               \
+    }
+SHARE_TEST(test_llama_f16, "llama", RVL_KV_F16, 0, 0)
+SHARE_TEST(test_llama_f32, "llama", RVL_KV_F32, 0, 0)
 /* centred keys: the centre of the first 64 keys, fixed by sequence 0 and
  * taken by the others with its pages */
-static void test_llama_q8(void **state) { (void)state; check_share("llama", RVL_KV_Q8, 0, 0, true); }
-static void test_llama_q4(void **state) { (void)state; check_share("llama", RVL_KV_Q4, 0, 0, true); }
-static void test_llama_tq4(void **state) { (void)state; check_share("llama", RVL_KV_TQ4, 0, 0, true); }
-static void test_llama_tq3(void **state) { (void)state; check_share("llama", RVL_KV_TQ3, 0, 0, true); }
+SHARE_TEST(test_llama_q8, "llama", RVL_KV_Q8, 0, 0)
+SHARE_TEST(test_llama_q4, "llama", RVL_KV_Q4, 0, 0)
+SHARE_TEST(test_llama_tq4, "llama", RVL_KV_TQ4, 0, 0)
+SHARE_TEST(test_llama_tq3, "llama", RVL_KV_TQ3, 0, 0)
 /* tiered, 64 hot and 32 warm: the prefix pages are shared in tier 0, then
  * age during the steps: each sequence centres its keys and re-encodes its
  * own copies (copy-on-write) */
-static void test_llama_tiered(void **state)
-{
-    (void)state;
-    check_share("llama", RVL_KV_TIERED, 64, 32, true);
-}
+SHARE_TEST(test_llama_tiered, "llama", RVL_KV_TIERED, 64, 32)
 /* MLA's latent cache: no key centering, q8 pages shared as they are */
-static void test_deepseek2_q8(void **state) { (void)state; check_share("deepseek2", RVL_KV_Q8, 0, 0, true); }
-static void test_deepseek2_f16(void **state) { (void)state; check_share("deepseek2", RVL_KV_F16, 0, 0, true); }
+SHARE_TEST(test_deepseek2_q8, "deepseek2", RVL_KV_Q8, 0, 0)
+SHARE_TEST(test_deepseek2_f16, "deepseek2", RVL_KV_F16, 0, 0)
 /* sink logits (no centering) and a window of 8 (rings of 4 pages) */
-static void test_gpt_oss_tiered(void **state)
-{
-    (void)state;
-    check_share("gpt-oss", RVL_KV_TIERED, 64, 32, true);
-}
-static void test_gemma3_f16(void **state) { (void)state; check_share("gemma3", RVL_KV_F16, 0, 0, true); }
-static void test_gemma3_q8(void **state) { (void)state; check_share("gemma3", RVL_KV_Q8, 0, 0, true); }
+SHARE_TEST(test_gpt_oss_tiered, "gpt-oss", RVL_KV_TIERED, 64, 32)
+SHARE_TEST(test_gemma3_f16, "gemma3", RVL_KV_F16, 0, 0)
+SHARE_TEST(test_gemma3_q8, "gemma3", RVL_KV_Q8, 0, 0)
 
 /* ====================================================================
  * Copy-on-write, through the cache's API on random rows

@@ -7,7 +7,10 @@
  * layers * cap[t] slots, allocated at open; cap[0] covers the hot tier plus
  * the page being filled and the next one (a batch crosses at most one page
  * boundary), cap[1] the warm tier, cap[2] every page; a window's caps are
- * at most its ring. One free-slot stack per group and tier.
+ * at most its ring. One free-slot stack per group and tier. The pools,
+ * free slots and reference counts are the cache's store's (section "The
+ * store"): its own, or one shared by an rvl_batch's caches (n_seq times
+ * these slots, the global layers' capped by the budget).
  * Nothing is allocated after open except by rvl_kvcache_shift.
  *
  * MLA's latent cache (v_is_k) allocates no value pools: a group's value
@@ -438,7 +441,8 @@ static void move_page(rvl_kvcache *kc, kvc_group *g, uint32_t page, int to, int 
     const int from = g->tier[page], hd = (int)kc->p.head_dim;
     const int32_t os = g->slot[page];
     if (find && g->s->ix[to] && page < kc->hashed && rows == PG) {
-        const int32_t f = ix_find(g->s, to, kc->hash[page], page_tag(kc, page), kc->ids + (size_t)page * PG);
+        const int32_t f =
+            ix_find(g->s, to, kc->hash[page], page_tag(kc, page), kc->ids + (size_t)page * PG);
         if (f >= 0) {
             slot_take(g, to, f);
             slot_free(g, from, os);
@@ -719,7 +723,8 @@ static rvl_kvstore *store_new(const rvl_kvcache *kc, uint32_t n_seq, uint32_t bu
     }
     st->budget = budget;
     for (int i = 0; shared && kc->kc_state != KC_OFF && i < KVS_CENTRES; i++)
-        ok &= (st->centre[i].mu = malloc((size_t)kc->p.n_layer * kc->kv_dim * sizeof(float))) != NULL;
+        ok &= (st->centre[i].mu = malloc((size_t)kc->p.n_layer * kc->kv_dim * sizeof(float))) !=
+              NULL;
     if (!ok) {
         store_free(st);
         return NULL;
@@ -1584,7 +1589,8 @@ static bool share_fits(const rvl_kvcache *kc, const int32_t *ids, uint32_t np)
 {
     for (uint32_t gi = 0; gi < kc->n_grp; gi++) {
         const kvc_group *g = &kc->grp[gi];
-        for (uint32_t pg = g->ring && np > g->ring ? np - g->ring : 0; g->n_layer && pg < np; pg++) {
+        const uint32_t first = g->ring && np > g->ring ? np - g->ring : 0; /* what a ring holds */
+        for (uint32_t pg = first; g->n_layer && pg < np; pg++) {
             const int t = want_tier(kc, g, pg, np * PG);
             if (t > 0 && kc->kc_state == KC_PENDING)
                 return false;
@@ -1681,7 +1687,8 @@ uint32_t rvl_kvcache_share(rvl_kvcache *kc, const int32_t *ids, uint32_t n)
         g->first = g->ring && np > g->ring ? np - g->ring : 0;
         for (uint32_t pg = g->first; g->n_layer && pg < np; pg++) {
             const int t = want_tier(kc, g, pg, np * PG);
-            const int32_t x = ix_find(g->s, t, kc->hash[pg], page_tag(kc, pg), ids + (size_t)pg * PG);
+            const int32_t x =
+                ix_find(g->s, t, kc->hash[pg], page_tag(kc, pg), ids + (size_t)pg * PG);
             slot_take(g, t, x);
             page_set(g, pg, t, x);
         }
