@@ -806,9 +806,10 @@ int rvl_decode(rvl_ctx *c, const int32_t *tokens, uint32_t n, const float **logi
 
 /* ======================================================================
  * Many sequences at once (lib/engine/batch.c): one model, one thread pool,
- * up to n_seq sequences, each with its own KV cache (cp's formats and
- * n_ctx), decoded together: a step takes tokens of several sequences
- * (a prompt chunk of one, the next token of others) and runs them through
+ * up to n_seq sequences, each with its own page table in one shared KV
+ * store (cp's formats and n_ctx; below), decoded together: a step takes
+ * tokens of several sequences (a prompt chunk of one, the next token of
+ * others) and runs them through
  * the model as one batch, so each weight row is read once for all of them.
  * Each sequence's logits are those it would get alone (the matmuls' rows
  * do not depend on the batch they come in; attention reads only its own
@@ -832,11 +833,61 @@ int rvl_batch_seq_kv_usage(const rvl_batch *b, uint32_t seq, rvl_kv_usage *u);
 /* One step: item i appends n[i] >= 1 tokens tokens[i] to sequence seq[i]
  * (each sequence at most once per step) and gets the logits of its last
  * token in logits[i] (n_vocab floats, borrowed until the next step or
- * close). RVL_ERANGE (naming the sequence) when an item would overflow its
- * context, RVL_EINVAL for a bad sequence or token, RVL_EINTR when
- * interrupted; on an error no sequence has advanced. */
+ * close). An item whose sequence is empty first maps the pages of its
+ * tokens other sequences hold (rvl_batch_seq_share): only the rest is
+ * computed. RVL_ERANGE (naming the sequence) when an item would overflow
+ * its context, RVL_EINVAL for a bad sequence or token, RVL_EBUSY when the
+ * KV store has not the pages the step needs (rvl_batch_seq_kv_need; the
+ * message says how many), RVL_EINTR when interrupted; on an error no
+ * sequence has advanced. */
 int rvl_batch_decode(rvl_batch *b, uint32_t n_items, const uint32_t *seq,
                      const int32_t *const *tokens, const uint32_t *n, const float **logits);
+
+/* The KV store (CPU backend): the sequences' pages of 32 positions live in
+ * one store, shared: a full page with known token ids (a common prompt
+ * prefix: the same ids from position 0) is held once, whichever sequences
+ * use it, and copied when one changes it (copy-on-write). Its budget counts
+ * the pages of the model's global layers, in any tier (windowed layers
+ * keep rings of their window per sequence besides). A page is shared in
+ * the tier it would have in the sequence alone; keys stored centred
+ * (quantized formats, kvcache.c "Key centering") only between sequences
+ * whose keys were centred alike (a sequence whose shared pages cover the
+ * point where it would fix its centre takes the centre the first one fixed
+ * from the same keys). A sequence gets the logits it gets alone as long as
+ * the pages it maps were computed as its own would have been (prompts in
+ * chunks of RVL_UBATCH from position 0, as rvl_decode runs them: on a
+ * cache whose pages age, the chunks decide which keys were quantized when
+ * later ones were computed). */
+#define RVL_KV_PAGE 32             /* positions per KV page */
+typedef struct {
+    uint32_t pages;                /* the budget: pages of RVL_KV_PAGE positions */
+    uint32_t pages_used, pages_free; /* held by the sequences (each shared page once), and
+                                      pages - pages_used */
+    uint32_t pages_shared;         /* held by more than one sequence */
+    uint64_t bytes;                /* KV bytes the store holds (every layer, each slot once) */
+    uint64_t reused_tokens;        /* positions sequences mapped instead of computing, since
+                                      open */
+} rvl_batch_kv;
+/* rvl_batch_open with a KV budget of kv_tokens positions over all the
+ * sequences (rounded up to pages of 32; 0, or more than n_seq * n_ctx:
+ * n_seq * n_ctx, rvl_batch_open's). */
+int rvl_batch_open_kv(rvl_batch **out, const rvl_model *m, const rvl_ctx_params *cp,
+                      uint32_t n_seq, uint32_t kv_tokens);
+/* What the store holds now; another backend (a cache per sequence, no
+ * sharing) reports zeros but bytes. */
+void rvl_batch_kv_get(const rvl_batch *b, rvl_batch_kv *u);
+/* Pages sequence seq would still take from the store to hold n positions:
+ * new pages, less those of ids[0 .. n_ids) it would map (an empty
+ * sequence; ids NULL: none), plus those it shares where a page may yet be
+ * copied (formats whose pages age); 0 on another backend. A scheduler
+ * admits a sequence while the needs of all fit in pages_free. */
+uint32_t rvl_batch_seq_kv_need(rvl_batch *b, uint32_t seq, const int32_t *ids, uint32_t n_ids,
+                               uint32_t n);
+/* Sequence seq (empty) maps the longest run of full pages of ids[0 .. n)
+ * the store holds, leaving at least the last token to compute; returns the
+ * positions mapped (a multiple of 32, its new position; 0: none, another
+ * backend, or seq not empty). The next step then feeds ids from there. */
+uint32_t rvl_batch_seq_share(rvl_batch *b, uint32_t seq, const int32_t *ids, uint32_t n);
 
 /* ======================================================================
  * Forward-pass trace (lib/engine/forward.c), for step-by-step comparisons with
@@ -1101,6 +1152,9 @@ typedef struct {
     uint32_t n_parallel;           /* sequences in flight (0: 4) */
     uint32_t n_queue;              /* requests waiting at most (0: 256) */
     uint32_t n_step_tokens;        /* tokens per step at most (0: RVL_UBATCH) */
+    uint32_t kv_tokens;            /* the KV budget in positions over all sequences (0:
+                                      n_parallel * n_ctx; rvl_batch_open_kv); a request is
+                                      admitted when its prompt and max_tokens fit in it */
 } rvl_sched_params;
 typedef struct {
     const char *finish_reason;     /* "stop" (end of generation or a stop string), "length"
@@ -1134,7 +1188,12 @@ typedef struct {
     uint64_t prompt_tokens, gen_tokens;
     uint32_t running, queued;
     double gen_tps;                /* generated tokens per second, last 10 s */
-    rvl_kv_usage kv;               /* what the running sequences' caches hold */
+    rvl_kv_usage kv;               /* what the running sequences' caches hold: n their
+                                      positions, bytes the KV store's (a page sequences share
+                                      counted once) */
+    rvl_batch_kv kv_store;         /* the KV store: budget, pages used, free, shared */
+    uint64_t prompt_reused;        /* prompt tokens mapped from other sequences' pages
+                                      instead of computed (not in prompt_tokens) */
 } rvl_sched_stats;
 int rvl_sched_open(rvl_sched **out, const rvl_model *m, const rvl_sched_params *p);
 /* Cancels what is queued or running (on_done "cancelled"). */

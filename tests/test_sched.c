@@ -12,8 +12,10 @@
  * same finish reason and token count. On tiny random-weight models
  * (tests/data/tiny) and the default model (skipped when absent). Then the
  * queue's bound (RVL_EBUSY), cancelling (rvl_sched_cancel mid-reply, a
- * negative on_text, a queued request), stop strings, and two threads
- * submitting while a third runs the steps.
+ * negative on_text, a queued request), stop strings, a KV budget that
+ * holds requests in the queue until their pages fit (prompts sharing
+ * their first pages), and two threads submitting while a third runs the
+ * steps.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -145,9 +147,22 @@ static void ref_generate(rvl_ctx *c, const spec *q, outcome *o)
  * Through the scheduler
  * ==================================================================== */
 
+/* test_kv_budget watches the scheduler from on_text: the most requests
+ * running at once, and whether one waited for room (queued while a
+ * sequence was free). */
+static rvl_sched *watch;
+static uint32_t watch_par, watch_max_run;
+static bool watch_waited;
+
 static int on_text(void *ud, const char *t, size_t n)
 {
     outcome *o = ud;
+    if (watch) {
+        rvl_sched_stats st;
+        rvl_sched_stats_get(watch, &st);
+        watch_max_run = st.running > watch_max_run ? st.running : watch_max_run;
+        watch_waited |= st.queued > 0 && st.running < watch_par;
+    }
     assert_int_equal(rvl_buf_add(&o->text, t, n), 0);
     if (o->cancel_after && o->text.n >= o->cancel_after) {
         if (o->cancel_by_return)
@@ -227,7 +242,7 @@ static void run_all(const rvl_model *m, const rvl_ctx_params *cp, const spec *q,
         pt += q[i].n_prompt;
         gt += want[i].n_gen;
     }
-    assert_int_equal(st.prompt_tokens, pt);
+    assert_int_equal(st.prompt_tokens + st.prompt_reused, pt);
     assert_int_equal(st.gen_tokens, gt);
     rvl_sched_close(s);
     for (int i = 0; i < n; i++) {
@@ -477,6 +492,85 @@ static void test_queue_full(void **state)
     rvl_model_close(m);
 }
 
+/* A KV budget of 4 pages (128 positions) for 4 sequences of a 128-token
+ * context: requests whose prompts share their first 64 tokens (2 pages)
+ * and take 3 pages each (70 + 20 tokens) are admitted while their pages
+ * fit (the later ones map the common pages: 1 page of their own), wait in
+ * the queue otherwise, and all end with the replies they get alone; the
+ * store is empty at the end. A request that could never fit ends "error"
+ * saying so. */
+static void test_kv_budget(void **state)
+{
+    (void)state;
+    rvl_model *m = NULL;
+    assert_int_equal(rvl_model_open(&m, DATA_DIR "/llama.gguf"), 0);
+    load_tokens();
+    const int32_t nv = (int32_t)rvl_model_hparams(m)->n_vocab;
+    enum { N = 6 };
+    spec q[N];
+    for (int i = 0; i < N; i++) {
+        q[i] = (spec){.n_prompt = 70, .max_tokens = 20, .ignore_eos = true};
+        for (uint32_t t = 0; t < 70; t++)
+            q[i].prompt[t] = (t < 64 ? all_tokens[t] : all_tokens[(5 * i + t) % n_all] + i) % nv;
+        rvl_sampler_defaults(&q[i].sp);
+        q[i].sp.temp = i % 2 ? 0.8f : 0;
+        q[i].sp.seed = 77 + (uint64_t)i;
+    }
+    rvl_ctx_params cp = {.n_ctx = 128, .n_threads = 2};
+    rvl_ctx *c = NULL;
+    assert_int_equal(rvl_ctx_open(&c, m, &cp), 0);
+    outcome want[N], got[N] = {0};
+    for (int i = 0; i < N; i++)
+        ref_generate(c, &q[i], &want[i]);
+    rvl_ctx_close(c);
+
+    rvl_sched_params sp = {.ctx = cp, .n_parallel = 4, .kv_tokens = 128};
+    rvl_sched *s = NULL;
+    assert_int_equal(rvl_sched_open(&s, m, &sp), 0);
+    for (int i = 0; i < N; i++) {
+        rvl_sched_request r = make_request(&q[i], &got[i]);
+        assert_true(rvl_sched_submit(s, &r) > 0);
+    }
+    watch = s;
+    watch_par = sp.n_parallel;
+    watch_max_run = 0;
+    watch_waited = false;
+    assert_int_equal(rvl_sched_run(s, true), 0);
+    watch = NULL;
+    for (int i = 0; i < N; i++)
+        expect_same("a KV budget of 4 pages", &q[i], i, &got[i], &want[i]);
+    assert_true(watch_waited);          /* room, not sequences, held them back */
+    assert_int_equal(watch_max_run, 2); /* one of 3 pages and one of 1 own page */
+    rvl_sched_stats st;
+    rvl_sched_stats_get(s, &st);
+    assert_int_equal(st.completed, N);
+    assert_true(st.prompt_reused >= 64);
+    assert_int_equal(st.prompt_tokens + st.prompt_reused, 70 * N);
+    assert_int_equal(st.kv_store.pages, 4);
+    assert_int_equal(st.kv_store.pages_used, 0); /* every page freed as its request ended */
+    assert_int_equal(st.kv.bytes, 0);
+
+    /* 70 + 40 positions need 4 pages: never with 2 pages of the common
+     * prefix held by nobody (a budget of 3) */
+    rvl_sched_close(s);
+    sp.kv_tokens = 96;
+    assert_int_equal(rvl_sched_open(&s, m, &sp), 0);
+    outcome big = {0};
+    q[0].max_tokens = 40;
+    rvl_sched_request r = make_request(&q[0], &big);
+    assert_true(rvl_sched_submit(s, &r) > 0);
+    assert_int_equal(rvl_sched_run(s, true), 0);
+    assert_int_equal(big.n_done, 1);
+    assert_string_equal(big.finish, "error");
+    rvl_sched_close(s);
+    outcome_free(&big);
+    for (int i = 0; i < N; i++) {
+        outcome_free(&want[i]);
+        outcome_free(&got[i]);
+    }
+    rvl_model_close(m);
+}
+
 /* Cancelled mid-reply (rvl_sched_cancel from on_text; a negative on_text)
  * and while queued: "cancelled", once; the others are untouched. */
 static void test_cancel(void **state)
@@ -627,6 +721,7 @@ int main(void)
         cmocka_unit_test(test_default_model),
         cmocka_unit_test(test_stop_strings),
         cmocka_unit_test(test_queue_full),
+        cmocka_unit_test(test_kv_budget),
         cmocka_unit_test(test_cancel),
         cmocka_unit_test(test_threads),
     };

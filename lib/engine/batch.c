@@ -3,9 +3,11 @@
  *
  * On the CPU backend one context holds the pool and the forward pass's
  * buffers, and n_seq caches beside its own (forward.c
- * rvl_forward_seqs_*): a step's items become chunks of at most RVL_UBATCH
+ * rvl_forward_seqs_*) on one shared store of pages (kvcache.h "The
+ * store": the budget, full pages with known ids shared between sequences,
+ * copy-on-write): a step's items become chunks of at most RVL_UBATCH
  * rows mixing the sequences, each weight row read once per chunk for all
- * of them, attention per sequence over its own cache. On another backend
+ * of them, attention per sequence over its own page table. On another backend
  * (metal), a context per sequence, the items one after the other: the
  * same results, without the shared reads.
  */
@@ -31,6 +33,12 @@ static uint32_t seq_pos(const rvl_batch *b, uint32_t s)
 
 int rvl_batch_open(rvl_batch **out, const rvl_model *m, const rvl_ctx_params *cp, uint32_t n_seq)
 {
+    return rvl_batch_open_kv(out, m, cp, n_seq, 0);
+}
+
+int rvl_batch_open_kv(rvl_batch **out, const rvl_model *m, const rvl_ctx_params *cp,
+                      uint32_t n_seq, uint32_t kv_tokens)
+{
     *out = NULL;
     if (!m || !cp || n_seq < 1 || n_seq > 256)
         return rvl_seterr(RVL_EINVAL, "rvl_batch_open: 1 to 256 sequences, not %u", n_seq);
@@ -51,7 +59,8 @@ int rvl_batch_open(rvl_batch **out, const rvl_model *m, const rvl_ctx_params *cp
     b->n_ctx = rvl_ctx_n_ctx(b->ctx);
     b->cpu = rvl_ctx_cpu_session(b->ctx);
     if (b->cpu) {
-        if ((rc = rvl_forward_seqs_open(b->cpu, n_seq)) < 0)
+        const uint32_t pages = kv_tokens / RVL_KV_PAGE + (kv_tokens % RVL_KV_PAGE != 0);
+        if ((rc = rvl_forward_seqs_open(b->cpu, n_seq, pages)) < 0)
             goto fail;
         *out = b;
         return 0;
@@ -115,6 +124,33 @@ int rvl_batch_seq_kv_usage(const rvl_batch *b, uint32_t seq, rvl_kv_usage *u)
     memset(u, 0, sizeof *u);
     const uint32_t n = rvl_ctx_pos(b->seq[seq]);
     return n ? rvl_ctx_kv_usage(b->seq[seq], n, u) : 0;
+}
+
+void rvl_batch_kv_get(const rvl_batch *b, rvl_batch_kv *u)
+{
+    if (b->cpu) {
+        rvl_forward_seqs_kv(b->cpu, u);
+        return;
+    }
+    memset(u, 0, sizeof *u);
+    for (uint32_t s = 0; s < b->n_seq; s++) {
+        rvl_kv_usage k;
+        if (rvl_batch_seq_kv_usage(b, s, &k) == 0)
+            u->bytes += k.bytes;
+    }
+}
+
+uint32_t rvl_batch_seq_kv_need(rvl_batch *b, uint32_t seq, const int32_t *ids, uint32_t n_ids,
+                               uint32_t n)
+{
+    return b->cpu && seq < b->n_seq ? rvl_forward_seq_kv_need(b->cpu, seq, ids, n_ids, n) : 0;
+}
+
+uint32_t rvl_batch_seq_share(rvl_batch *b, uint32_t seq, const int32_t *ids, uint32_t n)
+{
+    if (!b->cpu || seq >= b->n_seq || !ids)
+        return 0;
+    return rvl_forward_seq_share(b->cpu, seq, ids, n < b->n_ctx ? n : b->n_ctx);
 }
 
 /* After a failed step: every item's sequence back where it was. */

@@ -144,8 +144,11 @@ struct rvl_forward {
     uint32_t n_segs;
     uint32_t row_pos[UBATCH];
     /* rvl_batch's sequences (forward_seqs_open), beside the session's own */
+    rvl_kvstore *seq_store;       /* their pages (kvcache.h "The store"), shared */
     rvl_kvcache **seq_kv;         /* (n_seq) */
     uint32_t *seq_pos;            /* (n_seq) */
+    const int32_t **it_tok;       /* (n_seq) a step's items after what they shared */
+    uint32_t *it_n;               /* (n_seq) */
     uint32_t *kv_win;             /* (n_layer) each layer's window, or NULL (kvcache.h) */
     uint32_t n_seq;
     float *seq_logits;            /* (n_seq, vocab): each item's last logits */
@@ -858,8 +861,11 @@ static void forward_free(rvl_forward *c)
     rvl_kvcache_close(c->kv);
     for (uint32_t i = 0; c->seq_kv && i < c->n_seq; i++)
         rvl_kvcache_close(c->seq_kv[i]);
+    rvl_kvstore_close(c->seq_store);
     free(c->seq_kv);
     free(c->seq_pos);
+    free(c->it_tok);
+    free(c->it_n);
     free(c->seq_logits);
     free(c->seg_logits);
     free(c->seq_tok);
@@ -1324,7 +1330,7 @@ static int cpu_fill_random(rvl_backend *b, uint32_t n, uint64_t seed)
  * and steps whose chunks hold rows of several of them
  * ==================================================================== */
 
-int rvl_forward_seqs_open(rvl_backend *b, uint32_t n_seq)
+int rvl_forward_seqs_open(rvl_backend *b, uint32_t n_seq, uint32_t budget_pages)
 {
     rvl_forward *c = fw(b);
     rvl_kvcache_params kp = *rvl_kvcache_params_of(c->kv); /* its sinks copied, */
@@ -1334,18 +1340,19 @@ int rvl_forward_seqs_open(rvl_backend *b, uint32_t n_seq)
         return rvl_seterr(RVL_EINVAL, "the session's sequences are open already");
     c->seq_kv = calloc(n_seq, sizeof *c->seq_kv);
     c->seq_pos = calloc(n_seq, sizeof *c->seq_pos);
+    c->it_tok = calloc(n_seq, sizeof *c->it_tok);
+    c->it_n = calloc(n_seq, sizeof *c->it_n);
     c->seq_logits = malloc(n_seq * nv * sizeof(float));
     c->seg_logits = malloc(UBATCH * nv * sizeof(float));
     c->seq_tok = malloc(UBATCH * sizeof *c->seq_tok);
-    if (!c->seq_kv || !c->seq_pos || !c->seq_logits || !c->seg_logits || !c->seq_tok)
+    if (!c->seq_kv || !c->seq_pos || !c->it_tok || !c->it_n || !c->seq_logits || !c->seg_logits ||
+        !c->seq_tok)
         return rvl_seterr(RVL_ENOMEM, "out of memory for %u sequences", n_seq);
     c->n_seq = n_seq;
-    for (uint32_t i = 0; i < n_seq; i++) {
-        int rc = rvl_kvcache_open(&c->seq_kv[i], &kp, rvl_pool_size(c->pool));
-        if (rc < 0)
-            return rc;
-    }
-    return 0;
+    int rc = rvl_kvstore_open(&c->seq_store, &kp, n_seq, budget_pages);
+    for (uint32_t i = 0; rc == 0 && i < n_seq; i++)
+        rc = rvl_kvcache_open_on(&c->seq_kv[i], c->seq_store, rvl_pool_size(c->pool));
+    return rc;
 }
 
 void rvl_forward_seq_reset(rvl_backend *b, uint32_t seq)
@@ -1363,14 +1370,51 @@ void rvl_forward_seq_kv_usage(const rvl_backend *b, uint32_t seq, rvl_kv_usage *
     rvl_kvcache_usage(c->seq_kv[seq], c->seq_pos[seq], u);
 }
 
+void rvl_forward_seqs_kv(const rvl_backend *b, rvl_batch_kv *u)
+{
+    rvl_kvstore_usage(cfw(b)->seq_store, u);
+}
+
+uint32_t rvl_forward_seq_kv_need(rvl_backend *b, uint32_t seq, const int32_t *ids, uint32_t n_ids,
+                                 uint32_t n)
+{
+    return rvl_kvcache_need(fw(b)->seq_kv[seq], ids, n_ids, n);
+}
+
+uint32_t rvl_forward_seq_share(rvl_backend *b, uint32_t seq, const int32_t *ids, uint32_t n)
+{
+    rvl_forward *c = fw(b);
+    const uint32_t k = rvl_kvcache_share(c->seq_kv[seq], ids, n);
+    c->seq_pos[seq] += k;
+    return k;
+}
+
 /* The items' tokens in chunks of at most UBATCH rows; an item longer than
  * what is left of a chunk continues in the next one; each item's last row
- * gives its logits. The caller (batch.c) has checked the items. */
+ * gives its logits. The caller (batch.c) has checked the items, and undoes
+ * them all on an error. An item of an empty sequence first maps the pages
+ * of its tokens the store holds (rvl_kvcache_share); then the step runs
+ * only when the store has every page it may take (rvl_kvcache_need). */
 int rvl_forward_seqs_decode(rvl_backend *b, uint32_t n_items, const uint32_t *seq,
                             const int32_t *const *tokens, const uint32_t *n, const float **logits)
 {
     rvl_forward *c = fw(b);
     const size_t nv = c->m->hp.n_vocab;
+    uint64_t need = 0;
+    for (uint32_t i = 0; i < n_items; i++) {
+        const uint32_t s = seq[i], k = rvl_forward_seq_share(b, s, tokens[i], n[i]);
+        c->it_tok[i] = tokens[i] + k;
+        c->it_n[i] = n[i] - k;
+        need += rvl_kvcache_need(c->seq_kv[s], NULL, 0, c->seq_pos[s] + c->it_n[i]);
+    }
+    rvl_batch_kv room;
+    rvl_kvstore_usage(c->seq_store, &room);
+    if (need > room.pages_free)
+        return rvl_seterr(RVL_EBUSY, "the KV cache is full: this step needs %llu pages of %d "
+                          "positions, %u of %u are free", (unsigned long long)need, RVL_KVQ_PAGE,
+                          room.pages_free, room.pages);
+    tokens = c->it_tok;
+    n = c->it_n;
     uint32_t item = 0, done = 0; /* the next token: item's done-th */
     while (item < n_items) {
         if (rvl_interrupted())

@@ -7,7 +7,10 @@
  * layers * cap[t] slots, allocated at open; cap[0] covers the hot tier plus
  * the page being filled and the next one (a batch crosses at most one page
  * boundary), cap[1] the warm tier, cap[2] every page; a window's caps are
- * at most its ring. One free-slot stack per group and tier.
+ * at most its ring. One free-slot stack per group and tier. The pools,
+ * free slots and reference counts are the cache's store's (section "The
+ * store"): its own, or one shared by an rvl_batch's caches (n_seq times
+ * these slots, the global layers' capped by the budget).
  * Nothing is allocated after open except by rvl_kvcache_shift.
  *
  * MLA's latent cache (v_is_k) allocates no value pools: a group's value
@@ -40,9 +43,11 @@
 #include "engine/kvcache.h"
 
 #define PG RVL_KVQ_PAGE
+_Static_assert(RVL_KVQ_PAGE == RVL_KV_PAGE, "ruvllm.h's KV page is kvq.h's");
 #define MAXC 16                  /* most chunks per region and token */
 
 #define MAXG 4                   /* most layer groups: the global layers and 3 windows */
+#define KVS_CENTRES 8            /* key centres a shared store remembers */
 
 typedef struct {
     uint64_t hash, used;         /* used: 0 for a free entry, else its last tick */
@@ -50,18 +55,61 @@ typedef struct {
     int32_t ids[RVL_KVQ_PAGE];
 } kvc_lru;
 
+/* What a slot of a shared store holds, for the index (section "The
+ * store" below): a full page with known ids, its chained hash, and the key
+ * centre its keys were stored with (tag 0: not centred). */
+typedef struct {
+    uint64_t hash, tag;
+    int32_t ids[RVL_KVQ_PAGE];
+    bool on;                     /* indexed: findable by (hash, tier, tag) */
+} kvs_entry;
+
+/* A layer group's slots in a store: per tier and kind a pool of (n_layer,
+ * cap, sb) bytes, the free slots, each slot's reference count and (a
+ * shared store) its index entry. */
+typedef struct {
+    uint32_t cap[3];
+    unsigned char *pool[2][3];
+    int32_t *freel[3];           /* (cap) free slots: a stack (private), a FIFO ring from head
+                                  * (shared: the least recently freed is reused first) */
+    uint32_t nfree[3], head[3];
+    uint32_t *ref[3];            /* (cap) caches holding each slot */
+    kvs_entry *ix[3];            /* (cap) shared stores: what each slot holds, else NULL */
+    uint32_t n_layer;
+} kvs_group;
+
+struct rvl_kvstore {
+    rvl_kvcache_params p;        /* window and sinks: the store's copies below */
+    uint32_t *window;            /* (n_layer) */
+    float *sinks;                /* (n_layer, n_head) or NULL */
+    bool shared;                 /* false: the one cache's own (rvl_kvcache_open) */
+    uint32_t n_grp, users;       /* users: caches open on it */
+    uint32_t budget;             /* pages of group 0 the caches may hold together (room) */
+    size_t slot_bytes[3];        /* one layer's slot in tier t, keys and values */
+    kvs_group grp[MAXG];
+    uint64_t reused;             /* pages mapped by rvl_kvcache_share */
+    /* key centres the caches fixed (section "Sharing"): by the ids they
+     * were computed from, the most recent KVS_CENTRES */
+    struct {
+        uint64_t ids_hash, used; /* xxh3 of ids[0 .. c); used 0: empty */
+        uint32_t c;
+        float *mu;               /* (n_layer, n_head_kv, head_dim) */
+    } centre[KVS_CENTRES];
+    uint64_t tick;
+};
+
 /* The layers that share one window (0: the global layers): one page
  * table, one pool per tier and kind, one free-slot stack per tier. A
- * windowed group is a ring: it holds at most `ring` pages, the newest. */
+ * windowed group is a ring: it holds at most `ring` pages, the newest.
+ * The pools and free slots are the store's (kvs_group). */
 typedef struct {
     uint32_t window;             /* 0: global */
     uint32_t n_layer, *layer;    /* its layers, ascending */
     uint32_t sink;               /* kvcache.h's sink for the global group, 0 for a window */
     uint32_t ring;               /* windowed: the most pages held; 0: every page */
-    uint32_t cap[3];             /* slots per layer and tier */
-    unsigned char *pool[2][3];   /* (n_layer, cap, sb) */
-    int32_t *freel[3];
-    uint32_t nfree[3];
+    uint32_t cap[3];             /* slots per layer and tier (the store's) */
+    unsigned char *pool[2][3];   /* (n_layer, cap, sb): the store's */
+    kvs_group *s;                /* the store's group */
     uint8_t *tier;               /* (max_pages) tier of each logical page */
     int32_t *slot;               /* (max_pages) its slot in that tier */
     int32_t *pt0;                /* (max_pages) tier-0 slot, for the kernels */
@@ -71,6 +119,10 @@ typedef struct {
 
 struct rvl_kvcache {
     rvl_kvcache_params p;
+    rvl_kvstore *st;             /* where the slots are: its own (private), or shared */
+    uint64_t mu_hash;            /* xxh3 of the key centre, when KC_SET (page_tag) */
+    uint32_t centred_at;         /* positions below it were centred in place (center_keys) */
+    bool noshare;                /* pages of unknown making (session loading): not indexed */
     uint32_t kv_dim, max_pages;
     int nkind;                   /* kinds with pages of their own: 2, or 1 (v_is_k: the value
                                   * side's pool, slot and page sizes are the keys') */
@@ -193,17 +245,57 @@ static void encode_page(int fmt, int kind, int hd, const float *x, int n, void *
  * Slots and pages
  * ==================================================================== */
 
+/* A free slot of tier t (reference count 1, out of the index), -1 when
+ * none is left. */
 static int32_t slot_alloc(kvc_group *g, int t)
 {
-    if (g->nfree[t] == 0)
+    kvs_group *s = g->s;
+    if (s->nfree[t] == 0)
         return -1;
-    return g->freel[t][--g->nfree[t]];
+    int32_t x;
+    if (s->ix[t]) {
+        x = s->freel[t][s->head[t]];
+        s->head[t] = (s->head[t] + 1) % s->cap[t];
+        s->nfree[t]--;
+        s->ix[t][x].on = false;
+    } else {
+        x = s->freel[t][--s->nfree[t]];
+    }
+    s->ref[t][x] = 1;
+    return x;
 }
 
-static void slot_free(kvc_group *g, int t, int32_t s)
+/* A reference to slot x of tier t dropped: free when it was the last (a
+ * shared store keeps it findable in its index until it is reused). */
+static void slot_free(kvc_group *g, int t, int32_t x)
 {
-    g->freel[t][g->nfree[t]++] = s;
+    kvs_group *s = g->s;
+    if (--s->ref[t][x])
+        return;
+    if (s->ix[t])
+        s->freel[t][(s->head[t] + s->nfree[t]) % s->cap[t]] = x;
+    else
+        s->freel[t][s->nfree[t]] = x;
+    s->nfree[t]++;
 }
+
+/* Another reference to slot x of tier t (found in the index): out of the
+ * free ring if it was free. */
+static void slot_take(kvc_group *g, int t, int32_t x)
+{
+    kvs_group *s = g->s;
+    if (s->ref[t][x]++)
+        return;
+    const uint32_t c = s->cap[t];
+    uint32_t i = 0;
+    while (i < s->nfree[t] && s->freel[t][(s->head[t] + i) % c] != x)
+        i++;
+    for (; i + 1 < s->nfree[t]; i++)
+        s->freel[t][(s->head[t] + i) % c] = s->freel[t][(s->head[t] + i + 1) % c];
+    s->nfree[t]--;
+}
+
+static bool slot_shared(const kvc_group *g, int t, int32_t x) { return g->s->ref[t][x] > 1; }
 
 /* Slot s of tier t, kind, for the li-th layer of group g. */
 static unsigned char *slot_ptr(const rvl_kvcache *kc, const kvc_group *g, int kind, int t,
@@ -241,19 +333,78 @@ static void page_set(kvc_group *g, uint32_t pg, int t, int32_t s)
         g->pt0[pg] = s;
 }
 
+/* Every page of the cache given back: a private store's slots all free
+ * again (slot 0 first), a shared store's references dropped. */
 static void free_all(rvl_kvcache *kc)
 {
     for (uint32_t gi = 0; gi < kc->n_grp; gi++) {
         kvc_group *g = &kc->grp[gi];
-        for (int t = 0; t < 3; t++) {
-            g->nfree[t] = g->cap[t];
-            for (uint32_t i = 0; i < g->cap[t]; i++)
-                g->freel[t][i] = (int32_t)(g->cap[t] - 1 - i); /* slot 0 first */
+        kvs_group *s = g->s;
+        if (!kc->st->shared) {
+            for (int t = 0; t < 3; t++) {
+                s->nfree[t] = s->cap[t];
+                for (uint32_t i = 0; i < s->cap[t]; i++) {
+                    s->freel[t][i] = (int32_t)(s->cap[t] - 1 - i); /* slot 0 first */
+                    s->ref[t][i] = 0;
+                }
+            }
+        } else { /* session loading may have given slots to pages past n_pages */
+            const uint32_t end = g->loaded > kc->n_pages ? g->loaded : kc->n_pages;
+            for (uint32_t pg = g->first; pg < end; pg++)
+                slot_free(g, g->tier[pg], g->slot[pg]);
         }
         g->first = g->loaded = 0;
     }
     kc->n = kc->n_pages = 0;
     kc->ids_n = kc->hashed = 0;
+    kc->centred_at = 0;
+}
+
+/* ---- the index of a shared store (section "The store") ---- */
+
+/* How page pg and the pages before it were made, as far as their bytes
+ * depend on it: 0, keys not centred; else the centre's hash and how many
+ * of the positions up to the page's end had their keys centred in place
+ * (decoded from f16, the centre subtracted, encoded again: other bits than
+ * keys written centred) -- the earlier pages count since the page's rows
+ * were computed attending to them. Pages of two caches with the same ids
+ * and tag hold the same bytes (computed in the same chunks). */
+static uint64_t page_tag(const rvl_kvcache *kc, uint32_t pg)
+{
+    if (kc->kc_state != KC_SET)
+        return 0;
+    const uint64_t end = ((uint64_t)pg + 1) * PG;
+    const uint64_t j = kc->centred_at < end ? kc->centred_at : end;
+    return (kc->mu_hash + j * 0x9e3779b97f4a7c15ull) | 1;
+}
+
+static void ix_put(rvl_kvcache *kc, kvc_group *g, uint32_t pg)
+{
+    kvs_entry *e = g->s->ix[g->tier[pg]];
+    if (!e || pg >= kc->hashed || kc->noshare)
+        return;
+    e += g->slot[pg];
+    e->hash = kc->hash[pg];
+    e->tag = page_tag(kc, pg);
+    memcpy(e->ids, kc->ids + (size_t)pg * PG, sizeof e->ids);
+    e->on = true;
+}
+
+static void ix_drop(kvc_group *g, int t, int32_t x)
+{
+    if (g->s->ix[t])
+        g->s->ix[t][x].on = false;
+}
+
+/* A slot of tier t holding the page with hash h and these ids, its keys
+ * stored with the centre `tag`: -1 when none. */
+static int32_t ix_find(const kvs_group *s, int t, uint64_t h, uint64_t tag, const int32_t *ids)
+{
+    const kvs_entry *e = s->ix[t];
+    for (uint32_t x = 0; e && x < s->cap[t]; x++)
+        if (e[x].on && e[x].hash == h && e[x].tag == tag && !memcmp(e[x].ids, ids, sizeof e[x].ids))
+            return (int32_t)x;
+    return -1;
 }
 
 static void hash_pages(rvl_kvcache *kc);
@@ -280,11 +431,26 @@ static int want_tier(const rvl_kvcache *kc, const kvc_group *g, uint32_t page, u
 
 /* Moves page `page` of group g (rows 0 .. rows - 1 meaningful) to tier
  * `to` in every layer of the group: decoded to floats, encoded in the new
- * format (copied when the format is the same). */
-static void move_page(rvl_kvcache *kc, kvc_group *g, uint32_t page, int to, int rows)
+ * format (copied when the format is the same) into a new slot; the old
+ * slot loses this cache's reference, its content untouched (so this is
+ * also the copy of copy-on-write). find: a shared store's slot already
+ * holding the page in tier `to` with this cache's key centre is taken
+ * instead (an aging page another sequence re-encoded first). */
+static void move_page(rvl_kvcache *kc, kvc_group *g, uint32_t page, int to, int rows, bool find)
 {
     const int from = g->tier[page], hd = (int)kc->p.head_dim;
-    const int32_t os = g->slot[page], ns = slot_alloc(g, to);
+    const int32_t os = g->slot[page];
+    if (find && g->s->ix[to] && page < kc->hashed && rows == PG) {
+        const int32_t f =
+            ix_find(g->s, to, kc->hash[page], page_tag(kc, page), kc->ids + (size_t)page * PG);
+        if (f >= 0) {
+            slot_take(g, to, f);
+            slot_free(g, from, os);
+            page_set(g, page, to, f);
+            return;
+        }
+    }
+    const int32_t ns = slot_alloc(g, to);
     const int *fmts[2] = {kc->p.fmt_k, kc->p.fmt_v};
     for (uint32_t li = 0; li < g->n_layer; li++)
         for (int kind = 0; kind < kc->nkind; kind++) { /* v_is_k: each slot once */
@@ -302,6 +468,19 @@ static void move_page(rvl_kvcache *kc, kvc_group *g, uint32_t page, int to, int 
         }
     slot_free(g, from, os);
     page_set(g, page, to, ns);
+    if (rows == PG)
+        ix_put(kc, g, page);
+}
+
+/* Copy-on-write: page `page` of group g gets a slot of its own (same
+ * tier, same bytes) when another cache holds its slot, before this cache
+ * changes it; else it leaves the index (its content is about to change). */
+static void page_own(rvl_kvcache *kc, kvc_group *g, uint32_t page)
+{
+    const int t = g->tier[page];
+    if (slot_shared(g, t, g->slot[page]))
+        move_page(kc, g, page, t, PG, false);
+    ix_drop(g, t, g->slot[page]);
 }
 
 /* ====================================================================
@@ -361,9 +540,8 @@ static int make_groups(rvl_kvcache *kc, const rvl_kvcache_params *p)
     return 0;
 }
 
-int rvl_kvcache_open(rvl_kvcache **out, const rvl_kvcache_params *p, int n_threads)
+static int check_params(const rvl_kvcache_params *p)
 {
-    *out = NULL;
     const int hd = (int)p->head_dim;
     if (!p->n_layer || !p->n_head_kv || !p->n_head || p->n_head % p->n_head_kv || !p->n_ctx)
         return rvl_seterr(RVL_EINVAL, "KV cache: bad geometry (%u heads, %u kv heads)", p->n_head,
@@ -402,24 +580,25 @@ int rvl_kvcache_open(rvl_kvcache **out, const rvl_kvcache_params *p, int n_threa
         if (isnan(p->sinks[i]) || p->sinks[i] == INFINITY)
             return rvl_seterr(RVL_EINVAL, "KV cache: the attention-sink logit of layer %zu, head "
                               "%zu is %f", i / p->n_head, i % p->n_head, p->sinks[i]);
+    return 0;
+}
 
-    rvl_kvcache *kc = calloc(1, sizeof *kc);
-    if (!kc)
-        return rvl_seterr(RVL_ENOMEM, "out of memory");
+/* The cache's layout from p (no memory for pages yet): groups, page
+ * bytes, tiers, and each group's slots per layer and tier for one cache. */
+static int layout(rvl_kvcache *kc, const rvl_kvcache_params *p)
+{
+    const int hd = (int)p->head_dim;
     kc->p = *p;
     kc->p.window = NULL; /* not the caller's array: the groups hold the windows */
-    kc->p.sinks = NULL;  /* nor these: kc->sinks, below */
+    kc->p.sinks = NULL;  /* nor these: kc->sinks */
     kc->nkind = p->v_is_k ? 1 : 2;
     kc->kv_dim = p->n_head_kv * p->head_dim;
     kc->max_pages = cdiv(p->n_ctx, PG);
     kc->maxtier = p->hot == RVL_KVC_UNBOUNDED ? 0 : p->warm == RVL_KVC_UNBOUNDED ? 1 : 2;
     const uint32_t mp = kc->max_pages;
     int rc = make_groups(kc, p);
-    if (rc < 0) {
-        rvl_kvcache_close(kc);
+    if (rc < 0)
         return rc == RVL_ENOMEM ? rvl_seterr(RVL_ENOMEM, "out of memory") : rc;
-    }
-    bool ok = true;
     for (int t = 0; t < 3; t++)
         for (int kind = 0; kind < 2; kind++) {
             const int f = kind ? p->fmt_v[t] : p->fmt_k[t];
@@ -432,7 +611,6 @@ int rvl_kvcache_open(rvl_kvcache **out, const rvl_kvcache_params *p, int n_threa
                     kc->kc_state = KC_PENDING;
             }
         }
-    size_t pool_bytes = 0;
     for (uint32_t gi = 0; gi < kc->n_grp; gi++) {
         kvc_group *g = &kc->grp[gi];
         g->sink = g->window ? 0 : p->sink; /* a window hides the first tokens anyway */
@@ -449,24 +627,160 @@ int rvl_kvcache_open(rvl_kvcache **out, const rvl_kvcache_params *p, int n_threa
             if (g->ring && cap[t] > g->ring)
                 cap[t] = g->ring;
             g->cap[t] = cap[t] < mp ? cap[t] : mp;
+        }
+    }
+    return 0;
+}
+
+/* ====================================================================
+ * The store
+ *
+ * The slots of a cache live in a store (rvl_kvstore): per layer group,
+ * tier and kind a pool, per group and tier the free slots and each slot's
+ * reference count. rvl_kvcache_open makes a private store, exactly the
+ * pools it had alone (slots reused last-freed first). A shared store
+ * (rvl_kvstore_open) serves the n_seq caches of an rvl_batch: pools of
+ * n_seq caches' slots, those of the global layers capped at the budget
+ * (plus 2 per cache: a page moving to a tier is given its new slot before
+ * it frees the old one); and an index of what each slot holds (the
+ * chained hash, ids and key centre of a full page with known ids), so
+ * that a sequence maps the pages another computed (rvl_kvcache_share) and
+ * an aging page takes the colder slot another sequence encoded already.
+ * A freed slot stays findable until it is reused, least recently freed
+ * first: a prefix cache in the free memory, as vLLM's. Rule: a cache
+ * writes only to a slot no other cache holds: the page being filled is
+ * never indexed (only full hashed pages are) and every path that changes
+ * a page in place (truncate to the middle of a page, key centering) or
+ * rewrites it (context shift, session loading, aging) copies it first or
+ * writes a new slot (move_page, page_own). Keys stored centred are
+ * shared only between caches with the same centre (the tag: xxh3 of the
+ * centre; 0 uncentred).
+ * ==================================================================== */
+
+static void store_free(rvl_kvstore *st)
+{
+    if (!st)
+        return;
+    for (uint32_t gi = 0; gi < MAXG; gi++) {
+        kvs_group *s = &st->grp[gi];
+        for (int t = 0; t < 3; t++) {
+            free(s->pool[0][t]);
+            if (s->pool[1][t] != s->pool[0][t]) /* v_is_k: one pool */
+                free(s->pool[1][t]);
+            free(s->freel[t]);
+            free(s->ref[t]);
+            free(s->ix[t]);
+        }
+    }
+    for (int i = 0; i < KVS_CENTRES; i++)
+        free(st->centre[i].mu);
+    free(st->window);
+    free(st->sinks);
+    free(st);
+}
+
+/* A store for n_seq caches laid out as kc, the global group capped at
+ * budget pages (shared); NULL when out of memory. */
+static rvl_kvstore *store_new(const rvl_kvcache *kc, uint32_t n_seq, uint32_t budget, bool shared)
+{
+    rvl_kvstore *st = calloc(1, sizeof *st);
+    if (!st)
+        return NULL;
+    st->shared = shared;
+    st->n_grp = kc->n_grp;
+    bool ok = true;
+    for (int t = 0; t < 3; t++)
+        st->slot_bytes[t] = slot_bytes(kc, t);
+    for (uint32_t gi = 0; gi < kc->n_grp; gi++) {
+        const kvc_group *g = &kc->grp[gi];
+        kvs_group *s = &st->grp[gi];
+        s->n_layer = g->n_layer;
+        for (int t = 0; t < 3; t++) {
+            uint64_t cap = (uint64_t)g->cap[t] * n_seq;
+            if (shared && gi == 0 && !g->window && cap > (uint64_t)budget + 2 * n_seq)
+                cap = (uint64_t)budget + 2 * n_seq;
+            if (cap > INT32_MAX)
+                return store_free(st), NULL;
+            s->cap[t] = (uint32_t)cap;
             for (int kind = 0; kind < kc->nkind; kind++)
-                if (g->cap[t] && g->n_layer) {
-                    g->pool[kind][t] = calloc((size_t)g->n_layer * g->cap[t], kc->sb[kind][t]);
-                    ok &= g->pool[kind][t] != NULL;
+                if (s->cap[t] && g->n_layer) {
+                    s->pool[kind][t] = calloc((size_t)g->n_layer * s->cap[t], kc->sb[kind][t]);
+                    ok &= s->pool[kind][t] != NULL;
                 }
             if (kc->nkind == 1) /* v_is_k: the value side reads the key pages */
-                g->pool[1][t] = g->pool[0][t];
-            if (t <= kc->maxtier)
-                pool_bytes += (size_t)g->n_layer * g->cap[t] * slot_bytes(kc, t);
-            g->freel[t] = malloc(((size_t)g->cap[t] + 1) * sizeof(int32_t));
-            ok &= g->freel[t] != NULL;
+                s->pool[1][t] = s->pool[0][t];
+            s->freel[t] = malloc(((size_t)s->cap[t] + 1) * sizeof(int32_t));
+            s->ref[t] = calloc((size_t)s->cap[t] + 1, sizeof(uint32_t));
+            ok &= s->freel[t] && s->ref[t];
+            if (shared && t <= kc->maxtier) {
+                s->ix[t] = calloc((size_t)s->cap[t] + 1, sizeof(kvs_entry));
+                ok &= s->ix[t] != NULL;
+            }
+            s->nfree[t] = s->cap[t]; /* shared: a FIFO from slot 0 (private: free_all's stack) */
+            for (uint32_t i = 0; ok && i < s->cap[t]; i++)
+                s->freel[t][i] = (int32_t)i;
         }
+    }
+    st->budget = budget;
+    for (int i = 0; shared && kc->kc_state != KC_OFF && i < KVS_CENTRES; i++)
+        ok &= (st->centre[i].mu = malloc((size_t)kc->p.n_layer * kc->kv_dim * sizeof(float))) !=
+              NULL;
+    if (!ok) {
+        store_free(st);
+        return NULL;
+    }
+    return st;
+}
+
+/* The pools of the store st (private or shared) given to kc's groups. */
+static void store_attach(rvl_kvcache *kc, rvl_kvstore *st)
+{
+    kc->st = st;
+    st->users++;
+    for (uint32_t gi = 0; gi < kc->n_grp; gi++) {
+        kvc_group *g = &kc->grp[gi];
+        g->s = &st->grp[gi];
+        for (int t = 0; t < 3; t++) {
+            g->cap[t] = g->s->cap[t];
+            g->pool[0][t] = g->s->pool[0][t];
+            g->pool[1][t] = g->s->pool[1][t];
+        }
+    }
+}
+
+static int cache_open(rvl_kvcache **out, const rvl_kvcache_params *p, int n_threads,
+                      rvl_kvstore *shared)
+{
+    *out = NULL;
+    const int hd = (int)p->head_dim;
+    int rc = check_params(p);
+    if (rc < 0)
+        return rc;
+    rvl_kvcache *kc = calloc(1, sizeof *kc);
+    if (!kc)
+        return rvl_seterr(RVL_ENOMEM, "out of memory");
+    if ((rc = layout(kc, p)) < 0) {
+        rvl_kvcache_close(kc);
+        return rc;
+    }
+    const uint32_t mp = kc->max_pages;
+    rvl_kvstore *st = shared ? shared : store_new(kc, 1, 0, false);
+    if (!st) {
+        rvl_kvcache_close(kc);
+        return rvl_seterr(RVL_ENOMEM, "out of memory for a KV cache of %u tokens", p->n_ctx);
+    }
+    store_attach(kc, st);
+    bool ok = true;
+    size_t pool_bytes = 0;
+    for (uint32_t gi = 0; gi < kc->n_grp; gi++) {
+        kvc_group *g = &kc->grp[gi];
+        for (int t = 0; t <= kc->maxtier; t++)
+            pool_bytes += (size_t)g->n_layer * g->cap[t] * slot_bytes(kc, t);
         g->tier = calloc(mp, 1);
         g->slot = calloc(mp, sizeof(int32_t));
         g->pt0 = calloc(mp, sizeof(int32_t));
         ok &= g->tier && g->slot && g->pt0;
     }
-
     kc->ak = rvl_attn_get();
     kc->qk = rvl_kvq_get();
     const bool f32 = p->fmt_k[0] == RVL_KVF_F32;
@@ -506,7 +820,8 @@ int rvl_kvcache_open(rvl_kvcache **out, const rvl_kvcache_params *p, int n_threa
         const size_t b = (size_t)p->n_layer * slot_bytes(kc, t);
         kc->lru_bytes = b > kc->lru_bytes ? b : kc->lru_bytes;
     }
-    const size_t lru_max = pool_bytes / 8 / kc->lru_bytes;
+    /* (a shared store's caches have none: its index is their prefix cache) */
+    const size_t lru_max = shared ? 0 : pool_bytes / 8 / kc->lru_bytes;
     kc->lru_cap = lru_max < RVL_KVC_LRU_PAGES ? (uint32_t)lru_max : RVL_KVC_LRU_PAGES;
     if (kc->lru_cap) {
         kc->lru = calloc(kc->lru_cap, sizeof *kc->lru);
@@ -531,18 +846,73 @@ int rvl_kvcache_open(rvl_kvcache **out, const rvl_kvcache_params *p, int n_threa
     return 0;
 }
 
+int rvl_kvcache_open(rvl_kvcache **out, const rvl_kvcache_params *p, int n_threads)
+{
+    return cache_open(out, p, n_threads, NULL);
+}
+
+int rvl_kvcache_open_on(rvl_kvcache **out, rvl_kvstore *st, int n_threads)
+{
+    return cache_open(out, &st->p, n_threads, st);
+}
+
+int rvl_kvstore_open(rvl_kvstore **out, const rvl_kvcache_params *p, uint32_t n_seq,
+                     uint32_t budget_pages)
+{
+    *out = NULL;
+    int rc = check_params(p);
+    if (rc < 0)
+        return rc;
+    rvl_kvcache *kc = calloc(1, sizeof *kc); /* its layout only */
+    if (!kc)
+        return rvl_seterr(RVL_ENOMEM, "out of memory");
+    if ((rc = layout(kc, p)) < 0) {
+        rvl_kvcache_close(kc);
+        return rc;
+    }
+    const uint32_t all = kc->grp[0].window ? kc->grp[0].cap[0] * n_seq : kc->max_pages * n_seq;
+    if (!budget_pages || budget_pages > all)
+        budget_pages = all;
+    rvl_kvstore *st = store_new(kc, n_seq, budget_pages, true);
+    const size_t nl = p->n_layer, ns = nl * p->n_head;
+    if (st && (!(st->window = calloc(nl, sizeof *st->window)) ||
+               (p->sinks && !(st->sinks = malloc(ns * sizeof *st->sinks))))) {
+        store_free(st);
+        st = NULL;
+    }
+    if (!st) {
+        rvl_kvcache_close(kc);
+        return rvl_seterr(RVL_ENOMEM, "out of memory for a KV store of %u pages", budget_pages);
+    }
+    if (p->window)
+        memcpy(st->window, p->window, nl * sizeof *st->window);
+    if (p->sinks)
+        memcpy(st->sinks, p->sinks, ns * sizeof *st->sinks);
+    st->p = *p;
+    st->p.window = st->window;
+    st->p.sinks = st->sinks;
+    rvl_kvcache_close(kc);
+    *out = st;
+    return 0;
+}
+
+void rvl_kvstore_close(rvl_kvstore *st)
+{
+    store_free(st);
+}
+
 void rvl_kvcache_close(rvl_kvcache *kc)
 {
     if (!kc)
         return;
+    if (kc->st && kc->st->shared) {
+        free_all(kc); /* its references */
+        kc->st->users--;
+    } else {
+        store_free(kc->st);
+    }
     for (uint32_t gi = 0; gi < MAXG; gi++) {
         kvc_group *g = &kc->grp[gi];
-        for (int t = 0; t < 3; t++) {
-            free(g->pool[0][t]);
-            if (g->pool[1][t] != g->pool[0][t]) /* v_is_k: one pool */
-                free(g->pool[1][t]);
-            free(g->freel[t]);
-        }
         free(g->layer);
         free(g->tier);
         free(g->slot);
@@ -582,6 +952,7 @@ void rvl_kvcache_reset(rvl_kvcache *kc)
 {
     lru_evict(kc, 0);
     free_all(kc);
+    kc->noshare = false;
 }
 
 void *rvl_kvcache_page_data(rvl_kvcache *kc, uint32_t layer, int kind, uint32_t page)
@@ -742,6 +1113,47 @@ static void center_rows(const rvl_kvcache *kc, uint32_t l, uint32_t h, float *ro
             rows[(size_t)j * hd + i] += sign * mu[i];
 }
 
+/* The tag of the keys this cache stores (section "The store"). */
+static void set_tag(rvl_kvcache *kc)
+{
+    kc->mu_hash = XXH3_64bits(kc->kmean, (size_t)kc->p.n_layer * kc->kv_dim * sizeof(float));
+}
+
+/* A shared store remembers the centre of the keys of ids[0 .. n): a cache
+ * that maps those pages (rvl_kvcache_share) takes it where it would have
+ * fixed its own from the same keys. */
+static void centre_put(rvl_kvcache *kc)
+{
+    rvl_kvstore *st = kc->st;
+    if (!st->shared || !st->centre[0].mu || kc->noshare || kc->ids_n < kc->n)
+        return;
+    const uint64_t h = XXH3_64bits(kc->ids, (size_t)kc->n * sizeof *kc->ids);
+    int e = 0; /* the same centre's entry, else an empty or the least recently used one */
+    for (int i = 0; i < KVS_CENTRES; i++) {
+        if (st->centre[i].used && st->centre[i].ids_hash == h && st->centre[i].c == kc->n) {
+            e = i;
+            break;
+        }
+        if (st->centre[i].used < st->centre[e].used)
+            e = i;
+    }
+    st->centre[e].ids_hash = h;
+    st->centre[e].c = kc->n;
+    st->centre[e].used = ++st->tick;
+    memcpy(st->centre[e].mu, kc->kmean, (size_t)kc->p.n_layer * kc->kv_dim * sizeof(float));
+}
+
+static const float *centre_get(rvl_kvstore *st, const int32_t *ids, uint32_t c)
+{
+    const uint64_t h = XXH3_64bits(ids, (size_t)c * sizeof *ids);
+    for (int i = 0; st->centre[0].mu && i < KVS_CENTRES; i++)
+        if (st->centre[i].used && st->centre[i].ids_hash == h && st->centre[i].c == c) {
+            st->centre[i].used = ++st->tick;
+            return st->centre[i].mu;
+        }
+    return NULL;
+}
+
 /* Centres the keys of one tier-0 slot of layer l in place. */
 static void center_slot(rvl_kvcache *kc, uint32_t l, unsigned char *slot)
 {
@@ -776,11 +1188,19 @@ static void center_keys(rvl_kvcache *kc)
         }
     kc->kc_state = KC_SET;
     for (uint32_t gi = 0; gi < kc->n_grp; gi++) {
-        const kvc_group *g = &kc->grp[gi];
-        for (uint32_t pg = g->first; pg < kc->n_pages; pg++)
+        kvc_group *g = &kc->grp[gi];
+        for (uint32_t pg = g->first; pg < kc->n_pages; pg++) {
+            page_own(kc, g, pg); /* another sequence's keys stay as they are */
             for (uint32_t li = 0; li < g->n_layer; li++)
                 center_slot(kc, g->layer[li], slot_ptr(kc, g, 0, 0, li, g->slot[pg]));
+        }
     }
+    kc->centred_at = kc->n;
+    set_tag(kc);
+    centre_put(kc);
+    for (uint32_t gi = 0; gi < kc->n_grp; gi++)
+        for (uint32_t pg = kc->grp[gi].first; pg < kc->n_pages; pg++)
+            ix_put(kc, &kc->grp[gi], pg); /* findable again, with the centre */
     /* the LRU's pages (all tier 0: nothing was quantized before) */
     for (uint32_t i = 0; i < kc->lru_cap; i++) {
         bool hot = kc->lru[i].used;
@@ -819,6 +1239,8 @@ int rvl_kvcache_load_center(rvl_kvcache *kc, const float *mu)
     else
         memset(kc->kmean, 0, n * sizeof *mu);
     kc->kc_state = mu ? KC_SET : KC_PENDING;
+    set_tag(kc);
+    kc->noshare = true; /* how the pages to load were made is not known */
     return 0;
 }
 
@@ -837,7 +1259,7 @@ static void age_pages(rvl_kvcache *kc)
             if (want > cur && kc->kc_state == KC_PENDING)
                 center_keys(kc); /* before the first quantized key page */
             if (want > cur)
-                move_page(kc, g, (uint32_t)pg, want, PG);
+                move_page(kc, g, (uint32_t)pg, want, PG, true);
         }
     }
 }
@@ -858,6 +1280,8 @@ int rvl_kvcache_truncate(rvl_kvcache *kc, uint32_t n)
                           "%u", n, gone->window, gone->first * PG, n + 1 - gone->window);
     const uint32_t keep_pages = cdiv(n, PG);
     lru_evict(kc, n);
+    if (kc->centred_at > n)
+        kc->centred_at = n; /* the rows after n will be written centred */
     for (uint32_t gi = 0; gi < kc->n_grp; gi++) {
         kvc_group *g = &kc->grp[gi];
         for (uint32_t pg = keep_pages > g->first ? keep_pages : g->first; pg < kc->n_pages; pg++)
@@ -865,10 +1289,12 @@ int rvl_kvcache_truncate(rvl_kvcache *kc, uint32_t n)
     }
     kc->n_pages = keep_pages;
     kc->n = n;
-    for (uint32_t gi = 0; gi < kc->n_grp; gi++) { /* the page being filled is full precision */
+    for (uint32_t gi = 0; gi < kc->n_grp; gi++) { /* the page being filled is full precision, */
         kvc_group *g = &kc->grp[gi];
         if (n % PG && g->tier[n / PG] != 0)
-            move_page(kc, g, n / PG, 0, (int)(n % PG));
+            move_page(kc, g, n / PG, 0, (int)(n % PG), false);
+        else if (n % PG)
+            page_own(kc, g, n / PG); /* and this cache's alone: it will be written */
     }
     return 0;
 }
@@ -932,8 +1358,10 @@ int rvl_kvcache_load_done(rvl_kvcache *kc, uint32_t n)
             return rvl_seterr(RVL_EFORMAT, "the partial page %u is not in tier 0", n / PG);
         /* pages quantized without a centre: the centre is 0 from now on */
         for (uint32_t pg = g->first; kc->kc_state == KC_PENDING && pg < np; pg++)
-            if (g->tier[pg] != 0)
+            if (g->tier[pg] != 0) {
                 kc->kc_state = KC_SET;
+                set_tag(kc);
+            }
         /* a page may be colder than its age says (a truncated cache), never
          * warmer: that bounds every tier's population, so aging always finds
          * a slot */
@@ -942,6 +1370,8 @@ int rvl_kvcache_load_done(rvl_kvcache *kc, uint32_t n)
                 return rvl_seterr(RVL_EFORMAT, "page %u is in tier %d, its age puts it in tier %d",
                                   pg, g->tier[pg], want_tier(kc, g, pg, n));
     }
+    for (uint32_t gi = 0; gi < kc->n_grp; gi++)
+        kc->grp[gi].loaded = 0; /* every page given a slot is below n_pages now */
     kc->n_pages = np;
     kc->n = n;
     /* a ring may lack keys the next query's window would see (a context
@@ -982,9 +1412,13 @@ static uint64_t page_hash(uint64_t parent, const int32_t *ids)
 static void hash_pages(rvl_kvcache *kc)
 {
     const uint32_t known = kc->ids_n < kc->n ? kc->ids_n : kc->n;
-    for (; (kc->hashed + 1) * PG <= known; kc->hashed++)
-        kc->hash[kc->hashed] = page_hash(kc->hashed ? kc->hash[kc->hashed - 1] : 0,
-                                         kc->ids + (size_t)kc->hashed * PG);
+    while ((kc->hashed + 1) * PG <= known) {
+        const uint32_t pg = kc->hashed++;
+        kc->hash[pg] = page_hash(pg ? kc->hash[pg - 1] : 0, kc->ids + (size_t)pg * PG);
+        for (uint32_t gi = 0; kc->st->shared && gi < kc->n_grp; gi++)
+            if (kc->grp[gi].n_layer && pg >= kc->grp[gi].first) /* a shared store's index */
+                ix_put(kc, &kc->grp[gi], pg);
+    }
 }
 
 void rvl_kvcache_set_ids(rvl_kvcache *kc, uint32_t pos, const int32_t *ids, uint32_t n)
@@ -1071,7 +1505,7 @@ static bool group_can_take(const kvc_group *g, uint32_t page, int t)
         return true;
     if (page > g->first && t > g->tier[page - 1] && (uint64_t)(page - 1) * PG >= g->sink)
         return false;
-    if (g->nfree[t] > 0)
+    if (g->s->nfree[t] > 0)
         return true;
     /* a full ring frees its oldest page first */
     return g->ring && page + 1 - g->first > g->ring && g->tier[g->first] == t;
@@ -1134,6 +1568,175 @@ uint32_t rvl_kvcache_reuse(rvl_kvcache *kc, const int32_t *ids, uint32_t n)
            lru_restore(kc, ids + k, page_hash(k ? kc->hash[k / PG - 1] : 0, ids + k)))
         k += PG;
     return k;
+}
+
+/* ====================================================================
+ * Sharing (a shared store's caches; section "The store")
+ *
+ * An empty cache maps the pages of its prompt that the store holds, as if
+ * it had computed them in one chunk and committed them: each page in the
+ * tier its age then gives, with the cache's key centre (a cache whose
+ * keys are not centred yet maps only pages that stay in tier 0: alone, it
+ * would fix its centre from these keys before quantizing them); a
+ * windowed group only the pages its ring would hold. The run stops at the
+ * first page a group lacks, and leaves at least the last token to compute
+ * (its logits).
+ * ==================================================================== */
+
+/* Whether kc (empty) can map the np pages whose hashes are kc->hash[0 ..
+ * np), ids theirs: every group finds each page it would hold. */
+static bool share_fits(const rvl_kvcache *kc, const int32_t *ids, uint32_t np)
+{
+    for (uint32_t gi = 0; gi < kc->n_grp; gi++) {
+        const kvc_group *g = &kc->grp[gi];
+        const uint32_t first = g->ring && np > g->ring ? np - g->ring : 0; /* what a ring holds */
+        for (uint32_t pg = first; g->n_layer && pg < np; pg++) {
+            const int t = want_tier(kc, g, pg, np * PG);
+            if (t > 0 && kc->kc_state == KC_PENDING)
+                return false;
+            if (ix_find(g->s, t, kc->hash[pg], page_tag(kc, pg), ids + (size_t)pg * PG) < 0)
+                return false;
+        }
+    }
+    return true;
+}
+
+/* Whether a commit at n positions quantizes a page of kc (then, keys not
+ * centred yet, it fixes their centre first). */
+static bool quantizes_at(const rvl_kvcache *kc, uint32_t n)
+{
+    for (uint32_t gi = 0; gi < kc->n_grp; gi++)
+        for (uint32_t pg = 0; kc->grp[gi].n_layer && (pg + 1) * PG <= n; pg++)
+            if (want_tier(kc, &kc->grp[gi], pg, n) > 0)
+                return true;
+    return false;
+}
+
+/* share_fits for kc with the key centre mu fixed at c (mu NULL: as it is). */
+static bool share_fits_with(rvl_kvcache *kc, const int32_t *ids, uint32_t np, const float *mu,
+                            uint32_t c)
+{
+    if (!mu)
+        return share_fits(kc, ids, np);
+    const int state = kc->kc_state;
+    const uint64_t mh = kc->mu_hash;
+    kc->kc_state = KC_SET;
+    kc->mu_hash = XXH3_64bits(mu, (size_t)kc->p.n_layer * kc->kv_dim * sizeof(float));
+    kc->centred_at = c;
+    const bool ok = share_fits(kc, ids, np);
+    kc->kc_state = state;
+    kc->mu_hash = mh;
+    kc->centred_at = 0;
+    return ok;
+}
+
+/* The pages of ids[0 .. n) kc could map (their hashes into kc->hash), and
+ * the key centre it then takes (*mu, fixed at *c; NULL: none). Alone, a
+ * cache whose keys are not centred yet fixes their centre at the first
+ * commit (of its prompt's chunks of 32) that quantizes a page, from the
+ * keys before it: when the mapped pages cover that commit, it takes the
+ * centre another cache fixed from the same ids at the same length. */
+static uint32_t share_pages(rvl_kvcache *kc, const int32_t *ids, uint32_t n, const float **mu,
+                            uint32_t *c)
+{
+    *mu = NULL;
+    *c = 0;
+    if (!kc->st->shared || kc->n || kc->n_pages || !ids)
+        return 0;
+    const kvc_group *g0 = &kc->grp[0];
+    uint32_t np = 0;
+    while ((np + 1) * PG < n && np < kc->max_pages) {
+        const int32_t *pid = ids + (size_t)np * PG;
+        kc->hash[np] = page_hash(np ? kc->hash[np - 1] : 0, pid);
+        bool held = g0->window != 0; /* the global layers hold every page: the run ends at */
+        for (int t = 0; t <= kc->maxtier && !held; t++) /* the first they lack */
+            for (uint32_t x = 0; x < g0->s->cap[t] && !held; x++) {
+                const kvs_entry *e = &g0->s->ix[t][x];
+                held = e->on && e->hash == kc->hash[np] && !memcmp(e->ids, pid, sizeof e->ids);
+            }
+        if (!held)
+            break;
+        np++;
+    }
+    if (kc->kc_state == KC_PENDING)
+        for (uint32_t e = 1; e <= np && !*c; e++)
+            if (quantizes_at(kc, e * PG))
+                *c = e * PG;
+    const float *m = *c ? centre_get(kc->st, ids, *c) : NULL;
+    while (np && !share_fits_with(kc, ids, np, m && *c <= np * PG ? m : NULL, *c))
+        np--;
+    *mu = m && *c <= np * PG ? m : NULL;
+    return np;
+}
+
+uint32_t rvl_kvcache_share(rvl_kvcache *kc, const int32_t *ids, uint32_t n)
+{
+    const float *mu;
+    uint32_t c;
+    const uint32_t np = share_pages(kc, ids, n, &mu, &c);
+    if (!np)
+        return 0;
+    if (mu) { /* the centre it would have fixed from these keys */
+        memcpy(kc->kmean, mu, (size_t)kc->p.n_layer * kc->kv_dim * sizeof(float));
+        kc->kc_state = KC_SET;
+        set_tag(kc);
+        kc->centred_at = c;
+    }
+    for (uint32_t gi = 0; gi < kc->n_grp; gi++) {
+        kvc_group *g = &kc->grp[gi];
+        g->first = g->ring && np > g->ring ? np - g->ring : 0;
+        for (uint32_t pg = g->first; g->n_layer && pg < np; pg++) {
+            const int t = want_tier(kc, g, pg, np * PG);
+            const int32_t x =
+                ix_find(g->s, t, kc->hash[pg], page_tag(kc, pg), ids + (size_t)pg * PG);
+            slot_take(g, t, x);
+            page_set(g, pg, t, x);
+        }
+    }
+    memcpy(kc->ids, ids, (size_t)np * PG * sizeof *ids);
+    kc->n = kc->ids_n = np * PG;
+    kc->n_pages = kc->hashed = np;
+    kc->st->reused += np;
+    return np * PG;
+}
+
+uint32_t rvl_kvcache_need(rvl_kvcache *kc, const int32_t *ids, uint32_t n_ids, uint32_t n)
+{
+    const kvc_group *g = &kc->grp[0];
+    if (g->window || !kc->st->shared)
+        return 0; /* rings: bounded per cache; a private store: room for n_ctx */
+    const uint32_t want = cdiv(n < kc->p.n_ctx ? n : kc->p.n_ctx, PG);
+    uint32_t need = want > kc->n_pages ? want - kc->n_pages : 0;
+    if (kc->maxtier == 0) { /* pages never re-encoded: a shared page stays shared */
+        const float *mu;
+        uint32_t c;
+        const uint32_t sp = share_pages(kc, ids, n_ids, &mu, &c);
+        need = need > sp ? need - sp : 0;
+    } else { /* aging or centering may give this cache its own copy of a shared page */
+        for (uint32_t pg = g->first; pg < kc->n_pages; pg++)
+            need += slot_shared(g, g->tier[pg], g->slot[pg]);
+    }
+    return need;
+}
+
+void rvl_kvstore_usage(const rvl_kvstore *st, rvl_batch_kv *u)
+{
+    memset(u, 0, sizeof *u);
+    for (uint32_t gi = 0; gi < st->n_grp; gi++) {
+        const kvs_group *s = &st->grp[gi];
+        for (int t = 0; t < 3; t++) {
+            const uint32_t used = s->cap[t] - s->nfree[t];
+            u->bytes += (uint64_t)used * s->n_layer * st->slot_bytes[t];
+            if (gi)
+                continue;
+            u->pages_used += used;
+            for (uint32_t x = 0; x < s->cap[t]; x++)
+                u->pages_shared += s->ref[t][x] > 1;
+        }
+    }
+    u->pages = st->budget;
+    u->pages_free = u->pages_used < st->budget ? st->budget - u->pages_used : 0;
+    u->reused_tokens = st->reused * PG;
 }
 
 /* ====================================================================

@@ -9,7 +9,9 @@
  * of every kv head, head after head, each in the tier's storage format of
  * that kind (kernels/kvq.h's page layouts; f32: 32 rows of head_dim
  * floats). A windowed group is a ring holding only the pages its window
- * still needs (kvcache.c, "Sliding windows").
+ * still needs (kvcache.c, "Sliding windows"). The slots are a store's
+ * (rvl_kvstore below): the cache's own, or one its sequence shares with
+ * an rvl_batch's others (kvcache.c, "The store", "Sharing").
  *
  * Tiers, by the age of a full page (how many positions its newest one is
  * behind the newest token):
@@ -90,6 +92,7 @@
 #define RVL_KVC_LRU_PAGES 64        /* most dropped pages kept for reuse */
 
 typedef struct rvl_kvcache rvl_kvcache;
+typedef struct rvl_kvstore rvl_kvstore;
 
 typedef struct {
     uint32_t n_layer, n_head, n_head_kv, head_dim, n_ctx;
@@ -123,6 +126,42 @@ const char *rvl_kvcache_fmt_name(int fmt);
 int rvl_kvcache_open(rvl_kvcache **out, const rvl_kvcache_params *p, int n_threads);
 void rvl_kvcache_close(rvl_kvcache *kc);
 const rvl_kvcache_params *rvl_kvcache_params_of(const rvl_kvcache *kc);
+
+/*
+ * The store (kvcache.c, "The store"): the pools, free slots and reference
+ * counts a cache takes its page slots from. rvl_kvcache_open gives a cache
+ * a private one (the memory it always had). A shared store holds the slots
+ * of n_seq caches of p's geometry (rvl_batch's sequences): those of the
+ * global layers up to budget_pages pages of 32 positions (0, or more than
+ * n_seq * ceil(n_ctx / 32): that), the windowed layers' rings in full; and
+ * an index of the full pages with known ids its slots hold, by chained
+ * hash, tier and key centre, so that caches share pages (copy-on-write: a
+ * cache never writes to a slot another one holds). owned: close after its
+ * caches with rvl_kvstore_close. rvl_kvcache_open_on: a cache of the
+ * store's geometry whose slots are the store's.
+ */
+int rvl_kvstore_open(rvl_kvstore **out, const rvl_kvcache_params *p, uint32_t n_seq,
+                     uint32_t budget_pages);
+void rvl_kvstore_close(rvl_kvstore *st);
+int rvl_kvcache_open_on(rvl_kvcache **out, rvl_kvstore *st, int n_threads);
+/* What the store holds (ruvllm.h's rvl_batch_kv): pages of the global
+ * layers against the budget, bytes of every slot in use counted once. */
+void rvl_kvstore_usage(const rvl_kvstore *st, rvl_batch_kv *u);
+/* An empty cache on a shared store maps the longest run of full pages of
+ * ids[0 .. n) that the store holds (verified by ids, in the tier each
+ * page's age gives at that length, with the cache's key centre; a ring
+ * only what it would hold), leaving at least ids[n - 1] to compute:
+ * returns the positions mapped (a multiple of 32; 0 for a private store,
+ * a cache that is not empty, or no match); rvl_kvcache_n is that. */
+uint32_t rvl_kvcache_share(rvl_kvcache *kc, const int32_t *ids, uint32_t n);
+/* Pages of the store's global layers kc would still take to hold n
+ * positions (0 for a private store, or no global layers): new pages,
+ * less those of ids[0 .. n_ids) it could map now (empty cache, formats
+ * that never re-encode a page), plus, where pages age or keys get
+ * centred, every shared page it holds (it may get its own copy). An upper
+ * bound: a step whose caches need no more than the store's free pages
+ * cannot run out of slots. */
+uint32_t rvl_kvcache_need(rvl_kvcache *kc, const int32_t *ids, uint32_t n_ids, uint32_t n);
 
 uint32_t rvl_kvcache_n(const rvl_kvcache *kc);            /* committed positions */
 void rvl_kvcache_reset(rvl_kvcache *kc);

@@ -20,6 +20,15 @@
  * end it "length". A finished request's sequence is reset at once and
  * given to the next in the queue.
  *
+ * Room: the batch's sequences keep their pages in one KV store of a
+ * budget (rvl_sched_params.kv_tokens). The request at the queue's head is
+ * admitted only when the store has the pages it may take (its prompt and
+ * max_tokens, less the prompt's pages other sequences hold, which it maps
+ * instead of computing: rvl_batch_seq_share) besides those the running
+ * ones may still take (rvl_batch_seq_kv_need: upper bounds), so a step is
+ * never refused for want of pages; it waits otherwise (the queue is FIFO),
+ * and one that could not fit even alone ends "error" at once.
+ *
  * Threads: submit, cancel, stop and stats take the mutex; the thread in
  * rvl_sched_run owns the batch, the samplers and the replies' state, and
  * takes the mutex once per step (cancellations, admission, idle wait) and
@@ -54,6 +63,7 @@ struct req {
     double t_submit, t_admit, t_first;   /* ms, monotonic; t_first 0 before the first token */
     /* running: only the thread in rvl_sched_run touches these */
     uint32_t seq;
+    uint32_t n_final;              /* the most positions it may reach */
     uint32_t n_fed;                /* prompt tokens in the cache */
     uint32_t n_gen;                /* tokens sampled */
     int32_t last;                  /* the sampled token the next step feeds */
@@ -78,6 +88,7 @@ struct rvl_sched {
     int64_t next_id;
     bool stop;
     rvl_sched_stats st;            /* counters; running, queued, gen_tps, kv filled on get */
+    char why[200];                 /* why the requests on admit's *failed list failed */
     uint64_t tps_count[TPS_WINDOW];
     int64_t tps_sec[TPS_WINDOW];   /* the second each count is of */
     double t_open;
@@ -193,7 +204,7 @@ int rvl_sched_open(rvl_sched **out, const rvl_model *m, const rvl_sched_params *
     s->t_open = now_ms();
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
-    int rc = rvl_batch_open(&s->b, m, &p->ctx, np);
+    int rc = rvl_batch_open_kv(&s->b, m, &p->ctx, np, p->kv_tokens);
     if (rc < 0) {
         rvl_sched_close(s);
         return rc;
@@ -507,12 +518,34 @@ static void admit(rvl_sched *s, req **gone, req **failed)
             s->q_tail = r;
     while (s->q_head && s->n_running < s->n_parallel) {
         req *r = s->q_head;
+        uint32_t q = 0;
+        while (s->seq_used[q])
+            q++;
+        /* room for it and for what the running ones may still take */
+        const uint64_t left = r->max_tokens < 0 ? s->n_ctx : (uint64_t)r->max_tokens;
+        r->n_final = r->n_prompt + left < s->n_ctx ? (uint32_t)(r->n_prompt + left) : s->n_ctx;
+        uint64_t need = rvl_batch_seq_kv_need(s->b, q, r->prompt, r->n_prompt, r->n_final);
+        for (uint32_t i = 0; i < s->n_running; i++)
+            need += rvl_batch_seq_kv_need(s->b, s->run[i]->seq, NULL, 0, s->run[i]->n_final);
+        rvl_batch_kv room;
+        rvl_batch_kv_get(s->b, &room);
+        if (need > room.pages_free && s->n_running)
+            break; /* it waits for the running ones to end */
         s->q_head = r->next;
         if (!s->q_head)
             s->q_tail = NULL;
         s->n_queued--;
         r->next = NULL;
+        if (need > room.pages_free) { /* nothing runs: it will never fit */
+            snprintf(s->why, sizeof s->why, "the prompt and max_tokens need %llu KV pages of "
+                     "%d positions, the budget holds %u", (unsigned long long)need,
+                     RVL_KV_PAGE, room.pages);
+            r->next = *failed;
+            *failed = r;
+            continue;
+        }
         if (rvl_sampler_open(&r->smp, &r->sp, s->n_vocab) < 0) {
+            snprintf(s->why, sizeof s->why, "out of memory");
             r->next = *failed;
             *failed = r;
             continue;
@@ -520,11 +553,10 @@ static void admit(rvl_sched *s, req **gone, req **failed)
         for (uint32_t i = 0; i < r->n_prompt; i++)
             rvl_sampler_accept(r->smp, r->prompt[i]);
         rvl_detok_init(&r->dt, s->tok, r->special);
-        uint32_t q = 0;
-        while (s->seq_used[q])
-            q++;
         s->seq_used[q] = true;
         r->seq = q;
+        r->n_fed = rvl_batch_seq_share(s->b, q, r->prompt, r->n_prompt);
+        s->st.prompt_reused += r->n_fed;
         r->t_admit = now_ms();
         s->run[s->n_running++] = r;
     }
@@ -534,17 +566,13 @@ static void admit(rvl_sched *s, req **gone, req **failed)
  * the run thread's, which owns the batch). */
 static void note_kv(rvl_sched *s)
 {
-    uint64_t n = 0, bytes = 0;
-    for (uint32_t i = 0; i < s->n_running; i++) {
-        rvl_kv_usage u;
-        if (rvl_batch_seq_kv_usage(s->b, s->run[i]->seq, &u) == 0) {
-            n += u.n;
-            bytes += u.bytes;
-        }
-    }
+    uint64_t n = 0;
+    for (uint32_t i = 0; i < s->n_running; i++)
+        n += rvl_batch_seq_pos(s->b, s->run[i]->seq);
     memset(&s->st.kv, 0, sizeof s->st.kv);
     s->st.kv.n = n > UINT32_MAX ? UINT32_MAX : (uint32_t)n;
-    s->st.kv.bytes = bytes;
+    rvl_batch_kv_get(s->b, &s->st.kv_store);
+    s->st.kv.bytes = s->st.kv_store.bytes; /* a page sequences share counted once */
 }
 
 int rvl_sched_run(rvl_sched *s, bool wait_idle)
@@ -593,7 +621,7 @@ int rvl_sched_run(rvl_sched *s, bool wait_idle)
         while (failed) {
             req *r = failed;
             failed = r->next;
-            req_done(s, r, FIN_ERROR, RVL_ENOMEM, "out of memory");
+            req_done(s, r, FIN_ERROR, RVL_ENOMEM, s->why);
         }
         req *run[256];
         uint32_t n_live = 0;
