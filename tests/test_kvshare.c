@@ -128,7 +128,10 @@ static void check_share(const char *model, rvl_kv_type kv, uint32_t hot, uint32_
         }
         if (k == N_STEPS / 2) { /* sequence 0 ends: the others go on unchanged */
             assert_int_equal(rvl_batch_seq_reset(b, 0), 0);
-            rvl_ctx_reset(alone[0]);
+            /* a reset sequence is a new one (its own key centre): as a new context */
+            rvl_ctx_close(alone[0]);
+            if (rvl_ctx_open(&alone[0], m, &cp) < 0)
+                fail_msg("rvl_ctx_open: %s", rvl_errmsg());
             step_one(b, alone[0], 0, prompt[0], plen[0], nv, what); /* and shares again */
         }
     }

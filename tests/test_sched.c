@@ -256,12 +256,13 @@ static void run_all(const rvl_model *m, const rvl_ctx_params *cp, const spec *q,
 static void check_equal_alone(const rvl_model *m, const rvl_ctx_params *cp, const spec *q, int n,
                               const char *name, bool all)
 {
-    rvl_ctx *c = NULL;
-    assert_int_equal(rvl_ctx_open(&c, m, cp), 0);
     outcome want[MAX_REQ];
-    for (int i = 0; i < n; i++)
+    for (int i = 0; i < n; i++) { /* each in a new context, as `ruvllm run` would */
+        rvl_ctx *c = NULL;
+        assert_int_equal(rvl_ctx_open(&c, m, cp), 0);
         ref_generate(c, &q[i], &want[i]);
-    rvl_ctx_close(c);
+        rvl_ctx_close(c);
+    }
     size_t text = 0;   /* the replies say something */
     for (int i = 0; i < n; i++)
         text += want[i].text.n;
@@ -327,6 +328,35 @@ static void check_tiny(const char *name, rvl_kv_type kv)
     const int n = tiny_specs(q, rvl_model_hparams(m)->n_vocab);
     rvl_ctx_params cp = {.n_ctx = 64, .n_threads = 2, .kv_type = kv};
     check_equal_alone(m, &cp, q, n, name, true);
+    rvl_model_close(m);
+}
+
+/* Prompts of several pages on centred quantized keys (q4): a sequence's
+ * pages are quantized and its key centre fixed at the commits of its
+ * prompt's chunks, so the scheduler's pieces (steps of 7 tokens: pieces
+ * that do not end at a page) and the batch's chunks (an item beside
+ * others) must cut the prompt where rvl_decode cuts it alone, and a
+ * sequence used again must fix its own centre. */
+static void test_tiny_llama_long_q4(void **state)
+{
+    (void)state;
+    rvl_model *m = NULL;
+    if (rvl_model_open(&m, DATA_DIR "/llama.gguf") < 0)
+        fail_msg("llama.gguf: %s", rvl_errmsg());
+    load_tokens();
+    const uint32_t nv = rvl_model_hparams(m)->n_vocab;
+    static const uint32_t len[] = {70, 130, 97, 1, 64, 111};
+    spec q[MAX_REQ];
+    const int n = 6;
+    for (int i = 0; i < n; i++) {
+        q[i] = (spec){.n_prompt = len[i], .max_tokens = 24, .ignore_eos = true};
+        for (uint32_t t = 0; t < len[i]; t++)
+            q[i].prompt[t] = all_tokens[(29 * i + 3 * t) % n_all] % (int32_t)nv;
+        rvl_sampler_defaults(&q[i].sp);
+        q[i].sp.temp = 0;
+    }
+    rvl_ctx_params cp = {.n_ctx = 192, .n_threads = 2, .kv_type = RVL_KV_Q4};
+    check_equal_alone(m, &cp, q, n, "llama, long prompts, q4 KV", true);
     rvl_model_close(m);
 }
 
@@ -716,6 +746,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_tiny_llama),
+        cmocka_unit_test(test_tiny_llama_long_q4),
         cmocka_unit_test(test_tiny_qwen3),
         cmocka_unit_test(test_tiny_gpt_oss),
         cmocka_unit_test(test_default_model),

@@ -1389,9 +1389,15 @@ uint32_t rvl_forward_seq_share(rvl_backend *b, uint32_t seq, const int32_t *ids,
     return k;
 }
 
-/* The items' tokens in chunks of at most UBATCH rows; an item longer than
- * what is left of a chunk continues in the next one; each item's last row
- * gives its logits. The caller (batch.c) has checked the items, and undoes
+/* The items' tokens in chunks of at most UBATCH rows; each item's last row
+ * gives its logits. An item's rows are cut only where rvl_decode cuts the
+ * same tokens, every UBATCH from the item's first (and at its end): a chunk
+ * without room for an item's rows up to its next cut closes and they start
+ * the next one (rvl_sched feeds a long prompt in pieces that start at
+ * multiples of UBATCH positions, so they are cut as the whole prompt). The commits then fall where they fall for
+ * the sequence alone, and so does what they decide on a cache whose pages
+ * age or whose keys are centred (kvcache.c: which pages are quantized,
+ * the centre) - the logits it gets alone. The caller (batch.c) has checked the items, and undoes
  * them all on an error. An item of an empty sequence first maps the pages
  * of its tokens the store holds (rvl_kvcache_share); then the step runs
  * only when the store has every page it may take (rvl_kvcache_need). */
@@ -1422,8 +1428,10 @@ int rvl_forward_seqs_decode(rvl_backend *b, uint32_t n_items, const uint32_t *se
         uint32_t nb = 0;
         c->n_segs = 0;
         while (item < n_items && nb < UBATCH) {
-            const uint32_t s = seq[item], take = n[item] - done < UBATCH - nb ? n[item] - done
-                                                                               : UBATCH - nb;
+            const uint32_t s = seq[item], to_cut = UBATCH - done % UBATCH,
+                           take = n[item] - done < to_cut ? n[item] - done : to_cut;
+            if (take > UBATCH - nb)
+                break; /* nb > 0: take <= UBATCH */
             const bool last = done + take == n[item];
             c->seg_seq[c->n_segs] = s;
             c->segs[c->n_segs++] = (fw_seg){c->seq_kv[s], c->seq_pos[s], nb, take,

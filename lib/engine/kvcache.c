@@ -953,6 +953,13 @@ void rvl_kvcache_reset(rvl_kvcache *kc)
     lru_evict(kc, 0);
     free_all(kc);
     kc->noshare = false;
+    /* a sequence of a shared store starts again as a new cache: it fixes its
+     * own key centre (the store's index tags each page with the centre it was
+     * stored with, and remembers centres to hand over) - the logits it gets in
+     * a cache of its own. A private cache keeps its centre ("Key centering":
+     * its LRU pages keep their meaning). */
+    if (kc->st->shared && kc->kc_state == KC_SET)
+        kc->kc_state = KC_PENDING;
 }
 
 void *rvl_kvcache_page_data(rvl_kvcache *kc, uint32_t layer, int kind, uint32_t page)

@@ -6,9 +6,11 @@
  * free sequence of the batch (n_parallel of them) at the start of a step.
  * A step is ONE rvl_batch_decode: the next token of every request that is
  * generating, then prompt chunks of those still reading their prompt, in
- * the order they were admitted, filling what is left of n_step_tokens (at
- * least one prompt token, so a prompt always advances). A long prompt is
- * thus fed over several steps while the others keep decoding.
+ * the order they were admitted, filling what is left of n_step_tokens (a
+ * piece that does not end its prompt ends at a multiple of RVL_UBATCH
+ * positions, as rvl_decode cuts a prompt; at least to the next one, so a
+ * prompt always advances). A long prompt is thus fed over several steps
+ * while the others keep decoding.
  *
  * Each request samples with its own sampler (its parameters and seed; the
  * prompt accepted first, as cmd/gen.c does), so its tokens are those it
@@ -654,12 +656,22 @@ int rvl_sched_run(rvl_sched *s, bool wait_idle)
             req *r = run[i];
             if (r->n_fed >= r->n_prompt)
                 continue;
-            const uint32_t c = r->n_prompt - r->n_fed < left ? r->n_prompt - r->n_fed : left;
+            uint32_t c = r->n_prompt - r->n_fed < left ? r->n_prompt - r->n_fed : left;
+            if (r->n_fed + c < r->n_prompt) {
+                /* a piece short of the prompt's end ends where rvl_decode would cut
+                 * the prompt alone (a multiple of RVL_UBATCH positions: the logits
+                 * it gets alone, forward.c rvl_forward_seqs_decode), up to
+                 * RVL_UBATCH - 1 tokens past n_step rather than none */
+                const uint32_t end = (r->n_fed + c) / RVL_UBATCH * RVL_UBATCH;
+                c = end > r->n_fed ? end - r->n_fed : RVL_UBATCH - r->n_fed % RVL_UBATCH;
+                if (r->n_fed + c > r->n_prompt)
+                    c = r->n_prompt - r->n_fed;
+            }
             s->it_req[ni] = r;
             s->it_seq[ni] = r->seq;
             s->it_tok[ni] = r->prompt + r->n_fed;
             s->it_n[ni++] = c;
-            left -= c;
+            left -= c < left ? c : left;
         }
         int rc = rvl_batch_decode(s->b, ni, s->it_seq, s->it_tok, s->it_n, s->it_logits);
         if (rc == RVL_EINTR)
