@@ -252,7 +252,9 @@ static void run_all(const rvl_model *m, const rvl_ctx_params *cp, const spec *q,
 }
 
 /* Alone, then through the scheduler: every pairing of 1, 3, 8 sequences
- * with steps of 7 and RVL_UBATCH tokens (all: only three of them). */
+ * with steps of 7, RVL_UBATCH and 100 tokens (a step then holds prompt
+ * pieces longer than a chunk beside other sequences' tokens; all: only
+ * every other pairing). */
 static void check_equal_alone(const rvl_model *m, const rvl_ctx_params *cp, const spec *q, int n,
                               const char *name, bool all)
 {
@@ -267,9 +269,9 @@ static void check_equal_alone(const rvl_model *m, const rvl_ctx_params *cp, cons
     for (int i = 0; i < n; i++)
         text += want[i].text.n;
     assert_true(text > (size_t)n);
-    static const uint32_t pars[] = {1, 3, 8}, steps[] = {0, 7};
+    static const uint32_t pars[] = {1, 3, 8}, steps[] = {0, 7, 100};
     for (size_t a = 0; a < 3; a++)
-        for (size_t b = 0; b < 2; b++)
+        for (size_t b = 0; b < 3; b++)
             if (all || (a + b) % 2 == 1)
                 run_all(m, cp, q, n, want, pars[a], steps[b], name);
     for (int i = 0; i < n; i++)
