@@ -200,6 +200,8 @@ _ruvllm() {
             --max-body) return ;;
             --timeout) return ;;
             --max-connections) return ;;
+            --max-request-time) return ;;
+            -b|--batch-size) return ;;
             --temp) return ;;
             --top-k) return ;;
             --top-p) return ;;
@@ -219,7 +221,7 @@ _ruvllm() {
             --expert-budget) return ;;
         esac
         if [[ $cur == -* ]]; then
-            COMPREPLY=($(compgen -W "-m --model --host --port --api-key --alias --parallel --queue -c --ctx-size -t --threads --max-body --timeout --max-connections --temp --top-k --top-p --min-p --repeat-penalty --repeat-last-n --frequency-penalty --presence-penalty --chat-template --reasoning --kv-type --kv-type-k --kv-type-v --kv-hot --kv-warm --kv-cold --expert-budget -h --help " -- "$cur"))
+            COMPREPLY=($(compgen -W "-m --model --host --port --api-key --alias --parallel --queue -c --ctx-size -t --threads --max-body --timeout --max-connections --max-request-time -b --batch-size --temp --top-k --top-p --min-p --repeat-penalty --repeat-last-n --frequency-penalty --presence-penalty --chat-template --reasoning --kv-type --kv-type-k --kv-type-v --kv-hot --kv-warm --kv-cold --expert-budget -h --help " -- "$cur"))
             return
         fi
         ;;
