@@ -236,10 +236,11 @@ static bool client_gone(int fd)
     return poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR));
 }
 
-/* Wait on j->cv (j->mu held) for at most ms, and not past the deadline. */
+/* Wait on j->cv (j->mu held) for at most ms, and not past the deadline
+ * (once past it, the cancellation is on its way: the usual wait). */
 static void job_wait(job *j, int ms)
 {
-    if (j->deadline) {
+    if (j->deadline && !j->timed_out) {
         const double left = j->deadline - now_ms();
         ms = left < 1 ? 1 : left < ms ? (int)left + 1 : ms;
     }
