@@ -25,7 +25,7 @@ SDIST_SHA256=832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e
 target=${1:-}
 case $target in
     llama-bench) build=build; server=OFF ;;
-    llama-server) build=build-server; server=ON ;;
+    llama-server) build="build-server"; server=ON ;;
     *) echo "usage: build-llama.sh llama-bench|llama-server" >&2; exit 2 ;;
 esac
 me=build-$target

@@ -38,11 +38,7 @@ code_is 200
 sse > "$TMP/sse.json"
 cp "$TMP/sse.json" "$OUT"
 json_is "j['finish']" "['length']"
-python3 - "$OUT" "$TMP/sse.json" <<'PY' >/dev/null 2>&1 && ok "the usage chunk counts fewer than 100000 tokens" || not_ok "no usage chunk under 100000 tokens"
-import json, sys
-u = json.load(open(sys.argv[2]))["last"]["usage"]
-assert u["completion_tokens"] < 100000, u
-PY
+json_is "j['last']['usage']['completion_tokens'] < 100000" True
 
 # --- three at once on two sequences: the one that waits is ended too ---
 for k in 1 2 3; do
