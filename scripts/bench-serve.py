@@ -18,7 +18,11 @@ completions; temperature 0; max_tokens; ignore_eos unless --no-ignore-eos,
 so every answer is max_tokens long) until --seconds have passed (requests
 started by then are finished) or --requests are done. Prompts are fixed:
 --prompts FILE (one a line) or generated ones; client i's k-th request takes
-prompt (i + k * clients) mod the number of prompts.
+prompt (i + k) mod the number of prompts, so a client's requests differ one
+from the next. llama-server runs with its RAM prompt cache off (--cache-ram
+0, unless --llama-ram-cache): the load repeats its prompts, which that cache
+would answer without computing them; each slot still reuses the prefix its
+last prompt shares with the next (cache_prompt), as it does for real traffic.
 
 Reported per run: generated tokens/s (usage.completion_tokens of the good
 answers over the wall time), requests/s, time to first token (first
@@ -235,7 +239,7 @@ def load(url, a, prompts, clients, ref=None, pid=None):
                 issued[0] += 1
             if t_end and time.monotonic() >= t_end:
                 return
-            p = prompts[(i + k * clients) % len(prompts)]
+            p = prompts[(i + k) % len(prompts)]
             ans = stream_once(url, a, p)
             if ans.ok and not ans.garbled and ref is not None and ans.text != ref.get(p):
                 ans.garbled = "text differs from the single-client answer"
@@ -326,6 +330,7 @@ class Server:
         else:
             self.cmd = [a.llama_server, "-m", model, "--port", str(self.port), "-np", str(slots),
                         "-c", str(slots * a.ctx), "-t", str(a.threads), "--no-webui"] \
+                       + ([] if a.llama_ram_cache else ["--cache-ram", "0"]) \
                        + shlex.split(a.llama_args)
         self.log = tempfile.TemporaryFile(mode="w+")
 
@@ -474,6 +479,8 @@ def main():
     cp.add_argument("--ruvllm-args", default="", help="more arguments for ruvllm serve")
     cp.add_argument("--ruvllm-args-batch", default="", help="more arguments for run --batch")
     cp.add_argument("--llama-args", default="", help="more arguments for llama-server")
+    cp.add_argument("--llama-ram-cache", action="store_true",
+                    help="keep llama-server's RAM prompt cache (default: --cache-ram 0)")
     a = ap.parse_args()
     clients = [int(x) for x in a.clients.split(",")]
     prompts = prompt_list(a)
