@@ -717,7 +717,12 @@ int run_batch(const char *cmd, const run_batch_opts *o)
         status = cli_fail(cmd, rc);
         goto out;
     }
-    rvl_sched_params sp = {.ctx = o->cp, .n_parallel = o->parallel, .n_queue = 2 * o->parallel};
+    /* a step takes every running sequence's next token, then prompt chunks
+     * up to 512 tokens in all (serve's --batch-size default): with the
+     * scheduler's own 32, 32 or more running sequences leave one prompt
+     * token a step, and a line that follows a finished one starts late */
+    rvl_sched_params sp = {.ctx = o->cp, .n_parallel = o->parallel, .n_queue = 2 * o->parallel,
+                           .n_step_tokens = 512};
     if ((rc = rvl_sched_open(&B.s, B.m, &sp)) < 0) {
         status = cli_fail(cmd, rc);
         goto out;

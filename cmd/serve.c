@@ -37,7 +37,8 @@
 static const char *opt_model, *opt_host = "127.0.0.1", *opt_api_key, *opt_alias,
                   *opt_chat_template, *opt_reasoning;
 static long long opt_port = 8080, opt_parallel = 4, opt_queue = 64, opt_ctx = 0, opt_threads = 0,
-                 opt_max_body = 1 << 20, opt_timeout = 600, opt_max_conn = 256;
+                 opt_max_body = 1 << 20, opt_timeout = 600, opt_max_conn = 256,
+                 opt_max_time = 0, opt_batch = 512;
 static double opt_expert_budget = 0;
 static cli_kv_opts opt_kv;
 static cli_sample_opts opt_sample = CLI_SAMPLE_DEFAULTS;
@@ -55,6 +56,8 @@ static rvl_opt opts[] = {
     {OPT_INT, 0, "max-body", "BYTES", "largest request body; larger ones get 413", "1048576", &opt_max_body, 1024, 1 << 30, NULL, COMPL_NONE},
     {OPT_INT, 0, "timeout", "S", "close a connection idle this long (nothing received or sent)", "600", &opt_timeout, 1, 86400, NULL, COMPL_NONE},
     {OPT_INT, 0, "max-connections", "N", "open connections at most (each has a thread)", "256", &opt_max_conn, 4, 65536, NULL, COMPL_NONE},
+    {OPT_INT, 0, "max-request-time", "S", "end a generation this long after its request arrived, with finish_reason \"length\" and the text so far (0: no limit)", "0", &opt_max_time, 0, 86400 * 365, NULL, COMPL_NONE},
+    {OPT_INT, 'b', "batch-size", "N", "tokens per step at most: the running sequences' next tokens, then chunks of the new prompts (llama-server's -b)", "512", &opt_batch, 1, 1 << 20, NULL, COMPL_NONE},
     OPT_SAMPLE(opt_sample),
     {OPT_STRING, 0, "chat-template", "NAME|FILE", "a built-in template (chatml, llama3, ...) or a Jinja template file instead of the model's", NULL, &opt_chat_template, 0, 0, NULL, COMPL_FILE},
     OPT_REASONING(opt_reasoning),
@@ -97,6 +100,7 @@ typedef struct {
     rvl_sampler_params sampling;   /* the defaults (--temp ...) */
     const char *api_key;           /* NULL: none */
     size_t max_body;
+    double max_time_ms;            /* --max-request-time; 0: none */
 
     pthread_mutex_t sched_mu;      /* sched is NULL once closed */
     rvl_sched *sched;
@@ -124,6 +128,12 @@ typedef struct {
     rvl_think think;               /* with split: tells reasoning from answer */
     rvl_buf reasoning;             /* as text, for reasoning_content */
     bool done, abandoned;
+    /* time limits: --max-request-time (deadline, ms on now_ms's clock) and
+     * the request's t_max_predict_ms (from the first text, ending at a
+     * newline); a request past one is cancelled and ends "length" */
+    double deadline, t_first;
+    int64_t predict_ms;
+    bool timed_out;
     char finish[16];
     uint32_t n_prompt, n_gen;
     int error;
@@ -192,10 +202,19 @@ static int job_part(void *ud, rvl_think_part part, const char *s, size_t n)
 static int job_on_text(void *ud, const char *text, size_t n)
 {
     job *j = ud;
+    const double t = now_ms();
     pthread_mutex_lock(&j->mu);
     int rc = j->abandoned ? -1
              : (j->split ? rvl_think_push(&j->think, text, n, job_part, j)
                          : rvl_buf_add(&j->text, text, n)) < 0 ? -1 : 0;
+    if (!j->t_first)
+        j->t_first = t;
+    /* this text goes out; the tokens after it are not generated */
+    if (rc == 0 && ((j->deadline && t >= j->deadline) ||
+                    (j->predict_ms && t - j->t_first >= (double)j->predict_ms && memchr(text, '\n', n)))) {
+        j->timed_out = true;
+        rc = -1;
+    }
     pthread_cond_broadcast(&j->cv);
     pthread_mutex_unlock(&j->mu);
     return rc;
@@ -206,6 +225,8 @@ static void job_on_done(void *ud, const rvl_sched_result *r)
     job *j = ud;
     pthread_mutex_lock(&j->mu);
     snprintf(j->finish, sizeof j->finish, "%s", r->finish_reason ? r->finish_reason : "error");
+    if (j->timed_out && !strcmp(j->finish, "cancelled"))   /* a time limit, not the client */
+        snprintf(j->finish, sizeof j->finish, "length");
     j->n_prompt = r->n_prompt;
     j->n_gen = r->n_gen;
     j->error = r->error;
@@ -227,15 +248,37 @@ static bool client_gone(int fd)
     return poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR));
 }
 
-/* Wait on j->cv (j->mu held) for at most ms. */
+/* Wait on j->cv (j->mu held) for at most ms, and not past the deadline
+ * (once past it, the cancellation is on its way: the usual wait). */
 static void job_wait(job *j, int ms)
 {
+    if (j->deadline && !j->timed_out) {
+        const double left = j->deadline - now_ms();
+        ms = left < 1 ? 1 : left < ms ? (int)left + 1 : ms;
+    }
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     ts.tv_nsec += (long)ms * 1000000L;
     ts.tv_sec += ts.tv_nsec / 1000000000L;
     ts.tv_nsec %= 1000000000L;
     pthread_cond_timedwait(&j->cv, &j->mu, &ts);
+}
+
+/* A job past its deadline that has no text to stop it (queued, or in its
+ * prompt) is cancelled here: it ends "length" (job_on_done). Called with
+ * j->mu held, which it drops while it calls the scheduler (lock order). */
+static void job_check_deadline(job *j)
+{
+    if (!j->deadline || j->done || j->timed_out || j->abandoned || now_ms() < j->deadline)
+        return;
+    j->timed_out = true;
+    pthread_mutex_unlock(&j->mu);
+    server *s = j->srv;
+    pthread_mutex_lock(&s->sched_mu);
+    if (s->sched)
+        rvl_sched_cancel(s->sched, j->id);
+    pthread_mutex_unlock(&s->sched_mu);
+    pthread_mutex_lock(&j->mu);
 }
 
 /* ====================================================================
@@ -585,6 +628,7 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
             job_abandon(j);
             return MHD_CONTENT_READER_END_WITH_ERROR;
         }
+        job_check_deadline(j);
     }
 }
 
@@ -615,6 +659,7 @@ static enum MHD_Result answer_whole(struct MHD_Connection *c, conn_req *q, job *
             job_abandon(j);
             return MHD_NO;   /* nobody to answer: close */
         }
+        job_check_deadline(j);
     }
     pthread_mutex_unlock(&j->mu);
     /* done: the scheduler no longer writes to j */
@@ -661,6 +706,8 @@ static enum MHD_Result generate(server *s, struct MHD_Connection *c, conn_req *q
     if (split)
         j->think = think;
     j->include_usage = r.include_usage;
+    j->deadline = s->max_time_ms ? q->t0 + s->max_time_ms : 0;
+    j->predict_ms = r.t_max_predict_ms;
     j->meta.kind = kind;
     j->meta.created = (int64_t)time(NULL);
     j->meta.model = s->name;
@@ -955,7 +1002,8 @@ static int serve_main(rvl_cmd *cmd, int argc, char **argv)
     const char *name = cmd->name;
     char path[4096], mname[4096];
     rvl_model *m = NULL;
-    server s = {.api_key = opt_api_key, .max_body = (size_t)opt_max_body};
+    server s = {.api_key = opt_api_key, .max_body = (size_t)opt_max_body,
+                .max_time_ms = 1e3 * (double)opt_max_time};
     struct MHD_Daemon *d = NULL;
     pthread_t th;
     bool th_started = false;
@@ -999,7 +1047,8 @@ static int serve_main(rvl_cmd *cmd, int argc, char **argv)
     cli_sample_params(&opt_sample, 0, &s.sampling);
 
     rvl_sched_params sp = {.ctx = {.n_ctx = (uint32_t)opt_ctx, .n_threads = (uint32_t)opt_threads},
-                           .n_parallel = (uint32_t)opt_parallel, .n_queue = (uint32_t)opt_queue};
+                           .n_parallel = (uint32_t)opt_parallel, .n_queue = (uint32_t)opt_queue,
+                           .n_step_tokens = (uint32_t)opt_batch};
     cli_kv_params(&opt_kv, &sp.ctx);
     if ((rc = rvl_sched_open(&s.sched, m, &sp)) < 0) {
         status = cli_fail(name, rc);
@@ -1118,6 +1167,18 @@ rvl_cmd cmd_serve_desc = {
         "usage. Bad JSON, a field of the wrong type or range, empty messages: 400 with an "
         "OpenAI error object {\"error\": {\"message\", \"type\", \"param\", \"code\"}}; a body "
         "larger than --max-body: 413.\n"
+        "\n"
+        "Limits: a request's headers may take 64 KiB (beyond, 431) and its body --max-body; a "
+        "connection on which nothing is received or sent for --timeout seconds is closed (as "
+        "llama-server's --timeout; a running generation keeps its connection busy); with "
+        "--max-request-time S a generation still running S seconds after its request arrived "
+        "ends there, with finish_reason \"length\" and the text so far (a request still waiting "
+        "for a sequence gets an empty one). A request may carry llama-server's "
+        "t_max_predict_ms: once that many milliseconds have passed since its first token, its "
+        "generation ends at the next newline, also with \"length\". Each step of the model takes "
+        "the next token of every running sequence and fills the rest of --batch-size tokens "
+        "with chunks of the prompts newly admitted: a larger size lets a new prompt in with "
+        "fewer steps, and makes the running sequences wait longer for that step.\n"
         "\n"
         "The server listens on 127.0.0.1 unless --host says otherwise. With --api-key (or "
         "RUVLLM_API_KEY) every endpoint but /health needs the header \"Authorization: Bearer "

@@ -44,6 +44,8 @@ typedef struct {
     rvl_sampler_params sampling;/* the server's defaults, overridden by the request */
     const char **stops;         /* NULL-terminated (owned array, borrowed strings) */
     bool ignore_eos;            /* an extension, as llama-server's */
+    int64_t t_max_predict_ms;   /* llama-server's: generation past this many ms after the
+                                   first token ends at the next newline; 0: none */
     void *tree;                 /* the parsed body (cJSON), owner of the strings */
 } api_request;
 

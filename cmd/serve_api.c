@@ -298,6 +298,10 @@ int api_parse(api_kind kind, const char *body, size_t n, const rvl_sampler_param
             break;
         }
     }
+    if (get_int(root, "t_max_predict_ms", -1e15, 1e15, &v, &given, e) < 0)
+        return -1;
+    if (given && v > 0)
+        r->t_max_predict_ms = (int64_t)v;
     if (get_int(root, "n", 1, 1e9, &v, &given, e) < 0)
         return -1;
     if (given && v != 1)
