@@ -38,7 +38,7 @@ static const char *opt_model, *opt_host = "127.0.0.1", *opt_api_key, *opt_alias,
                   *opt_chat_template, *opt_reasoning;
 static long long opt_port = 8080, opt_parallel = 4, opt_queue = 64, opt_ctx = 0, opt_threads = 0,
                  opt_max_body = 1 << 20, opt_timeout = 600, opt_max_conn = 256,
-                 opt_max_time = 0, opt_batch = 512;
+                 opt_max_time = 0, opt_batch = 512, opt_kv_budget = 0;
 static double opt_expert_budget = 0;
 static cli_kv_opts opt_kv;
 static cli_sample_opts opt_sample = CLI_SAMPLE_DEFAULTS;
@@ -57,6 +57,7 @@ static rvl_opt opts[] = {
     {OPT_INT, 0, "timeout", "S", "close a connection idle this long (nothing received or sent)", "600", &opt_timeout, 1, 86400, NULL, COMPL_NONE},
     {OPT_INT, 0, "max-connections", "N", "open connections at most (each has a thread)", "256", &opt_max_conn, 4, 65536, NULL, COMPL_NONE},
     {OPT_INT, 0, "max-request-time", "S", "end a generation this long after its request arrived, with finish_reason \"length\" and the text so far (0: no limit)", "0", &opt_max_time, 0, 86400 * 365, NULL, COMPL_NONE},
+    {OPT_INT, 0, "kv-budget", "N", "KV cache positions over all the sequences (0: --parallel times --ctx-size); a request waits until its prompt and max_tokens fit, less the pages it shares with others", "0", &opt_kv_budget, 0, 1LL << 32, NULL, COMPL_NONE},
     {OPT_INT, 'b', "batch-size", "N", "tokens per step at most: the running sequences' next tokens, then chunks of the new prompts (llama-server's -b)", "512", &opt_batch, 1, 1 << 20, NULL, COMPL_NONE},
     OPT_SAMPLE(opt_sample),
     {OPT_STRING, 0, "chat-template", "NAME|FILE", "a built-in template (chatml, llama3, ...) or a Jinja template file instead of the model's", NULL, &opt_chat_template, 0, 0, NULL, COMPL_FILE},
@@ -284,6 +285,22 @@ static void job_check_deadline(job *j)
 /* ====================================================================
  * Answers
  * ==================================================================== */
+/* Why a job that did not finish "stop" or "length" failed, as an OpenAI
+ * error: the server shutting down (503), a request that cannot fit the KV
+ * budget (400 context_length_exceeded, as OpenAI says of a prompt too long
+ * for the model), or the engine's failure (500). */
+static void job_error(const job *j, api_error *e)
+{
+    if (!strcmp(j->finish, "cancelled"))
+        api_error_set(e, 503, "server_error", NULL, NULL, "the server is shutting down");
+    else if (j->error == RVL_EINVAL)
+        api_error_set(e, 400, "invalid_request_error", "context_length_exceeded", NULL, "%s",
+                      j->errmsg[0] ? j->errmsg : "the request does not fit the KV cache");
+    else
+        api_error_set(e, 500, "server_error", NULL, NULL, "%s",
+                      j->errmsg[0] ? j->errmsg : "generation failed");
+}
+
 
 typedef void (*body_fn)(FILE *f, const void *arg);
 
@@ -424,11 +441,27 @@ static void metrics_body(FILE *f, const void *arg)
                "ruvllm_kv_cache_tokens %u\n"
                "# HELP ruvllm_kv_cache_bytes KV cache bytes the running sequences hold.\n"
                "# TYPE ruvllm_kv_cache_bytes gauge\n"
-               "ruvllm_kv_cache_bytes %llu\n",
+               "ruvllm_kv_cache_bytes %llu\n"
+               "# HELP ruvllm_kv_cache_pages KV cache pages of 32 positions: the budget, held "
+               "(a page sequences share counted once), shared by several sequences.\n"
+               "# TYPE ruvllm_kv_cache_pages gauge\n"
+               "ruvllm_kv_cache_pages{state=\"budget\"} %u\n"
+               "ruvllm_kv_cache_pages{state=\"used\"} %u\n"
+               "ruvllm_kv_cache_pages{state=\"shared\"} %u\n"
+               "# HELP ruvllm_prompt_tokens_reused_total Prompt tokens taken from pages other "
+               "requests computed (a common prefix) instead of computed.\n"
+               "# TYPE ruvllm_prompt_tokens_reused_total counter\n"
+               "ruvllm_prompt_tokens_reused_total %llu\n"
+               "# HELP ruvllm_decode_steps_total Forward steps run (each over every running "
+               "sequence).\n"
+               "# TYPE ruvllm_decode_steps_total counter\n"
+               "ruvllm_decode_steps_total %llu\n",
             (unsigned long long)st.prompt_tokens, (unsigned long long)st.gen_tokens,
             (unsigned long long)st.submitted, (unsigned long long)st.completed,
             (unsigned long long)st.cancelled, (unsigned long long)st.rejected, st.queued,
-            st.running, st.gen_tps, st.kv.n, (unsigned long long)st.kv.bytes);
+            st.running, st.gen_tps, st.kv.n, (unsigned long long)st.kv.bytes,
+            st.kv_store.pages, st.kv_store.pages_used, st.kv_store.pages_shared,
+            (unsigned long long)st.prompt_reused, (unsigned long long)st.steps);
 }
 
 /* ====================================================================
@@ -563,10 +596,7 @@ static void stream_end(job *j)
         rvl_buf_adds(&j->out, "data: [DONE]\n\n");
     } else {
         api_error e;
-        const bool shutdown = !strcmp(j->finish, "cancelled");
-        api_error_set(&e, shutdown ? 503 : 500, "server_error", NULL, NULL, "%s",
-                      shutdown ? "the server is shutting down" : j->errmsg[0] ? j->errmsg
-                                                                           : "generation failed");
+        job_error(j, &e);
         size_t n = 0;
         char *b = body_of(stream_error_body, &e, &n);
         if (b)
@@ -664,10 +694,9 @@ static enum MHD_Result answer_whole(struct MHD_Connection *c, conn_req *q, job *
     pthread_mutex_unlock(&j->mu);
     /* done: the scheduler no longer writes to j */
     if (strcmp(j->finish, "stop") && strcmp(j->finish, "length")) {
-        const bool shutdown = !strcmp(j->finish, "cancelled");
-        return reply_err(c, q, shutdown ? 503 : 500, "server_error", NULL, "%s",
-                         shutdown ? "the server is shutting down"
-                         : j->errmsg[0] ? j->errmsg : "generation failed");
+        api_error e;
+        job_error(j, &e);
+        return reply_error(c, q, &e);
     }
     size_t n = 0;
     char *b = body_of(result_body, &(result_arg){j}, &n);
@@ -1048,7 +1077,9 @@ static int serve_main(rvl_cmd *cmd, int argc, char **argv)
 
     rvl_sched_params sp = {.ctx = {.n_ctx = (uint32_t)opt_ctx, .n_threads = (uint32_t)opt_threads},
                            .n_parallel = (uint32_t)opt_parallel, .n_queue = (uint32_t)opt_queue,
-                           .n_step_tokens = (uint32_t)opt_batch};
+                           .n_step_tokens = (uint32_t)opt_batch,
+                           .kv_tokens = opt_kv_budget > UINT32_MAX ? UINT32_MAX
+                                                                   : (uint32_t)opt_kv_budget};
     cli_kv_params(&opt_kv, &sp.ctx);
     if ((rc = rvl_sched_open(&s.sched, m, &sp)) < 0) {
         status = cli_fail(name, rc);

@@ -276,6 +276,7 @@ _ruvllm() {
             --timeout) return ;;
             --max-connections) return ;;
             --max-request-time) return ;;
+            --kv-budget) return ;;
             -b|--batch-size) return ;;
             --temp) return ;;
             --top-k) return ;;
@@ -300,10 +301,10 @@ _ruvllm() {
             --cache-type-v) COMPREPLY=($(compgen -W "f16 f32 q8 q4 tq4 tq3 tiered" -- "$cur")); return ;;
         esac
         if [[ $cur == -* ]]; then
-            COMPREPLY=($(compgen -W "-m --model --host --port --api-key --alias --parallel --queue -c --ctx-size -t --threads --max-body --timeout --max-connections --max-request-time -b --batch-size --temp --top-k --top-p --min-p --repeat-penalty --repeat-last-n --frequency-penalty --presence-penalty --chat-template --reasoning --kv-type --kv-type-k --kv-type-v --kv-hot --kv-warm --kv-cold --expert-budget -h --help " -- "$cur"))
+            COMPREPLY=($(compgen -W "-m --model --host --port --api-key --alias --parallel --queue -c --ctx-size -t --threads --max-body --timeout --max-connections --max-request-time --kv-budget -b --batch-size --temp --top-k --top-p --min-p --repeat-penalty --repeat-last-n --frequency-penalty --presence-penalty --chat-template --reasoning --kv-type --kv-type-k --kv-type-v --kv-hot --kv-warm --kv-cold --expert-budget -h --help " -- "$cur"))
             return
         fi
-        case $(_ruvllm_npos $cmdi -m --model --host --port --api-key --alias --parallel --queue -c --ctx-size -t --threads --max-body --timeout --max-connections --max-request-time -b --batch-size --temp --top-k --top-p --min-p --repeat-penalty --repeat-last-n --frequency-penalty --presence-penalty --chat-template --reasoning --kv-type --kv-type-k --kv-type-v --kv-hot --kv-warm --kv-cold --expert-budget -ctk --cache-type-k -ctv --cache-type-v) in
+        case $(_ruvllm_npos $cmdi -m --model --host --port --api-key --alias --parallel --queue -c --ctx-size -t --threads --max-body --timeout --max-connections --max-request-time --kv-budget -b --batch-size --temp --top-k --top-p --min-p --repeat-penalty --repeat-last-n --frequency-penalty --presence-penalty --chat-template --reasoning --kv-type --kv-type-k --kv-type-v --kv-hot --kv-warm --kv-cold --expert-budget -ctk --cache-type-k -ctv --cache-type-v) in
             *) ;;
         esac
         ;;

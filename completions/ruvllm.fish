@@ -431,7 +431,7 @@ complete -c ruvllm-info -s h -l help -d 'show this help and exit'
 complete -c ruvllm-info -n '__ruvllm_pos info 0+' -F
 
 # serve
-set -g __ruvllm_takes_serve -m --model --host --port --api-key --alias --parallel --queue -c --ctx-size -t --threads --max-body --timeout --max-connections --max-request-time -b --batch-size --temp --top-k --top-p --min-p --repeat-penalty --repeat-last-n --frequency-penalty --presence-penalty --chat-template --reasoning --kv-type --kv-type-k --kv-type-v --kv-hot --kv-warm --kv-cold --expert-budget -ctk --cache-type-k -ctv --cache-type-v
+set -g __ruvllm_takes_serve -m --model --host --port --api-key --alias --parallel --queue -c --ctx-size -t --threads --max-body --timeout --max-connections --max-request-time --kv-budget -b --batch-size --temp --top-k --top-p --min-p --repeat-penalty --repeat-last-n --frequency-penalty --presence-penalty --chat-template --reasoning --kv-type --kv-type-k --kv-type-v --kv-hot --kv-warm --kv-cold --expert-budget -ctk --cache-type-k -ctv --cache-type-v
 complete -c ruvllm -n '__fish_seen_subcommand_from serve' -s m -l model -r -F -a '(__ruvllm_models)' -d 'model file (default - $RUVLLM_MODEL, then the cached default model)'
 complete -c ruvllm -n '__fish_seen_subcommand_from serve' -l host -x -d 'address to listen on (0.0.0.0 or  - - for every interface)'
 complete -c ruvllm -n '__fish_seen_subcommand_from serve' -l port -x -d 'TCP port to listen on (0 - any free port, printed at start)'
@@ -445,6 +445,7 @@ complete -c ruvllm -n '__fish_seen_subcommand_from serve' -l max-body -x -d 'lar
 complete -c ruvllm -n '__fish_seen_subcommand_from serve' -l timeout -x -d 'close a connection idle this long (nothing received or sent)'
 complete -c ruvllm -n '__fish_seen_subcommand_from serve' -l max-connections -x -d 'open connections at most (each has a thread)'
 complete -c ruvllm -n '__fish_seen_subcommand_from serve' -l max-request-time -x -d 'end a generation this long after its request arrived, with finish_reason "length" and the text so far (0 - no limit)'
+complete -c ruvllm -n '__fish_seen_subcommand_from serve' -l kv-budget -x -d 'KV cache positions over all the sequences (0 - --parallel times --ctx-size); a request waits until its prompt and max_tokens fit, less the pages it shares with others'
 complete -c ruvllm -n '__fish_seen_subcommand_from serve' -s b -l batch-size -x -d 'tokens per step at most - the running sequences` next tokens, then chunks of the new prompts (llama-server`s -b)'
 complete -c ruvllm -n '__fish_seen_subcommand_from serve' -l temp -x -d 'sampling temperature (0 - greedy)'
 complete -c ruvllm -n '__fish_seen_subcommand_from serve' -l top-k -x -d 'keep the K most likely tokens (0 - off)'
@@ -482,6 +483,7 @@ complete -c ruvllm-serve -l max-body -x -d 'largest request body; larger ones ge
 complete -c ruvllm-serve -l timeout -x -d 'close a connection idle this long (nothing received or sent)'
 complete -c ruvllm-serve -l max-connections -x -d 'open connections at most (each has a thread)'
 complete -c ruvllm-serve -l max-request-time -x -d 'end a generation this long after its request arrived, with finish_reason "length" and the text so far (0 - no limit)'
+complete -c ruvllm-serve -l kv-budget -x -d 'KV cache positions over all the sequences (0 - --parallel times --ctx-size); a request waits until its prompt and max_tokens fit, less the pages it shares with others'
 complete -c ruvllm-serve -s b -l batch-size -x -d 'tokens per step at most - the running sequences` next tokens, then chunks of the new prompts (llama-server`s -b)'
 complete -c ruvllm-serve -l temp -x -d 'sampling temperature (0 - greedy)'
 complete -c ruvllm-serve -l top-k -x -d 'keep the K most likely tokens (0 - off)'

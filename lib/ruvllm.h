@@ -1186,6 +1186,7 @@ typedef struct {
 typedef struct {
     uint64_t submitted, completed, cancelled, rejected;  /* requests */
     uint64_t prompt_tokens, gen_tokens;
+    uint64_t steps;                /* rvl_batch_decode steps run */
     uint32_t running, queued;
     double gen_tps;                /* generated tokens per second, last 10 s */
     rvl_kv_usage kv;               /* what the running sequences' caches hold: n their

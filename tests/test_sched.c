@@ -362,6 +362,39 @@ static void test_tiny_llama_long_q4(void **state)
     rvl_model_close(m);
 }
 
+/* A request ends with its last token: no step decodes it for nothing
+ * (max_tokens 1: the prompt's step alone; 3: two more). */
+static void test_no_wasted_step(void **state)
+{
+    (void)state;
+    rvl_model *m = NULL;
+    if (rvl_model_open(&m, DATA_DIR "/llama.gguf") < 0)
+        fail_msg("llama.gguf: %s", rvl_errmsg());
+    load_tokens();
+    static const int32_t max[] = {1, 3};
+    for (int k = 0; k < 2; k++) {
+        spec q = {.n_prompt = 5, .max_tokens = max[k], .ignore_eos = true};
+        memcpy(q.prompt, all_tokens, 5 * sizeof *q.prompt);
+        rvl_sampler_defaults(&q.sp);
+        q.sp.temp = 0;
+        rvl_sched_params sp = {.ctx = {.n_ctx = 64, .n_threads = 1}, .n_parallel = 1};
+        rvl_sched *s = NULL;
+        assert_int_equal(rvl_sched_open(&s, m, &sp), 0);
+        outcome got = {0};
+        rvl_sched_request r = make_request(&q, &got);
+        assert_true(rvl_sched_submit(s, &r) > 0);
+        assert_int_equal(rvl_sched_run(s, true), 0);
+        rvl_sched_stats st;
+        rvl_sched_stats_get(s, &st);
+        assert_int_equal(got.n_gen, (uint32_t)max[k]);
+        assert_string_equal(got.finish, "length");
+        assert_int_equal(st.steps, (uint64_t)max[k]);
+        rvl_sched_close(s);
+        outcome_free(&got);
+    }
+    rvl_model_close(m);
+}
+
 static void test_tiny_llama(void **state) { (void)state; check_tiny("llama", RVL_KV_F16); }
 static void test_tiny_qwen3(void **state) { (void)state; check_tiny("qwen3", RVL_KV_Q8); }
 static void test_tiny_gpt_oss(void **state) { (void)state; check_tiny("gpt-oss", RVL_KV_TIERED); }
@@ -749,6 +782,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_tiny_llama),
         cmocka_unit_test(test_tiny_llama_long_q4),
+        cmocka_unit_test(test_no_wasted_step),
         cmocka_unit_test(test_tiny_qwen3),
         cmocka_unit_test(test_tiny_gpt_oss),
         cmocka_unit_test(test_default_model),

@@ -91,6 +91,7 @@ struct rvl_sched {
     bool stop;
     rvl_sched_stats st;            /* counters; running, queued, gen_tps, kv filled on get */
     char why[200];                 /* why the requests on admit's *failed list failed */
+    int why_rc;                    /* and its RVL_E*: RVL_EINVAL (will never fit), RVL_ENOMEM */
     uint64_t tps_count[TPS_WINDOW];
     int64_t tps_sec[TPS_WINDOW];   /* the second each count is of */
     double t_open;
@@ -457,7 +458,10 @@ static turn next_token(rvl_sched *s, req *r, const float *logits)
         return (turn){FIN_CANCELLED, 0};
     memmove(r->pend.p, r->pend.p + out, r->pend.n - out);
     r->pend.n -= out;
-    if (rvl_batch_seq_pos(s->b, r->seq) >= s->n_ctx)
+    /* the last token it may have: ends now, not after a step that would
+     * decode it for nothing */
+    if (rvl_batch_seq_pos(s->b, r->seq) >= s->n_ctx ||
+        (r->max_tokens >= 0 && r->n_gen >= (uint32_t)r->max_tokens))
         return (turn){FIN_LENGTH, 0};
     r->last = id;
     return (turn){NULL, 0};
@@ -542,12 +546,14 @@ static void admit(rvl_sched *s, req **gone, req **failed)
             snprintf(s->why, sizeof s->why, "the prompt and max_tokens need %llu KV pages of "
                      "%d positions, the budget holds %u", (unsigned long long)need,
                      RVL_KV_PAGE, room.pages);
+            s->why_rc = RVL_EINVAL;
             r->next = *failed;
             *failed = r;
             continue;
         }
         if (rvl_sampler_open(&r->smp, &r->sp, s->n_vocab) < 0) {
             snprintf(s->why, sizeof s->why, "out of memory");
+            s->why_rc = RVL_ENOMEM;
             r->next = *failed;
             *failed = r;
             continue;
@@ -623,7 +629,7 @@ int rvl_sched_run(rvl_sched *s, bool wait_idle)
         while (failed) {
             req *r = failed;
             failed = r->next;
-            req_done(s, r, FIN_ERROR, RVL_ENOMEM, s->why);
+            req_done(s, r, FIN_ERROR, s->why_rc, s->why);
         }
         req *run[256];
         uint32_t n_live = 0;
@@ -681,6 +687,7 @@ int rvl_sched_run(rvl_sched *s, bool wait_idle)
                 finish(s, s->it_req[i], fail(rc));
             continue;
         }
+        s->st.steps++;
         for (uint32_t i = 0; i < ni; i++) {
             req *r = s->it_req[i];
             if (r->n_fed < r->n_prompt) {

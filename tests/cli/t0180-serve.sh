@@ -179,9 +179,24 @@ assert "the log says the request was cancelled" "grep -q 'POST /v1/completions 2
 assert "metrics count requests by endpoint and status" \
     "grep -q '^ruvllm_requests_total{endpoint=\"/v1/chat/completions\",status=\"400\"} [1-9]' '$OUT'"
 for k in ruvllm_prompt_tokens_total ruvllm_generated_tokens_total ruvllm_queue_depth \
-    ruvllm_generated_tokens_per_second ruvllm_kv_cache_tokens ruvllm_kv_cache_bytes; do
+    ruvllm_generated_tokens_per_second ruvllm_kv_cache_tokens ruvllm_kv_cache_bytes \
+    ruvllm_decode_steps_total; do
     assert "metrics have $k" "grep -q '^$k [0-9]' '$OUT'"
 done
+assert "metrics: a KV budget, no page held once the requests ended" \
+    "grep -q '^ruvllm_kv_cache_pages{state=\"budget\"} [1-9]' '$OUT' && grep -q '^ruvllm_kv_cache_pages{state=\"used\"} 0$' '$OUT'"
+# --- a prompt of several pages sent twice: the second maps the first's pages (a
+# prefix cache in the free pages) and answers the same ---
+LONG="The history of the printing press begins in the fifteenth century, when Johannes Gutenberg combined several existing technologies into a system for mass producing books. His movable type, oil-based inks and a wooden press adapted from wine presses allowed pages to be printed quickly. Within decades printing shops had spread across Europe"
+req POST /v1/completions "{\"prompt\": \"$LONG\", \"temperature\": 0, \"max_tokens\": 8}"
+cp "$OUT" "$TMP/long1.json"
+req POST /v1/completions "{\"prompt\": \"$LONG\", \"temperature\": 0, \"max_tokens\": 8}"
+assert "the same prompt again gives the same text" \
+    "[ \"\$(js 'j[\"choices\"][0][\"text\"]')\" = \"\$(OUT=$TMP/long1.json js 'j[\"choices\"][0][\"text\"]')\" ] && [ -n \"\$(js 'j[\"choices\"][0][\"text\"]')\" ]"
+assert "and reports the prompt's whole length (58 tokens)" "[ \"\$(js 'j[\"usage\"][\"prompt_tokens\"]')\" = 58 ]"
+req GET /metrics
+assert "metrics: its first pages were reused, not computed" \
+    "grep -q '^ruvllm_prompt_tokens_reused_total [1-9]' '$OUT'"
 assert "one log line per request: method, path, status, tokens, ms" \
     "grep -q '^ruvllm serve: POST /v1/completions 200 [0-9]*+12 tokens [0-9]* ms' '$TMP/s1.log'"
 

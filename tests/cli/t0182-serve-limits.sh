@@ -4,7 +4,7 @@
 # and the text it had (a prefix of the greedy answer), whole or streamed;
 # llama-server's per-request t_max_predict_ms ends at the first newline
 # after the limit; --batch-size changes how prompts are fed, never the
-# answer. No durations are asserted: curl's --max-time only keeps a server
+# answer; --kv-budget bounds the KV cache over all sequences. No durations are asserted: curl's --max-time only keeps a server
 # without the limit from hanging the test.
 . tests/cli/lib.sh
 . tests/cli/serve_lib.sh
@@ -80,5 +80,22 @@ for size in 1 512; do   # (not $b: req uses it)
 done
 assert "--batch-size 1 and 512 give the same greedy text" \
     "[ -s '$TMP/b1.txt' ] && cmp -s '$TMP/b1.txt' '$TMP/b512.txt'"
+
+# --- --kv-budget: positions over all sequences; a request that can never fit
+# is a 400 (context_length_exceeded), one that fits is answered ---
+run 2 "$RUVLLM" serve --kv-budget -5
+err_has "kv-budget"
+start "$TMP/kv.log" --parallel 2 -c 512 --kv-budget 64
+req POST /v1/completions '{"prompt": "Hello there", "max_tokens": 100, "temperature": 0}'
+code_is 400
+json_is "j['error']['code']" context_length_exceeded
+json_is "'the budget holds 2' in j['error']['message']" True
+req POST /v1/completions '{"prompt": "Hello there", "max_tokens": 20, "temperature": 0}'
+code_is 200
+json_is "j['usage']['completion_tokens']" 20
+req GET /metrics
+assert "metrics: a budget of 2 pages" "grep -q '^ruvllm_kv_cache_pages{state=\"budget\"} 2$' '$OUT'"
+kill $PID
+wait $PID 2>/dev/null
 
 finish
