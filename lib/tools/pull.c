@@ -489,7 +489,8 @@ static void tag_of(const char *path, char *tag, size_t cap)
 static int choose(const char *repo, const char *quant, gguf_file *f, size_t n, long *pick,
                   char *tag, size_t tag_cap)
 {
-    qsort(f, n, sizeof *f, by_path);
+    if (n) /* a repository without files: f may be NULL */
+        qsort(f, n, sizeof *f, by_path);
     size_t cand[256], nc = 0;
     const char *want = *quant ? quant : PULL_DEFAULT_QUANT;
     bool by_file = ends_gguf(want);
