@@ -298,7 +298,8 @@ typedef struct {
 static int read_line(reader *rd, batch *B, char **line, size_t *len)
 {
     for (;;) {
-        char *nl = memchr(rd->buf + rd->start, '\n', rd->n - rd->start);
+        char *nl = rd->n > rd->start ? memchr(rd->buf + rd->start, '\n', rd->n - rd->start)
+                                     : NULL; /* (buf is NULL before the first read) */
         if (nl || (rd->eof && rd->n > rd->start)) {
             char *p = rd->buf + rd->start;
             size_t l = nl ? (size_t)(nl - p) : rd->n - rd->start;
