@@ -9,7 +9,7 @@ PKGS="build-essential pkg-config clang libclang-rt-14-dev clang-16 libclang-rt-1
       libcjson-dev libmicrohttpd-dev libcurl4-openssl-dev libssl-dev openssl
       libcmocka-dev python3 python3-pip python3-venv
       ca-certificates curl zsh fish
-      mandoc
+      mandoc man-db
       gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user"
 
 missing=""
