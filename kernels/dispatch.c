@@ -131,10 +131,25 @@ typedef struct {
 } kpack;
 
 static const kpack avx512_packs[] = {
-    { RVL_K_Q4_0, RVL_KCPU_VNNI, gemv8_q4_0_q8_0_avx512vnni, pack8_q4_0, unpack8_q4_0 },
-    { RVL_K_RVL_I4S_G32, RVL_KCPU_VNNI, gemv8_q4_0_q8_0_avx512vnni, pack8_q4_0, unpack8_q4_0 },
-    { RVL_K_IQ4_NL, RVL_KCPU_VNNI, gemv8_iq4_nl_q8_0_avx512vnni, pack8_q4_0, unpack8_q4_0 },
     { RVL_K_Q4_K, RVL_KCPU_VNNI, gemv8_q4_K_q8_K_avx512vnni, pack8_q4_K, unpack8_q4_K },
+};
+
+/* The 16-row layout (formats.h gemm16): one kernel for prompts and
+ * decode (Q4_0 and IQ4_NL had gemv8's 8-row decode layout before it). */
+typedef struct {
+    uint32_t type;
+    unsigned need;
+    rvl_gemm16_fn gemm16;
+    rvl_pack8_fn pack16;
+    rvl_unpack8_fn unpack16;
+} kpack16;
+
+static const kpack16 avx512_packs16[] = {
+    { RVL_K_Q4_0, RVL_KCPU_VNNI, gemm16_q4_0_q8_0_avx512vnni, pack16_q4_0, unpack16_q4_0 },
+    { RVL_K_RVL_I4S_G32, RVL_KCPU_VNNI, gemm16_q4_0_q8_0_avx512vnni, pack16_q4_0, unpack16_q4_0 },
+    { RVL_K_IQ4_NL, RVL_KCPU_VNNI, gemm16_iq4_nl_q8_0_avx512vnni, pack16_q4_0, unpack16_q4_0 },
+    { RVL_K_Q5_0, RVL_KCPU_VNNI, gemm16_q5_0_q8_0_avx512vnni, pack16_q5_0, unpack16_q5_0 },
+    { RVL_K_Q8_0, RVL_KCPU_VNNI, gemm16_q8_0_q8_0_avx512vnni, pack16_q8_0, unpack16_q8_0 },
 };
 
 static const kgemm avx512_gemms[] = {
@@ -396,6 +411,14 @@ static void build(int isa)
                 f->gemv8 = avx512_packs[i].gemv8;
                 f->pack8 = avx512_packs[i].pack8;
                 f->unpack8 = avx512_packs[i].unpack8;
+            }
+    if (isa == RVL_ISA_AVX512)
+        for (size_t i = 0; i < sizeof avx512_packs16 / sizeof avx512_packs16[0]; i++)
+            if (!(avx512_packs16[i].need & ~cpu_caps)) {
+                rvl_kformat *f = &t[rvl_kformat_slot(avx512_packs16[i].type)];
+                f->gemm16 = avx512_packs16[i].gemm16;
+                f->pack16 = avx512_packs16[i].pack16;
+                f->unpack16 = avx512_packs16[i].unpack16;
             }
 #endif
 #ifdef RVL_HAVE_NEON

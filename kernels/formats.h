@@ -224,6 +224,45 @@ typedef void (*rvl_pack8_fn)(int64_t n, const void *rows, size_t stride, void *g
 typedef void (*rvl_unpack8_fn)(int64_t n, const void *group, void *rows, size_t stride);
 typedef void (*rvl_gemv8_fn)(int64_t n, const void *w, int64_t ng, const void *act, float *y);
 
+/* Weights repacked 16 rows at a time for one kernel that does both
+ * prompt processing and decode (the 32-value formats whose activation is
+ * Q8_0: Q4_0, IQ4_NL, Q5_0, Q8_0, with AVX-512 VNNI). Block i of a group
+ * of 16 rows is 16 * type_size bytes at i * 16 * type_size, nothing added:
+ *   16 f16 scales d (row r's at 2r),
+ *   Q5_0 only: 16 u32 qh (row r's at 4r),
+ *   the quant bytes in pieces of 4: piece c is 64 bytes, row r's bytes
+ *   4c..4c+3 at 4r (Q4_0, IQ4_NL, Q5_0: 4 pieces; Q8_0: 8),
+ * so one 64-byte load holds 4 quant bytes of each of the 16 rows, one
+ * int32 lane per row (kernels/ref/pack16.c). gemm16 multiplies ng
+ * consecutive groups with nt activation rows (Q8_0, each followed by its
+ * block sums: rvl_act_sums) and gives
+ *   y[t * y_stride + 16g + r] = sum over blocks i of
+ *       (float)isum(r, t, i) * (d_w * d_a), accumulated in block order
+ *       with fused multiply-adds,
+ * isum the block's exact integer dot product: the same bits whatever nt
+ * (nt = 1 is decode) and however tokens are grouped, within dispatch.h's
+ * bound of vec_dot on the row-major rows (the order of the float
+ * additions differs: the row-major kernels keep 4 partial sums). */
+#define RVL_PACK16_ROWS 16
+typedef void (*rvl_gemm16_fn)(int64_t n, const void *w, int64_t ng, const void *act,
+                              size_t act_stride, int nt, float *y, size_t y_stride);
+/* A Q8_0 activation row of n elements is followed, at this offset from its
+ * start, by one int32 per block, the sum of its 32 quants (gemm16's offset
+ * term: Q4_0's levels are q - 8, exactly sum(q * a) - 8 * sum(a)), then
+ * one float per block, its d (so that a kernel broadcasts it from memory). */
+static inline size_t rvl_act_sums_offset(int64_t n)
+{
+    return ((size_t)n / 32 * 34 + 3) & ~(size_t)3;
+}
+/* Bytes of such a row with its sums and scales. */
+static inline size_t rvl_act_sums_row_bytes(int64_t n)
+{
+    return rvl_act_sums_offset(n) + (size_t)n / 32 * 8;
+}
+/* Write the block sums and scales after a Q8_0 row of n elements
+ * (ref/pack16.c). */
+void rvl_act_sums(void *row, int64_t n);
+
 enum {
     RVL_KF_QUANTIZED = 1 << 0,   /* block-quantized (not a plain element type) */
     RVL_KF_PROJECT = 1 << 1,     /* ruvllm-only format, marked in GGUF metadata */
@@ -245,6 +284,9 @@ typedef struct {
     rvl_gemv8_fn gemv8;          /* NULL: no packed layout (then pack8 and */
     rvl_pack8_fn pack8;          /*  unpack8 are NULL too) */
     rvl_unpack8_fn unpack8;
+    rvl_gemm16_fn gemm16;        /* NULL: no 16-row layout (then pack16 and */
+    rvl_pack8_fn pack16;         /*  unpack16 are NULL too); a format has */
+    rvl_unpack8_fn unpack16;     /*  gemv8 or gemm16, not both */
 } rvl_kformat;
 
 /* borrowed: static entry, or NULL for an unknown or removed type id. The
@@ -285,6 +327,14 @@ RVL_DECL_Q(iq4_nl) RVL_DECL_Q(iq4_xs)
 /* the packed layout of Q4_0 (and RVL_I4S_G32, the same blocks): ref/pack8.c */
 void pack8_q4_0(int64_t n, const void *rows, size_t stride, void *group);
 void unpack8_q4_0(int64_t n, const void *group, void *rows, size_t stride);
+/* the 16-row layout (gemm16) of the 32-value formats: ref/pack16.c
+ * (Q4_0 also for IQ4_NL and RVL_I4S_G32, whose blocks are Q4_0's shape) */
+void pack16_q4_0(int64_t n, const void *rows, size_t stride, void *group);
+void unpack16_q4_0(int64_t n, const void *group, void *rows, size_t stride);
+void pack16_q5_0(int64_t n, const void *rows, size_t stride, void *group);
+void unpack16_q5_0(int64_t n, const void *group, void *rows, size_t stride);
+void pack16_q8_0(int64_t n, const void *rows, size_t stride, void *group);
+void unpack16_q8_0(int64_t n, const void *group, void *rows, size_t stride);
 /* Q4_K: 8 rows' blocks of 256 together, as rows1_k4 reads them */
 void pack8_q4_K(int64_t n, const void *rows, size_t stride, void *group);
 void unpack8_q4_K(int64_t n, const void *group, void *rows, size_t stride);

@@ -65,6 +65,16 @@ RVL_X86_GEMM(gemm_iq4_nl_q8_0_avx512vnni)
 RVL_X86_GEMM(gemm_iq4_xs_q8_K_avx512vnni)
 RVL_X86_GEMM(gemm_q2_K_q8_K_avx512vnni)
 RVL_X86_GEMM(gemm_q3_K_q8_K_avx512vnni)
+/* gemm16_avx512.c: prompt processing and decode on the 16-row layout
+ * (formats.h gemm16) */
+void gemm16_q4_0_q8_0_avx512vnni(int64_t n, const void *w, int64_t ng, const void *act,
+                                 size_t act_stride, int nt, float *y, size_t y_stride);
+void gemm16_iq4_nl_q8_0_avx512vnni(int64_t n, const void *w, int64_t ng, const void *act,
+                                   size_t act_stride, int nt, float *y, size_t y_stride);
+void gemm16_q5_0_q8_0_avx512vnni(int64_t n, const void *w, int64_t ng, const void *act,
+                                 size_t act_stride, int nt, float *y, size_t y_stride);
+void gemm16_q8_0_q8_0_avx512vnni(int64_t n, const void *w, int64_t ng, const void *act,
+                                 size_t act_stride, int nt, float *y, size_t y_stride);
 /* gemm_avx512.c: the one-token GEMV on packed groups (formats.h gemv8) */
 void gemv8_q4_0_q8_0_avx512vnni(int64_t n, const void *w, int64_t ng, const void *act, float *y);
 void gemv8_iq4_nl_q8_0_avx512vnni(int64_t n, const void *w, int64_t ng, const void *act, float *y);

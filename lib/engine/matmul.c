@@ -78,7 +78,11 @@ static void matmul_rows(void *arg, int ith, int nth)
              * x nb tokens of arithmetic) */
             const uint64_t pr1 = r1 < w->packed_rows ? r1 : w->packed_rows;
             const char *pk = (const char *)w->packed;
-            if (nb == 1) {
+            if (w->kf->gemm16) {
+                /* the 16-row layout: one kernel for any nb (formats.h) */
+                w->kf->gemm16(n, pk + r0 * w->row_bytes, (int64_t)((pr1 - r0) / RVL_PACK16_ROWS),
+                              act, act_stride, (int)nb, pt->y + r0, pt->y_stride);
+            } else if (nb == 1) {
                 w->kf->gemv8(n, pk + r0 * w->row_bytes, (int64_t)((pr1 - r0) / RVL_GEMM_ROWS),
                              act, pt->y + r0);
             } else {
@@ -123,8 +127,13 @@ typedef struct {
 static void quant_rows(void *arg, int ith, int nth)
 {
     const quant_job *j = arg;
-    for (uint32_t t = (uint32_t)ith; t < j->nb; t += (uint32_t)nth)
+    for (uint32_t t = (uint32_t)ith; t < j->nb; t += (uint32_t)nth) {
         j->af->quantize(j->x + t * j->x_stride, j->out + t * j->out_stride, j->n, NULL);
+        /* the block sums and scales the 16-row kernels read (formats.h
+         * gemm16; act_stride has room for them) */
+        if (j->af->type == RVL_K_Q8_0)
+            rvl_act_sums(j->out + t * j->out_stride, j->n);
+    }
 }
 
 /* A batch is quantized on the pool (row t is the same whoever does it). */
@@ -153,7 +162,8 @@ uint64_t rvl_matmul_chunk_rows(uint64_t rows, int n_threads)
 {
     uint64_t chunk = rows / ((uint64_t)n_threads * 8);
     chunk = chunk < 16 ? 16 : chunk;
-    return (chunk + RVL_GEMM_ROWS - 1) / RVL_GEMM_ROWS * RVL_GEMM_ROWS; /* whole tiles */
+    /* whole tiles and whole groups of either packed layout */
+    return (chunk + RVL_PACK16_ROWS - 1) / RVL_PACK16_ROWS * RVL_PACK16_ROWS;
 }
 
 void rvl_matmul_act(const rvl_matmul *mm, int n, const rvl_weight *const *ws, float *const *ys,
@@ -188,7 +198,7 @@ void rvl_matmul_grouped(const rvl_matmul *mm, int n, const rvl_matmul_group *g, 
     for (int i = 0; i < n; i++) {
         uint64_t chunk = rvl_matmul_chunk_rows(rows, nth);
         if (chunk > g[i].w->ne1)
-            chunk = (g[i].w->ne1 + RVL_GEMM_ROWS - 1) / RVL_GEMM_ROWS * RVL_GEMM_ROWS;
+            chunk = (g[i].w->ne1 + RVL_PACK16_ROWS - 1) / RVL_PACK16_ROWS * RVL_PACK16_ROWS;
         part[i] = (matmul_part){g[i].w, g[i].y, g[i].y_stride, chunk, total, g[i].act,
                                 g[i].act_stride, g[i].nb};
         total += (g[i].w->ne1 + chunk - 1) / chunk;

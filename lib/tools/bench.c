@@ -740,15 +740,17 @@ static int fill_arena(rvl_bench *b, const rvl_kformat *kf, uint64_t k, bool pack
     free(pool);
     b->fill_type = UINT32_MAX;
     if (packed) {
-        /* every whole group of 8 rows of k, as model.c packs a weight
-         * (matrices start at multiples of their size: whole groups) */
-        const uint64_t gb = RVL_GEMM_ROWS * rvl_kformat_row_bytes(kf, k);
+        /* every whole group of 8 (gemv8) or 16 (gemm16) rows of k, as
+         * model.c packs a weight (matrices start at multiples of their
+         * size: whole groups) */
+        const uint64_t P = kf->gemm16 ? RVL_PACK16_ROWS : RVL_GEMM_ROWS;
+        const uint64_t gb = P * rvl_kformat_row_bytes(kf, k);
         char *tmp = malloc(gb);
         if (!tmp)
             return rvl_seterr(RVL_ENOMEM, "out of memory");
         for (uint64_t o = 0; o + gb <= bytes; o += gb) {
             memcpy(tmp, b->arena + o, gb);
-            kf->pack8((int64_t)k, tmp, gb / RVL_GEMM_ROWS, b->arena + o);
+            (kf->gemm16 ? kf->pack16 : kf->pack8)((int64_t)k, tmp, gb / P, b->arena + o);
         }
         free(tmp);
     }
@@ -906,15 +908,19 @@ static int setup_matmul(rvl_bench *b, const rvl_bench_kcase *c, int isa, kjob *j
         return rvl_seterr(RVL_EUNSUPPORTED, "%s: no activation format for rows of %llu", kf->name,
                           (unsigned long long)c->k);
     const char *rp = getenv("RUVLLM_REPACK");
-    const bool packed = kf->gemv8 && c->n % RVL_GEMM_ROWS == 0 && !(rp && strcmp(rp, "0") == 0);
+    const bool packed = ((kf->gemv8 && c->n % RVL_GEMM_ROWS == 0) ||
+                         (kf->gemm16 && c->n % RVL_PACK16_ROWS == 0)) &&
+                        !(rp && strcmp(rp, "0") == 0);
     j->mm.pool = b->pool;
     j->mm.act_stride = rvl_kformat_row_bytes(af, c->k);
+    if (af->type == RVL_K_Q8_0) /* the block sums and scales after each row (formats.h) */
+        j->mm.act_stride = rvl_act_sums_row_bytes((int64_t)c->k);
     j->mm.act = alloc_aligned(j->m * j->mm.act_stride);
     j->xf = alloc_aligned((uint64_t)j->m * c->k * sizeof(float));
     j->y = alloc_aligned((uint64_t)j->m * c->n * sizeof(float));
     if (!j->mm.act || !j->xf || !j->y)
         return rvl_seterr(RVL_ENOMEM, "out of memory");
-    if (packed && j->m > 1) { /* a group of packed rows per thread, unpacked for the tiles */
+    if (packed && j->m > 1 && !kf->gemm16) { /* a gemv8 group per thread, unpacked for the tiles */
         j->mm.unpack_stride = (size_t)(RVL_GEMM_ROWS * j->row_bytes + 63) / 64 * 64;
         j->mm.unpack = alloc_aligned(j->mm.unpack_stride * (size_t)rvl_pool_size(b->pool));
         if (!j->mm.unpack)

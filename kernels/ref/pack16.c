@@ -1,0 +1,105 @@
+/*
+ * pack16.c - the 16-row layout of the 32-value formats whose activation
+ * is Q8_0 (formats.h gemm16), and the block sums that follow a Q8_0
+ * activation row (rvl_act_sums).
+ *
+ * One kernel reads this layout for prompt processing and for decode: a
+ * 64-byte load holds 4 quant bytes of each of 16 rows, one int32 lane per
+ * row, so an activation's 4 bytes broadcast to every lane feed 16 rows in
+ * one vpdpbusd, and a block's whole integer dot product of a row stays in
+ * its lane (no reduction across lanes until the result). The row-major
+ * kernels instead put one row's 32 values across a vector and fold the
+ * lanes for every block and token; that shuffling was the prompt
+ * kernels' bottleneck.
+ *
+ * Block i of the group of 16 rows (rows `stride` bytes apart) is 16 *
+ * type_size bytes at i * 16 * type_size:
+ *   32 bytes        the 16 rows' f16 d, row r's at 2r
+ *   Q5_0: 64 bytes  the 16 rows' qh (u32), row r's at 4r
+ *   P pieces of 64  piece c: row r's quant bytes 4c..4c+3 at 4r
+ *                   (Q4_0/IQ4_NL/Q5_0: the 16 nibble bytes, P = 4;
+ *                   Q8_0: the 32 quants, P = 8)
+ * Only the order changes: unpack16 restores the rows bit for bit.
+ */
+#include "formats.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <string.h>
+
+#define P16 RVL_PACK16_ROWS
+
+/* Copy between 16 row-major rows and the group: blocks of bsz bytes, the
+ * f16 d first, then hbytes of high bits (Q5_0's qh) and qbytes of quants. */
+static void p16_copy(int64_t n, unsigned char *rows, size_t stride, unsigned char *group,
+                     size_t bsz, size_t hbytes, bool pack)
+{
+    const int64_t nb = n / 32;
+    const size_t qbytes = bsz - 2 - hbytes;
+    for (int64_t i = 0; i < nb; i++) {
+        unsigned char *g = group + (size_t)i * P16 * bsz;
+        for (int r = 0; r < P16; r++) {
+            unsigned char *blk = rows + (size_t)r * stride + (size_t)i * bsz;
+            unsigned char *d = g + 2 * r;
+            unsigned char *h = g + 2 * P16 + hbytes * r;
+            if (pack) {
+                memcpy(d, blk, 2);
+                memcpy(h, blk + 2, hbytes);
+            } else {
+                memcpy(blk, d, 2);
+                memcpy(blk + 2, h, hbytes);
+            }
+            for (size_t c = 0; c < qbytes / 4; c++) {
+                unsigned char *q = g + (2 + hbytes) * P16 + c * 4 * P16 + 4 * r;
+                if (pack)
+                    memcpy(q, blk + 2 + hbytes + 4 * c, 4);
+                else
+                    memcpy(blk + 2 + hbytes + 4 * c, q, 4);
+            }
+        }
+    }
+}
+
+void pack16_q4_0(int64_t n, const void *rows, size_t stride, void *group)
+{
+    p16_copy(n, (unsigned char *)rows, stride, group, sizeof(block_q4_0), 0, true);
+}
+
+void unpack16_q4_0(int64_t n, const void *group, void *rows, size_t stride)
+{
+    p16_copy(n, rows, stride, (unsigned char *)group, sizeof(block_q4_0), 0, false);
+}
+
+void pack16_q5_0(int64_t n, const void *rows, size_t stride, void *group)
+{
+    p16_copy(n, (unsigned char *)rows, stride, group, sizeof(block_q5_0), 4, true);
+}
+
+void unpack16_q5_0(int64_t n, const void *group, void *rows, size_t stride)
+{
+    p16_copy(n, rows, stride, (unsigned char *)group, sizeof(block_q5_0), 4, false);
+}
+
+void pack16_q8_0(int64_t n, const void *rows, size_t stride, void *group)
+{
+    p16_copy(n, (unsigned char *)rows, stride, group, sizeof(block_q8_0), 0, true);
+}
+
+void unpack16_q8_0(int64_t n, const void *group, void *rows, size_t stride)
+{
+    p16_copy(n, rows, stride, (unsigned char *)group, sizeof(block_q8_0), 0, false);
+}
+
+void rvl_act_sums(void *row, int64_t n)
+{
+    const block_q8_0 *b = row;
+    unsigned char *out = (unsigned char *)row + rvl_act_sums_offset(n);
+    for (int64_t i = 0; i < n / 32; i++) {
+        int32_t s = 0;
+        for (int j = 0; j < 32; j++)
+            s += b[i].qs[j];
+        const float d = rvl_f16_to_f32(b[i].d);
+        memcpy(out + 4 * i, &s, 4);
+        memcpy(out + 4 * (n / 32) + 4 * i, &d, 4);
+    }
+}
