@@ -208,8 +208,8 @@ typedef void (*rvl_gemm_fn)(int64_t n, const void *w, size_t w_stride, int nr, c
                             size_t act_stride, int nt, float *y, size_t y_stride);
 #define RVL_GEMM_ROWS 8
 
-/* Weights repacked for decode, RVL_GEMM_ROWS rows at a time (Q4_0,
- * IQ4_NL and Q4_K with AVX-512 VNNI): a group holds the bytes of
+/* Weights repacked for decode, RVL_GEMM_ROWS rows at a time (Q4_K with
+ * AVX-512 VNNI): a group holds the bytes of
  * its 8 rows (8 * row_bytes, nothing added), interleaved so that the
  * one-token GEMV reads one sequential stream, 64 bytes per load, instead
  * of gathering 16 or 32 bytes from each of 8 rows (kernels/ref/pack8.c
@@ -324,9 +324,6 @@ RVL_DECL_Q(q8_0) RVL_DECL_Q(q8_1) RVL_DECL_Q(q1_0)
 RVL_DECL_Q(q2_K) RVL_DECL_Q(q3_K) RVL_DECL_Q(q4_K) RVL_DECL_Q(q5_K)
 RVL_DECL_Q(q6_K) RVL_DECL_Q(q8_K)
 RVL_DECL_Q(iq4_nl) RVL_DECL_Q(iq4_xs)
-/* the packed layout of Q4_0 (and RVL_I4S_G32, the same blocks): ref/pack8.c */
-void pack8_q4_0(int64_t n, const void *rows, size_t stride, void *group);
-void unpack8_q4_0(int64_t n, const void *group, void *rows, size_t stride);
 /* the 16-row layout (gemm16) of the 32-value formats: ref/pack16.c
  * (Q4_0 also for IQ4_NL and RVL_I4S_G32, whose blocks are Q4_0's shape) */
 void pack16_q4_0(int64_t n, const void *rows, size_t stride, void *group);

@@ -351,6 +351,35 @@ static void check_matmul(uint32_t type)
                 assert_memory_equal(got, want, sizeof got);
             }
     }
+    if (kf->pack16) {
+        /* the 16-row layout (formats.h gemm16): its own order of float
+         * additions, so not row-major's bits, but the same bits whatever
+         * the threads and whether tokens come one by one (decode) or
+         * together (a prompt); the tail rows stay row-major */
+        const uint64_t prow = MM_ROWS / RVL_PACK16_ROWS * RVL_PACK16_ROWS;
+        memcpy(packed, data, MM_ROWS * rb);
+        for (uint64_t r = 0; r < prow; r += RVL_PACK16_ROWS)
+            kf->pack16(MM_K, data + r * rb, rb, packed + r * rb);
+        rvl_weight wp = w;
+        wp.packed = packed;
+        wp.packed_rows = prow;
+        float first[MM_NB * MM_ROWS];
+        mm_run(&wp, x, 1, false, first);
+        for (int t = 0; t < MM_NB; t++)
+            for (int r = 0; r < MM_ROWS; r++) {
+                const float a = first[t * MM_ROWS + r], b = want[t * MM_ROWS + r];
+                if (!(fabsf(a - b) <= 1e-4f * (fabsf(b) + 1.0f)))
+                    fail_msg("%s packed16: row %d token %d: %g, row-major %g", kf->name, r, t,
+                             (double)a, (double)b);
+                if ((uint64_t)r >= prow)
+                    assert_memory_equal(&a, &b, sizeof a);
+            }
+        for (int nth = 1; nth <= 3; nth++)
+            for (int one = 0; one < 2; one++) {
+                mm_run(&wp, x, nth, one, got);
+                assert_memory_equal(got, first, sizeof got);
+            }
+    }
     free(wf);
     free(data);
     free(packed);
@@ -361,7 +390,7 @@ static void test_matmul_bits_do_not_depend_on_threads_batch_or_layout(void **sta
 {
     (void)state;
     static const uint32_t types[] = {RVL_K_Q4_0, RVL_K_Q8_0, RVL_K_Q4_K, RVL_K_Q6_K, RVL_K_F16,
-                                     RVL_K_F32, RVL_K_IQ4_NL};
+                                     RVL_K_F32, RVL_K_IQ4_NL, RVL_K_Q5_0};
     for (size_t i = 0; i < sizeof types / sizeof *types; i++)
         check_matmul(types[i]);
 }

@@ -62,32 +62,32 @@ static void p16_copy(int64_t n, unsigned char *rows, size_t stride, unsigned cha
 
 void pack16_q4_0(int64_t n, const void *rows, size_t stride, void *group)
 {
-    p16_copy(n, (unsigned char *)rows, stride, group, sizeof(block_q4_0), 0, true);
+    p16_copy(n, (unsigned char *)(uintptr_t)rows, stride, group, sizeof(block_q4_0), 0, true);
 }
 
 void unpack16_q4_0(int64_t n, const void *group, void *rows, size_t stride)
 {
-    p16_copy(n, rows, stride, (unsigned char *)group, sizeof(block_q4_0), 0, false);
+    p16_copy(n, rows, stride, (unsigned char *)(uintptr_t)group, sizeof(block_q4_0), 0, false);
 }
 
 void pack16_q5_0(int64_t n, const void *rows, size_t stride, void *group)
 {
-    p16_copy(n, (unsigned char *)rows, stride, group, sizeof(block_q5_0), 4, true);
+    p16_copy(n, (unsigned char *)(uintptr_t)rows, stride, group, sizeof(block_q5_0), 4, true);
 }
 
 void unpack16_q5_0(int64_t n, const void *group, void *rows, size_t stride)
 {
-    p16_copy(n, rows, stride, (unsigned char *)group, sizeof(block_q5_0), 4, false);
+    p16_copy(n, rows, stride, (unsigned char *)(uintptr_t)group, sizeof(block_q5_0), 4, false);
 }
 
 void pack16_q8_0(int64_t n, const void *rows, size_t stride, void *group)
 {
-    p16_copy(n, (unsigned char *)rows, stride, group, sizeof(block_q8_0), 0, true);
+    p16_copy(n, (unsigned char *)(uintptr_t)rows, stride, group, sizeof(block_q8_0), 0, true);
 }
 
 void unpack16_q8_0(int64_t n, const void *group, void *rows, size_t stride)
 {
-    p16_copy(n, rows, stride, (unsigned char *)group, sizeof(block_q8_0), 0, false);
+    p16_copy(n, rows, stride, (unsigned char *)(uintptr_t)group, sizeof(block_q8_0), 0, false);
 }
 
 void rvl_act_sums(void *row, int64_t n)

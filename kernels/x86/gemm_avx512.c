@@ -1010,83 +1010,6 @@ AI void rows1_n(int kind, int G, int64_t nb, const uint8_t *const wr[8], size_t 
     }
 }
 
-/* Q4_0 in the packed layout of kernels/ref/pack8.c: rows1_n with G = 2
- * on a group of 8 rows, each operation the same, only the loads differ:
- * a full superblock's 32 scales are one 64-byte load (two vpermw put
- * them in dd's lanes, 4e + k), and rows 4g..4g+3 of block e are one
- * 64-byte load, lane k = row 4g + k as rows_n_qs builds it from 4 rows.
- * The group is read front to back; the prefetch runs RVL_P8_AHEAD bytes
- * ahead of it (into the next group: callers pass consecutive groups). */
-#ifndef RVL_P8_AHEAD
-#define RVL_P8_AHEAD 1152
-#endif
-#ifndef RVL_P8_HINT
-#define RVL_P8_HINT _MM_HINT_T0
-#endif
-AI void rows8_packed(int kind, int64_t nb, const uint8_t *w, const uint8_t *a, float *y)
-{
-    const size_t asz = sizeof(block_q8_0);
-    const __m512i lut = kind == G_IQ4_NL ? iq4nl_lut() : _mm512_setzero_si512();
-    /* word 4e + k <- word 8e + 4g + k of the superblock's scales */
-    const __m512i dsel[2] = {
-        _mm512_setr_epi32(0 | 1 << 16, 2 | 3 << 16, 8 | 9 << 16, 10 | 11 << 16, 16 | 17 << 16,
-                          18 | 19 << 16, 24 | 25 << 16, 26 | 27 << 16, 0, 0, 0, 0, 0, 0, 0, 0),
-        _mm512_setr_epi32(4 | 5 << 16, 6 | 7 << 16, 12 | 13 << 16, 14 | 15 << 16, 20 | 21 << 16,
-                          22 | 23 << 16, 28 | 29 << 16, 30 | 31 << 16, 0, 0, 0, 0, 0, 0, 0, 0),
-    };
-    const __m512i row = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
-    __m512 acc[2] = { _mm512_setzero_ps(), _mm512_setzero_ps() };
-    const uint8_t *sb = w;
-    int64_t i = 0;
-    for (; i + 3 < nb; i += 4, sb += 4 * 8 * sizeof(block_q4_0)) {
-        _Pragma("GCC unroll 9")
-        for (int l = 0; l < 9; l++)
-            _mm_prefetch((const char *)sb + RVL_P8_AHEAD + 64 * l, RVL_P8_HINT);
-        const uint8_t *ab = a + (size_t)i * asz;
-        const uint64_t ha = (uint64_t)ld16(ab) | (uint64_t)ld16(ab + asz) << 16 |
-                            (uint64_t)ld16(ab + 2 * asz) << 32 | (uint64_t)ld16(ab + 3 * asz) << 48;
-        const __m512 da = _mm512_permutexvar_ps(
-            row, _mm512_castps128_ps512(_mm_cvtph_ps(_mm_cvtsi64_si128((long long)ha))));
-        const __m512i ds = ld512(sb);
-        __m512 dd[2];
-        _Pragma("GCC unroll 2")
-        for (int g = 0; g < 2; g++)
-            dd[g] = _mm512_mul_ps(
-                _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutexvar_epi16(dsel[g], ds))), da);
-        _Pragma("GCC unroll 4")
-        for (int e = 0; e < 4; e++) {
-            const n_act na = rows_n_act(kind, ab + e * asz);
-            const __m512i re = _mm512_add_epi32(row, _mm512_set1_epi32(4 * e));
-            _Pragma("GCC unroll 2")
-            for (int g = 0; g < 2; g++)
-                acc[g] = _mm512_fmadd_ps(rows_n_block_v(kind, ld512(sb + 64 + 128 * e + 64 * g), &na, lut),
-                                         _mm512_permutexvar_ps(re, dd[g]), acc[g]);
-        }
-    }
-    const int64_t E = nb - i;
-    for (int64_t e = 0; e < E; e++) {
-        const uint8_t *ab = a + (size_t)(i + e) * asz;
-        const n_act na = rows_n_act(kind, ab);
-        _Pragma("GCC unroll 2")
-        for (int g = 0; g < 2; g++) {
-            uint64_t d4;
-            memcpy(&d4, sb + 16 * e + 8 * g, 8);
-            const __m512 dd = _mm512_cvtph_ps(_mm256_setr_epi64x((long long)d4, (long long)ld16(ab), 0, 0));
-            const __m512 s = _mm512_mul_ps(_mm512_permutexvar_ps(row, dd),
-                                           _mm512_permutexvar_ps(_mm512_set1_epi32(4), dd));
-            acc[g] = _mm512_fmadd_ps(
-                rows_n_block_v(kind, ld512(sb + 16 * E + 128 * e + 64 * g), &na, lut), s, acc[g]);
-        }
-    }
-    _Pragma("GCC unroll 2")
-    for (int g = 0; g < 2; g++) {
-        float l[16];
-        _mm512_storeu_ps(l, acc[g]);
-        for (int k = 0; k < 4; k++)
-            y[4 * g + k] = (l[4 * k] + l[4 * k + 1]) + (l[4 * k + 2] + l[4 * k + 3]);
-    }
-}
-
 /* Q4_K, Q5_K: as tile_k4() with rows for tokens. The 4 rows' d, dmin
  * and 6-bit scales and mins (the first 16 bytes of a block) are decoded
  * together, row k in 128-bit lane k, and the per-group scale vectors are
@@ -1621,28 +1544,11 @@ void gemm_q4_0_q8_0_avx512vnni(int64_t n, const void *w, size_t w_stride, int nr
     gemm(G_Q4_0, n, w, w_stride, nr, act, act_stride, nt, y, y_stride);
 }
 
-AI void gemv8(int kind, int64_t n, const void *w, int64_t ng, const void *act, float *y)
-{
-    const size_t gsz = (size_t)(n / 32) * 8 * sizeof(block_q4_0);
-    for (int64_t g = 0; g < ng; g++)
-        rows8_packed(kind, n / 32, (const uint8_t *)w + (size_t)g * gsz, act, y + 8 * g);
-}
-
 void gemv8_q4_K_q8_K_avx512vnni(int64_t n, const void *w, int64_t ng, const void *act, float *y)
 {
     const size_t gsz = (size_t)(n / 256) * 8 * sizeof(block_q4_K);
     for (int64_t g = 0; g < ng; g++)
         rows8_k4_packed(n / 256, (const uint8_t *)w + (size_t)g * gsz, (const uint8_t *)act, y + 8 * g);
-}
-
-void gemv8_q4_0_q8_0_avx512vnni(int64_t n, const void *w, int64_t ng, const void *act, float *y)
-{
-    gemv8(G_Q4_0, n, w, ng, act, y);
-}
-
-void gemv8_iq4_nl_q8_0_avx512vnni(int64_t n, const void *w, int64_t ng, const void *act, float *y)
-{
-    gemv8(G_IQ4_NL, n, w, ng, act, y);
 }
 
 void gemm_q4_1_q8_1_avx512vnni(int64_t n, const void *w, size_t w_stride, int nr,

@@ -76,8 +76,6 @@ void gemm16_q5_0_q8_0_avx512vnni(int64_t n, const void *w, int64_t ng, const voi
 void gemm16_q8_0_q8_0_avx512vnni(int64_t n, const void *w, int64_t ng, const void *act,
                                  size_t act_stride, int nt, float *y, size_t y_stride);
 /* gemm_avx512.c: the one-token GEMV on packed groups (formats.h gemv8) */
-void gemv8_q4_0_q8_0_avx512vnni(int64_t n, const void *w, int64_t ng, const void *act, float *y);
-void gemv8_iq4_nl_q8_0_avx512vnni(int64_t n, const void *w, int64_t ng, const void *act, float *y);
 void gemv8_q4_K_q8_K_avx512vnni(int64_t n, const void *w, int64_t ng, const void *act, float *y);
 /* gemm_avx2.c: the same tiles with vpmaddubsw (AVX2 + FMA + F16C). */
 RVL_X86_GEMM(gemm_q4_0_q8_0_avx2)
