@@ -573,7 +573,7 @@ static void print_kernel_row(kout *o, const kcase *k, const rvl_bench_kresult *r
         rvl_jw_key(w, "read_min_gbs"); rvl_jw_f64(w, r->read_min_gbs);
         rvl_jw_key(w, "read_max_gbs"); rvl_jw_f64(w, r->read_max_gbs);
         rvl_jw_key(w, "roofline_fraction_stream"); rvl_jw_f64(w, vs_peak ? 0 : frac_stream);
-        /* the weights in the packed decode layout (formats.h gemv8), as
+        /* the weights in the 16-row packed layout (formats.h gemm16), as
          * the forward pass holds this format on this variant */
         rvl_jw_key(w, "packed"); rvl_jw_bool(w, r->packed);
         rvl_jw_obj_end(w);

@@ -286,8 +286,9 @@ static const char *const ENVIRONMENT[][2] = {
     {"RUVLLM_MODEL", "Model used when -m is not given."},
     {"XDG_CACHE_HOME", "The default model lives in ${XDG_CACHE_HOME:-$HOME/.cache}/ruvllm/models/."},
     {"RUVLLM_ISA", "Force a kernel instruction set (ref, avx2, avx512, neon)."},
-    {"RUVLLM_REPACK", "0: keep Q4_0, IQ4_NL and Q4_K weights in the file's row-major layout "
-                      "instead of the packed decode layout (the same results, for comparisons)."},
+    {"RUVLLM_REPACK", "0: keep Q4_0, IQ4_NL, Q5_0, Q8_0, Q4_K and Q6_K weights in the file's "
+                      "row-major layout instead of the 16-row packed layout (results differ by "
+                      "float rounding only; for comparisons)."},
     {"RUVLLM_EXPERT_BUDGET", "The memory for a mixture of experts' weights in MiB when "
                              "--expert-budget is not given (default: MemAvailable less the rest of "
                              "the model, a 4096-token f16 KV cache and a margin of 10%, at least "

@@ -121,27 +121,14 @@ static const kgemm avx2_gemms[] = {
     { RVL_K_BF16, 0, gemm_bf16_bf16_avx2 },
 };
 
-/* Packed decode layouts (formats.h gemv8), per ISA. */
-typedef struct {
-    uint32_t type;
-    unsigned need;
-    rvl_gemv8_fn gemv8;
-    rvl_pack8_fn pack8;
-    rvl_unpack8_fn unpack8;
-} kpack;
-
-static const kpack avx512_packs[] = {
-    { RVL_K_Q4_K, RVL_KCPU_VNNI, gemv8_q4_K_q8_K_avx512vnni, pack8_q4_K, unpack8_q4_K },
-};
-
 /* The 16-row layout (formats.h gemm16): one kernel for prompts and
- * decode (Q4_0 and IQ4_NL had gemv8's 8-row decode layout before it). */
+ * decode, per ISA. */
 typedef struct {
     uint32_t type;
     unsigned need;
     rvl_gemm16_fn gemm16;
-    rvl_pack8_fn pack16;
-    rvl_unpack8_fn unpack16;
+    rvl_pack_fn pack16;
+    rvl_unpack_fn unpack16;
 } kpack16;
 
 static const kpack16 avx512_packs16[] = {
@@ -150,6 +137,8 @@ static const kpack16 avx512_packs16[] = {
     { RVL_K_IQ4_NL, RVL_KCPU_VNNI, gemm16_iq4_nl_q8_0_avx512vnni, pack16_q4_0, unpack16_q4_0 },
     { RVL_K_Q5_0, RVL_KCPU_VNNI, gemm16_q5_0_q8_0_avx512vnni, pack16_q5_0, unpack16_q5_0 },
     { RVL_K_Q8_0, RVL_KCPU_VNNI, gemm16_q8_0_q8_0_avx512vnni, pack16_q8_0, unpack16_q8_0 },
+    { RVL_K_Q4_K, RVL_KCPU_VNNI, gemm16_q4_K_q8_K_avx512vnni, pack16_q4_K, unpack16_q4_K },
+    { RVL_K_Q6_K, RVL_KCPU_VNNI, gemm16_q6_K_q8_K_avx512vnni, pack16_q6_K, unpack16_q6_K },
 };
 
 static const kgemm avx512_gemms[] = {
@@ -404,14 +393,6 @@ static void build(int isa)
         for (size_t i = 0; i < sizeof avx512_gemms / sizeof avx512_gemms[0]; i++)
             if (!(avx512_gemms[i].need & ~cpu_caps))
                 t[rvl_kformat_slot(avx512_gemms[i].type)].gemm = avx512_gemms[i].gemm;
-    if (isa == RVL_ISA_AVX512)
-        for (size_t i = 0; i < sizeof avx512_packs / sizeof avx512_packs[0]; i++)
-            if (!(avx512_packs[i].need & ~cpu_caps)) {
-                rvl_kformat *f = &t[rvl_kformat_slot(avx512_packs[i].type)];
-                f->gemv8 = avx512_packs[i].gemv8;
-                f->pack8 = avx512_packs[i].pack8;
-                f->unpack8 = avx512_packs[i].unpack8;
-            }
     if (isa == RVL_ISA_AVX512)
         for (size_t i = 0; i < sizeof avx512_packs16 / sizeof avx512_packs16[0]; i++)
             if (!(avx512_packs16[i].need & ~cpu_caps)) {

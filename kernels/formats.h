@@ -208,44 +208,32 @@ typedef void (*rvl_gemm_fn)(int64_t n, const void *w, size_t w_stride, int nr, c
                             size_t act_stride, int nt, float *y, size_t y_stride);
 #define RVL_GEMM_ROWS 8
 
-/* Weights repacked for decode, RVL_GEMM_ROWS rows at a time (Q4_K with
- * AVX-512 VNNI): a group holds the bytes of
- * its 8 rows (8 * row_bytes, nothing added), interleaved so that the
- * one-token GEMV reads one sequential stream, 64 bytes per load, instead
- * of gathering 16 or 32 bytes from each of 8 rows (kernels/ref/pack8.c
- * has the layouts). pack8 and unpack8
- * convert one group (rows `stride` bytes apart; no alignment needed).
- * gemv8 multiplies ng consecutive groups (group g at w + g * 8 *
- * row_bytes) with one activation row: y[8g + k] = vec_dot(row 8g + k,
- * act), the same bits as gemm with nt = 1 on the unpacked rows, so a
- * packed model decodes exactly as an unpacked one. NULL where the selected
- * ISA has no packed kernel for the format. */
-typedef void (*rvl_pack8_fn)(int64_t n, const void *rows, size_t stride, void *group);
-typedef void (*rvl_unpack8_fn)(int64_t n, const void *group, void *rows, size_t stride);
-typedef void (*rvl_gemv8_fn)(int64_t n, const void *w, int64_t ng, const void *act, float *y);
-
-/* Weights repacked 16 rows at a time for one kernel that does both
- * prompt processing and decode (the 32-value formats whose activation is
- * Q8_0: Q4_0, IQ4_NL, Q5_0, Q8_0, with AVX-512 VNNI). Block i of a group
- * of 16 rows is 16 * type_size bytes at i * 16 * type_size, nothing added:
- *   16 f16 scales d (row r's at 2r),
- *   Q5_0 only: 16 u32 qh (row r's at 4r),
- *   the quant bytes in pieces of 4: piece c is 64 bytes, row r's bytes
- *   4c..4c+3 at 4r (Q4_0, IQ4_NL, Q5_0: 4 pieces; Q8_0: 8),
- * so one 64-byte load holds 4 quant bytes of each of the 16 rows, one
- * int32 lane per row (kernels/ref/pack16.c). gemm16 multiplies ng
- * consecutive groups with nt activation rows (Q8_0, each followed by its
- * block sums: rvl_act_sums) and gives
- *   y[t * y_stride + 16g + r] = sum over blocks i of
- *       (float)isum(r, t, i) * (d_w * d_a), accumulated in block order
- *       with fused multiply-adds,
- * isum the block's exact integer dot product: the same bits whatever nt
- * (nt = 1 is decode) and however tokens are grouped, within dispatch.h's
- * bound of vec_dot on the row-major rows (the order of the float
- * additions differs: the row-major kernels keep 4 partial sums). */
+/* Weights repacked at load 16 rows at a time for one kernel that does
+ * both prompt processing and decode (Q4_0, IQ4_NL, Q5_0, Q8_0 with Q8_0
+ * activations; Q4_K, Q6_K with Q8_K; AVX-512 VNNI). Block i of a group of
+ * 16 rows is 16 * type_size bytes at i * 16 * type_size, nothing added:
+ * the rows' f16 scales first (d, row r's at 2r; Q4_K: then dmin), then
+ * every other field in 64-byte pieces of 4 bytes of each row, row r's at
+ * 4r (kernels/ref/pack16.c has each format's order). One 64-byte load
+ * holds 4 quant bytes of each of the 16 rows, one int32 lane per row, and
+ * a block's integer dot product of a row stays in its lane. gemm16
+ * multiplies ng consecutive groups with nt activation rows (Q8_0 rows
+ * followed by rvl_act_sums' block sums and scales) and gives
+ *   y[t * y_stride + 16g + r] = sum over blocks i, in order, with fused
+ *       multiply-adds, of (float)isum(r, t, i) * (d_w * d_a)
+ *       (Q4_K: minus (float)msum(r, t, i) * (dmin_w * d_a)),
+ * isum and msum the block's exact integers as the reference computes
+ * them: the same bits whatever nt (nt = 1 is decode) and however tokens
+ * are grouped, and within dispatch.h's bound of vec_dot on the row-major
+ * rows (the order of the float additions differs). NULL where the
+ * selected ISA has no such kernel for the format: lib/ keeps rows. */
 #define RVL_PACK16_ROWS 16
 typedef void (*rvl_gemm16_fn)(int64_t n, const void *w, int64_t ng, const void *act,
                               size_t act_stride, int nt, float *y, size_t y_stride);
+/* Convert one group between 16 row-major rows (`stride` bytes apart, no
+ * alignment needed) and the layout. */
+typedef void (*rvl_pack_fn)(int64_t n, const void *rows, size_t stride, void *group);
+typedef void (*rvl_unpack_fn)(int64_t n, const void *group, void *rows, size_t stride);
 /* A Q8_0 activation row of n elements is followed, at this offset from its
  * start, by one int32 per block, the sum of its 32 quants (gemm16's offset
  * term: Q4_0's levels are q - 8, exactly sum(q * a) - 8 * sum(a)), then
@@ -281,12 +269,9 @@ typedef struct {
     rvl_dequantize_fn dequantize;/* NULL: no dequantizer */
     rvl_vec_dot_fn vec_dot;      /* NULL: not a weight format we multiply */
     rvl_gemm_fn gemm;            /* NULL: no tiled kernel, loop over vec_dot */
-    rvl_gemv8_fn gemv8;          /* NULL: no packed layout (then pack8 and */
-    rvl_pack8_fn pack8;          /*  unpack8 are NULL too) */
-    rvl_unpack8_fn unpack8;
     rvl_gemm16_fn gemm16;        /* NULL: no 16-row layout (then pack16 and */
-    rvl_pack8_fn pack16;         /*  unpack16 are NULL too); a format has */
-    rvl_unpack8_fn unpack16;     /*  gemv8 or gemm16, not both */
+    rvl_pack_fn pack16;          /*  unpack16 are NULL too) */
+    rvl_unpack_fn unpack16;
 } rvl_kformat;
 
 /* borrowed: static entry, or NULL for an unknown or removed type id. The
@@ -332,9 +317,10 @@ void pack16_q5_0(int64_t n, const void *rows, size_t stride, void *group);
 void unpack16_q5_0(int64_t n, const void *group, void *rows, size_t stride);
 void pack16_q8_0(int64_t n, const void *rows, size_t stride, void *group);
 void unpack16_q8_0(int64_t n, const void *group, void *rows, size_t stride);
-/* Q4_K: 8 rows' blocks of 256 together, as rows1_k4 reads them */
-void pack8_q4_K(int64_t n, const void *rows, size_t stride, void *group);
-void unpack8_q4_K(int64_t n, const void *group, void *rows, size_t stride);
+void pack16_q4_K(int64_t n, const void *rows, size_t stride, void *group);
+void unpack16_q4_K(int64_t n, const void *group, void *rows, size_t stride);
+void pack16_q6_K(int64_t n, const void *rows, size_t stride, void *group);
+void unpack16_q6_K(int64_t n, const void *group, void *rows, size_t stride);
 RVL_DECL_DQ(iq2_xxs) RVL_DECL_DQ(iq2_xs) RVL_DECL_DQ(iq2_s)
 RVL_DECL_DQ(iq3_xxs) RVL_DECL_DQ(iq3_s) RVL_DECL_DQ(iq1_s) RVL_DECL_DQ(iq1_m)
 RVL_DECL_DQ(tq1_0) RVL_DECL_DQ(tq2_0) RVL_DECL_DQ(nvfp4)

@@ -525,9 +525,10 @@ typedef struct {
      * 0 for the other operations (their roofline is the peak or
      * rvl_bench_mem's). */
     double read_gbs, read_min_gbs, read_max_gbs;
-    /* GEMV/GEMM: the weights in the kernels' packed decode layout, as the
-     * forward pass holds them for this format and variant (Q4_0, IQ4_NL
-     * with AVX-512 VNNI; RUVLLM_REPACK=0 turns it off in both) */
+    /* GEMV/GEMM: the weights in the kernels' 16-row packed layout, as the
+     * forward pass holds them for this format and variant (Q4_0, IQ4_NL,
+     * Q5_0, Q8_0, Q4_K, Q6_K with AVX-512 VNNI; RUVLLM_REPACK=0 turns it
+     * off in both) */
     bool packed;
 } rvl_bench_kresult;
 /* GEMV: y = W x with vec_dot over each row (x quantized to the format's

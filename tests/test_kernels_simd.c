@@ -479,115 +479,6 @@ static void test_every_gemm_matches_ref_dot_for_every_tile(void **state)
 }
 
 /* ======================================================================
- * Packed decode layout (formats.h gemv8): pack8 and unpack8 are each
- * other's inverse, the layout is the documented one, and gemv8 on packed
- * groups gives gemm's bits for one token on the row-major rows
- * ====================================================================== */
-
-static void check_packed(const rvl_kformat *fx, const char *isa, int64_t n, int odd)
-{
-    enum { NG = 3, ROWS = 8 * NG };
-    const rvl_kformat *fr = rvl_kformat_get_isa(fx->type, RVL_ISA_REF);
-    const rvl_kformat *ar = rvl_kformat_get_isa(fr->vec_dot_type, RVL_ISA_REF);
-    const size_t rb = rowb(fr, n), ab = rowb(ar, n), gb = 8 * rb;
-    const size_t ws = rb + (size_t)odd; /* row-major rows at odd strides */
-    uint8_t *rows = xmalloc(ROWS * ws), *back = xmalloc(ROWS * ws);
-    uint8_t *pbuf = xmalloc(NG * gb + (size_t)odd), *pk = pbuf + odd; /* exact size: ASan */
-    uint8_t *abuf = xmalloc(ab + (size_t)odd), *act = abuf + odd;
-    float *x = xmalloc((size_t)n * sizeof(float));
-    for (int r = 0; r < ROWS; r++) {
-        fill(x, n, D_WEIGHTS);
-        fr->quantize(x, rows + r * ws, n, NULL);
-        if (r % 3 == 2 && fields_of(fr->type))
-            random_blocks(fr, rows + r * ws, n);
-    }
-    fill(x, n, D_HEAVY);
-    ar->quantize(x, act, n, NULL);
-    for (int g = 0; g < NG; g++)
-        fx->pack8(n, rows + (size_t)g * 8 * ws, ws, pk + (size_t)g * gb);
-    /* Q4_K: per block of the 8 rows, 2 lines of 4 headers, then for
-     * each 32-byte piece c of qs 4 lines of row pairs */
-    const size_t bs = fr->type_size;
-    for (int64_t i = 0; i < n / 256; i++)
-        for (int k = 0; k < 8; k++) {
-            const uint8_t *g = pk + (size_t)i * 8 * bs, *r = rows + k * ws + (size_t)i * bs;
-            const size_t pair = (size_t)(k / 2) * 64 + (size_t)(k % 2) * 32;
-            assert_memory_equal(g + (k / 4) * 64 + (k % 4) * 16, r, 16);
-            for (int c = 0; c < 4; c++)
-                assert_memory_equal(g + 128 + 256 * (size_t)c + pair, r + 16 + 32 * c, 32);
-        }
-    memset(back, 0x5A, ROWS * ws);
-    for (int g = 0; g < NG; g++)
-        fx->unpack8(n, pk + (size_t)g * gb, back + (size_t)g * 8 * ws, ws);
-    for (int r = 0; r < ROWS; r++)
-        if (memcmp(back + r * ws, rows + r * ws, rb))
-            fail_msg("%s unpack8(pack8) n=%lld: row %d differs", fr->name, (long long)n, r);
-    /* gemv8 over all groups at once and group by group: gemm's bits */
-    float want[ROWS], got[ROWS + 1], one[8];
-    for (int g = 0; g < NG; g++)
-        fx->gemm(n, rows + (size_t)g * 8 * ws, ws, 8, act, ab, 1, want + 8 * g, 1);
-    memset(got, 0x7f, sizeof got);
-    fx->gemv8(n, pk, NG, act, got);
-    for (int r = 0; r < ROWS; r++)
-        if (memcmp(&got[r], &want[r], 4))
-            fail_msg("%s gemv8 %s, n=%lld: row %d %.9g, gemm %.9g", fr->name, isa, (long long)n, r,
-                     got[r], want[r]);
-    uint32_t canary;
-    memcpy(&canary, &got[ROWS], 4);
-    assert_int_equal(canary, 0x7f7f7f7fu);
-    fx->gemv8(n, pk + gb, 1, act, one);
-    assert_memory_equal(one, want + 8, sizeof one);
-    /* and within the bound of ref's vec_dot, as every gemm */
-    for (int r = 0; r < ROWS; r++) {
-        const double ref = fr->vec_dot(n, rows + r * ws, act);
-        const double bound = ((double)n / 32 + 16) * ldexp(1.0, -22) *
-                                 magnitude(fr, ar, rows + r * ws, act, n) + 1e-37;
-        if (!(fabs((double)got[r] - ref) <= bound))
-            fail_msg("%s gemv8 %s, n=%lld, row %d: %.9g, ref %.9g", fr->name, isa, (long long)n, r,
-                     got[r], ref);
-    }
-    free(rows);
-    free(back);
-    free(pbuf);
-    free(abuf);
-    free(x);
-}
-
-static void test_packed_gemv_gives_gemm_bits(void **state)
-{
-    (void)state;
-    int vs[RVL_ISA_COUNT], nv = variants(vs), checked = 0;
-    const rvl_kformat *f;
-    /* K-quants: 1..3 blocks of 256 and a long row */
-    static const int64_t klens[] = { 256, 512, 768, 2304 };
-    for (size_t i = 0; (f = rvl_kformat_at(i)) != NULL; i++) {
-        const rvl_kformat *fr = rvl_kformat_get_isa(f->type, RVL_ISA_REF);
-        assert_null(fr->gemv8); /* no packed layout on ref: lib/ keeps rows */
-    }
-    for (int v = 0; v < nv; v++) {
-        const char *isa = rvl_dispatch_isa_name(vs[v]);
-        for (size_t i = 0; (f = rvl_kformat_at(i)) != NULL; i++) {
-            const rvl_kformat *fx = rvl_kformat_get_isa(f->type, vs[v]);
-            if (!fx->gemv8)
-                continue;
-            assert_non_null(fx->pack8);
-            assert_non_null(fx->unpack8);
-            assert_non_null(fx->gemm);
-            checked++;
-            assert_int_equal(fx->type, RVL_K_Q4_K);
-            assert_int_equal(fx->block_size, 256);
-            assert_int_equal(fx->type_size, 144);
-            for (size_t k = 0; k < sizeof klens / sizeof klens[0]; k++)
-                check_packed(fx, isa, klens[k], (int)(k & 1));
-        }
-    }
-    if (rvl_dispatch_isa_runnable(RVL_ISA_AVX512) && (rvl_dispatch_cpu() & RVL_KCPU_VNNI)) {
-        assert_non_null(rvl_kformat_get_isa(RVL_K_Q4_K, RVL_ISA_AVX512)->gemv8);
-        assert_true(checked >= 1);
-    }
-}
-
-/* ======================================================================
  * The 16-row layout (formats.h gemm16): pack16 and unpack16 are each
  * other's inverse, the layout is the documented one, every result is
  * within the vec_dot bound of ref, and the same bits whatever the tokens
@@ -599,9 +490,12 @@ static void check_gemm16(const rvl_kformat *fx, const char *isa, int64_t n, int 
     enum { NG = 3, ROWS = 16 * NG, NT = 37 }; /* 37 tokens: tiles of 16, 16, 4, 1 */
     const rvl_kformat *fr = rvl_kformat_get_isa(fx->type, RVL_ISA_REF);
     const rvl_kformat *ar = rvl_kformat_get_isa(fr->vec_dot_type, RVL_ISA_REF);
-    assert_int_equal(ar->type, RVL_K_Q8_0);
+    /* Q8_0 activations carry their block sums and scales (rvl_act_sums) */
+    const bool sums = ar->type == RVL_K_Q8_0;
+    assert_true(sums || ar->type == RVL_K_Q8_K);
     const size_t rb = rowb(fr, n), gb = 16 * rb;
-    const size_t ws = rb + (size_t)odd, as = rvl_act_sums_row_bytes(n) + 4 * (size_t)odd;
+    const size_t ws = rb + (size_t)odd,
+                 as = (sums ? rvl_act_sums_row_bytes(n) : rowb(ar, n)) + 4 * (size_t)odd;
     uint8_t *rows = xmalloc(ROWS * ws), *back = xmalloc(ROWS * ws);
     uint8_t *pbuf = xmalloc(NG * gb + (size_t)odd), *pk = pbuf + odd; /* exact size: ASan */
     uint8_t *act = xmalloc(NT * as);
@@ -615,17 +509,33 @@ static void check_gemm16(const rvl_kformat *fx, const char *isa, int64_t n, int 
     for (int t = 0; t < NT; t++) {
         fill(x, n, t % 5 == 4 ? D_SPARSE : D_HEAVY);
         ar->quantize(x, act + t * as, n, NULL);
-        rvl_act_sums(act + t * as, n);
+        if (sums)
+            rvl_act_sums(act + t * as, n);
     }
     for (int g = 0; g < NG; g++)
         fx->pack16(n, rows + (size_t)g * 16 * ws, ws, pk + (size_t)g * gb);
-    /* the layout: block i's 16 scales, Q5_0's 16 qh, then 4-byte pieces
-     * of the quants, row r's at 4r of each 64-byte piece */
-    const size_t hb = fr->type == RVL_K_Q5_0 ? 4 : 0, qb = fr->type_size - 2 - hb;
-    for (int64_t i = 0; i < n / 32; i++)
+    /* the layout: block i's 16 scales (Q4_K: d, then dmin), Q5_0's 16 qh,
+     * then 4-byte pieces of the rest (Q4_K: its scales, then qs), row r's
+     * at 4r of each 64-byte piece */
+    const bool k4 = fr->type == RVL_K_Q4_K, q6 = fr->type == RVL_K_Q6_K;
+    const size_t hb = fr->type == RVL_K_Q5_0 ? 4 : 0, qb = fr->type_size - 2 - hb - 2 * k4;
+    for (int64_t i = 0; i < n / fr->block_size; i++)
         for (int r = 0; r < 16; r++) {
-            const uint8_t *b = pk + (size_t)i * gb / (size_t)(n / 32);
+            const uint8_t *b = pk + (size_t)i * 16 * fr->type_size;
             const uint8_t *src = rows + r * ws + (size_t)i * fr->type_size;
+            if (k4) {
+                assert_memory_equal(b + 2 * r, src, 2);
+                assert_memory_equal(b + 32 + 2 * r, src + 2, 2);
+                for (size_t c = 0; c < qb / 4; c++)
+                    assert_memory_equal(b + 64 + 64 * c + 4 * r, src + 4 + 4 * c, 4);
+                continue;
+            }
+            if (q6) { /* d; then the scales, ql and qh in 4-byte pieces */
+                assert_memory_equal(b + 2 * r, src + 208, 2);
+                for (size_t c = 0; c < 4 + 32 + 16; c++)
+                    assert_memory_equal(b + 32 + 64 * c + 4 * r, src + (c < 4 ? 192 + 4 * c : 4 * (c - 4)), 4);
+                continue;
+            }
             assert_memory_equal(b + 2 * r, src, 2);
             if (hb)
                 assert_memory_equal(b + 32 + 4 * r, src + 2, 4);
@@ -645,7 +555,7 @@ static void check_gemm16(const rvl_kformat *fx, const char *isa, int64_t n, int 
     for (int t = 0; t < NT; t++)
         for (int r = 0; r < ROWS; r++) {
             const double ref = fr->vec_dot(n, rows + r * ws, act + t * as);
-            const double bound = ((double)n / 32 + 16) * ldexp(1.0, -22) *
+            const double bound = ((double)n / fr->block_size + 16) * ldexp(1.0, -22) *
                                      magnitude(fr, ar, rows + r * ws, act + t * as, n) + 1e-37;
             if (!(fabs((double)full[t][r] - ref) <= bound))
                 fail_msg("%s gemm16 %s, n=%lld, row %d token %d: %.9g, ref %.9g", fr->name, isa,
@@ -688,6 +598,7 @@ static void test_gemm16_decode_gives_prompt_bits(void **state)
     int vs[RVL_ISA_COUNT], nv = variants(vs), checked = 0;
     const rvl_kformat *f;
     static const int64_t lens[] = { 32, 64, 96, 160, 576, 4096 + 96 };
+    static const int64_t klens[] = { 256, 512, 768, 2304, 4096 };
     for (size_t i = 0; (f = rvl_kformat_at(i)) != NULL; i++) {
         const rvl_kformat *fr = rvl_kformat_get_isa(f->type, RVL_ISA_REF);
         assert_null(fr->gemm16); /* no packed layout on ref: lib/ keeps rows */
@@ -700,19 +611,23 @@ static void test_gemm16_decode_gives_prompt_bits(void **state)
                 continue;
             assert_non_null(fx->pack16);
             assert_non_null(fx->unpack16);
-            assert_null(fx->gemv8); /* one packed layout per format */
-            assert_int_equal(fx->block_size, 32);
             checked++;
+            if (fx->block_size == 256) {
+                for (size_t k = 0; k < sizeof klens / sizeof klens[0]; k++)
+                    check_gemm16(fx, isa, klens[k], (int)(k & 1));
+                continue;
+            }
+            assert_int_equal(fx->block_size, 32);
             for (size_t k = 0; k < sizeof lens / sizeof lens[0]; k++)
                 check_gemm16(fx, isa, lens[k], (int)(k & 1));
         }
     }
     if (rvl_dispatch_isa_runnable(RVL_ISA_AVX512) && (rvl_dispatch_cpu() & RVL_KCPU_VNNI)) {
         static const uint32_t types[] = { RVL_K_Q4_0, RVL_K_IQ4_NL, RVL_K_Q5_0, RVL_K_Q8_0,
-                                          RVL_K_RVL_I4S_G32 };
+                                          RVL_K_RVL_I4S_G32, RVL_K_Q4_K, RVL_K_Q6_K };
         for (size_t k = 0; k < sizeof types / sizeof types[0]; k++)
             assert_non_null(rvl_kformat_get_isa(types[k], RVL_ISA_AVX512)->gemm16);
-        assert_true(checked >= 5);
+        assert_true(checked >= 7);
     }
 }
 
@@ -949,7 +864,6 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_every_variant_dequantizes_like_ref),
         cmocka_unit_test(test_every_variant_dot_product_matches_ref),
         cmocka_unit_test(test_every_gemm_matches_ref_dot_for_every_tile),
-        cmocka_unit_test(test_packed_gemv_gives_gemm_bits),
         cmocka_unit_test(test_gemm16_decode_gives_prompt_bits),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -336,21 +336,6 @@ static void check_matmul(uint32_t type)
             mm_run(&w, x, nth, one, got);
             assert_memory_equal(got, want, sizeof got);
         }
-    if (kf->pack8) {
-        /* the first whole groups packed, the tail row-major (model.c) */
-        const uint64_t prow = MM_ROWS / RVL_GEMM_ROWS * RVL_GEMM_ROWS;
-        memcpy(packed, data, MM_ROWS * rb);
-        for (uint64_t r = 0; r < prow; r += RVL_GEMM_ROWS)
-            kf->pack8(MM_K, data + r * rb, rb, packed + r * rb);
-        rvl_weight wp = w;
-        wp.packed = packed;
-        wp.packed_rows = prow;
-        for (int nth = 1; nth <= 3; nth += 2)
-            for (int one = 0; one < 2; one++) {
-                mm_run(&wp, x, nth, one, got);
-                assert_memory_equal(got, want, sizeof got);
-            }
-    }
     if (kf->pack16) {
         /* the 16-row layout (formats.h gemm16): its own order of float
          * additions, so not row-major's bits, but the same bits whatever

@@ -90,6 +90,88 @@ void unpack16_q8_0(int64_t n, const void *group, void *rows, size_t stride)
     p16_copy(n, rows, stride, (unsigned char *)(uintptr_t)group, sizeof(block_q8_0), 0, false);
 }
 
+/* Q4_K: block i of the group is 16 * 144 bytes at i * 16 * 144:
+ *   32 bytes         the 16 rows' d (f16), row r's at 2r
+ *   32 bytes         the 16 rows' dmin
+ *   3 pieces of 64   piece p: row r's scale bytes 4p..4p+3 at 4r
+ *   32 pieces of 64  piece c: row r's qs[4c..4c+3] at 4r */
+static void p16_copy_k4(int64_t n, unsigned char *rows, size_t stride, unsigned char *group,
+                        bool pack)
+{
+    const size_t bs = sizeof(block_q4_K);
+    for (int64_t i = 0; i < n / 256; i++) {
+        unsigned char *g = group + (size_t)i * P16 * bs;
+        for (int r = 0; r < P16; r++) {
+            unsigned char *blk = rows + (size_t)r * stride + (size_t)i * bs;
+            /* (offset in the block, offset in the group) of 2- or 4-byte pieces */
+            size_t at[2 + 3 + 32][3];
+            at[0][0] = 0, at[0][1] = 2 * (size_t)r, at[0][2] = 2;
+            at[1][0] = 2, at[1][1] = 32 + 2 * (size_t)r, at[1][2] = 2;
+            for (size_t p = 0; p < 3 + 32; p++) {
+                at[2 + p][0] = 4 + 4 * p;
+                at[2 + p][1] = 64 + 64 * p + 4 * (size_t)r;
+                at[2 + p][2] = 4;
+            }
+            for (size_t k = 0; k < sizeof at / sizeof at[0]; k++) {
+                if (pack)
+                    memcpy(g + at[k][1], blk + at[k][0], at[k][2]);
+                else
+                    memcpy(blk + at[k][0], g + at[k][1], at[k][2]);
+            }
+        }
+    }
+}
+
+void pack16_q4_K(int64_t n, const void *rows, size_t stride, void *group)
+{
+    p16_copy_k4(n, (unsigned char *)(uintptr_t)rows, stride, group, true);
+}
+
+void unpack16_q4_K(int64_t n, const void *group, void *rows, size_t stride)
+{
+    p16_copy_k4(n, rows, stride, (unsigned char *)(uintptr_t)group, false);
+}
+
+/* Q6_K: block i of the group is 16 * 210 bytes at i * 16 * 210:
+ *   32 bytes         the 16 rows' d (f16), row r's at 2r
+ *   4 pieces of 64   piece p: row r's scales[4p..4p+3] at 4r
+ *   32 pieces of 64  piece c: row r's ql[4c..4c+3] at 4r
+ *   16 pieces of 64  piece c: row r's qh[4c..4c+3] at 4r */
+static void p16_copy_q6(int64_t n, unsigned char *rows, size_t stride, unsigned char *group,
+                        bool pack)
+{
+    const size_t bs = sizeof(block_q6_K);
+    for (int64_t i = 0; i < n / 256; i++) {
+        unsigned char *g = group + (size_t)i * P16 * bs;
+        for (int r = 0; r < P16; r++) {
+            unsigned char *blk = rows + (size_t)r * stride + (size_t)i * bs;
+            if (pack)
+                memcpy(g + 2 * r, blk + 208, 2);
+            else
+                memcpy(blk + 208, g + 2 * r, 2);
+            /* pieces: the scales (at 192 in the block), ql (0), qh (128) */
+            for (size_t p = 0; p < 4 + 32 + 16; p++) {
+                const size_t src = p < 4 ? 192 + 4 * p : 4 * (p - 4);
+                unsigned char *dst = g + 32 + 64 * p + 4 * (size_t)r;
+                if (pack)
+                    memcpy(dst, blk + src, 4);
+                else
+                    memcpy(blk + src, dst, 4);
+            }
+        }
+    }
+}
+
+void pack16_q6_K(int64_t n, const void *rows, size_t stride, void *group)
+{
+    p16_copy_q6(n, (unsigned char *)(uintptr_t)rows, stride, group, true);
+}
+
+void unpack16_q6_K(int64_t n, const void *group, void *rows, size_t stride)
+{
+    p16_copy_q6(n, rows, stride, (unsigned char *)(uintptr_t)group, false);
+}
+
 void rvl_act_sums(void *row, int64_t n)
 {
     const block_q8_0 *b = row;

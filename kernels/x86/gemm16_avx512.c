@@ -209,6 +209,284 @@ AI void gemm16(int kind, int64_t n, const void *w, int64_t ng, const void *act, 
     }
 }
 
+/* ---- Q4_K x Q8_K ------------------------------------------------------
+ * Per block of 256 and (row, token), exactly the integers of the
+ * reference's vec_dot: S1 = sum over the 8 groups j of sc_j * (the
+ * group's 32 level x activation products), S2 = sum of m_j * (the group's
+ * activation sum, from the Q8_K bsums); then, in block order,
+ * acc = fma(S1, d * d_a, acc) and acc = fnmadd(S2, dmin * d_a, acc).
+ * A group's 8 vpdpbusd hold each row's sum in its lane; one vpmulld by
+ * the row's scale; the mins go through vpdpwssd as int16 pairs. */
+
+/* Row r's scale and min of group j (0..7) in lane r, from the 3 pieces
+ * of scale bytes (rvl_k4_scale_min: j < 4, bytes j and j + 4 & 63; then
+ * the low/high nibble of byte j + 4 and the top 2 bits of j - 4 / j). */
+AI void k4_scales(const __m512i p[3], __m512i sc[8], __m512i mn[8])
+{
+    const __m512i m6 = _mm512_set1_epi32(63), m4 = _mm512_set1_epi32(15), m2 = _mm512_set1_epi32(3);
+    _Pragma("GCC unroll 4")
+    for (int j = 0; j < 4; j++) {
+        const __m512i b0 = _mm512_srli_epi32(p[0], 8 * j), b1 = _mm512_srli_epi32(p[1], 8 * j);
+        const __m512i b2 = _mm512_srli_epi32(p[2], 8 * j);
+        sc[j] = _mm512_and_si512(b0, m6);
+        mn[j] = _mm512_and_si512(b1, m6);
+        sc[j + 4] = _mm512_or_si512(_mm512_and_si512(b2, m4),
+                                    _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(b0, 6), m2), 4));
+        mn[j + 4] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(b2, 4), m4),
+                                    _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(b1, 6), m2), 4));
+    }
+}
+
+AI void tile_k4(int G, int T, int64_t nb, const uint8_t *w, size_t gsz, const uint8_t *const *ap,
+                float *y, size_t y_stride)
+{
+    const size_t B = 16 * sizeof(block_q4_K), A = sizeof(block_q8_K);
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    __m512 acc[2][16];
+    _Pragma("GCC unroll 2")
+    for (int g = 0; g < G; g++)
+        _Pragma("GCC unroll 16")
+        for (int t = 0; t < T; t++)
+            acc[g][t] = _mm512_setzero_ps();
+    for (int64_t i = 0; i < nb; i++) {
+        _Pragma("GCC unroll 2")
+        for (int g = 0; g < G; g++) {
+            const uint8_t *blk = w + (size_t)g * gsz + (size_t)i * B;
+            if (T == 1)
+                prefetch_block(blk, B);
+            const __m512i p[3] = {ld512(blk + 64), ld512(blk + 128), ld512(blk + 192)};
+            __m512i sc[8], mn[8];
+            k4_scales(p, sc, mn);
+            /* the mins as int16 pairs (m_2i, m_2i+1) */
+            __m512i mp[4];
+            _Pragma("GCC unroll 4")
+            for (int k = 0; k < 4; k++)
+                mp[k] = _mm512_or_si512(mn[2 * k], _mm512_slli_epi32(mn[2 * k + 1], 16));
+            __m512i s1[16];
+            _Pragma("GCC unroll 16")
+            for (int t = 0; t < T; t++)
+                s1[t] = _mm512_setzero_si512();
+            /* group pair k: the low nibbles of qs[32k..32k+31] are group
+             * 2k (elements 64k..64k+31), the high ones group 2k + 1 */
+            _Pragma("GCC unroll 1")
+            for (int k = 0; k < 4; k++) {
+                __m512i lo[8], hi[8];
+                _Pragma("GCC unroll 8")
+                for (int c = 0; c < 8; c++) {
+                    const __m512i v = ld512(blk + 256 + 64 * (8 * k + c));
+                    lo[c] = _mm512_and_si512(v, m4);
+                    hi[c] = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+                }
+                const __m512i sl = k == 0 ? sc[0] : k == 1 ? sc[2] : k == 2 ? sc[4] : sc[6];
+                const __m512i sh = k == 0 ? sc[1] : k == 1 ? sc[3] : k == 2 ? sc[5] : sc[7];
+                _Pragma("GCC unroll 16")
+                for (int t = 0; t < T; t++) {
+                    const uint8_t *q = ap[t] + (size_t)i * A + 4 + 64 * (size_t)k;
+                    __m512i ia = _mm512_setzero_si512(), ib = _mm512_setzero_si512();
+                    _Pragma("GCC unroll 8")
+                    for (int c = 0; c < 8; c++) {
+                        ia = _mm512_dpbusd_epi32(ia, lo[c], _mm512_set1_epi32(ld32(q + 4 * c)));
+                        ib = _mm512_dpbusd_epi32(ib, hi[c], _mm512_set1_epi32(ld32(q + 32 + 4 * c)));
+                    }
+                    s1[t] = _mm512_add_epi32(s1[t], _mm512_add_epi32(_mm512_mullo_epi32(ia, sl),
+                                                                     _mm512_mullo_epi32(ib, sh)));
+                }
+            }
+            const __m512 dw = _mm512_cvtph_ps(ld256(blk)), dmw = _mm512_cvtph_ps(ld256(blk + 32));
+            _Pragma("GCC unroll 16")
+            for (int t = 0; t < T; t++) {
+                const uint8_t *ab = ap[t] + (size_t)i * A;
+                const uint8_t *bs = ab + 4 + 256; /* bsums: int16 x 16 */
+                __m512i s2 = _mm512_setzero_si512();
+                _Pragma("GCC unroll 4")
+                for (int k = 0; k < 4; k++) {
+                    int16_t b[4];
+                    memcpy(b, bs + 8 * k, 8);
+                    const uint32_t pr = (uint16_t)(int16_t)(b[0] + b[1]) |
+                                        (uint32_t)(uint16_t)(int16_t)(b[2] + b[3]) << 16;
+                    s2 = _mm512_dpwssd_epi32(s2, mp[k], _mm512_set1_epi32((int)pr));
+                }
+                const __m512 da = _mm512_set1_ps(ldf(ab));
+                acc[g][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s1[t]), _mm512_mul_ps(dw, da), acc[g][t]);
+                acc[g][t] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(s2), _mm512_mul_ps(dmw, da), acc[g][t]);
+            }
+        }
+    }
+    _Pragma("GCC unroll 2")
+    for (int g = 0; g < G; g++)
+        _Pragma("GCC unroll 16")
+        for (int t = 0; t < T; t++)
+            _mm512_storeu_ps(y + (size_t)t * y_stride + 16 * g, acc[g][t]);
+}
+
+void gemm16_q4_K_q8_K_avx512vnni(int64_t n, const void *w, int64_t ng, const void *act,
+                                 size_t act_stride, int nt, float *y, size_t y_stride)
+{
+    const int64_t nb = n / 256;
+    const size_t gsz = (size_t)nb * 16 * sizeof(block_q4_K);
+    const uint8_t *a = act;
+    if (nt == 1) {
+        const uint8_t *ap[1] = {a};
+        int64_t g = 0;
+        for (; g + 2 <= ng; g += 2)
+            tile_k4(2, 1, nb, (const uint8_t *)w + (size_t)g * gsz, gsz, ap, y + 16 * g, 0);
+        if (g < ng)
+            tile_k4(1, 1, nb, (const uint8_t *)w + (size_t)g * gsz, gsz, ap, y + 16 * g, 0);
+        return;
+    }
+    for (int64_t g = 0; g < ng; g++) {
+        const uint8_t *wg = (const uint8_t *)w + (size_t)g * gsz;
+        for (int t0 = 0; t0 < nt;) {
+            const uint8_t *ap[16];
+            const int rem = nt - t0;
+            const int T = rem >= 8 ? 8 : rem >= 4 ? 4 : rem >= 2 ? 2 : 1;
+            for (int t = 0; t < T; t++)
+                ap[t] = a + (size_t)(t0 + t) * act_stride;
+            float *yt = y + (size_t)t0 * y_stride + 16 * g;
+            switch (T) {
+            case 8: tile_k4(1, 8, nb, wg, gsz, ap, yt, y_stride); break;
+            case 4: tile_k4(1, 4, nb, wg, gsz, ap, yt, y_stride); break;
+            case 2: tile_k4(1, 2, nb, wg, gsz, ap, yt, y_stride); break;
+            default: tile_k4(1, 1, nb, wg, gsz, ap, yt, y_stride); break;
+            }
+            t0 += T;
+        }
+    }
+}
+
+/* ---- Q6_K x Q8_K ------------------------------------------------------
+ * Per block of 256 and (row, token), the reference's integers: S = sum
+ * over the 16 groups s of 16 values of sc_s * (levels 0..63 x activation)
+ * - 32 * sum of sc_s * bsum_s; then acc = fma(S, d * d_a, acc). Half h,
+ * qh piece j (bytes 4j..4j+3 of qh + 32h, elements l = 4j..4j+3) holds
+ * the high bits of 4 level vectors: ql piece 16h + j's low nibbles
+ * (elements 128h + l, qh bits 0-1), ql piece 16h + 8 + j's low ones
+ * (+ 32, bits 2-3), the first's high ones (+ 64, bits 4-5), the second's
+ * (+ 96, bits 6-7); vector m of j belongs to group 8h + 2m + j / 4. */
+AI void tile_q6(int G, int T, int64_t nb, const uint8_t *w, size_t gsz, const uint8_t *const *ap,
+                float *y, size_t y_stride)
+{
+    const size_t B = 16 * sizeof(block_q6_K), A = sizeof(block_q8_K);
+    const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
+    __m512 acc[2][16];
+    _Pragma("GCC unroll 2")
+    for (int g = 0; g < G; g++)
+        _Pragma("GCC unroll 16")
+        for (int t = 0; t < T; t++)
+            acc[g][t] = _mm512_setzero_ps();
+    for (int64_t i = 0; i < nb; i++) {
+        _Pragma("GCC unroll 2")
+        for (int g = 0; g < G; g++) {
+            const uint8_t *blk = w + (size_t)g * gsz + (size_t)i * B;
+            if (T == 1)
+                prefetch_block(blk, B);
+            /* the 16 signed scales, lane r = row r's; and as int16 pairs */
+            __m512i sc[16], sp[8];
+            _Pragma("GCC unroll 4")
+            for (int p = 0; p < 4; p++) {
+                const __m512i v = ld512(blk + 32 + 64 * p);
+                _Pragma("GCC unroll 4")
+                for (int b = 0; b < 4; b++)
+                    sc[4 * p + b] = _mm512_srai_epi32(_mm512_slli_epi32(v, 24 - 8 * b), 24);
+            }
+            _Pragma("GCC unroll 8")
+            for (int k = 0; k < 8; k++)
+                sp[k] = _mm512_or_si512(_mm512_and_si512(sc[2 * k], _mm512_set1_epi32(0xFFFF)),
+                                        _mm512_slli_epi32(sc[2 * k + 1], 16));
+            __m512i s1[16];
+            _Pragma("GCC unroll 16")
+            for (int t = 0; t < T; t++)
+                s1[t] = _mm512_setzero_si512();
+            _Pragma("GCC unroll 1")
+            for (int hj = 0; hj < 4; hj++) {
+                const int h = hj >> 1, jj = hj & 1;
+                __m512i lv[4][4]; /* [m][j - 4jj] */
+                _Pragma("GCC unroll 4")
+                for (int j = 0; j < 4; j++) {
+                    const int jg = 4 * jj + j;
+                    const __m512i qh = ld512(blk + 32 + 64 * (4 + 32 + 8 * h + jg));
+                    const __m512i a0 = ld512(blk + 32 + 64 * (4 + 16 * h + jg));
+                    const __m512i a1 = ld512(blk + 32 + 64 * (4 + 16 * h + 8 + jg));
+                    lv[0][j] = _mm512_or_si512(_mm512_and_si512(a0, m4),
+                                               _mm512_and_si512(_mm512_slli_epi16(qh, 4), m30));
+                    lv[1][j] = _mm512_or_si512(_mm512_and_si512(a1, m4),
+                                               _mm512_and_si512(_mm512_slli_epi16(qh, 2), m30));
+                    lv[2][j] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(a0, 4), m4),
+                                               _mm512_and_si512(qh, m30));
+                    lv[3][j] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(a1, 4), m4),
+                                               _mm512_and_si512(_mm512_srli_epi16(qh, 2), m30));
+                }
+                _Pragma("GCC unroll 16")
+                for (int t = 0; t < T; t++) {
+                    const uint8_t *q = ap[t] + (size_t)i * A + 4 + 128 * (size_t)h + 16 * (size_t)jj;
+                    _Pragma("GCC unroll 4")
+                    for (int m = 0; m < 4; m++) {
+                        __m512i is = _mm512_setzero_si512();
+                        _Pragma("GCC unroll 4")
+                        for (int j = 0; j < 4; j++)
+                            is = _mm512_dpbusd_epi32(is, lv[m][j],
+                                                     _mm512_set1_epi32(ld32(q + 32 * m + 4 * j)));
+                        const int s = 8 * h + 2 * m + jj;
+                        s1[t] = _mm512_add_epi32(s1[t], _mm512_mullo_epi32(is, sc[s]));
+                    }
+                }
+            }
+            const __m512 dw = _mm512_cvtph_ps(ld256(blk));
+            _Pragma("GCC unroll 16")
+            for (int t = 0; t < T; t++) {
+                const uint8_t *ab = ap[t] + (size_t)i * A;
+                __m512i s2 = _mm512_setzero_si512();
+                _Pragma("GCC unroll 8")
+                for (int k = 0; k < 8; k++) /* bsums 2k, 2k+1 as one int16 pair */
+                    s2 = _mm512_dpwssd_epi32(s2, sp[k], _mm512_set1_epi32(ld32(ab + 4 + 256 + 4 * k)));
+                const __m512i tot = _mm512_sub_epi32(s1[t], _mm512_slli_epi32(s2, 5));
+                const __m512 da = _mm512_set1_ps(ldf(ab));
+                acc[g][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(tot), _mm512_mul_ps(dw, da), acc[g][t]);
+            }
+        }
+    }
+    _Pragma("GCC unroll 2")
+    for (int g = 0; g < G; g++)
+        _Pragma("GCC unroll 16")
+        for (int t = 0; t < T; t++)
+            _mm512_storeu_ps(y + (size_t)t * y_stride + 16 * g, acc[g][t]);
+}
+
+void gemm16_q6_K_q8_K_avx512vnni(int64_t n, const void *w, int64_t ng, const void *act,
+                                 size_t act_stride, int nt, float *y, size_t y_stride)
+{
+    const int64_t nb = n / 256;
+    const size_t gsz = (size_t)nb * 16 * sizeof(block_q6_K);
+    const uint8_t *a = act;
+    if (nt == 1) {
+        const uint8_t *ap[1] = {a};
+        int64_t g = 0;
+        for (; g + 2 <= ng; g += 2)
+            tile_q6(2, 1, nb, (const uint8_t *)w + (size_t)g * gsz, gsz, ap, y + 16 * g, 0);
+        if (g < ng)
+            tile_q6(1, 1, nb, (const uint8_t *)w + (size_t)g * gsz, gsz, ap, y + 16 * g, 0);
+        return;
+    }
+    for (int64_t g = 0; g < ng; g++) {
+        const uint8_t *wg = (const uint8_t *)w + (size_t)g * gsz;
+        for (int t0 = 0; t0 < nt;) {
+            const uint8_t *ap[16];
+            const int rem = nt - t0;
+            const int T = rem >= 8 ? 8 : rem >= 4 ? 4 : rem >= 2 ? 2 : 1;
+            for (int t = 0; t < T; t++)
+                ap[t] = a + (size_t)(t0 + t) * act_stride;
+            float *yt = y + (size_t)t0 * y_stride + 16 * g;
+            switch (T) {
+            case 8: tile_q6(1, 8, nb, wg, gsz, ap, yt, y_stride); break;
+            case 4: tile_q6(1, 4, nb, wg, gsz, ap, yt, y_stride); break;
+            case 2: tile_q6(1, 2, nb, wg, gsz, ap, yt, y_stride); break;
+            default: tile_q6(1, 1, nb, wg, gsz, ap, yt, y_stride); break;
+            }
+            t0 += T;
+        }
+    }
+}
+
 void gemm16_q4_0_q8_0_avx512vnni(int64_t n, const void *w, int64_t ng, const void *act,
                                  size_t act_stride, int nt, float *y, size_t y_stride)
 {

@@ -1042,38 +1042,26 @@ AI __m512i k4_scales(__m512i h)
     return _mm512_ternarylogic_epi32(lo, b, _mm512_setr4_epi32(0, 0x30303030, 0, 0x30303030), 0xF8);
 }
 
-/* Where k4_block loads 4 rows' block from: row-major (wb, the rows'
- * blocks) or, pk (Q4_K only), the packed layout of kernels/ref/pack8.c
- * (hp: the 64 header bytes of the 4 rows, qp: their first qs pair line of
- * the 32-byte piece c = 0; pairs 64 bytes apart, pieces 256). The vectors
- * are the same either way. */
+/* The 4 rows' blocks k4_block reads. */
 typedef struct {
     const uint8_t *wb[4];
-    const uint8_t *hp, *qp;
 } k4_src;
 
-AI __m512i k4_ld_heads(bool pk, const k4_src *s)
-{
-    return pk ? ld512(s->hp) : k4_heads(s->wb);
-}
-
-
-AI __m512i k4_ld_qs(int kind, bool pk, const k4_src *s, int c, int h)
+AI __m512i k4_ld_qs(int kind, const k4_src *s, int c, int h)
 {
     const size_t qo0 = kind == G_Q5_K ? 48 : 16;
-    return pk ? ld512(s->qp + 256 * c + 64 * h)
-              : pair256(ld256(s->wb[2 * h] + qo0 + 32 * c), ld256(s->wb[2 * h + 1] + qo0 + 32 * c));
+    return pair256(ld256(s->wb[2 * h] + qo0 + 32 * c), ld256(s->wb[2 * h + 1] + qo0 + 32 * c));
 }
 
 /* One block of 4 rows (from s) against the activation block ab, added to
  * acc (tile()'s token lanes, see store_rows). */
-AI __m512 k4_block(int kind, bool pk, const k4_src *src, const uint8_t *ab, __m512 acc)
+AI __m512 k4_block(int kind, const k4_src *src, const uint8_t *ab, __m512 acc)
 {
     const __m512i m4 = _mm512_set1_epi8(0x0F), b4 = _mm512_set1_epi8(16);
     /* d, dmin of row k: f16 2k, 2k+1 after the compress below; in
      * tile()'s token lanes */
     const __m512i dsel = _mm512_setr_epi32(0, 0, 4, 4, 0, 0, 4, 4, 2, 2, 6, 6, 2, 2, 6, 6);
-    const __m512i hd = k4_ld_heads(pk, src);
+    const __m512i hd = k4_heads(src->wb);
     const __m512i sm8 = k4_scales(hd);
     /* rows 2h, 2h, 2h+1, 2h+1 in the 128-bit lanes: the pairs' halves */
     const __m512i r01 = _mm512_shuffle_i64x2(sm8, sm8, 0x50);
@@ -1089,7 +1077,7 @@ AI __m512 k4_block(int kind, bool pk, const k4_src *src, const uint8_t *ab, __m5
         __m512i q[2];
         _Pragma("GCC unroll 2")
         for (int h = 0; h < 2; h++)
-            q[h] = k4_ld_qs(kind, pk, src, c, h);
+            q[h] = k4_ld_qs(kind, src, c, h);
         _Pragma("GCC unroll 2")
         for (int e = 0; e < 2; e++) {
             const int j = 2 * c + e;
@@ -1149,46 +1137,9 @@ AI void rows1_k4(int kind, int64_t nb, const uint8_t *const wr[4], size_t ahead,
             if (kind == G_Q5_K)
                 _mm_prefetch((const char *)src.wb[k] + ahead + wsz - 1, _MM_HINT_T1);
         }
-        acc = k4_block(kind, false, &src, ab, acc);
+        acc = k4_block(kind, &src, ab, acc);
     }
     store_rows(acc, rn, y);
-}
-
-/* Q4_K in the packed layout of kernels/ref/pack8.c: rows1_k4 on
- * rows 0-3 and on rows 4-7 of a group, block by block, each operation the
- * same, only the loads differ (one 64-byte load per vector, the group read
- * front to back). The prefetch runs RVL_K8_AHEAD bytes ahead (into the
- * next group: callers pass consecutive groups). Hot in L2, 4096-value
- * rows: 65-67 ns per row, row-major 76-78, whatever the prefetch.
- * Streaming 11008x4096 on 2 threads, ms (alternated on a noisy shared
- * machine, quiet runs): row-major 1.02-1.18; packed with T1 at 2304 bytes
- * (2 blocks) 1.08-1.16, at 4608 1.09-1.25, at 1152 1.17-1.36, at 9216
- * 1.14-1.17, at 18432 1.09-1.17; with T0 at 1152 1.15-1.24, at 2304
- * 1.25-1.39; no prefetch 1.25-1.32. */
-#ifndef RVL_K8_AHEAD
-#define RVL_K8_AHEAD 2304
-#endif
-#ifndef RVL_K8_HINT
-#define RVL_K8_HINT _MM_HINT_T1
-#endif
-AI void rows8_k4_packed(int64_t nb, const uint8_t *w, const uint8_t *a, float *y)
-{
-    const size_t bsz = 8 * sizeof(block_q4_K);
-    __m512 acc[2] = { _mm512_setzero_ps(), _mm512_setzero_ps() };
-    for (int64_t i = 0; i < nb; i++) {
-        const uint8_t *ab = a + (size_t)i * sizeof(block_q8_K);
-        const uint8_t *blk = w + (size_t)i * bsz;
-        _Pragma("GCC unroll 18")
-        for (size_t l = 0; l < bsz / 64; l++)
-            _mm_prefetch((const char *)blk + RVL_K8_AHEAD + 64 * l, RVL_K8_HINT);
-        _Pragma("GCC unroll 2")
-        for (int g = 0; g < 2; g++) {
-            const k4_src src = { { NULL, NULL, NULL, NULL }, blk + 64 * g, blk + 128 + 128 * g };
-            acc[g] = k4_block(G_Q4_K, true, &src, ab, acc[g]);
-        }
-    }
-    store_rows(acc[0], 4, y);
-    store_rows(acc[1], 4, y + 4);
 }
 
 /* IQ4_XS: as tile_xs() with rows for tokens. */
@@ -1542,13 +1493,6 @@ void gemm_q4_0_q8_0_avx512vnni(int64_t n, const void *w, size_t w_stride, int nr
                                size_t y_stride)
 {
     gemm(G_Q4_0, n, w, w_stride, nr, act, act_stride, nt, y, y_stride);
-}
-
-void gemv8_q4_K_q8_K_avx512vnni(int64_t n, const void *w, int64_t ng, const void *act, float *y)
-{
-    const size_t gsz = (size_t)(n / 256) * 8 * sizeof(block_q4_K);
-    for (int64_t g = 0; g < ng; g++)
-        rows8_k4_packed(n / 256, (const uint8_t *)w + (size_t)g * gsz, (const uint8_t *)act, y + 8 * g);
 }
 
 void gemm_q4_1_q8_1_avx512vnni(int64_t n, const void *w, size_t w_stride, int nr,

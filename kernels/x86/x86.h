@@ -75,8 +75,10 @@ void gemm16_q5_0_q8_0_avx512vnni(int64_t n, const void *w, int64_t ng, const voi
                                  size_t act_stride, int nt, float *y, size_t y_stride);
 void gemm16_q8_0_q8_0_avx512vnni(int64_t n, const void *w, int64_t ng, const void *act,
                                  size_t act_stride, int nt, float *y, size_t y_stride);
-/* gemm_avx512.c: the one-token GEMV on packed groups (formats.h gemv8) */
-void gemv8_q4_K_q8_K_avx512vnni(int64_t n, const void *w, int64_t ng, const void *act, float *y);
+void gemm16_q4_K_q8_K_avx512vnni(int64_t n, const void *w, int64_t ng, const void *act,
+                                 size_t act_stride, int nt, float *y, size_t y_stride);
+void gemm16_q6_K_q8_K_avx512vnni(int64_t n, const void *w, int64_t ng, const void *act,
+                                 size_t act_stride, int nt, float *y, size_t y_stride);
 /* gemm_avx2.c: the same tiles with vpmaddubsw (AVX2 + FMA + F16C). */
 RVL_X86_GEMM(gemm_q4_0_q8_0_avx2)
 RVL_X86_GEMM(gemm_q4_1_q8_1_avx2)

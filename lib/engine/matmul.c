@@ -25,8 +25,6 @@ typedef struct {
     matmul_part few[RVL_MATMUL_PARTS];
     const matmul_part *part;      /* few, or the caller's (rvl_matmul_grouped) */
     int n_parts;
-    unsigned char *unpack;        /* rvl_matmul.unpack */
-    size_t unpack_stride;
     uint64_t n_chunks;
     atomic_uint_fast64_t next;    /* next chunk to take */
 } matmul_job;
@@ -52,6 +50,7 @@ static const matmul_part *part_of(const matmul_job *j, uint64_t ci)
 static void matmul_rows(void *arg, int ith, int nth)
 {
     matmul_job *j = arg;
+    (void)ith;
     (void)nth;
     for (;;) {
         uint64_t ci = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed);
@@ -72,27 +71,12 @@ static void matmul_rows(void *arg, int ith, int nth)
          * prefetches ahead) */
         const rvl_gemm_fn gemm = w->kf->gemm;
         if (w->packed && r0 < w->packed_rows) {
-            /* packed groups (chunks are whole groups): one token reads
-             * them as they are; a batch unpacks each group into this
-             * thread's buffer for the tiles (8 rows of copying per 8 rows
-             * x nb tokens of arithmetic) */
+            /* the 16-row layout (formats.h gemm16): one kernel for any nb;
+             * chunks are whole groups */
             const uint64_t pr1 = r1 < w->packed_rows ? r1 : w->packed_rows;
-            const char *pk = (const char *)w->packed;
-            if (w->kf->gemm16) {
-                /* the 16-row layout: one kernel for any nb (formats.h) */
-                w->kf->gemm16(n, pk + r0 * w->row_bytes, (int64_t)((pr1 - r0) / RVL_PACK16_ROWS),
-                              act, act_stride, (int)nb, pt->y + r0, pt->y_stride);
-            } else if (nb == 1) {
-                w->kf->gemv8(n, pk + r0 * w->row_bytes, (int64_t)((pr1 - r0) / RVL_GEMM_ROWS),
-                             act, pt->y + r0);
-            } else {
-                unsigned char *u = j->unpack + (size_t)ith * j->unpack_stride;
-                for (uint64_t r = r0; r < pr1; r += RVL_GEMM_ROWS) {
-                    w->kf->unpack8(n, pk + r * w->row_bytes, u, w->row_bytes);
-                    gemm(n, u, w->row_bytes, RVL_GEMM_ROWS, act, act_stride, (int)nb,
-                         pt->y + r, pt->y_stride);
-                }
-            }
+            w->kf->gemm16(n, (const char *)w->packed + r0 * w->row_bytes,
+                          (int64_t)((pr1 - r0) / RVL_PACK16_ROWS), act, act_stride, (int)nb,
+                          pt->y + r0, pt->y_stride);
             r0 = pr1;
         }
         if (gemm) {
@@ -170,7 +154,7 @@ void rvl_matmul_act(const rvl_matmul *mm, int n, const rvl_weight *const *ws, fl
                     const size_t *y_strides, const unsigned char *act, size_t act_stride,
                     uint32_t nb)
 {
-    matmul_job j = {.n_parts = n, .unpack = mm->unpack, .unpack_stride = mm->unpack_stride};
+    matmul_job j = {.n_parts = n};
     uint64_t total = 0;
     for (int i = 0; i < n; i++) {
         const uint64_t chunk = rvl_matmul_chunk_rows(ws[i]->ne1, rvl_pool_size(mm->pool));
@@ -186,8 +170,7 @@ void rvl_matmul_act(const rvl_matmul *mm, int n, const rvl_weight *const *ws, fl
 void rvl_matmul_grouped(const rvl_matmul *mm, int n, const rvl_matmul_group *g, void *scratch)
 {
     matmul_part *part = scratch;
-    matmul_job j = {.part = part, .n_parts = n, .unpack = mm->unpack,
-                    .unpack_stride = mm->unpack_stride};
+    matmul_job j = {.part = part, .n_parts = n};
     uint64_t total = 0;
     /* chunks of about 8 per thread over the whole job: many small
      * matrices (experts of a few tokens each) share one pool run */

@@ -9,8 +9,8 @@
  * (quantized, or used as they are when that is F32); the pool's threads
  * then take chunks of contiguous rows, each row multiplied with all nb
  * activation rows while it is in L1, through the format's tiled kernel
- * when it has one (one token included), its packed decode layout where
- * the weight has one (formats.h gemv8/unpack8), otherwise vec_dot per
+ * when it has one (one token included), its 16-row packed layout where
+ * the weight has one (formats.h gemm16), otherwise vec_dot per
  * (row, token). Each result is computed the same way whichever thread
  * takes its row and however rows are grouped: the output depends neither
  * on the thread count nor on the batch it came in.

@@ -366,7 +366,7 @@ static int load_weights(rvl_model *m, const rvl_family *fam)
 }
 
 /* ====================================================================
- * Packed decode layout (formats.h gemv8)
+ * The packed layout (formats.h gemm16)
  * ==================================================================== */
 
 /* The weights the forward pass multiplies, for packing: how many, and
@@ -402,16 +402,9 @@ static rvl_weight **all_matmul_weights(rvl_model *m, size_t *n)
     return ws;
 }
 
-/* Rows per packed group: 16 for the layout gemm16 reads, 8 for gemv8's. */
-static uint64_t pack_rows(const rvl_weight *w)
-{
-    return w->kf->gemm16 ? RVL_PACK16_ROWS : RVL_GEMM_ROWS;
-}
-
 static bool packable(const rvl_weight *w)
 {
-    return w->present && (w->kf->gemv8 || w->kf->gemm16) && w->ne1 >= pack_rows(w) &&
-           w->kf->row_header == 0;
+    return w->present && w->kf->gemm16 && w->ne1 >= RVL_PACK16_ROWS && w->kf->row_header == 0;
 }
 
 /* Drop the file pages of the packed weights from the page tables: the
@@ -494,7 +487,7 @@ static int pack_weights(rvl_model *m)
     uint64_t total = 0;
     for (size_t i = 0; i < n; i++)
         if (packable(ws[i]))
-            total += ws[i]->ne1 / pack_rows(ws[i]) * pack_rows(ws[i]) * ws[i]->row_bytes;
+            total += ws[i]->ne1 / RVL_PACK16_ROWS * RVL_PACK16_ROWS * ws[i]->row_bytes;
     if (total == 0) {
         free(ws);
         return 0;
@@ -517,19 +510,15 @@ static int pack_weights(rvl_model *m)
         rvl_weight *w = ws[i];
         if (!packable(w))
             continue;
-        const uint64_t P = pack_rows(w);
+        const uint64_t P = RVL_PACK16_ROWS;
         const uint64_t rows = w->ne1 / P * P;
-        const uint64_t gbytes = P * w->row_bytes;
-        const rvl_pack8_fn pack = w->kf->gemm16 ? w->kf->pack16 : w->kf->pack8;
         for (uint64_t r = 0; r < rows; r += P)
-            pack((int64_t)w->ne0, (const char *)w->data + r * w->row_bytes, w->row_bytes,
-                 dst + r * w->row_bytes);
+            w->kf->pack16((int64_t)w->ne0, (const char *)w->data + r * w->row_bytes,
+                          w->row_bytes, dst + r * w->row_bytes);
         w->packed = dst;
         w->packed_rows = rows;
         if (releasable(m, w)) /* as we go: the process never holds both */
             release_source(w);
-        if (!w->kf->gemm16 && gbytes > m->packed_max_group) /* batches unpack gemv8 groups */
-            m->packed_max_group = gbytes;
         dst += rows * w->row_bytes;
     }
     free(ws);

@@ -17,8 +17,8 @@ typedef struct {
     uint64_t ne0, ne1;
     uint64_t row_bytes;
     const void *data;
-    /* Rows 0..packed_rows-1 (whole groups of RVL_GEMM_ROWS) also in the
-     * kernels' packed decode layout (formats.h gemv8), owned by the model;
+    /* Rows 0..packed_rows-1 (whole groups of RVL_PACK16_ROWS) also in the
+     * kernels' 16-row layout (formats.h gemm16), owned by the model;
      * NULL when the format or ISA has none or RUVLLM_REPACK=0. data
      * stays the file's row-major bytes (token lookups, other backends). */
     const void *packed;

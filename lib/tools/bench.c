@@ -217,7 +217,7 @@ struct rvl_bench {
     uint64_t cursor;
     uint32_t fill_type;       /* what the arena holds (UINT32_MAX: nothing) */
     uint64_t fill_k;          /* row length for formats with a row header */
-    uint64_t fill_pack_k;     /* packed in groups of 8 rows of this length (0: rows) */
+    uint64_t fill_pack_k;     /* packed in groups of 16 rows of this length (0: rows) */
     uint64_t fill_unit;       /* bytes of a block (or a row with a header) */
     uint64_t fill_bytes;      /* whole units written: the ring's end */
     bool huge;                /* the big buffers ask for 2 MiB pages */
@@ -740,17 +740,16 @@ static int fill_arena(rvl_bench *b, const rvl_kformat *kf, uint64_t k, bool pack
     free(pool);
     b->fill_type = UINT32_MAX;
     if (packed) {
-        /* every whole group of 8 (gemv8) or 16 (gemm16) rows of k, as
-         * model.c packs a weight (matrices start at multiples of their
-         * size: whole groups) */
-        const uint64_t P = kf->gemm16 ? RVL_PACK16_ROWS : RVL_GEMM_ROWS;
+        /* every whole group of 16 rows of k, as model.c packs a weight
+         * (matrices start at multiples of their size: whole groups) */
+        const uint64_t P = RVL_PACK16_ROWS;
         const uint64_t gb = P * rvl_kformat_row_bytes(kf, k);
         char *tmp = malloc(gb);
         if (!tmp)
             return rvl_seterr(RVL_ENOMEM, "out of memory");
         for (uint64_t o = 0; o + gb <= bytes; o += gb) {
             memcpy(tmp, b->arena + o, gb);
-            (kf->gemm16 ? kf->pack16 : kf->pack8)((int64_t)k, tmp, gb / P, b->arena + o);
+            kf->pack16((int64_t)k, tmp, gb / P, b->arena + o);
         }
         free(tmp);
     }
@@ -908,9 +907,7 @@ static int setup_matmul(rvl_bench *b, const rvl_bench_kcase *c, int isa, kjob *j
         return rvl_seterr(RVL_EUNSUPPORTED, "%s: no activation format for rows of %llu", kf->name,
                           (unsigned long long)c->k);
     const char *rp = getenv("RUVLLM_REPACK");
-    const bool packed = ((kf->gemv8 && c->n % RVL_GEMM_ROWS == 0) ||
-                         (kf->gemm16 && c->n % RVL_PACK16_ROWS == 0)) &&
-                        !(rp && strcmp(rp, "0") == 0);
+    const bool packed = kf->gemm16 && c->n % RVL_PACK16_ROWS == 0 && !(rp && strcmp(rp, "0") == 0);
     j->mm.pool = b->pool;
     j->mm.act_stride = rvl_kformat_row_bytes(af, c->k);
     if (af->type == RVL_K_Q8_0) /* the block sums and scales after each row (formats.h) */
@@ -920,12 +917,6 @@ static int setup_matmul(rvl_bench *b, const rvl_bench_kcase *c, int isa, kjob *j
     j->y = alloc_aligned((uint64_t)j->m * c->n * sizeof(float));
     if (!j->mm.act || !j->xf || !j->y)
         return rvl_seterr(RVL_ENOMEM, "out of memory");
-    if (packed && j->m > 1 && !kf->gemm16) { /* a gemv8 group per thread, unpacked for the tiles */
-        j->mm.unpack_stride = (size_t)(RVL_GEMM_ROWS * j->row_bytes + 63) / 64 * 64;
-        j->mm.unpack = alloc_aligned(j->mm.unpack_stride * (size_t)rvl_pool_size(b->pool));
-        if (!j->mm.unpack)
-            return rvl_seterr(RVL_ENOMEM, "out of memory");
-    }
     r->packed = packed;
     int rc;
     if ((rc = ensure_arena(b, j->mat_bytes)) < 0 || (rc = fill_arena(b, kf, c->k, packed)) < 0)

@@ -1,8 +1,7 @@
 #!/bin/sh
 # Weights repacked at load (where the CPU has the AVX-512 VNNI kernels):
-# Q4_0, IQ4_NL, Q5_0 and Q8_0 into the 16-row layout one kernel reads for
-# prompts and decode (formats.h gemm16), Q4_K into the 8-row decode layout
-# (gemv8). The packed kernels sum a row's floats in another order than the
+# Q4_0, IQ4_NL, Q5_0, Q8_0, Q4_K and Q6_K into the 16-row layout one kernel
+# reads for prompts and decode (formats.h gemm16). The packed kernels sum a row's floats in another order than the
 # row-major ones, so the scores differ by rounding only: `bench ppl`'s
 # log-probabilities are no further from RUVLLM_REPACK=0's (the row-major
 # path) than the scalar reference kernels' are (RUVLLM_ISA=ref), and the
