@@ -49,4 +49,24 @@ void softcap_f32_ref(float *x, int64_t n, float cap);
  * y may be x. */
 void softmax_f32_ref(float *y, const float *x, int64_t n);
 
+/* The variants per ISA of the two row steps a prompt spends measurable
+ * time in (RMSNorm, SwiGLU: 9% of a SmolLM2 prompt on the scalar code),
+ * chosen as the matmul kernels are (dispatch.h, RUVLLM_ISA). Each is
+ * element-wise the same whatever slice of a row it is given (SwiGLU is
+ * split over threads by elements), so the pool's split changes no bit;
+ * against ref: RMSNorm's double sum in another order, SwiGLU's exp within
+ * 2 ulp (tests/test_rowops.c). */
+typedef struct {
+    const char *name;
+    void (*rmsnorm)(float *y, const float *x, const float *w, int64_t n, float eps);
+    void (*swiglu)(float *g, const float *u, int64_t n);
+} rvl_rowops_kernels;
+/* The selected ISA's (ref where it has none); per ISA, NULL when that one
+ * does not run here. */
+const rvl_rowops_kernels *rvl_rowops_get(void);
+const rvl_rowops_kernels *rvl_rowops_get_isa(int isa);
+
+void rmsnorm_f32_avx512(float *y, const float *x, const float *w, int64_t n, float eps);
+void swiglu_f32_avx512(float *g, const float *u, int64_t n);
+
 #endif

@@ -25,6 +25,7 @@
 
 #include "engine/matmul.h"
 #include "engine/ops.h"
+#include "dispatch.h"
 #include "formats.h"
 #include "rowops.h"
 
@@ -170,6 +171,65 @@ static void test_swiglu_matches_double(void **state)
     }
 }
 
+/* Every variant of rowops.h's dispatched steps that runs here: RMSNorm
+ * and SwiGLU against double precision, their special values, and SwiGLU
+ * element-wise the same wherever a slice starts (the pool splits it). */
+static void test_rowops_variants_match_double(void **state)
+{
+    (void)state;
+    int checked = 0;
+    for (int isa = 0; isa < RVL_ISA_COUNT; isa++) {
+        const rvl_rowops_kernels *k = rvl_rowops_get_isa(isa);
+        if (!k)
+            continue;
+        checked++;
+        static const int ns[] = {1, 7, 16, 17, 64, 576, 4099};
+        for (size_t c = 0; c < sizeof ns / sizeof *ns; c++) {
+            const int n = ns[c];
+            float *x = malloc(n * sizeof *x), *w = malloc(n * sizeof *w), *y = malloc(n * sizeof *y);
+            fill(x, n, 3.0f);
+            fill(w, n, 2.0f);
+            k->rmsnorm(y, x, w, n, 1e-5f);
+            double ss = 0;
+            for (int i = 0; i < n; i++)
+                ss += (double)x[i] * x[i];
+            const double scale = 1.0 / sqrt(ss / n + 1e-5);
+            for (int i = 0; i < n; i++)
+                assert_close(y[i], x[i] * scale * w[i], fabs(x[i] * scale * w[i]), 8);
+            free(x);
+            free(w);
+            free(y);
+        }
+        enum { N = 1003 };
+        float g[N], u[N], g0[N], parts[N];
+        fill(g, N, 12.0f);
+        fill(u, N, 3.0f);
+        g[0] = 0;
+        g[1] = -88.0f;
+        g[2] = 88.0f;
+        g[3] = -104.0f; /* exp(104) overflows: silu -> -0 */
+        g[4] = 120.0f;  /* exp(-120) underflows: silu -> x */
+        g[5] = -1e-30f;
+        memcpy(g0, g, sizeof g);
+        k->swiglu(g, u, N);
+        for (int i = 0; i < N; i++) {
+            const double want = g0[i] / (1.0 + exp(-(double)g0[i])) * u[i];
+            assert_close(g[i], want, fabs(want), 8);
+        }
+        assert_true(g[3] == 0 && signbit(g[3]) != signbit(u[3]));
+        /* slices at every start modulo the vector width: the same bits */
+        for (int cut = 1; cut < 40; cut += 3) {
+            memcpy(parts, g0, sizeof g0);
+            k->swiglu(parts, u, cut);
+            k->swiglu(parts + cut, u + cut, N - cut);
+            if (memcmp(parts, g, sizeof g))
+                fail_msg("%s swiglu: slices cut at %d give other bits", k->name, cut);
+        }
+    }
+    assert_true(checked >= 1);
+    assert_non_null(rvl_rowops_get());
+}
+
 static void test_geglu_tanh_and_softcap_match_double(void **state)
 {
     (void)state;
@@ -249,9 +309,9 @@ static void test_ops_rows_are_the_kernels_on_any_pool(void **state)
     fill(u, NB * N, 2.0f);
     memset(want, 0, sizeof want);
     for (int t = 0; t < NB; t++)
-        rmsnorm_f32_ref(want + t * YS, x + t * XS, w, N, 1e-6f);
+        rvl_rowops_get()->rmsnorm(want + t * YS, x + t * XS, w, N, 1e-6f);
     memcpy(gw, g, sizeof g);
-    swiglu_f32_ref(gw, u, NB * N);
+    rvl_rowops_get()->swiglu(gw, u, NB * N);
     float ge[NB * N];
     memcpy(ge, g, sizeof g);
     geglu_tanh_f32_ref(ge, u, NB * N);
@@ -428,6 +488,7 @@ int main(void)
         cmocka_unit_test(test_rope_rotates_the_pairs_of_each_pairing),
         cmocka_unit_test(test_rope_pairings_differ),
         cmocka_unit_test(test_swiglu_matches_double),
+        cmocka_unit_test(test_rowops_variants_match_double),
         cmocka_unit_test(test_geglu_tanh_and_softcap_match_double),
         cmocka_unit_test(test_softmax_matches_double),
         cmocka_unit_test(test_ops_rows_are_the_kernels_on_any_pool),

@@ -31,6 +31,10 @@ RVL_X86_TARGET_BEGIN("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")
 
 #include "x86/common.h"
 
+#ifndef RVL_G16_PF
+#define RVL_G16_PF 1
+#endif
+
 enum { K_Q4_0, K_IQ4_NL, K_Q5_0, K_Q8_0 };
 
 #define AI static inline __attribute__((always_inline))
@@ -138,7 +142,7 @@ AI void tile(int kind, int G, int T, int64_t nb, const uint8_t *w, size_t gsz,
         _Pragma("GCC unroll 4")
         for (int g = 0; g < G; g++) {
             const uint8_t *blk = w + (size_t)g * gsz + (size_t)i * B;
-            if (T == 1)
+            if (T == 1 && RVL_G16_PF)
                 prefetch_block(blk, B);
             __m512i lv[8];
             levels(kind, blk, lv);
@@ -252,7 +256,7 @@ AI void tile_k4(int G, int T, int64_t nb, const uint8_t *w, size_t gsz, const ui
         _Pragma("GCC unroll 2")
         for (int g = 0; g < G; g++) {
             const uint8_t *blk = w + (size_t)g * gsz + (size_t)i * B;
-            if (T == 1)
+            if (T == 1 && RVL_G16_PF)
                 prefetch_block(blk, B);
             const __m512i p[3] = {ld512(blk + 64), ld512(blk + 128), ld512(blk + 192)};
             __m512i sc[8], mn[8];
@@ -378,7 +382,7 @@ AI void tile_q6(int G, int T, int64_t nb, const uint8_t *w, size_t gsz, const ui
         _Pragma("GCC unroll 2")
         for (int g = 0; g < G; g++) {
             const uint8_t *blk = w + (size_t)g * gsz + (size_t)i * B;
-            if (T == 1)
+            if (T == 1 && RVL_G16_PF)
                 prefetch_block(blk, B);
             /* the 16 signed scales, lane r = row r's; and as int16 pairs */
             __m512i sc[16], sp[8];

@@ -14,19 +14,20 @@ typedef struct {
     const float *w;
     uint32_t n, nb;
     float eps;
+    const rvl_rowops_kernels *k;
 } norm_job;
 
 static void norm_part(void *arg, int ith, int nth)
 {
     const norm_job *j = arg;
     for (uint32_t t = (uint32_t)ith; t < j->nb; t += (uint32_t)nth)
-        rmsnorm_f32_ref(j->y + t * j->y_stride, j->x + t * j->x_stride, j->w, j->n, j->eps);
+        j->k->rmsnorm(j->y + t * j->y_stride, j->x + t * j->x_stride, j->w, j->n, j->eps);
 }
 
 void rvl_ops_norm_rows(rvl_pool *pool, float *y, size_t y_stride, const float *x, size_t x_stride,
                        const float *w, uint32_t n, uint32_t nb, float eps)
 {
-    norm_job j = {y, y_stride, x, x_stride, w, n, nb, eps};
+    norm_job j = {y, y_stride, x, x_stride, w, n, nb, eps, rvl_rowops_get()};
     if (nb > 1)
         rvl_pool_run(pool, norm_part, &j);
     else
@@ -53,7 +54,7 @@ static void swiglu_part(void *arg, int ith, int nth)
     else if (j->act == RVL_ACT_SWIGLU_OAI)
         swiglu_oai_f32_ref(j->g + i0, j->u + i0, (int64_t)(i1 - i0));
     else
-        swiglu_f32_ref(j->g + i0, j->u + i0, (int64_t)(i1 - i0));
+        rvl_rowops_get()->swiglu(j->g + i0, j->u + i0, (int64_t)(i1 - i0));
 }
 
 void rvl_ops_glu_rows(rvl_pool *pool, rvl_act act, float *g, const float *u, uint32_t n,
