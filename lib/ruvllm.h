@@ -736,6 +736,7 @@ const char *rvl_kv_type_name(rvl_kv_type t);
     X(ACT, "act", "SwiGLU / GELU")                                                        \
     X(MM_FFN_DOWN, "mm_ffn_down", "FFN down projection")                                  \
     X(MOE_ROUTE, "moe_route", "MoE router matmul, routing, the experts' rows gathered and summed") \
+    X(MOE_LOAD, "moe_load", "MoE: the chosen experts' weights taken (read when streamed)") \
     X(MM_MOE_EXPERTS, "mm_moe_experts", "MoE: the chosen experts' gate, up and down")    \
     X(MM_MOE_SHARED, "mm_moe_shared", "MoE: the shared expert's gate, up and down")      \
     X(LORA, "lora", "run-time LoRA adapters")                                             \

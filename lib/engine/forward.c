@@ -443,7 +443,7 @@ static void moe_ffn(rvl_forward *c, uint32_t l, uint32_t nb, size_t xb_stride)
     const size_t eb = 2 * (size_t)fe + dim; /* one expert's biases */
 
     mm_run(c, RVL_PROF_MOE_ROUTE, c->moe_p, ne, &L->router, c->xb, xb_stride, nb);
-    uint64_t t = prof_start(c);
+    uint64_t tp = prof_start(c); /* routing and gathering: moe_route */
     if (B->moe_bias)
         add_bias(c->moe_p, ne, c->moe_rb + (size_t)l * ne, ne, nb);
     for (uint32_t t = 0; t < nb; t++)
@@ -472,16 +472,16 @@ static void moe_ffn(rvl_forward *c, uint32_t l, uint32_t nb, size_t xb_stride)
             memcpy(c->moe_x + (size_t)r * dim, c->xb + (size_t)t * xb_stride,
                    dim * sizeof *c->moe_x);
         }
+    prof_end(c, RVL_PROF_MOE_ROUTE, tp);
     /* the chosen experts in groups (as many as their weights can be held
      * at once), each group's gate and up as one pool job over every
      * expert's rows, then its down; the inputs quantized once per kind */
-    prof_end(c, RVL_PROF_MOE_ROUTE, t);
     const rvl_weight *ew0 = &c->m->layers[l].exps[0];
     rvl_matmul mx = c->mm; /* the activations of up to UBATCH x n_expert_used rows */
     const unsigned char *act_g, *act_u;
     size_t as_g, as_u;
     mx.act = c->moe_act;
-    t = prof_start(c);
+    tp = prof_start(c);
     rvl_matmul_prepare_act(&mx, &ew0[0], c->moe_x, dim, rows, &act_g, &as_g);
     act_u = act_g;
     as_u = as_g;
@@ -489,12 +489,13 @@ static void moe_ffn(rvl_forward *c, uint32_t l, uint32_t nb, size_t xb_stride)
         mx.act = c->moe_act2;
         rvl_matmul_prepare_act(&mx, &ew0[1], c->moe_x, dim, rows, &act_u, &as_u);
     }
-    prof_end(c, RVL_PROF_ACT_QUANT, t);
+    prof_end(c, RVL_PROF_ACT_QUANT, tp);
     /* streamed experts: a group holds no more pins than one token's */
     const uint32_t max_g = rvl_experts_streamed(c->m->xs) ? nu : RVL_MOE_GROUP;
     for (uint32_t e0 = 0; e0 < ne;) {
         uint32_t n_g = 0, e1 = e0, r0 = rows, r1 = 0;
         const rvl_weight *ew[RVL_MOE_GROUP];
+        tp = prof_start(c);
         for (; e1 < ne && n_g < max_g; e1++) {
             if (!cnt[e1])
                 continue;
@@ -508,27 +509,28 @@ static void moe_ffn(rvl_forward *c, uint32_t l, uint32_t nb, size_t xb_stride)
             r1 = first[e1] + cnt[e1];
             n_g++;
         }
+        prof_end(c, RVL_PROF_MOE_LOAD, tp);
         if (!n_g)
             break;
-        t = prof_start(c);
+        tp = prof_start(c);
         rvl_matmul_grouped(&c->mm, 2 * (int)n_g, c->moe_grp, c->moe_scratch);
-        prof_end(c, RVL_PROF_MM_MOE_EXPERTS, t);
+        prof_end(c, RVL_PROF_MM_MOE_EXPERTS, tp);
         for (uint32_t e = e0; B->moe_bias && e < e1; e++) {
             const float *b = c->moe_eb + ((size_t)l * ne + e) * eb;
             add_bias(c->moe_h + (size_t)first[e] * fe, fe, b, fe, cnt[e]);
             add_bias(c->moe_h2 + (size_t)first[e] * fe, fe, b + fe, fe, cnt[e]);
         }
-        t = prof_start(c);
+        tp = prof_start(c);
         rvl_ops_glu_rows(c->pool, B->act, c->moe_h + (size_t)r0 * fe, c->moe_h2 + (size_t)r0 * fe,
                          fe, r1 - r0);
-        prof_end(c, RVL_PROF_ACT, t);
+        prof_end(c, RVL_PROF_ACT, tp);
         const unsigned char *act_d;
         size_t as_d;
         mx.act = c->moe_actd + (size_t)r0 * c->mm.act_stride;
-        t = prof_start(c);
+        tp = prof_start(c);
         rvl_matmul_prepare_act(&mx, &ew[0][2], c->moe_h + (size_t)r0 * fe, fe, r1 - r0, &act_d,
                                &as_d);
-        prof_end(c, RVL_PROF_ACT_QUANT, t);
+        prof_end(c, RVL_PROF_ACT_QUANT, tp);
         for (uint32_t i = 0, e = e0; e < e1; e++) {
             if (!cnt[e])
                 continue;
@@ -536,9 +538,9 @@ static void moe_ffn(rvl_forward *c, uint32_t l, uint32_t nb, size_t xb_stride)
                                                act_d + (first[e] - r0) * as_d, as_d, cnt[e]};
             i++;
         }
-        t = prof_start(c);
+        tp = prof_start(c);
         rvl_matmul_grouped(&c->mm, (int)n_g, c->moe_grp, c->moe_scratch);
-        prof_end(c, RVL_PROF_MM_MOE_EXPERTS, t);
+        prof_end(c, RVL_PROF_MM_MOE_EXPERTS, tp);
         for (uint32_t i = 0, e = e0; e < e1; e++) {
             if (!cnt[e])
                 continue;
@@ -550,7 +552,7 @@ static void moe_ffn(rvl_forward *c, uint32_t l, uint32_t nb, size_t xb_stride)
         e0 = e1;
     }
     /* each token's experts in the order of their index, as one at a time */
-    t = prof_start(c);
+    tp = prof_start(c);
     memset(c->xo, 0, (size_t)nb * dim * sizeof *c->xo);
     for (uint32_t r = 0; r < rows; r++) {
         float *xo = c->xo + (size_t)c->moe_idx[r] * dim;
@@ -558,18 +560,18 @@ static void moe_ffn(rvl_forward *c, uint32_t l, uint32_t nb, size_t xb_stride)
         for (uint32_t d = 0; d < dim; d++)
             xo[d] += wi * o[d];
     }
-    prof_end(c, RVL_PROF_MOE_ROUTE, t);
+    prof_end(c, RVL_PROF_MOE_ROUTE, tp);
     if (!B->moe_shared)
         return;
     const rvl_weight *gu[2] = {&L->sh_gate, &L->sh_up};
     float *gu_out[2] = {c->hb, c->hb2};
     const size_t gu_stride[2] = {fs, fs};
     mm_shared(c, RVL_PROF_MM_MOE_SHARED, c->xb, xb_stride, nb, 2, gu, gu_out, gu_stride);
-    t = prof_start(c);
+    tp = prof_start(c);
     rvl_ops_glu_rows(c->pool, RVL_ACT_SILU, c->hb, c->hb2, fs, nb);
-    prof_end(c, RVL_PROF_ACT, t);
+    prof_end(c, RVL_PROF_ACT, tp);
     mm_run(c, RVL_PROF_MM_MOE_SHARED, c->moe_o, dim, &L->sh_down, c->hb, fs, nb);
-    t = prof_start(c);
+    tp = prof_start(c);
     const float *g = B->moe_shared_gate ? c->sh_router + (size_t)l * dim : NULL;
     for (uint32_t t = 0; t < nb; t++) {
         const float *x = c->xb + (size_t)t * xb_stride;
@@ -582,7 +584,7 @@ static void moe_ffn(rvl_forward *c, uint32_t l, uint32_t nb, size_t xb_stride)
         for (uint32_t d = 0; d < dim; d++)
             xo[d] += s * o[d];
     }
-    prof_end(c, RVL_PROF_MOE_ROUTE, t);
+    prof_end(c, RVL_PROF_MOE_ROUTE, tp);
 }
 
 /* Each sequence's keys and values into its cache, then attention of its

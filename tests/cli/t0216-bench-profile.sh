@@ -64,7 +64,7 @@ for r in rows:
     attn = "attn_prefill" if r["n_prompt"] else "attn_decode"
     other = "attn_decode" if r["n_prompt"] else "attn_prefill"
     need(attn in p and p[attn]["ms"] > 0 and other not in p, "%s: attention %s" % (t, sorted(p)))
-    for k in ("mm_moe_experts", "moe_route", "lora"):
+    for k in ("mm_moe_experts", "moe_route", "moe_load", "lora"):
         need(k not in p, "%s: %s in a dense model without adapters" % (t, k))
     share = sum(v["share"] for v in p.values())
     need(0.90 <= share <= 1.01, "%s: the shares sum to %.4f" % (t, share))
@@ -83,8 +83,8 @@ assert "json: every row's profile has the op kinds, matmuls timed, shares summin
 TINY=tests/data/tiny/qwen2moe.gguf
 if [ -f "$TINY" ]; then
     run 0 ruvllm bench model -m "$TINY" -t 1 -p 8 -n 1 -r 1 --profile --json
-    assert "json: a MoE model's profile has mm_moe_experts, mm_moe_shared and moe_route" \
-        "'$PY' -c 'import json,sys; p=json.load(open(sys.argv[1]))[0][\"profile\"]; sys.exit(not all(p[k][\"ms\"] > 0 for k in (\"mm_moe_experts\", \"mm_moe_shared\", \"moe_route\")))' '$OUT'"
+    assert "json: a MoE model's profile has mm_moe_experts, mm_moe_shared, moe_route and moe_load" \
+        "'$PY' -c 'import json,sys; p=json.load(open(sys.argv[1]))[0][\"profile\"]; sys.exit(not (all(p[k][\"ms\"] > 0 for k in (\"mm_moe_experts\", \"mm_moe_shared\", \"moe_route\")) and \"moe_load\" in p and \"mm_ffn_gate_up\" not in p))' '$OUT'"
 fi
 
 # bad combinations
