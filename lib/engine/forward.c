@@ -20,6 +20,10 @@
  * does; the probabilities stay f32, as in llama.cpp's flash-attention
  * path) and kernels/kvq.h's page readers over the quantized ones.
  *
+ * With rvl_ctx_params.profile set, every op call is timed into it by kind
+ * ("Op profile" below; `ruvllm bench model --profile`); off, no clock is
+ * read.
+ *
  * This is the "cpu" backend (ruvllm.h "Backends", lib/engine/backend.h):
  * rvl_forward_ops at the end of the file. The context (lib/engine/ctx.c)
  * checks every input before calling it.
