@@ -212,7 +212,7 @@ _ruvllm() {
             --cache-type-v) return ;;
         esac
         if [[ $cur == -* ]]; then
-            COMPREPLY=($(compgen -W "-m --model -t --threads -r --repetitions -o --output -j --json --filter --isa --tokens --mem-size --huge-pages -p --n-prompt -n --n-gen --synthetic --type -f --file -c --ctx-size --chunks --kl-base --kl -d --depth --kv-type --kv-type-k --kv-type-v --kv-hot --kv-warm --kv-cold --expert-budget -h --help " -- "$cur"))
+            COMPREPLY=($(compgen -W "-m --model -t --threads -r --repetitions -o --output -j --json --filter --isa --tokens --mem-size --huge-pages -p --n-prompt -n --n-gen --synthetic --type -f --file -c --ctx-size --chunks --kl-base --kl --profile -d --depth --kv-type --kv-type-k --kv-type-v --kv-hot --kv-warm --kv-cold --expert-budget -h --help " -- "$cur"))
             return
         fi
         case $(_ruvllm_npos $cmdi -m --model -t --threads -r --repetitions -o --output --filter --isa --tokens --mem-size -p --n-prompt -n --n-gen --synthetic --type -f --file -c --ctx-size --chunks --kl-base --kl -d --depth --kv-type --kv-type-k --kv-type-v --kv-hot --kv-warm --kv-cold --expert-budget -ctk --cache-type-k -ctv --cache-type-v) in

@@ -708,6 +708,50 @@ typedef enum {
 int rvl_kv_type_parse(const char *name);
 const char *rvl_kv_type_name(rvl_kv_type t);
 
+/* Op profile (lib/engine/forward.c; `ruvllm bench model --profile`). With
+ * rvl_ctx_params.profile set, the CPU forward pass adds to the caller's accumulator,
+ * per kind of op, its wall time (CLOCK_MONOTONIC, ns) and its calls. An op runs on the
+ * pool synchronously, so its wall time is its time on every thread. Every nanosecond of
+ * the backend's decode is in exactly one kind: RVL_PROF_OTHER takes what no timed op
+ * covers (residual adds, Q/K/V biases without QK-norm, soft-caps, the cache's page
+ * bookkeeping), so the kinds' sum is the time rvl_decode (or rvl_batch_decode) spent in
+ * the backend. NULL (the default): off, no clock is read (a test of the pointer around
+ * each op). The accumulator is written by the thread that decodes, unlocked: give each
+ * context in use its own. Other backends leave it untouched. A batch of several
+ * sequences times each step's cache writes and attention together, as attn_prefill (or
+ * attn_decode when every sequence feeds one token).
+ * X(name, "label", what it times), in the order of the forward pass. */
+#define RVL_PROF_KINDS(X)                                                                  \
+    X(EMBED, "embed", "embedding rows")                                                    \
+    X(NORM, "norm", "RMSNorm: before and after attention and FFN, QK-norm, the final one") \
+    X(ACT_QUANT, "act_quant", "activation rows quantized for the matmuls")                 \
+    X(MM_QKV, "mm_qkv", "Q/K/V projections (MLA: q_a, q_b, kv_a, k_b)")                    \
+    X(ROPE, "rope", "RoPE on q and k (partial-rotary and temperature scales)")             \
+    X(KV_WRITE, "kv_write", "keys and values into the cache (quantized), pages aged")      \
+    X(ATTN_PREFILL, "attn_prefill", "attention over the cache, several tokens")            \
+    X(ATTN_DECODE, "attn_decode", "attention over the cache, one token")                   \
+    X(MM_ATTN_OUT, "mm_attn_out", "attention output projection (MLA: v_b too)")            \
+    X(MM_FFN_GATE_UP, "mm_ffn_gate_up", "FFN gate and up projections")                     \
+    X(ACT, "act", "SwiGLU / GELU")                                                         \
+    X(MM_FFN_DOWN, "mm_ffn_down", "FFN down projection")                                   \
+    X(MOE_ROUTE, "moe_route", "MoE router matmul, routing, the rows gathered and summed")  \
+    X(MOE_LOAD, "moe_load", "MoE: the chosen experts' weights taken (read when streamed)") \
+    X(MM_MOE_EXPERTS, "mm_moe_experts", "MoE: the chosen experts' gate, up and down")      \
+    X(MM_MOE_SHARED, "mm_moe_shared", "MoE: the shared expert's gate, up and down")        \
+    X(LORA, "lora", "run-time LoRA adapters")                                              \
+    X(MM_OUTPUT, "mm_output", "output projection to the vocabulary (logits)")              \
+    X(OTHER, "other", "the rest of the backend's decode")
+typedef enum {
+#define RVL_PROF_ENUM_(id, label, what) RVL_PROF_##id,
+    RVL_PROF_KINDS(RVL_PROF_ENUM_)
+#undef RVL_PROF_ENUM_
+    RVL_PROF_COUNT
+} rvl_prof_kind;
+typedef struct {
+    uint64_t ns[RVL_PROF_COUNT];    /* wall time, summed */
+    uint64_t calls[RVL_PROF_COUNT]; /* timed calls (an op over a chunk of tokens: one) */
+} rvl_profile;
+
 typedef struct {
     uint32_t n_ctx;         /* context length in tokens (0: min(4096, train)) */
     uint32_t n_threads;     /* 0: all cores */
@@ -737,6 +781,9 @@ typedef struct {
      * the kv_hot/warm/cold fields are ignored; rvl_ctx_reuse keeps the
      * common prefix with the cache (no LRU of dropped pages). */
     const char *backend;
+    /* the op profile to add to (borrowed, outlives the context), or NULL:
+     * off (RVL_PROF_KINDS above) */
+    rvl_profile *profile;
 } rvl_ctx_params;
 
 typedef struct rvl_ctx rvl_ctx;

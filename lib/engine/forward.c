@@ -20,6 +20,10 @@
  * does; the probabilities stay f32, as in llama.cpp's flash-attention
  * path) and kernels/kvq.h's page readers over the quantized ones.
  *
+ * With rvl_ctx_params.profile set, every op call is timed into it by kind
+ * ("Op profile" below; `ruvllm bench model --profile`); off, no clock is
+ * read.
+ *
  * This is the "cpu" backend (ruvllm.h "Backends", lib/engine/backend.h):
  * rvl_forward_ops at the end of the file. The context (lib/engine/ctx.c)
  * checks every input before calling it.
@@ -28,6 +32,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "engine/backend.h"
 #include "engine/experts.h"
@@ -156,6 +161,7 @@ struct rvl_forward {
     int32_t *seq_tok;             /* (UBATCH) a chunk's tokens */
     rvl_trace_fn trace;           /* rvl_ctx_set_trace: per-step hook, or NULL */
     void *trace_ud;
+    rvl_profile *prof;            /* rvl_ctx_params.profile (borrowed), or NULL: off */
 };
 
 /* The trace hook after a named step of forward_chunk: nb rows of n floats,
@@ -166,17 +172,119 @@ struct rvl_forward {
             c->trace(c->trace_ud, name, (int)(l), pos0, nb, p, stride, n);               \
     } while (0)
 
-/* One token's Q, K and V of layer l after their projections, at position
- * pos: biases, per-head Q/K RMSNorm, RoPE (the windowed layers' own tables
- * with own_rope; a partial rotation's mscale on the rotated dimensions),
- * the attention temperature -- each where the recipe has it. */
-static void qkv_token(const rvl_forward *c, uint32_t l, float *q, float *k, float *v,
-                      uint32_t pos, bool own_rope)
+/* ====================================================================
+ * Op profile (rvl_ctx_params.profile): the wall time of each op call,
+ * by kind (RVL_PROF_KINDS). Off, an op costs one test of c->prof before
+ * and after it and no clock read; the pool runs ops synchronously, so the
+ * call's wall time is the op's. Timed calls never nest: a kind's time is
+ * its own.
+ * ==================================================================== */
+
+static uint64_t prof_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* The clock at an op's start when profiling, else 0 (not read). */
+static inline uint64_t prof_start(const rvl_forward *c) { return c->prof ? prof_now() : 0; }
+
+/* The op of kind k that started at t0 (prof_start) is done. */
+static inline void prof_end(const rvl_forward *c, rvl_prof_kind k, uint64_t t0)
+{
+    if (c->prof) {
+        c->prof->ns[k] += prof_now() - t0;
+        c->prof->calls[k]++;
+    }
+}
+
+static uint64_t prof_sum(const rvl_profile *p)
+{
+    uint64_t s = 0;
+    for (int k = 0; k < RVL_PROF_COUNT; k++)
+        s += p->ns[k];
+    return s;
+}
+
+/* A decode that started at t0, when the kinds summed ops0: what no op
+ * accounted for is RVL_PROF_OTHER's. */
+static void prof_rest(const rvl_forward *c, uint64_t t0, uint64_t ops0)
+{
+    const uint64_t dt = prof_now() - t0, ops = prof_sum(c->prof) - ops0;
+    c->prof->ns[RVL_PROF_OTHER] += dt > ops ? dt - ops : 0;
+    c->prof->calls[RVL_PROF_OTHER]++;
+}
+
+/* y = W x (rvl_matmul_run) as an op of kind k: profiling, the activation
+ * rows' quantization (its first half) is RVL_PROF_ACT_QUANT's. */
+static void mm_run(const rvl_forward *c, rvl_prof_kind k, float *y, size_t y_stride,
+                   const rvl_weight *w, const float *x, size_t x_stride, uint32_t nb)
+{
+    if (!c->prof) {
+        rvl_matmul_run(&c->mm, y, y_stride, w, x, x_stride, nb);
+        return;
+    }
+    const unsigned char *act;
+    size_t as;
+    uint64_t t = prof_now();
+    rvl_matmul_prepare_act(&c->mm, w, x, x_stride, nb, &act, &as);
+    if (act != (const unsigned char *)x)
+        prof_end(c, RVL_PROF_ACT_QUANT, t), t = prof_now();
+    rvl_matmul_act(&c->mm, 1, &w, &y, &y_stride, act, as, nb);
+    prof_end(c, k, t);
+}
+
+/* rvl_matmul_shared as an op of kind k: profiling, its halves apart (the
+ * same runs of weights whose activation formats agree). */
+static void mm_shared(const rvl_forward *c, rvl_prof_kind k, const float *x, size_t x_stride,
+                      uint32_t nb, int n, const rvl_weight *const *ws, float *const *ys,
+                      const size_t *y_strides)
+{
+    if (!c->prof) {
+        rvl_matmul_shared(&c->mm, x, x_stride, nb, n, ws, ys, y_strides);
+        return;
+    }
+    for (int i = 0; i < n;) {
+        int e = i + 1;
+        while (e < n && e - i < RVL_MATMUL_PARTS &&
+               ws[e]->kf->vec_dot_type == ws[i]->kf->vec_dot_type)
+            e++;
+        const unsigned char *act;
+        size_t as;
+        uint64_t t = prof_now();
+        rvl_matmul_prepare_act(&c->mm, ws[i], x, x_stride, nb, &act, &as);
+        if (act != (const unsigned char *)x)
+            prof_end(c, RVL_PROF_ACT_QUANT, t), t = prof_now();
+        rvl_matmul_act(&c->mm, e - i, ws + i, ys + i, y_strides + i, act, as, nb);
+        prof_end(c, k, t);
+        i = e;
+    }
+}
+
+/* LoRA adapters on a projection (rvl_lora_apply), timed only when there
+ * are adapters. */
+#define LORA(c, l, kind, x, xs, nb, y, ys)                                                   \
+    do {                                                                                     \
+        if ((c)->lora) {                                                                     \
+            const uint64_t t_ = prof_start(c);                                               \
+            rvl_lora_apply((c)->lora, (c)->pool, l, kind, x, xs, nb, y, ys);                 \
+            prof_end(c, RVL_PROF_LORA, t_);                                                  \
+        }                                                                                    \
+    } while (0)
+
+/* ====================================================================
+ * Attention's steps
+ * ==================================================================== */
+
+/* One token's Q and K of layer l after their projections: biases (V's
+ * too), per-head Q/K RMSNorm -- where the recipe has them (qkv_pre is
+ * called only then). */
+static void qkv_pre(const rvl_forward *c, uint32_t l, float *q, float *k, float *v)
 {
     const rvl_hparams *hp = &c->m->hp;
     const rvl_block *B = &hp->block;
     const uint32_t hd = hp->head_dim, q_dim = hp->n_head * hd, kv_dim = hp->n_head_kv * hd;
-    const uint32_t half = hp->rope_dim / 2;
 
     if (B->qkv_bias) {
         const float *b = c->bias + (size_t)l * (q_dim + 2 * kv_dim);
@@ -194,6 +302,18 @@ static void qkv_token(const rvl_forward *c, uint32_t l, float *q, float *k, floa
         for (uint32_t h = 0; h < hp->n_head_kv; h++)
             rmsnorm_f32_ref(k + (size_t)h * hd, k + (size_t)h * hd, g + hd, hd, hp->rms_eps);
     }
+}
+
+/* One token's Q and K at position pos after qkv_pre: RoPE (the windowed
+ * layers' own tables with own_rope; a partial rotation's mscale on the
+ * rotated dimensions), the attention temperature where the recipe has
+ * it. */
+static void qkv_rope(const rvl_forward *c, float *q, float *k, uint32_t pos, bool own_rope)
+{
+    const rvl_hparams *hp = &c->m->hp;
+    const rvl_block *B = &hp->block;
+    const uint32_t hd = hp->head_dim, q_dim = hp->n_head * hd;
+    const uint32_t half = hp->rope_dim / 2;
     const float *cs = (own_rope ? c->swa_cos : c->rope_cos) + (size_t)pos * half;
     const float *sn = (own_rope ? c->swa_sin : c->rope_sin) + (size_t)pos * half;
     const bool neox = hp->rope_type == RVL_ROPE_NEOX;
@@ -326,7 +446,8 @@ static void moe_ffn(rvl_forward *c, uint32_t l, uint32_t nb, size_t xb_stride)
     const uint32_t fe = hp->n_ff_exp, fs = hp->n_ff_shexp;
     const size_t eb = 2 * (size_t)fe + dim; /* one expert's biases */
 
-    rvl_matmul_run(&c->mm, c->moe_p, ne, &L->router, c->xb, xb_stride, nb);
+    mm_run(c, RVL_PROF_MOE_ROUTE, c->moe_p, ne, &L->router, c->xb, xb_stride, nb);
+    uint64_t tp = prof_start(c); /* routing and gathering: moe_route */
     if (B->moe_bias)
         add_bias(c->moe_p, ne, c->moe_rb + (size_t)l * ne, ne, nb);
     for (uint32_t t = 0; t < nb; t++)
@@ -355,6 +476,7 @@ static void moe_ffn(rvl_forward *c, uint32_t l, uint32_t nb, size_t xb_stride)
             memcpy(c->moe_x + (size_t)r * dim, c->xb + (size_t)t * xb_stride,
                    dim * sizeof *c->moe_x);
         }
+    prof_end(c, RVL_PROF_MOE_ROUTE, tp);
     /* the chosen experts in groups (as many as their weights can be held
      * at once), each group's gate and up as one pool job over every
      * expert's rows, then its down; the inputs quantized once per kind */
@@ -363,6 +485,7 @@ static void moe_ffn(rvl_forward *c, uint32_t l, uint32_t nb, size_t xb_stride)
     const unsigned char *act_g, *act_u;
     size_t as_g, as_u;
     mx.act = c->moe_act;
+    tp = prof_start(c);
     rvl_matmul_prepare_act(&mx, &ew0[0], c->moe_x, dim, rows, &act_g, &as_g);
     act_u = act_g;
     as_u = as_g;
@@ -370,11 +493,13 @@ static void moe_ffn(rvl_forward *c, uint32_t l, uint32_t nb, size_t xb_stride)
         mx.act = c->moe_act2;
         rvl_matmul_prepare_act(&mx, &ew0[1], c->moe_x, dim, rows, &act_u, &as_u);
     }
+    prof_end(c, RVL_PROF_ACT_QUANT, tp);
     /* streamed experts: a group holds no more pins than one token's */
     const uint32_t max_g = rvl_experts_streamed(c->m->xs) ? nu : RVL_MOE_GROUP;
     for (uint32_t e0 = 0; e0 < ne;) {
         uint32_t n_g = 0, e1 = e0, r0 = rows, r1 = 0;
         const rvl_weight *ew[RVL_MOE_GROUP];
+        tp = prof_start(c);
         for (; e1 < ne && n_g < max_g; e1++) {
             if (!cnt[e1])
                 continue;
@@ -388,21 +513,28 @@ static void moe_ffn(rvl_forward *c, uint32_t l, uint32_t nb, size_t xb_stride)
             r1 = first[e1] + cnt[e1];
             n_g++;
         }
+        prof_end(c, RVL_PROF_MOE_LOAD, tp);
         if (!n_g)
             break;
+        tp = prof_start(c);
         rvl_matmul_grouped(&c->mm, 2 * (int)n_g, c->moe_grp, c->moe_scratch);
+        prof_end(c, RVL_PROF_MM_MOE_EXPERTS, tp);
         for (uint32_t e = e0; B->moe_bias && e < e1; e++) {
             const float *b = c->moe_eb + ((size_t)l * ne + e) * eb;
             add_bias(c->moe_h + (size_t)first[e] * fe, fe, b, fe, cnt[e]);
             add_bias(c->moe_h2 + (size_t)first[e] * fe, fe, b + fe, fe, cnt[e]);
         }
+        tp = prof_start(c);
         rvl_ops_glu_rows(c->pool, B->act, c->moe_h + (size_t)r0 * fe, c->moe_h2 + (size_t)r0 * fe,
                          fe, r1 - r0);
+        prof_end(c, RVL_PROF_ACT, tp);
         const unsigned char *act_d;
         size_t as_d;
         mx.act = c->moe_actd + (size_t)r0 * c->mm.act_stride;
+        tp = prof_start(c);
         rvl_matmul_prepare_act(&mx, &ew[0][2], c->moe_h + (size_t)r0 * fe, fe, r1 - r0, &act_d,
                                &as_d);
+        prof_end(c, RVL_PROF_ACT_QUANT, tp);
         for (uint32_t i = 0, e = e0; e < e1; e++) {
             if (!cnt[e])
                 continue;
@@ -410,7 +542,9 @@ static void moe_ffn(rvl_forward *c, uint32_t l, uint32_t nb, size_t xb_stride)
                                                act_d + (first[e] - r0) * as_d, as_d, cnt[e]};
             i++;
         }
+        tp = prof_start(c);
         rvl_matmul_grouped(&c->mm, (int)n_g, c->moe_grp, c->moe_scratch);
+        prof_end(c, RVL_PROF_MM_MOE_EXPERTS, tp);
         for (uint32_t i = 0, e = e0; e < e1; e++) {
             if (!cnt[e])
                 continue;
@@ -422,6 +556,7 @@ static void moe_ffn(rvl_forward *c, uint32_t l, uint32_t nb, size_t xb_stride)
         e0 = e1;
     }
     /* each token's experts in the order of their index, as one at a time */
+    tp = prof_start(c);
     memset(c->xo, 0, (size_t)nb * dim * sizeof *c->xo);
     for (uint32_t r = 0; r < rows; r++) {
         float *xo = c->xo + (size_t)c->moe_idx[r] * dim;
@@ -429,14 +564,18 @@ static void moe_ffn(rvl_forward *c, uint32_t l, uint32_t nb, size_t xb_stride)
         for (uint32_t d = 0; d < dim; d++)
             xo[d] += wi * o[d];
     }
+    prof_end(c, RVL_PROF_MOE_ROUTE, tp);
     if (!B->moe_shared)
         return;
     const rvl_weight *gu[2] = {&L->sh_gate, &L->sh_up};
     float *gu_out[2] = {c->hb, c->hb2};
     const size_t gu_stride[2] = {fs, fs};
-    rvl_matmul_shared(&c->mm, c->xb, xb_stride, nb, 2, gu, gu_out, gu_stride);
+    mm_shared(c, RVL_PROF_MM_MOE_SHARED, c->xb, xb_stride, nb, 2, gu, gu_out, gu_stride);
+    tp = prof_start(c);
     rvl_ops_glu_rows(c->pool, RVL_ACT_SILU, c->hb, c->hb2, fs, nb);
-    rvl_matmul_run(&c->mm, c->moe_o, dim, &L->sh_down, c->hb, fs, nb);
+    prof_end(c, RVL_PROF_ACT, tp);
+    mm_run(c, RVL_PROF_MM_MOE_SHARED, c->moe_o, dim, &L->sh_down, c->hb, fs, nb);
+    tp = prof_start(c);
     const float *g = B->moe_shared_gate ? c->sh_router + (size_t)l * dim : NULL;
     for (uint32_t t = 0; t < nb; t++) {
         const float *x = c->xb + (size_t)t * xb_stride;
@@ -449,6 +588,7 @@ static void moe_ffn(rvl_forward *c, uint32_t l, uint32_t nb, size_t xb_stride)
         for (uint32_t d = 0; d < dim; d++)
             xo[d] += s * o[d];
     }
+    prof_end(c, RVL_PROF_MOE_ROUTE, tp);
 }
 
 /* Each sequence's keys and values into its cache, then attention of its
@@ -467,15 +607,22 @@ typedef struct {
 
 static void mla_expanded(rvl_forward *c, uint32_t l, const fw_seg *g);
 
+/* pool NULL: on a thread of the pool's job (the caller times the job) */
 static void attend_seg(rvl_forward *c, const seg_job *j, const fw_seg *g, rvl_pool *pool)
 {
+    const bool timed = pool && c->prof;
+    uint64_t t = timed ? prof_now() : 0;
     rvl_kvcache_write(g->kv, j->l, g->pos0, g->n, j->k + (size_t)g->row0 * j->kv_dim, j->kv_dim,
                       j->v + (size_t)g->row0 * j->kv_dim, j->kv_dim);
+    if (timed)
+        prof_end(c, RVL_PROF_KV_WRITE, t), t = prof_now();
     if (c->mla_exp && c->m->hp.block.mla && g->n > 1)
         mla_expanded(c, j->l, g);
     else
         rvl_kvcache_attend(g->kv, pool, j->l, c->q + (size_t)g->row0 * j->q_dim, j->q_dim,
                            g->pos0, g->n, c->xb + (size_t)g->row0 * j->xb_stride, j->xb_stride);
+    if (timed)
+        prof_end(c, g->n > 1 ? RVL_PROF_ATTN_PREFILL : RVL_PROF_ATTN_DECODE, t);
 }
 
 static void attend_segs_part(void *arg, int ith, int nth)
@@ -497,15 +644,21 @@ static void attend_segments(rvl_forward *c, uint32_t l, const float *k, const fl
     seg_job j = {.c = c, .l = l, .k = k, .v = v, .q_dim = q_dim, .kv_dim = kv_dim,
                  .xb_stride = xb_stride};
     atomic_init(&j.next, 0);
-    if (c->n_segs == 1 || c->mla_exp) /* the expanded form's scratch is one */
+    if (c->n_segs == 1 || c->mla_exp) { /* the expanded form's scratch is one */
         for (uint32_t i = 0; i < c->n_segs; i++)
             attend_seg(c, &j, &c->segs[i], c->pool);
-    else
-        rvl_pool_run(c->pool, attend_segs_part, &j);
+        return;
+    }
+    const uint64_t t = prof_start(c);
+    rvl_pool_run(c->pool, attend_segs_part, &j);
+    bool one_each = true; /* a step of single tokens: decoding */
+    for (uint32_t i = 0; i < c->n_segs; i++)
+        one_each &= c->segs[i].n == 1;
+    prof_end(c, one_each ? RVL_PROF_ATTN_DECODE : RVL_PROF_ATTN_PREFILL, t);
 }
 
 /* Grouped-query attention of layer l on the nb normed rows of xb, into
- * xo: Q/K/V projections (LoRA adapters on each), qkv_token's steps, the
+ * xo: Q/K/V projections (LoRA adapters on each), qkv_pre's and qkv_rope's steps, the
  * keys and values into the cache, attention over its pages, the output
  * projection (with its bias: attn_out_bias). */
 static void gqa_attention(rvl_forward *c, uint32_t l, uint32_t nb, uint32_t pos0,
@@ -519,21 +672,31 @@ static void gqa_attention(rvl_forward *c, uint32_t l, uint32_t nb, uint32_t pos0
     const rvl_weight *qkv[3] = {&L->wq, &L->wk, &L->wv};
     float *qkv_out[3] = {c->q, c->k, c->v};
     const size_t qkv_stride[3] = {q_dim, kv_dim, kv_dim};
-    rvl_matmul_shared(&c->mm, c->xb, xb_stride, nb, 3, qkv, qkv_out, qkv_stride);
-    rvl_lora_apply(c->lora, c->pool, l, RVL_LORA_Q, c->xb, xb_stride, nb, c->q, q_dim);
-    rvl_lora_apply(c->lora, c->pool, l, RVL_LORA_K, c->xb, xb_stride, nb, c->k, kv_dim);
-    rvl_lora_apply(c->lora, c->pool, l, RVL_LORA_V, c->xb, xb_stride, nb, c->v, kv_dim);
+    mm_shared(c, RVL_PROF_MM_QKV, c->xb, xb_stride, nb, 3, qkv, qkv_out, qkv_stride);
+    LORA(c, l, RVL_LORA_Q, c->xb, xb_stride, nb, c->q, q_dim);
+    LORA(c, l, RVL_LORA_K, c->xb, xb_stride, nb, c->k, kv_dim);
+    LORA(c, l, RVL_LORA_V, c->xb, xb_stride, nb, c->v, kv_dim);
+    if (hp->block.qkv_bias || hp->block.qk_norm) {
+        const uint64_t t0 = prof_start(c);
+        for (uint32_t t = 0; t < nb; t++)
+            qkv_pre(c, l, c->q + (size_t)t * q_dim, c->k + (size_t)t * kv_dim,
+                    c->v + (size_t)t * kv_dim);
+        if (hp->block.qk_norm) /* else biases alone: RVL_PROF_OTHER's */
+            prof_end(c, RVL_PROF_NORM, t0);
+    }
+    const uint64_t t0 = prof_start(c);
     for (uint32_t t = 0; t < nb; t++)
-        qkv_token(c, l, c->q + (size_t)t * q_dim, c->k + (size_t)t * kv_dim,
-                  c->v + (size_t)t * kv_dim, c->row_pos[t], own_rope);
+        qkv_rope(c, c->q + (size_t)t * q_dim, c->k + (size_t)t * kv_dim, c->row_pos[t],
+                 own_rope);
+    prof_end(c, RVL_PROF_ROPE, t0);
     TRACE("Qcur", l, c->q, q_dim, q_dim);
     TRACE("Kcur", l, c->k, kv_dim, kv_dim);
     TRACE("Vcur", l, c->v, kv_dim, kv_dim);
     /* keys after RoPE into each sequence's cache, then attention over its pages */
     attend_segments(c, l, c->k, c->v, q_dim, kv_dim, xb_stride);
     TRACE("kqv_out", l, c->xb, xb_stride, q_dim);
-    rvl_matmul_run(&c->mm, c->xo, dim, &L->wo, c->xb, xb_stride, nb);
-    rvl_lora_apply(c->lora, c->pool, l, RVL_LORA_O, c->xb, xb_stride, nb, c->xo, dim);
+    mm_run(c, RVL_PROF_MM_ATTN_OUT, c->xo, dim, &L->wo, c->xb, xb_stride, nb);
+    LORA(c, l, RVL_LORA_O, c->xb, xb_stride, nb, c->xo, dim);
     if (hp->block.attn_out_bias)
         add_bias(c->xo, dim, c->attn_ob + (size_t)l * dim, dim, nb);
 }
@@ -630,15 +793,18 @@ static void mla_attention(rvl_forward *c, uint32_t l, uint32_t nb, size_t xb_str
 
     /* queries: through the low-rank bottleneck and its norm, or attn_q */
     if (hp->mla_q_rank) {
-        rvl_matmul_run(&c->mm, c->mla_qa, hp->mla_q_rank, &L->wq_a, c->xb, xb_stride, nb);
+        mm_run(c, RVL_PROF_MM_QKV, c->mla_qa, hp->mla_q_rank, &L->wq_a, c->xb, xb_stride, nb);
+        const uint64_t t0 = prof_start(c);
         rvl_ops_norm_rows(c->pool, c->mla_qa, hp->mla_q_rank, c->mla_qa, hp->mla_q_rank, norms,
                           hp->mla_q_rank, nb, hp->rms_eps);
-        rvl_matmul_run(&c->mm, c->mla_q, qk, &L->wq_b, c->mla_qa, hp->mla_q_rank, nb);
+        prof_end(c, RVL_PROF_NORM, t0);
+        mm_run(c, RVL_PROF_MM_QKV, c->mla_q, qk, &L->wq_b, c->mla_qa, hp->mla_q_rank, nb);
     } else {
-        rvl_matmul_run(&c->mm, c->mla_q, qk, &L->wq, c->xb, xb_stride, nb);
+        mm_run(c, RVL_PROF_MM_QKV, c->mla_q, qk, &L->wq, c->xb, xb_stride, nb);
     }
     /* the latent and the shared RoPE key: the cache's rows, in c->k */
-    rvl_matmul_run(&c->mm, c->k, hd, &L->wkv_a, c->xb, xb_stride, nb);
+    mm_run(c, RVL_PROF_MM_QKV, c->k, hd, &L->wkv_a, c->xb, xb_stride, nb);
+    uint64_t t0 = prof_start(c);
     for (uint32_t t = 0; t < nb; t++) {
         float *k = c->k + (size_t)t * hd;
         const float *cs = c->rope_cos + (size_t)c->row_pos[t] * half;
@@ -646,10 +812,12 @@ static void mla_attention(rvl_forward *c, uint32_t l, uint32_t nb, size_t xb_str
         rmsnorm_f32_ref(k, k, norms + hp->mla_q_rank, R, hp->rms_eps);
         rope_f32_ref(k + R, 1, hd, rd, cs, sn, hp->rope_type == RVL_ROPE_NEOX);
     }
+    prof_end(c, RVL_PROF_ROPE, t0); /* the latent's norm with its key's RoPE */
     /* each head's query absorbed: k_b_h q_nope into the first kv_rank dims */
     for (uint32_t h = 0; h < nh; h++)
-        rvl_matmul_run(&c->mm, c->q + (size_t)h * hd, q_dim, &L->k_b[h],
-                       c->mla_q + (size_t)h * kd, qk, nb);
+        mm_run(c, RVL_PROF_MM_QKV, c->q + (size_t)h * hd, q_dim, &L->k_b[h],
+               c->mla_q + (size_t)h * kd, qk, nb);
+    t0 = prof_start(c);
     for (uint32_t t = 0; t < nb; t++) {
         float *q = c->q + (size_t)t * q_dim;
         const float *cs = c->rope_cos + (size_t)c->row_pos[t] * half;
@@ -659,6 +827,7 @@ static void mla_attention(rvl_forward *c, uint32_t l, uint32_t nb, size_t xb_str
                    rd * sizeof *q);
         rope_f32_ref(q + R, nh, hd, rd, cs, sn, hp->rope_type == RVL_ROPE_NEOX);
     }
+    prof_end(c, RVL_PROF_ROPE, t0);
     attend_segments(c, l, c->k, c->k, q_dim, hd, xb_stride);
     /* each head's latent output through v_b_h, over every row at once (or
      * the rows of the sequences the expanded form did not run) */
@@ -668,10 +837,10 @@ static void mla_attention(rvl_forward *c, uint32_t l, uint32_t nb, size_t xb_str
         if (c->mla_exp && g->n > 1)
             continue;
         for (uint32_t h = 0; h < nh; h++)
-            rvl_matmul_run(&c->mm, c->mla_v + (size_t)r0 * vo + (size_t)h * vd, vo, &L->v_b[h],
-                           c->xb + (size_t)r0 * xb_stride + (size_t)h * hd, xb_stride, n);
+            mm_run(c, RVL_PROF_MM_ATTN_OUT, c->mla_v + (size_t)r0 * vo + (size_t)h * vd, vo,
+                   &L->v_b[h], c->xb + (size_t)r0 * xb_stride + (size_t)h * hd, xb_stride, n);
     }
-    rvl_matmul_run(&c->mm, c->xo, hp->n_embd, &L->wo, c->mla_v, vo, nb);
+    mm_run(c, RVL_PROF_MM_ATTN_OUT, c->xo, hp->n_embd, &L->wo, c->mla_v, vo, nb);
 }
 
 /* ====================================================================
@@ -691,6 +860,7 @@ static bool forward_chunk(rvl_forward *c, const int32_t *tokens, uint32_t nb, ui
     const size_t xb_stride = dim > q_dim ? dim : q_dim;
 
     /* embedding rows, whatever their format (times embd_scale) */
+    uint64_t t0 = prof_start(c);
     for (uint32_t t = 0; t < nb; t++)
         m->tok_embd.kf->dequantize((const char *)m->tok_embd.data +
                                        (uint64_t)tokens[t] * m->tok_embd.row_bytes,
@@ -698,6 +868,7 @@ static bool forward_chunk(rvl_forward *c, const int32_t *tokens, uint32_t nb, ui
     if (B->embd_scale)
         for (size_t i = 0; i < (size_t)nb * dim; i++)
             c->x[i] *= B->embd_scale;
+    prof_end(c, RVL_PROF_EMBED, t0);
 
     for (uint32_t l = 0; l < hp->n_layer; l++) {
         const rvl_layer *L = &m->layers[l];
@@ -705,8 +876,10 @@ static bool forward_chunk(rvl_forward *c, const int32_t *tokens, uint32_t nb, ui
         const bool own_rope = c->swa_cos && rvl_family_layer_kind(B, l) == RVL_LAYER_WINDOW;
 
         /* attention block: pre-attention norm (norm_pre_attn) */
+        t0 = prof_start(c);
         rvl_ops_norm_rows(c->pool, c->xb, xb_stride, c->x, dim,
                           c->norm_w + (size_t)(2 * l) * dim, dim, nb, hp->rms_eps);
+        prof_end(c, RVL_PROF_NORM, t0);
         TRACE("attn_norm", l, c->xb, xb_stride, dim);
         if (B->mla)
             mla_attention(c, l, nb, xb_stride);
@@ -714,8 +887,10 @@ static bool forward_chunk(rvl_forward *c, const int32_t *tokens, uint32_t nb, ui
             gqa_attention(c, l, nb, pos0, xb_stride, own_rope);
         TRACE("attn_out", l, c->xo, dim, dim);
         if (B->norm_post_attn) {
+            t0 = prof_start(c);
             rvl_ops_norm_rows(c->pool, c->xo, dim, c->xo, dim, c->post_w + (size_t)(2 * l) * dim,
                               dim, nb, hp->rms_eps);
+            prof_end(c, RVL_PROF_NORM, t0);
             TRACE("attn_post_norm", l, c->xo, dim, dim);
         }
         for (size_t i = 0; i < (size_t)nb * dim; i++)
@@ -723,8 +898,10 @@ static bool forward_chunk(rvl_forward *c, const int32_t *tokens, uint32_t nb, ui
         TRACE("ffn_inp", l, c->x, dim, dim);
 
         /* gated feed-forward block: pre-FFN norm (norm_pre_ffn), SiLU or GELU (act) */
+        t0 = prof_start(c);
         rvl_ops_norm_rows(c->pool, c->xb, xb_stride, c->x, dim,
                           c->norm_w + (size_t)(2 * l + 1) * dim, dim, nb, hp->rms_eps);
+        prof_end(c, RVL_PROF_NORM, t0);
         TRACE("ffn_norm", l, c->xb, xb_stride, dim);
         if (B->moe && l >= B->moe_dense_lead) {
             moe_ffn(c, l, nb, xb_stride);
@@ -733,20 +910,24 @@ static bool forward_chunk(rvl_forward *c, const int32_t *tokens, uint32_t nb, ui
             const rvl_weight *gu[2] = {&L->w_gate, &L->w_up};
             float *gu_out[2] = {c->hb, c->hb2};
             const size_t gu_stride[2] = {ff, ff};
-            rvl_matmul_shared(&c->mm, c->xb, xb_stride, nb, 2, gu, gu_out, gu_stride);
-            rvl_lora_apply(c->lora, c->pool, l, RVL_LORA_GATE, c->xb, xb_stride, nb, c->hb, ff);
-            rvl_lora_apply(c->lora, c->pool, l, RVL_LORA_UP, c->xb, xb_stride, nb, c->hb2, ff);
+            mm_shared(c, RVL_PROF_MM_FFN_GATE_UP, c->xb, xb_stride, nb, 2, gu, gu_out, gu_stride);
+            LORA(c, l, RVL_LORA_GATE, c->xb, xb_stride, nb, c->hb, ff);
+            LORA(c, l, RVL_LORA_UP, c->xb, xb_stride, nb, c->hb2, ff);
             TRACE("ffn_gate", l, c->hb, ff, ff);
             TRACE("ffn_up", l, c->hb2, ff, ff);
+            t0 = prof_start(c);
             rvl_ops_glu_rows(c->pool, B->act, c->hb, c->hb2, ff, nb);
+            prof_end(c, RVL_PROF_ACT, t0);
             TRACE(B->act == RVL_ACT_SILU ? "ffn_swiglu" : "ffn_geglu", l, c->hb, ff, ff);
-            rvl_matmul_run(&c->mm, c->xo, dim, &L->w_down, c->hb, ff, nb);
-            rvl_lora_apply(c->lora, c->pool, l, RVL_LORA_DOWN, c->hb, ff, nb, c->xo, dim);
+            mm_run(c, RVL_PROF_MM_FFN_DOWN, c->xo, dim, &L->w_down, c->hb, ff, nb);
+            LORA(c, l, RVL_LORA_DOWN, c->hb, ff, nb, c->xo, dim);
             TRACE("ffn_out", l, c->xo, dim, dim);
         }
         if (B->norm_post_ffn) {
+            t0 = prof_start(c);
             rvl_ops_norm_rows(c->pool, c->xo, dim, c->xo, dim,
                               c->post_w + (size_t)(2 * l + 1) * dim, dim, nb, hp->rms_eps);
+            prof_end(c, RVL_PROF_NORM, t0);
             TRACE("ffn_post_norm", l, c->xo, dim, dim);
         }
         for (size_t i = 0; i < (size_t)nb * dim; i++)
@@ -765,19 +946,23 @@ static bool forward_chunk(rvl_forward *c, const int32_t *tokens, uint32_t nb, ui
 
     const float *onorm = c->norm_w + (size_t)(2 * hp->n_layer) * dim;
     if (logits) {
+        t0 = prof_start(c);
         rvl_ops_norm_rows(c->pool, c->xb, xb_stride, c->x, dim, onorm, dim, nb, hp->rms_eps);
+        prof_end(c, RVL_PROF_NORM, t0);
         TRACE("result_norm", -1, c->xb, xb_stride, dim);
-        rvl_matmul_run(&c->mm, logits, hp->n_vocab, &m->output, c->xb, xb_stride, nb);
+        mm_run(c, RVL_PROF_MM_OUTPUT, logits, hp->n_vocab, &m->output, c->xb, xb_stride, nb);
         if (B->final_softcap)
             softcap_f32_ref(logits, (int64_t)nb * hp->n_vocab, B->final_softcap);
     } else if (want_last) {
         /* each sequence's last row that wants its logits, in one matmul */
         uint32_t k = 0;
+        t0 = prof_start(c);
         for (uint32_t i = 0; i < c->n_segs; i++)
             if (c->segs[i].logits)
                 rmsnorm_f32_ref(c->xb + (size_t)k++ * xb_stride,
                                 c->x + (size_t)(c->segs[i].row0 + c->segs[i].n - 1) * dim, onorm,
                                 dim, hp->rms_eps);
+        prof_end(c, RVL_PROF_NORM, t0);
         if (c->trace && k)
             c->trace(c->trace_ud, "result_norm", -1, pos0 + nb - 1, 1, c->xb, dim, dim);
         float *out = k == 1 ? NULL : c->seg_logits;
@@ -785,7 +970,7 @@ static bool forward_chunk(rvl_forward *c, const int32_t *tokens, uint32_t nb, ui
             if (c->segs[i].logits)
                 out = c->segs[i].logits;
         if (k)
-            rvl_matmul_run(&c->mm, out, hp->n_vocab, &m->output, c->xb, xb_stride, k);
+            mm_run(c, RVL_PROF_MM_OUTPUT, out, hp->n_vocab, &m->output, c->xb, xb_stride, k);
         if (k && B->final_softcap)
             softcap_f32_ref(out, (int64_t)k * hp->n_vocab, B->final_softcap);
         for (uint32_t i = 0, j = 0; k > 1 && i < c->n_segs; i++)
@@ -815,9 +1000,8 @@ static void one_segment(rvl_forward *c, rvl_kvcache *kv, uint32_t pos0, uint32_t
 static rvl_forward *fw(rvl_backend *b) { return (rvl_forward *)b; }
 static const rvl_forward *cfw(const rvl_backend *b) { return (const rvl_forward *)b; }
 
-static int cpu_decode(rvl_backend *b, const int32_t *tokens, uint32_t n, const float **logits)
+static int decode_chunks(rvl_forward *c, const int32_t *tokens, uint32_t n, const float **logits)
 {
-    rvl_forward *c = fw(b);
     const rvl_hparams *hp = &c->m->hp;
 
     for (uint32_t i = 0; i < n; i += UBATCH) {
@@ -830,7 +1014,9 @@ static int cpu_decode(rvl_backend *b, const int32_t *tokens, uint32_t n, const f
                                           c->all_logits ? c->logits + (size_t)i * hp->n_vocab
                                                         : NULL, i + nb == n);
         rvl_kvcache_set_ids(c->kv, c->pos, tokens + i, nb); /* names full pages for reuse */
+        const uint64_t t0 = prof_start(c);
         rvl_kvcache_commit(c->kv, nb); /* ages pages past a tier boundary */
+        prof_end(c, RVL_PROF_KV_WRITE, t0);
         c->pos += nb;
         if (!finite)
             return rvl_seterr(RVL_ERANGE, "the model's activations are not finite (NaN or "
@@ -840,6 +1026,17 @@ static int cpu_decode(rvl_backend *b, const int32_t *tokens, uint32_t n, const f
     if (logits)
         *logits = c->logits;
     return 0;
+}
+
+static int cpu_decode(rvl_backend *b, const int32_t *tokens, uint32_t n, const float **logits)
+{
+    rvl_forward *c = fw(b);
+    if (!c->prof)
+        return decode_chunks(c, tokens, n, logits);
+    const uint64_t t0 = prof_now(), ops0 = prof_sum(c->prof);
+    const int rc = decode_chunks(c, tokens, n, logits);
+    prof_rest(c, t0, ops0);
+    return rc;
 }
 
 /* ====================================================================
@@ -939,6 +1136,7 @@ static int cpu_open(rvl_backend **out, const rvl_model *m, const rvl_ctx_params 
     c->n_ctx = p->n_ctx;
     c->all_logits = p->all_logits;
     c->n_batch = p->n_batch;
+    c->prof = p->profile;
     if ((rc = rvl_pool_open(&c->pool, (int)p->n_threads)) < 0) {
         free(c);
         return rc;
@@ -1401,10 +1599,10 @@ uint32_t rvl_forward_seq_share(rvl_backend *b, uint32_t seq, const int32_t *ids,
  * them all on an error. An item of an empty sequence first maps the pages
  * of its tokens the store holds (rvl_kvcache_share); then the step runs
  * only when the store has every page it may take (rvl_kvcache_need). */
-int rvl_forward_seqs_decode(rvl_backend *b, uint32_t n_items, const uint32_t *seq,
-                            const int32_t *const *tokens, const uint32_t *n, const float **logits)
+static int seqs_decode(rvl_forward *c, uint32_t n_items, const uint32_t *seq,
+                       const int32_t *const *tokens, const uint32_t *n, const float **logits)
 {
-    rvl_forward *c = fw(b);
+    rvl_backend *b = (rvl_backend *)c;
     const size_t nv = c->m->hp.n_vocab;
     uint64_t need = 0;
     for (uint32_t i = 0; i < n_items; i++) {
@@ -1452,7 +1650,9 @@ int rvl_forward_seqs_decode(rvl_backend *b, uint32_t n_items, const uint32_t *se
         for (uint32_t i = 0; i < c->n_segs; i++) {
             const fw_seg *g = &c->segs[i];
             rvl_kvcache_set_ids(g->kv, g->pos0, c->seq_tok + g->row0, g->n);
+            const uint64_t t0 = prof_start(c);
             rvl_kvcache_commit(g->kv, g->n);
+            prof_end(c, RVL_PROF_KV_WRITE, t0);
             c->seq_pos[c->seg_seq[i]] += g->n;
         }
         if (!finite)
@@ -1462,6 +1662,18 @@ int rvl_forward_seqs_decode(rvl_backend *b, uint32_t n_items, const uint32_t *se
     for (uint32_t i = 0; i < n_items; i++)
         logits[i] = c->seq_logits + (size_t)i * nv;
     return 0;
+}
+
+int rvl_forward_seqs_decode(rvl_backend *b, uint32_t n_items, const uint32_t *seq,
+                            const int32_t *const *tokens, const uint32_t *n, const float **logits)
+{
+    rvl_forward *c = fw(b);
+    if (!c->prof)
+        return seqs_decode(c, n_items, seq, tokens, n, logits);
+    const uint64_t t0 = prof_now(), ops0 = prof_sum(c->prof);
+    const int rc = seqs_decode(c, n_items, seq, tokens, n, logits);
+    prof_rest(c, t0, ops0);
+    return rc;
 }
 
 int rvl_forward_seq_truncate(rvl_backend *b, uint32_t seq, uint32_t pos)
