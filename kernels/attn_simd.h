@@ -90,62 +90,42 @@ ATTN_INLINE float AFN(ldkv1)(const void *row, int d, const int f16)
     return f16 ? rvl_f16_to_f32(((const uint16_t *)row)[d]) : ((const float *)row)[d];
 }
 
-ATTN_INLINE void AFN(dot4)(int hd, const float *q, const void *k0, const void *k1,
-                           const void *k2, const void *k3, float out[4], const int f16)
+/* nr (1..4) q rows at once, sharing each key load (decode: the g query
+ * heads of a kv head; prefill: the heads of one token): each row's float
+ * operations are dot4's exactly */
+ATTN_INLINE void AFN(dot4xn)(int hd, const int nr, const float *const *q, const void *k0,
+                             const void *k1, const void *k2, const void *k3, float out[4][4],
+                             const int f16)
 {
-    VF a0 = v_zero(), a1 = v_zero(), a2 = v_zero(), a3 = v_zero();
+    VF a[4][4];
+#pragma GCC unroll 4
+    for (int r = 0; r < nr; r++)
+        a[r][0] = a[r][1] = a[r][2] = a[r][3] = v_zero();
     int d = 0;
     for (; d + W <= hd; d += W) {
-        const VF x = v_ld(q + d);
-        a0 = v_fma(x, AFN(ldkv)(k0, d, f16), a0);
-        a1 = v_fma(x, AFN(ldkv)(k1, d, f16), a1);
-        a2 = v_fma(x, AFN(ldkv)(k2, d, f16), a2);
-        a3 = v_fma(x, AFN(ldkv)(k3, d, f16), a3);
-    }
-    v_hsum4(a0, a1, a2, a3, out);
-    for (; d < hd; d++) {
-        out[0] = fmaf(q[d], AFN(ldkv1)(k0, d, f16), out[0]);
-        out[1] = fmaf(q[d], AFN(ldkv1)(k1, d, f16), out[1]);
-        out[2] = fmaf(q[d], AFN(ldkv1)(k2, d, f16), out[2]);
-        out[3] = fmaf(q[d], AFN(ldkv1)(k3, d, f16), out[3]);
-    }
-}
-
-/* two q rows at once, sharing the key loads: each row's float operations
- * are dot4's exactly */
-ATTN_INLINE void AFN(dot4x2)(int hd, const float *q, const float *q2, const void *k0,
-                             const void *k1, const void *k2, const void *k3, float out[4],
-                             float out2[4], const int f16)
-{
-    VF a0 = v_zero(), a1 = v_zero(), a2 = v_zero(), a3 = v_zero();
-    VF b0 = v_zero(), b1 = v_zero(), b2 = v_zero(), b3 = v_zero();
-    int d = 0;
-    for (; d + W <= hd; d += W) {
-        const VF x = v_ld(q + d), y = v_ld(q2 + d);
         const VF c0 = AFN(ldkv)(k0, d, f16), c1 = AFN(ldkv)(k1, d, f16);
         const VF c2 = AFN(ldkv)(k2, d, f16), c3 = AFN(ldkv)(k3, d, f16);
-        a0 = v_fma(x, c0, a0);
-        a1 = v_fma(x, c1, a1);
-        a2 = v_fma(x, c2, a2);
-        a3 = v_fma(x, c3, a3);
-        b0 = v_fma(y, c0, b0);
-        b1 = v_fma(y, c1, b1);
-        b2 = v_fma(y, c2, b2);
-        b3 = v_fma(y, c3, b3);
+#pragma GCC unroll 4
+        for (int r = 0; r < nr; r++) {
+            const VF x = v_ld(q[r] + d);
+            a[r][0] = v_fma(x, c0, a[r][0]);
+            a[r][1] = v_fma(x, c1, a[r][1]);
+            a[r][2] = v_fma(x, c2, a[r][2]);
+            a[r][3] = v_fma(x, c3, a[r][3]);
+        }
     }
-    v_hsum4(a0, a1, a2, a3, out);
-    v_hsum4(b0, b1, b2, b3, out2);
+#pragma GCC unroll 4
+    for (int r = 0; r < nr; r++)
+        v_hsum4(a[r][0], a[r][1], a[r][2], a[r][3], out[r]);
     for (; d < hd; d++) {
         const float c0 = AFN(ldkv1)(k0, d, f16), c1 = AFN(ldkv1)(k1, d, f16);
         const float c2 = AFN(ldkv1)(k2, d, f16), c3 = AFN(ldkv1)(k3, d, f16);
-        out[0] = fmaf(q[d], c0, out[0]);
-        out[1] = fmaf(q[d], c1, out[1]);
-        out[2] = fmaf(q[d], c2, out[2]);
-        out[3] = fmaf(q[d], c3, out[3]);
-        out2[0] = fmaf(q2[d], c0, out2[0]);
-        out2[1] = fmaf(q2[d], c1, out2[1]);
-        out2[2] = fmaf(q2[d], c2, out2[2]);
-        out2[3] = fmaf(q2[d], c3, out2[3]);
+        for (int r = 0; r < nr; r++) {
+            out[r][0] = fmaf(q[r][d], c0, out[r][0]);
+            out[r][1] = fmaf(q[r][d], c1, out[r][1]);
+            out[r][2] = fmaf(q[r][d], c2, out[r][2]);
+            out[r][3] = fmaf(q[r][d], c3, out[r][3]);
+        }
     }
 }
 
@@ -223,8 +203,8 @@ ATTN_INLINE void AFN(prefetch_block)(const rvl_attn_params *p, int kh, int t, in
     const char *k = (const char *)rvl_attn_row(p, 0, kh, t);
     const char *v = (const char *)rvl_attn_row(p, 1, kh, t);
     for (size_t o = 0; o < bytes; o += 64) {
-        __builtin_prefetch(k + o);
-        __builtin_prefetch(v + o);
+        __builtin_prefetch(k + o, 0, 2);
+        __builtin_prefetch(v + o, 0, 2);
     }
 }
 
@@ -288,28 +268,33 @@ ATTN_INLINE void AFN(tile)(const rvl_attn_params *p, int kh, int nrows, const in
         }
         for (int i = 0; i < nact;) {
             const int r = act[i], j0 = ja[r], j1 = je[r];
-            const int r2 = i + 1 < nact && ja[act[i + 1]] == j0 && je[act[i + 1]] == j1
-                               ? act[i + 1] : -1;
-            float *s = w->s + (size_t)r * RVL_ATTN_BLOCK;
-            float *s2 = r2 >= 0 ? w->s + (size_t)r2 * RVL_ATTN_BLOCK : NULL;
+            /* up to 4 rows with the same keys share the key loads */
+            int nr = 1;
+            while (nr < 4 && i + nr < nact && ja[act[i + nr]] == j0 && je[act[i + nr]] == j1)
+                nr++;
+            const float *qs[4];
+            float *ss[4];
+            for (int u = 0; u < nr; u++) {
+                qs[u] = w->q + (size_t)act[i + u] * hd;
+                ss[u] = w->s + (size_t)act[i + u] * RVL_ATTN_BLOCK;
+            }
             for (int j = j0; j <= j1; j += 4) {
                 const char *k0 = kb + (size_t)j * rs;
                 const char *k1 = j + 1 <= j1 ? k0 + rs : k0;
                 const char *k2 = j + 2 <= j1 ? k0 + 2 * rs : k0;
                 const char *k3 = j + 3 <= j1 ? k0 + 3 * rs : k0;
-                float o[4], o2[4];
-                if (r2 >= 0)
-                    AFN(dot4x2)(hd, w->q + (size_t)r * hd, w->q + (size_t)r2 * hd, k0, k1, k2,
-                                k3, o, o2, f16);
-                else
-                    AFN(dot4)(hd, w->q + (size_t)r * hd, k0, k1, k2, k3, o, f16);
-                for (int u = 0; u < 4 && j + u <= j1; u++) {
-                    s[j + u] = o[u];
-                    if (s2)
-                        s2[j + u] = o2[u];
+                float o[4][4];
+                switch (nr) {
+                case 4: AFN(dot4xn)(hd, 4, qs, k0, k1, k2, k3, o, f16); break;
+                case 3: AFN(dot4xn)(hd, 3, qs, k0, k1, k2, k3, o, f16); break;
+                case 2: AFN(dot4xn)(hd, 2, qs, k0, k1, k2, k3, o, f16); break;
+                default: AFN(dot4xn)(hd, 1, qs, k0, k1, k2, k3, o, f16); break;
                 }
+                for (int u = 0; u < 4 && j + u <= j1; u++)
+                    for (int v = 0; v < nr; v++)
+                        ss[v][j + u] = o[v][u];
             }
-            i += r2 >= 0 ? 2 : 1;
+            i += nr;
         }
 
         /* scores -> weights, row by row */

@@ -34,6 +34,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include <xxhash.h>
 
@@ -678,6 +679,27 @@ static void store_free(rvl_kvstore *st)
     free(st->sinks);
     free(st);
 }
+/* A pool's memory, zeroed as calloc's, on 2 MiB pages where the kernel
+ * gives them (transparent huge pages in "madvise" mode): decode at depth
+ * reads every page of a layer's cache for each token, a few KiB per page
+ * and head, and on 4 KiB pages nearly every one of those reads was a TLB
+ * miss (perf: the key and value loads of the attention tiles). Pages are
+ * still touched only as slots are used. */
+static void *pool_calloc(size_t n, size_t size)
+{
+    void *p = calloc(n, size);
+#ifdef MADV_HUGEPAGE
+    const uintptr_t huge = (uintptr_t)2 << 20;
+    if (p && size && n > huge / size) {
+        const uintptr_t a = ((uintptr_t)p + huge - 1) & ~(huge - 1);
+        const uintptr_t e = ((uintptr_t)p + n * size) & ~(huge - 1);
+        if (e > a)
+            (void)madvise((void *)a, e - a, MADV_HUGEPAGE);
+    }
+#endif
+    return p;
+}
+
 
 /* A store for n_seq caches laid out as kc, the global group capped at
  * budget pages (shared); NULL when out of memory. */
@@ -704,7 +726,7 @@ static rvl_kvstore *store_new(const rvl_kvcache *kc, uint32_t n_seq, uint32_t bu
             s->cap[t] = (uint32_t)cap;
             for (int kind = 0; kind < kc->nkind; kind++)
                 if (s->cap[t] && g->n_layer) {
-                    s->pool[kind][t] = calloc((size_t)g->n_layer * s->cap[t], kc->sb[kind][t]);
+                    s->pool[kind][t] = pool_calloc((size_t)g->n_layer * s->cap[t], kc->sb[kind][t]);
                     ok &= s->pool[kind][t] != NULL;
                 }
             if (kc->nkind == 1) /* v_is_k: the value side reads the key pages */
