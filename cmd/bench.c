@@ -379,6 +379,7 @@ typedef struct {
     double bw_gbs;
     const char *isa_names[8];
     double peak[8];
+    double peak_i8[8];            /* int8 GOP/s per variant (0: not measured) */
     int n_peak;
     /* markdown with several variants: one row per (op, type, shape,
      * source), one GB/s or GFLOP/s column per variant */
@@ -397,6 +398,21 @@ static double peak_of(const kout *o, const char *isa)
     for (int i = 0; i < o->n_peak; i++)
         if (strcmp(o->isa_names[i], isa) == 0)
             return o->peak[i];
+    return 0;
+}
+
+/* The roofline of a GEMM row: the int8 dot peak for the integer formats
+ * where the variant has one (*i8), else the f32 FMA peak. */
+static double gemm_peak(const kout *o, const kcase *k, const char *isa, bool *i8)
+{
+    const bool flt = !strcmp(k->type_name, "F32") || !strcmp(k->type_name, "F16") ||
+                     !strcmp(k->type_name, "BF16");
+    for (int i = 0; i < o->n_peak; i++)
+        if (strcmp(o->isa_names[i], isa) == 0) {
+            *i8 = !flt && o->peak_i8[i] > 0;
+            return *i8 ? o->peak_i8[i] : o->peak[i];
+        }
+    *i8 = false;
     return 0;
 }
 
@@ -457,8 +473,12 @@ static void side_flush(kout *o)
         if (o->val[c] > 0 && (best < 0 || o->val[c] > o->val[best]))
             best = c;
     char last[48] = "";
+    bool i8 = false;
+    if (best >= 0 && vs_peak)
+        (void)gemm_peak(o, k, o->cols[best], &i8);
     if (best >= 0 && o->frac[best] > 0)
-        snprintf(last, sizeof last, "%s %.0f%% %s", o->cols[best], o->frac[best] * 100, vs_peak ? "peak" : "bw");
+        snprintf(last, sizeof last, "%s %.0f%% %s", o->cols[best], o->frac[best] * 100,
+                 vs_peak ? (i8 ? "peak i8" : "peak") : "bw");
     else if (best >= 0)
         snprintf(last, sizeof last, "%s", o->cols[best]);
     side_row(o, rvl_bench_op_name(k->c.op), k->type_name, k->shape, k->source, vs_peak ? "GFLOP/s" : "GB/s",
@@ -525,7 +545,8 @@ static void print_kernel_row(kout *o, const kcase *k, const rvl_bench_kresult *r
      * repetitions where bench has it (GEMV, dequantize), else the best
      * of the STREAM numbers measured at the start */
     const bool vs_peak = k->c.op == RVL_BENCH_GEMM;
-    const double peak = vs_peak ? peak_of(o, r->impl) : 0;
+    bool i8 = false;
+    const double peak = vs_peak ? gemm_peak(o, k, r->impl, &i8) : 0;
     const double frac_stream = o->bw_gbs > 0 ? gbs / o->bw_gbs : 0;
     const bool interleaved = !vs_peak && r->read_gbs > 0;
     const double frac = vs_peak ? (peak > 0 ? gflops / peak : 0) : interleaved ? gbs / r->read_gbs : frac_stream;
@@ -538,14 +559,15 @@ static void print_kernel_row(kout *o, const kcase *k, const rvl_bench_kresult *r
         if (gflops > 0)
             snprintf(f, sizeof f, "%.1f", gflops);
         if (frac > 0)
-            snprintf(roof, sizeof roof, "%.0f%% %s", frac * 100, vs_peak ? "peak" : "bw");
+            snprintf(roof, sizeof roof, "%.0f%% %s", frac * 100, vs_peak ? (i8 ? "peak i8" : "peak") : "bw");
         if (interleaved)
             snprintf(rd, sizeof rd, "%.2f", r->read_gbs);
         printf("| %-10s | %-7s | %-6s | %-18s | %-14s | %7d | %10.3f | %9.2f | %9s | %-10s | %9s |\n", op,
                k->type_name, r->impl, k->shape, k->source, threads, t * 1e3, gbs, f, roof, rd);
     } else if (o->fmt == OUT_CSV) {
         printf("%s,%s,%s,%s,%s,%d,%.6f,%.4f,%.4f,%.4f,%s,%.4f\n", op, k->type_name, r->impl, k->shape,
-               k->source, threads, t * 1e3, gbs, gflops, frac, vs_peak ? "peak" : "bw", r->read_gbs);
+               k->source, threads, t * 1e3, gbs, gflops, frac,
+               vs_peak ? (i8 ? "peak_int8" : "peak") : "bw", r->read_gbs);
     } else {
         rvl_jw *w = &o->jw;
         rvl_jw_obj(w);
@@ -565,11 +587,12 @@ static void print_kernel_row(kout *o, const kcase *k, const rvl_bench_kresult *r
         rvl_jw_key(w, "flops"); rvl_jw_f64(w, r->flops);
         rvl_jw_key(w, "gbs"); rvl_jw_f64(w, gbs);
         rvl_jw_key(w, "gflops"); rvl_jw_f64(w, gflops);
-        rvl_jw_key(w, "roofline"); rvl_jw_str(w, vs_peak ? "peak" : "bw");
+        rvl_jw_key(w, "roofline"); rvl_jw_str(w, vs_peak ? (i8 ? "peak_int8" : "peak") : "bw");
         rvl_jw_key(w, "roofline_fraction"); rvl_jw_f64(w, frac);
         /* where the bandwidth roofline came from: "read" interleaved with
          * the repetitions, or "stream" (memory.bw_gbs); "peak" for GEMM */
-        rvl_jw_key(w, "roofline_source"); rvl_jw_str(w, vs_peak ? "peak" : interleaved ? "read" : "stream");
+        rvl_jw_key(w, "roofline_source");
+        rvl_jw_str(w, vs_peak ? (i8 ? "peak_int8" : "peak") : interleaved ? "read" : "stream");
         rvl_jw_key(w, "read_gbs"); rvl_jw_f64(w, r->read_gbs);
         rvl_jw_key(w, "read_min_gbs"); rvl_jw_f64(w, r->read_min_gbs);
         rvl_jw_key(w, "read_max_gbs"); rvl_jw_f64(w, r->read_max_gbs);
@@ -699,6 +722,14 @@ static void print_machine(kout *o, const rvl_bench *b, const rvl_bench_membw *bw
             rvl_jw_f64(w, o->peak[i]);
         }
         rvl_jw_obj_end(w);
+        rvl_jw_key(w, "peak_int8_gops");
+        rvl_jw_obj(w);
+        for (int i = 0; i < o->n_peak; i++)
+            if (o->peak_i8[i] > 0) {
+                rvl_jw_key(w, o->isa_names[i]);
+                rvl_jw_f64(w, o->peak_i8[i]);
+            }
+        rvl_jw_obj_end(w);
         rvl_jw_key(w, "results");
         rvl_jw_arr(w);
     }
@@ -710,9 +741,23 @@ static void print_machine(kout *o, const rvl_bench *b, const rvl_bench_membw *bw
         for (int c = 0; c < o->n_cols; c++)
             val[c] = peak_of(o, o->cols[c]);
         side_row(o, "peak", "f32 fma", "registers", o->machine, "GFLOP/s", val, 1, "");
+        bool any = false;
+        for (int c = 0; c < o->n_cols; c++) {
+            val[c] = 0;
+            for (int i = 0; i < o->n_peak; i++)
+                if (!strcmp(o->isa_names[i], o->cols[c]))
+                    val[c] = o->peak_i8[i];
+            any |= val[c] > 0;
+        }
+        if (any)
+            side_row(o, "peak", "int8 dp", "registers", o->machine, "GOP/s", val, 1, "");
     } else {
         for (int i = 0; i < o->n_peak; i++)
             print_machine_row(o, "peak", "f32 fma", o->isa_names[i], "registers", threads, 0, o->peak[i]);
+        for (int i = 0; i < o->n_peak; i++)
+            if (o->peak_i8[i] > 0)
+                print_machine_row(o, "peak", "int8 dp", o->isa_names[i], "registers", threads, 0,
+                                  o->peak_i8[i]);
     }
 }
 
@@ -819,7 +864,8 @@ static int bench_kernels(const char *name)
     if (any_gemm)
         for (int i = 0; i < n_isa; i++) {
             progress(name, 0, 1, "peak FLOP/s");
-            if ((rc = rvl_bench_peak(b, isas[i], &o.peak[o.n_peak])) < 0) {
+            if ((rc = rvl_bench_peak(b, isas[i], &o.peak[o.n_peak])) < 0 ||
+                (rc = rvl_bench_peak_int8(b, isas[i], &o.peak_i8[o.n_peak])) < 0) {
                 progress_done();
                 status = cli_fail(name, rc);
                 goto out;
@@ -1583,15 +1629,17 @@ rvl_cmd cmd_bench_desc = {
         "STREAM-style copy, triad and a read-only sum over arrays of half the working set "
         "(--mem-size; by default twice the last-level cache, so the cache cannot serve them), "
         "and the peak, the best rate of twelve independent FMA chains that never leave the "
-        "registers (for ref, what the compiler makes of scalar C). GEMV and dequantize are "
+        "registers (for ref, what the compiler makes of scalar C); with AVX-512 VNNI also the "
+        "int8 peak (int8 dp, GOP/s: twelve vpdpbusd chains, two operations per multiply-add), "
+        "the roofline of the quantized formats' GEMM rows (marked peak i8). GEMV and dequantize are "
         "not compared with those start-up numbers, which drift on a shared machine: each of "
         "their timed repetitions is paired with a read-only pass over as many bytes of the "
         "working set, as cold as the weights were, on the same threads in the same chunks "
         "(after the kernel in even repetitions, before it in odd ones), and their roofline "
         "fraction is the median kernel GB/s over the median of those reads (the last column, "
         "read GB/s); the other operations are compared with the best of copy, triad and read. "
-        "The integer dot products of quantized formats are "
-        "not FP32 FMAs, so their peak fraction is a guide, not a bound. Weights are cycled "
+        "Without an int8 peak, the quantized formats' GEMMs are compared with the FP32 FMA "
+        "peak, a guide rather than a bound. Weights are cycled "
         "through the working set so that every GEMV reads its matrix from memory; activations "
         "are quantized to the format's activation type before timing. --isa compares kernel "
         "variants side by side: with several (or 'all'), the table has one row per operation, "

@@ -495,6 +495,11 @@ int rvl_bench_mem(rvl_bench *b, int reps, rvl_bench_membw *out);
  * the pool's threads, for an ISA ("ref": what the compiler makes of
  * scalar C; NULL: the selected one). */
 int rvl_bench_peak(rvl_bench *b, const char *isa, double *gflops);
+/* Peak int8 GOP/s (2 per multiply-add) of independent vpdpbusd chains in
+ * registers, on all the pool's threads: the bound of the integer GEMM
+ * tiles. *gops = 0 where the ISA has no int8 dot instruction here (only
+ * AVX-512 VNNI is measured). */
+int rvl_bench_peak_int8(rvl_bench *b, const char *isa, double *gops);
 
 typedef enum {
     RVL_BENCH_GEMV, RVL_BENCH_GEMM, RVL_BENCH_QUANTIZE, RVL_BENCH_DEQUANTIZE,

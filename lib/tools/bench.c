@@ -567,8 +567,33 @@ static double fma_neon(uint64_t iters, float *sink)
 }
 #endif
 
+#ifdef BENCH_X86
+/* 12 independent vpdpbusd chains in registers: 64 multiply-adds each per
+ * instruction */
+#define DP(a) a = _mm512_dpbusd_epi32(a, u, s)
+__attribute__((target("avx512f,avx512vnni"))) static double dp_avx512vnni(uint64_t iters, float *sink)
+{
+    __m512i a0 = _mm512_set1_epi32(0), a1 = _mm512_set1_epi32(1), a2 = _mm512_set1_epi32(2);
+    __m512i a3 = _mm512_set1_epi32(3), a4 = _mm512_set1_epi32(4), a5 = _mm512_set1_epi32(5);
+    __m512i a6 = _mm512_set1_epi32(6), a7 = _mm512_set1_epi32(7), a8 = _mm512_set1_epi32(8);
+    __m512i a9 = _mm512_set1_epi32(9), a10 = _mm512_set1_epi32(10), a11 = _mm512_set1_epi32(11);
+    const __m512i u = _mm512_set1_epi8(3), s = _mm512_set1_epi8(-2);
+    for (uint64_t i = 0; i < iters; i++) {
+        DP(a0); DP(a1); DP(a2); DP(a3); DP(a4); DP(a5);
+        DP(a6); DP(a7); DP(a8); DP(a9); DP(a10); DP(a11);
+    }
+    __m512i t = _mm512_add_epi32(_mm512_add_epi32(_mm512_add_epi32(a0, a1), _mm512_add_epi32(a2, a3)),
+                                 _mm512_add_epi32(_mm512_add_epi32(a4, a5), _mm512_add_epi32(a6, a7)));
+    t = _mm512_add_epi32(t, _mm512_add_epi32(_mm512_add_epi32(a8, a9), _mm512_add_epi32(a10, a11)));
+    *sink = (float)_mm_cvtsi128_si32(_mm512_castsi512_si128(t));
+    return (double)iters * 12 * 64 * 2;
+}
+#undef DP
+#endif
+
 typedef struct {
     int isa;
+    bool int8;
     double flops[256];
     float sink[256];
 } peak_job;
@@ -578,6 +603,12 @@ static void peak_run(void *arg, int ith, int nth)
     peak_job *j = arg;
     (void)nth;
     int s = ith & 255;
+#ifdef BENCH_X86
+    if (j->int8) {
+        j->flops[s] = dp_avx512vnni(PEAK_ITERS, &j->sink[s]);
+        return;
+    }
+#endif
     switch (j->isa) {
 #ifdef BENCH_X86
     case RVL_ISA_AVX2:
@@ -610,15 +641,18 @@ static int isa_id(const char *isa)
     return id;
 }
 
-int rvl_bench_peak(rvl_bench *b, const char *isa, double *gflops)
+static int peak(rvl_bench *b, const char *isa, bool int8, double *gflops)
 {
     int id = isa_id(isa);
     *gflops = 0;
     if (id < 0)
         return id;
+    if (int8 && (id != RVL_ISA_AVX512 || !(rvl_dispatch_cpu() & RVL_KCPU_VNNI)))
+        return 0;
     peak_job j;
     memset(&j, 0, sizeof j);
     j.isa = id;
+    j.int8 = int8;
     double best = 0;
     for (int r = 0; r < 4; r++) { /* r == 0: warm-up (clocks, page faults) */
         if (rvl_interrupted())
@@ -633,6 +667,16 @@ int rvl_bench_peak(rvl_bench *b, const char *isa, double *gflops)
     }
     *gflops = best / 1e9;
     return 0;
+}
+
+int rvl_bench_peak(rvl_bench *b, const char *isa, double *gflops)
+{
+    return peak(b, isa, false, gflops);
+}
+
+int rvl_bench_peak_int8(rvl_bench *b, const char *isa, double *gops)
+{
+    return peak(b, isa, true, gops);
 }
 
 /* ====================================================================

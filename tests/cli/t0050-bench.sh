@@ -77,7 +77,15 @@ out_has "| dequantize | Q4_0    |"
 out_has "% bw"
 out_has "% peak"
 out_lacks "Q8_0"
-assert "one table row per line: 4 machine + 8 kernel rows + header" "[ \$(grep -c '^| ' '$OUT') = 14 ]"
+# the int8 dot peak (AVX-512 VNNI): the roofline of the integer GEMMs
+I8=0
+if grep -q avx512_vnni /proc/cpuinfo 2>/dev/null && { [ -z "${RUVLLM_ISA:-}" ] || [ "$RUVLLM_ISA" = avx512 ]; }; then
+    I8=1
+    out_has "| peak       | int8 dp |"
+    out_has "% peak i8"
+fi
+assert "one table row per line: 4 machine (+ int8 peak) + 8 kernel rows + header" \
+    "[ \$(grep -c '^| ' '$OUT') = \$((14 + I8)) ]"
 
 # a kernel row: 11 columns, a positive time; gemv the read bandwidth of its window
 assert "gemv rows have the read GB/s of their window" \
