@@ -60,6 +60,14 @@ AI size_t a_off(int kind, int v)
     return kind == K_Q8_0 ? (size_t)4 * v : (size_t)((v & 1) * 16 + 4 * (v >> 1));
 }
 
+/* One block of B bytes two blocks ahead (the K-quants' blocks of 16 rows
+ * are 2-3 KiB: prefetch_block's fixed distance would be less than one) */
+AI void prefetch_far(const uint8_t *blk, size_t B)
+{
+    for (size_t o = 0; o < B; o += 64)
+        _mm_prefetch((const char *)blk + 2 * B + o, _MM_HINT_T0);
+}
+
 AI __m512i ld512(const void *p)
 {
     return _mm512_loadu_si512(p);
@@ -257,7 +265,7 @@ AI void tile_k4(int G, int T, int64_t nb, const uint8_t *w, size_t gsz, const ui
         for (int g = 0; g < G; g++) {
             const uint8_t *blk = w + (size_t)g * gsz + (size_t)i * B;
             if (T == 1 && RVL_G16_PF)
-                prefetch_block(blk, B);
+                prefetch_far(blk, B);
             const __m512i p[3] = {ld512(blk + 64), ld512(blk + 128), ld512(blk + 192)};
             __m512i sc[8], mn[8];
             k4_scales(p, sc, mn);
@@ -332,9 +340,7 @@ void gemm16_q4_K_q8_K_avx512vnni(int64_t n, const void *w, int64_t ng, const voi
     if (nt == 1) {
         const uint8_t *ap[1] = {a};
         int64_t g = 0;
-        for (; g + 2 <= ng; g += 2)
-            tile_k4(2, 1, nb, (const uint8_t *)w + (size_t)g * gsz, gsz, ap, y + 16 * g, 0);
-        if (g < ng)
+        for (; g < ng; g++)
             tile_k4(1, 1, nb, (const uint8_t *)w + (size_t)g * gsz, gsz, ap, y + 16 * g, 0);
         return;
     }
@@ -367,6 +373,19 @@ void gemm16_q4_K_q8_K_avx512vnni(int64_t n, const void *w, int64_t ng, const voi
  * (elements 128h + l, qh bits 0-1), ql piece 16h + 8 + j's low ones
  * (+ 32, bits 2-3), the first's high ones (+ 64, bits 4-5), the second's
  * (+ 96, bits 6-7); vector m of j belongs to group 8h + 2m + j / 4. */
+/* Scale k (0..15) of the 16 rows, sign-extended, from the 4 pieces of
+ * scale bytes; and scales 2k, 2k + 1 as an int16 pair. */
+AI __m512i q6_scale(const __m512i pc[4], int k)
+{
+    return _mm512_srai_epi32(_mm512_slli_epi32(pc[k >> 2], 24 - 8 * (k & 3)), 24);
+}
+
+AI __m512i q6_pair(const __m512i pc[4], int k)
+{
+    return _mm512_or_si512(_mm512_and_si512(q6_scale(pc, 2 * k), _mm512_set1_epi32(0xFFFF)),
+                           _mm512_slli_epi32(q6_scale(pc, 2 * k + 1), 16));
+}
+
 AI void tile_q6(int G, int T, int64_t nb, const uint8_t *w, size_t gsz, const uint8_t *const *ap,
                 float *y, size_t y_stride)
 {
@@ -383,25 +402,26 @@ AI void tile_q6(int G, int T, int64_t nb, const uint8_t *w, size_t gsz, const ui
         for (int g = 0; g < G; g++) {
             const uint8_t *blk = w + (size_t)g * gsz + (size_t)i * B;
             if (T == 1 && RVL_G16_PF)
-                prefetch_block(blk, B);
-            /* the 16 signed scales, lane r = row r's; and as int16 pairs */
-            __m512i sc[16], sp[8];
+                prefetch_far(blk, B);
+            /* the 16 signed scales, lane r = row r's, and as int16 pairs:
+             * for one or two tokens made where they are used (kept, they
+             * would not fit in the registers beside the levels) */
+            const bool lazy = T <= 2;
+            __m512i sc[16], sp[8], pc[4];
             _Pragma("GCC unroll 4")
-            for (int p = 0; p < 4; p++) {
-                const __m512i v = ld512(blk + 32 + 64 * p);
-                _Pragma("GCC unroll 4")
-                for (int b = 0; b < 4; b++)
-                    sc[4 * p + b] = _mm512_srai_epi32(_mm512_slli_epi32(v, 24 - 8 * b), 24);
-            }
+            for (int p = 0; p < 4; p++)
+                pc[p] = ld512(blk + 32 + 64 * p);
+            _Pragma("GCC unroll 16")
+            for (int k = 0; k < 16 && !lazy; k++)
+                sc[k] = q6_scale(pc, k);
             _Pragma("GCC unroll 8")
-            for (int k = 0; k < 8; k++)
-                sp[k] = _mm512_or_si512(_mm512_and_si512(sc[2 * k], _mm512_set1_epi32(0xFFFF)),
-                                        _mm512_slli_epi32(sc[2 * k + 1], 16));
+            for (int k = 0; k < 8 && !lazy; k++)
+                sp[k] = q6_pair(pc, k);
             __m512i s1[16];
             _Pragma("GCC unroll 16")
             for (int t = 0; t < T; t++)
                 s1[t] = _mm512_setzero_si512();
-            _Pragma("GCC unroll 1")
+            _Pragma("GCC unroll 4")
             for (int hj = 0; hj < 4; hj++) {
                 const int h = hj >> 1, jj = hj & 1;
                 __m512i lv[4][4]; /* [m][j - 4jj] */
@@ -431,7 +451,8 @@ AI void tile_q6(int G, int T, int64_t nb, const uint8_t *w, size_t gsz, const ui
                             is = _mm512_dpbusd_epi32(is, lv[m][j],
                                                      _mm512_set1_epi32(ld32(q + 32 * m + 4 * j)));
                         const int s = 8 * h + 2 * m + jj;
-                        s1[t] = _mm512_add_epi32(s1[t], _mm512_mullo_epi32(is, sc[s]));
+                        s1[t] = _mm512_add_epi32(
+                            s1[t], _mm512_mullo_epi32(is, lazy ? q6_scale(pc, s) : sc[s]));
                     }
                 }
             }
@@ -442,7 +463,8 @@ AI void tile_q6(int G, int T, int64_t nb, const uint8_t *w, size_t gsz, const ui
                 __m512i s2 = _mm512_setzero_si512();
                 _Pragma("GCC unroll 8")
                 for (int k = 0; k < 8; k++) /* bsums 2k, 2k+1 as one int16 pair */
-                    s2 = _mm512_dpwssd_epi32(s2, sp[k], _mm512_set1_epi32(ld32(ab + 4 + 256 + 4 * k)));
+                    s2 = _mm512_dpwssd_epi32(s2, lazy ? q6_pair(pc, k) : sp[k],
+                                             _mm512_set1_epi32(ld32(ab + 4 + 256 + 4 * k)));
                 const __m512i tot = _mm512_sub_epi32(s1[t], _mm512_slli_epi32(s2, 5));
                 const __m512 da = _mm512_set1_ps(ldf(ab));
                 acc[g][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(tot), _mm512_mul_ps(dw, da), acc[g][t]);
@@ -465,9 +487,7 @@ void gemm16_q6_K_q8_K_avx512vnni(int64_t n, const void *w, int64_t ng, const voi
     if (nt == 1) {
         const uint8_t *ap[1] = {a};
         int64_t g = 0;
-        for (; g + 2 <= ng; g += 2)
-            tile_q6(2, 1, nb, (const uint8_t *)w + (size_t)g * gsz, gsz, ap, y + 16 * g, 0);
-        if (g < ng)
+        for (; g < ng; g++)
             tile_q6(1, 1, nb, (const uint8_t *)w + (size_t)g * gsz, gsz, ap, y + 16 * g, 0);
         return;
     }
