@@ -492,7 +492,7 @@ static void check_gemm16(const rvl_kformat *fx, const char *isa, int64_t n, int 
     const rvl_kformat *ar = rvl_kformat_get_isa(fr->vec_dot_type, RVL_ISA_REF);
     /* Q8_0 activations carry their block sums and scales (rvl_act_sums) */
     const bool sums = ar->type == RVL_K_Q8_0;
-    assert_true(sums || ar->type == RVL_K_Q8_K);
+    assert_true(sums || ar->type == RVL_K_Q8_K || ar->type == RVL_K_Q8_1);
     const size_t rb = rowb(fr, n), gb = 16 * rb;
     const size_t ws = rb + (size_t)odd,
                  as = (sums ? rvl_act_sums_row_bytes(n) : rowb(ar, n)) + 4 * (size_t)odd;
@@ -518,7 +518,9 @@ static void check_gemm16(const rvl_kformat *fx, const char *isa, int64_t n, int 
      * then 4-byte pieces of the rest (Q4_K: its scales, then qs), row r's
      * at 4r of each 64-byte piece */
     const bool k4 = fr->type == RVL_K_Q4_K, q6 = fr->type == RVL_K_Q6_K;
-    const size_t hb = fr->type == RVL_K_Q5_0 ? 4 : 0, qb = fr->type_size - 2 - hb - 2 * k4;
+    const bool hm = fr->type == RVL_K_Q4_1 || fr->type == RVL_K_Q5_1; /* d, m */
+    const size_t hb = fr->type == RVL_K_Q5_0 || fr->type == RVL_K_Q5_1 ? 4 : 0;
+    const size_t qb = fr->type_size - 2 - hb - 2 * (k4 || hm);
     for (int64_t i = 0; i < n / fr->block_size; i++)
         for (int r = 0; r < 16; r++) {
             const uint8_t *b = pk + (size_t)i * 16 * fr->type_size;
@@ -537,10 +539,13 @@ static void check_gemm16(const rvl_kformat *fx, const char *isa, int64_t n, int 
                 continue;
             }
             assert_memory_equal(b + 2 * r, src, 2);
+            if (hm)
+                assert_memory_equal(b + 32 + 2 * r, src + 2, 2);
+            const size_t h0 = hm ? 64 : 32, s0 = hm ? 4 : 2;
             if (hb)
-                assert_memory_equal(b + 32 + 4 * r, src + 2, 4);
+                assert_memory_equal(b + h0 + 4 * r, src + s0, 4);
             for (size_t c = 0; c < qb / 4; c++)
-                assert_memory_equal(b + 32 + 16 * hb + 64 * c + 4 * r, src + 2 + hb + 4 * c, 4);
+                assert_memory_equal(b + h0 + 16 * hb + 64 * c + 4 * r, src + s0 + hb + 4 * c, 4);
         }
     memset(back, 0x5A, ROWS * ws);
     for (int g = 0; g < NG; g++)
@@ -624,10 +629,11 @@ static void test_gemm16_decode_gives_prompt_bits(void **state)
     }
     if (rvl_dispatch_isa_runnable(RVL_ISA_AVX512) && (rvl_dispatch_cpu() & RVL_KCPU_VNNI)) {
         static const uint32_t types[] = { RVL_K_Q4_0, RVL_K_IQ4_NL, RVL_K_Q5_0, RVL_K_Q8_0,
-                                          RVL_K_RVL_I4S_G32, RVL_K_Q4_K, RVL_K_Q6_K };
+                                          RVL_K_RVL_I4S_G32, RVL_K_Q4_K, RVL_K_Q6_K,
+                                          RVL_K_Q4_1, RVL_K_Q5_1 };
         for (size_t k = 0; k < sizeof types / sizeof types[0]; k++)
             assert_non_null(rvl_kformat_get_isa(types[k], RVL_ISA_AVX512)->gemm16);
-        assert_true(checked >= 7);
+        assert_true(checked >= 9);
     }
 }
 

@@ -60,6 +60,55 @@ static void p16_copy(int64_t n, unsigned char *rows, size_t stride, unsigned cha
     }
 }
 
+/* Q4_1 and Q5_1: the 16 rows' d, then their m (32 bytes each), then as
+ * Q4_0 / Q5_0 (Q5_1's qh, the nibbles in pieces of 4 bytes). */
+static void p16_copy_m(int64_t n, unsigned char *rows, size_t stride, unsigned char *group,
+                       size_t bsz, size_t hbytes, bool pack)
+{
+    const size_t qbytes = bsz - 4 - hbytes;
+    for (int64_t i = 0; i < n / 32; i++) {
+        unsigned char *g = group + (size_t)i * P16 * bsz;
+        for (int r = 0; r < P16; r++) {
+            unsigned char *blk = rows + (size_t)r * stride + (size_t)i * bsz;
+            /* (offset in the block, offset in the group, bytes) */
+            size_t at[3 + 8][3] = {{0, 2 * (size_t)r, 2}, {2, 32 + 2 * (size_t)r, 2},
+                                   {4, 64 + hbytes * (size_t)r, hbytes}};
+            size_t np = 3;
+            for (size_t c = 0; c < qbytes / 4; c++, np++) {
+                at[np][0] = 4 + hbytes + 4 * c;
+                at[np][1] = (4 + hbytes) * P16 + 64 * c + 4 * (size_t)r;
+                at[np][2] = 4;
+            }
+            for (size_t k = 0; k < np; k++) {
+                if (pack)
+                    memcpy(g + at[k][1], blk + at[k][0], at[k][2]);
+                else
+                    memcpy(blk + at[k][0], g + at[k][1], at[k][2]);
+            }
+        }
+    }
+}
+
+void pack16_q4_1(int64_t n, const void *rows, size_t stride, void *group)
+{
+    p16_copy_m(n, (unsigned char *)(uintptr_t)rows, stride, group, sizeof(block_q4_1), 0, true);
+}
+
+void unpack16_q4_1(int64_t n, const void *group, void *rows, size_t stride)
+{
+    p16_copy_m(n, rows, stride, (unsigned char *)(uintptr_t)group, sizeof(block_q4_1), 0, false);
+}
+
+void pack16_q5_1(int64_t n, const void *rows, size_t stride, void *group)
+{
+    p16_copy_m(n, (unsigned char *)(uintptr_t)rows, stride, group, sizeof(block_q5_1), 4, true);
+}
+
+void unpack16_q5_1(int64_t n, const void *group, void *rows, size_t stride)
+{
+    p16_copy_m(n, rows, stride, (unsigned char *)(uintptr_t)group, sizeof(block_q5_1), 4, false);
+}
+
 void pack16_q4_0(int64_t n, const void *rows, size_t stride, void *group)
 {
     p16_copy(n, (unsigned char *)(uintptr_t)rows, stride, group, sizeof(block_q4_0), 0, true);

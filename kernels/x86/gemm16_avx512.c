@@ -35,18 +35,25 @@ RVL_X86_TARGET_BEGIN("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")
 #define RVL_G16_PF 1
 #endif
 
-enum { K_Q4_0, K_IQ4_NL, K_Q5_0, K_Q8_0 };
+enum { K_Q4_0, K_IQ4_NL, K_Q5_0, K_Q8_0, K_Q4_1, K_Q5_1 };
+
+/* Q4_1, Q5_1: x = d * q + m, with Q8_1 activations (d, s = d * sum) */
+#define HAS_M(kind) ((kind) == K_Q4_1 || (kind) == K_Q5_1)
+#define IS_Q5(kind) ((kind) == K_Q5_0 || (kind) == K_Q5_1)
 
 #define AI static inline __attribute__((always_inline))
 
 AI size_t bsz(int kind)
 {
-    return kind == K_Q8_0 ? sizeof(block_q8_0) : kind == K_Q5_0 ? sizeof(block_q5_0)
-                                                                : sizeof(block_q4_0);
+    return kind == K_Q8_0   ? sizeof(block_q8_0)
+           : kind == K_Q5_0 ? sizeof(block_q5_0)
+           : kind == K_Q4_1 ? sizeof(block_q4_1)
+           : kind == K_Q5_1 ? sizeof(block_q5_1)
+                            : sizeof(block_q4_0);
 }
 
 /* log2 of the offset of the unsigned levels: Q4_0 q (level q - 8), Q5_0
- * q (q - 16), IQ4_NL kvalues[q] + 128, Q8_0 q + 128 */
+ * q (q - 16), IQ4_NL kvalues[q] + 128, Q8_0 q + 128 (Q4_1, Q5_1: none) */
 AI int off_shift(int kind)
 {
     return kind == K_Q4_0 ? 3 : kind == K_Q5_0 ? 4 : 7;
@@ -80,6 +87,13 @@ AI int32_t ld32(const uint8_t *p)
     return v;
 }
 
+AI float f16at(const uint8_t *p)
+{
+    rvl_f16 h;
+    memcpy(&h, p, sizeof h);
+    return f16s(h);
+}
+
 AI float ldf(const uint8_t *p)
 {
     float v;
@@ -90,7 +104,8 @@ AI float ldf(const uint8_t *p)
 /* The 8 vectors of unsigned levels of one packed block (16 rows). */
 AI void levels(int kind, const uint8_t *blk, __m512i lv[8])
 {
-    const uint8_t *q = blk + 32 + (kind == K_Q5_0 ? 64 : 0);
+    const uint8_t *hq = blk + (HAS_M(kind) ? 64 : 32); /* Q5: the qh */
+    const uint8_t *q = hq + (IS_Q5(kind) ? 64 : 0);
     if (kind == K_Q8_0) {
         _Pragma("GCC unroll 8")
         for (int c = 0; c < 8; c++)
@@ -109,11 +124,11 @@ AI void levels(int kind, const uint8_t *blk, __m512i lv[8])
             lo = _mm512_shuffle_epi8(lut, lo);
             hi = _mm512_shuffle_epi8(lut, hi);
         }
-        if (kind == K_Q5_0) {
+        if (IS_Q5(kind)) {
             /* element e's bit 4 is bit e of the row's qh: elements 4c..4c+3
              * are bits 4(c&1)..+3 of qh byte c>>1, 16+4c.. of byte 2+(c>>1);
              * that byte copied to the lane's 4 bytes, byte k tests its bit */
-            const __m512i qh = ld512(blk + 32);
+            const __m512i qh = ld512(hq);
             const __m512i base = _mm512_set4_epi32(0x0C0C0C0C, 0x08080808, 0x04040404, 0);
             const __m512i bits = _mm512_set1_epi32((int)(0x08040201u << (4 * (c & 1))));
             const __m512i b16 = _mm512_set1_epi8(16);
@@ -155,11 +170,14 @@ AI void tile(int kind, int G, int T, int64_t nb, const uint8_t *w, size_t gsz,
             __m512i lv[8];
             levels(kind, blk, lv);
             const __m512 dw = _mm512_cvtph_ps(ld256(blk));
+            const __m512 mw = HAS_M(kind) ? _mm512_cvtph_ps(ld256(blk + 32)) : dw;
             _Pragma("GCC unroll 16")
             for (int t = 0; t < T; t++) {
-                const uint8_t *ab = ap[t] + (size_t)i * sizeof(block_q8_0) + 2;
-                const int32_t s = ld32(ap[t] + soff + 4 * (size_t)i);
-                __m512i ia = _mm512_set1_epi32(s * -(1 << sh));
+                const size_t asz = HAS_M(kind) ? sizeof(block_q8_1) : sizeof(block_q8_0);
+                const uint8_t *ab = ap[t] + (size_t)i * asz + (HAS_M(kind) ? 4 : 2);
+                __m512i ia = _mm512_setzero_si512();
+                if (!HAS_M(kind))
+                    ia = _mm512_set1_epi32(ld32(ap[t] + soff + 4 * (size_t)i) * -(1 << sh));
                 __m512i ib = _mm512_setzero_si512();
                 _Pragma("GCC unroll 8")
                 for (int v = 0; v < 8; v++) {
@@ -171,6 +189,13 @@ AI void tile(int kind, int G, int T, int64_t nb, const uint8_t *w, size_t gsz,
                 }
                 if (split)
                     ia = _mm512_add_epi32(ia, ib);
+                if (HAS_M(kind)) { /* d_a and s_a in the Q8_1 block */
+                    const uint8_t *a1 = ap[t] + (size_t)i * asz;
+                    const __m512 d = _mm512_mul_ps(dw, _mm512_set1_ps(f16at(a1)));
+                    acc[g][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ia), d, acc[g][t]);
+                    acc[g][t] = _mm512_fmadd_ps(mw, _mm512_set1_ps(f16at(a1 + 2)), acc[g][t]);
+                    continue;
+                }
                 const float da = ldf(ap[t] + soff + 4 * ((size_t)nb + (size_t)i));
                 const __m512 d = _mm512_mul_ps(dw, _mm512_set1_ps(da));
                 acc[g][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ia), d, acc[g][t]);
@@ -533,6 +558,18 @@ void gemm16_q8_0_q8_0_avx512vnni(int64_t n, const void *w, int64_t ng, const voi
                                  size_t act_stride, int nt, float *y, size_t y_stride)
 {
     gemm16(K_Q8_0, n, w, ng, act, act_stride, nt, y, y_stride);
+}
+
+void gemm16_q4_1_q8_1_avx512vnni(int64_t n, const void *w, int64_t ng, const void *act,
+                                 size_t act_stride, int nt, float *y, size_t y_stride)
+{
+    gemm16(K_Q4_1, n, w, ng, act, act_stride, nt, y, y_stride);
+}
+
+void gemm16_q5_1_q8_1_avx512vnni(int64_t n, const void *w, int64_t ng, const void *act,
+                                 size_t act_stride, int nt, float *y, size_t y_stride)
+{
+    gemm16(K_Q5_1, n, w, ng, act, act_stride, nt, y, y_stride);
 }
 
 RVL_X86_TARGET_END
