@@ -517,7 +517,7 @@ static void check_gemm16(const rvl_kformat *fx, const char *isa, int64_t n, int 
     /* the layout: block i's 16 scales (Q4_K: d, then dmin), Q5_0's 16 qh,
      * then 4-byte pieces of the rest (Q4_K: its scales, then qs), row r's
      * at 4r of each 64-byte piece */
-    const bool k4 = fr->type == RVL_K_Q4_K, q6 = fr->type == RVL_K_Q6_K;
+    const bool k4 = fr->type == RVL_K_Q4_K || fr->type == RVL_K_Q5_K, q6 = fr->type == RVL_K_Q6_K;
     const bool hm = fr->type == RVL_K_Q4_1 || fr->type == RVL_K_Q5_1; /* d, m */
     const size_t hb = fr->type == RVL_K_Q5_0 || fr->type == RVL_K_Q5_1 ? 4 : 0;
     const size_t qb = fr->type_size - 2 - hb - 2 * (k4 || hm);
@@ -630,10 +630,10 @@ static void test_gemm16_decode_gives_prompt_bits(void **state)
     if (rvl_dispatch_isa_runnable(RVL_ISA_AVX512) && (rvl_dispatch_cpu() & RVL_KCPU_VNNI)) {
         static const uint32_t types[] = { RVL_K_Q4_0, RVL_K_IQ4_NL, RVL_K_Q5_0, RVL_K_Q8_0,
                                           RVL_K_RVL_I4S_G32, RVL_K_Q4_K, RVL_K_Q6_K,
-                                          RVL_K_Q4_1, RVL_K_Q5_1 };
+                                          RVL_K_Q4_1, RVL_K_Q5_1, RVL_K_Q5_K };
         for (size_t k = 0; k < sizeof types / sizeof types[0]; k++)
             assert_non_null(rvl_kformat_get_isa(types[k], RVL_ISA_AVX512)->gemm16);
-        assert_true(checked >= 9);
+        assert_true(checked >= 10);
     }
 }
 

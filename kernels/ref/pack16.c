@@ -139,29 +139,32 @@ void unpack16_q8_0(int64_t n, const void *group, void *rows, size_t stride)
     p16_copy(n, rows, stride, (unsigned char *)(uintptr_t)group, sizeof(block_q8_0), 0, false);
 }
 
-/* Q4_K: block i of the group is 16 * 144 bytes at i * 16 * 144:
+/* Q4_K (Q5_K): block i of the group is 16 * 144 (176) bytes at i * 16 *
+ * 144 (176):
  *   32 bytes         the 16 rows' d (f16), row r's at 2r
  *   32 bytes         the 16 rows' dmin
  *   3 pieces of 64   piece p: row r's scale bytes 4p..4p+3 at 4r
- *   32 pieces of 64  piece c: row r's qs[4c..4c+3] at 4r */
+ *   Q5_K: 8 pieces   piece c: row r's qh[4c..4c+3] at 4r
+ *   32 pieces of 64  piece c: row r's qs[4c..4c+3] at 4r
+ * (every field after dmin in the block's own order, in 4-byte pieces) */
 static void p16_copy_k4(int64_t n, unsigned char *rows, size_t stride, unsigned char *group,
-                        bool pack)
+                        size_t bs, bool pack)
 {
-    const size_t bs = sizeof(block_q4_K);
     for (int64_t i = 0; i < n / 256; i++) {
         unsigned char *g = group + (size_t)i * P16 * bs;
         for (int r = 0; r < P16; r++) {
             unsigned char *blk = rows + (size_t)r * stride + (size_t)i * bs;
             /* (offset in the block, offset in the group) of 2- or 4-byte pieces */
-            size_t at[2 + 3 + 32][3];
+            size_t at[2 + 3 + 8 + 32][3];
+            const size_t np = (bs - 4) / 4;
             at[0][0] = 0, at[0][1] = 2 * (size_t)r, at[0][2] = 2;
             at[1][0] = 2, at[1][1] = 32 + 2 * (size_t)r, at[1][2] = 2;
-            for (size_t p = 0; p < 3 + 32; p++) {
+            for (size_t p = 0; p < np; p++) {
                 at[2 + p][0] = 4 + 4 * p;
                 at[2 + p][1] = 64 + 64 * p + 4 * (size_t)r;
                 at[2 + p][2] = 4;
             }
-            for (size_t k = 0; k < sizeof at / sizeof at[0]; k++) {
+            for (size_t k = 0; k < 2 + np; k++) {
                 if (pack)
                     memcpy(g + at[k][1], blk + at[k][0], at[k][2]);
                 else
@@ -173,12 +176,22 @@ static void p16_copy_k4(int64_t n, unsigned char *rows, size_t stride, unsigned 
 
 void pack16_q4_K(int64_t n, const void *rows, size_t stride, void *group)
 {
-    p16_copy_k4(n, (unsigned char *)(uintptr_t)rows, stride, group, true);
+    p16_copy_k4(n, (unsigned char *)(uintptr_t)rows, stride, group, sizeof(block_q4_K), true);
 }
 
 void unpack16_q4_K(int64_t n, const void *group, void *rows, size_t stride)
 {
-    p16_copy_k4(n, rows, stride, (unsigned char *)(uintptr_t)group, false);
+    p16_copy_k4(n, rows, stride, (unsigned char *)(uintptr_t)group, sizeof(block_q4_K), false);
+}
+
+void pack16_q5_K(int64_t n, const void *rows, size_t stride, void *group)
+{
+    p16_copy_k4(n, (unsigned char *)(uintptr_t)rows, stride, group, sizeof(block_q5_K), true);
+}
+
+void unpack16_q5_K(int64_t n, const void *group, void *rows, size_t stride)
+{
+    p16_copy_k4(n, rows, stride, (unsigned char *)(uintptr_t)group, sizeof(block_q5_K), false);
 }
 
 /* Q6_K: block i of the group is 16 * 210 bytes at i * 16 * 210:

@@ -274,10 +274,13 @@ AI void k4_scales(const __m512i p[3], __m512i sc[8], __m512i mn[8])
     }
 }
 
-AI void tile_k4(int G, int T, int64_t nb, const uint8_t *w, size_t gsz, const uint8_t *const *ap,
-                float *y, size_t y_stride)
+/* q5: Q5_K, whose 8 pieces of qh follow the scales: bit 2k of a qh byte
+ * is bit 4 of its element in group 2k, bit 2k + 1 in group 2k + 1 */
+AI void tile_k4(int q5, int G, int T, int64_t nb, const uint8_t *w, size_t gsz,
+                const uint8_t *const *ap, float *y, size_t y_stride)
 {
-    const size_t B = 16 * sizeof(block_q4_K), A = sizeof(block_q8_K);
+    const size_t B = 16 * (q5 ? sizeof(block_q5_K) : sizeof(block_q4_K)), A = sizeof(block_q8_K);
+    const size_t qo = q5 ? 256 + 512 : 256;
     const __m512i m4 = _mm512_set1_epi8(0x0F);
     __m512 acc[2][16];
     _Pragma("GCC unroll 2")
@@ -305,14 +308,23 @@ AI void tile_k4(int G, int T, int64_t nb, const uint8_t *w, size_t gsz, const ui
                 s1[t] = _mm512_setzero_si512();
             /* group pair k: the low nibbles of qs[32k..32k+31] are group
              * 2k (elements 64k..64k+31), the high ones group 2k + 1 */
-            _Pragma("GCC unroll 1")
+            _Pragma("GCC unroll 4")
             for (int k = 0; k < 4; k++) {
                 __m512i lo[8], hi[8];
                 _Pragma("GCC unroll 8")
                 for (int c = 0; c < 8; c++) {
-                    const __m512i v = ld512(blk + 256 + 64 * (8 * k + c));
+                    const __m512i v = ld512(blk + qo + 64 * (8 * k + c));
                     lo[c] = _mm512_and_si512(v, m4);
                     hi[c] = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+                    if (q5) { /* bits 2k, 2k + 1 moved to bit 4 */
+                        const __m512i h = ld512(blk + 256 + 64 * c), b4 = _mm512_set1_epi8(0x10);
+                        const __m512i hl = 4 - 2 * k >= 0 ? _mm512_slli_epi16(h, 4 - 2 * k)
+                                                          : _mm512_srli_epi16(h, 2 * k - 4);
+                        const __m512i hh = 3 - 2 * k >= 0 ? _mm512_slli_epi16(h, 3 - 2 * k)
+                                                          : _mm512_srli_epi16(h, 2 * k - 3);
+                        lo[c] = _mm512_ternarylogic_epi32(lo[c], hl, b4, 0xF8);
+                        hi[c] = _mm512_ternarylogic_epi32(hi[c], hh, b4, 0xF8);
+                    }
                 }
                 const __m512i sl = k == 0 ? sc[0] : k == 1 ? sc[2] : k == 2 ? sc[4] : sc[6];
                 const __m512i sh = k == 0 ? sc[1] : k == 1 ? sc[3] : k == 2 ? sc[5] : sc[7];
@@ -356,17 +368,17 @@ AI void tile_k4(int G, int T, int64_t nb, const uint8_t *w, size_t gsz, const ui
             _mm512_storeu_ps(y + (size_t)t * y_stride + 16 * g, acc[g][t]);
 }
 
-void gemm16_q4_K_q8_K_avx512vnni(int64_t n, const void *w, int64_t ng, const void *act,
-                                 size_t act_stride, int nt, float *y, size_t y_stride)
+AI void gemm16_k4(int q5, int64_t n, const void *w, int64_t ng, const void *act,
+                  size_t act_stride, int nt, float *y, size_t y_stride)
 {
     const int64_t nb = n / 256;
-    const size_t gsz = (size_t)nb * 16 * sizeof(block_q4_K);
+    const size_t gsz = (size_t)nb * 16 * (q5 ? sizeof(block_q5_K) : sizeof(block_q4_K));
     const uint8_t *a = act;
     if (nt == 1) {
         const uint8_t *ap[1] = {a};
         int64_t g = 0;
         for (; g < ng; g++)
-            tile_k4(1, 1, nb, (const uint8_t *)w + (size_t)g * gsz, gsz, ap, y + 16 * g, 0);
+            tile_k4(q5, 1, 1, nb, (const uint8_t *)w + (size_t)g * gsz, gsz, ap, y + 16 * g, 0);
         return;
     }
     for (int64_t g = 0; g < ng; g++) {
@@ -379,14 +391,26 @@ void gemm16_q4_K_q8_K_avx512vnni(int64_t n, const void *w, int64_t ng, const voi
                 ap[t] = a + (size_t)(t0 + t) * act_stride;
             float *yt = y + (size_t)t0 * y_stride + 16 * g;
             switch (T) {
-            case 8: tile_k4(1, 8, nb, wg, gsz, ap, yt, y_stride); break;
-            case 4: tile_k4(1, 4, nb, wg, gsz, ap, yt, y_stride); break;
-            case 2: tile_k4(1, 2, nb, wg, gsz, ap, yt, y_stride); break;
-            default: tile_k4(1, 1, nb, wg, gsz, ap, yt, y_stride); break;
+            case 8: tile_k4(q5, 1, 8, nb, wg, gsz, ap, yt, y_stride); break;
+            case 4: tile_k4(q5, 1, 4, nb, wg, gsz, ap, yt, y_stride); break;
+            case 2: tile_k4(q5, 1, 2, nb, wg, gsz, ap, yt, y_stride); break;
+            default: tile_k4(q5, 1, 1, nb, wg, gsz, ap, yt, y_stride); break;
             }
             t0 += T;
         }
     }
+}
+
+void gemm16_q4_K_q8_K_avx512vnni(int64_t n, const void *w, int64_t ng, const void *act,
+                                 size_t act_stride, int nt, float *y, size_t y_stride)
+{
+    gemm16_k4(0, n, w, ng, act, act_stride, nt, y, y_stride);
+}
+
+void gemm16_q5_K_q8_K_avx512vnni(int64_t n, const void *w, int64_t ng, const void *act,
+                                 size_t act_stride, int nt, float *y, size_t y_stride)
+{
+    gemm16_k4(1, n, w, ng, act, act_stride, nt, y, y_stride);
 }
 
 /* ---- Q6_K x Q8_K ------------------------------------------------------
