@@ -142,6 +142,7 @@ static const kpack16 avx512_packs16[] = {
     { RVL_K_Q4_K, RVL_KCPU_VNNI, gemm16_q4_K_q8_K_avx512vnni, pack16_q4_K, unpack16_q4_K },
     { RVL_K_Q5_K, RVL_KCPU_VNNI, gemm16_q5_K_q8_K_avx512vnni, pack16_q5_K, unpack16_q5_K },
     { RVL_K_Q6_K, RVL_KCPU_VNNI, gemm16_q6_K_q8_K_avx512vnni, pack16_q6_K, unpack16_q6_K },
+    { RVL_K_IQ4_XS, RVL_KCPU_VNNI, gemm16_iq4_xs_q8_K_avx512vnni, pack16_iq4_xs, unpack16_iq4_xs },
 };
 
 static const kgemm avx512_gemms[] = {

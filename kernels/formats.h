@@ -325,6 +325,8 @@ void pack16_q4_K(int64_t n, const void *rows, size_t stride, void *group);
 void unpack16_q4_K(int64_t n, const void *group, void *rows, size_t stride);
 void pack16_q5_K(int64_t n, const void *rows, size_t stride, void *group);
 void unpack16_q5_K(int64_t n, const void *group, void *rows, size_t stride);
+void pack16_iq4_xs(int64_t n, const void *rows, size_t stride, void *group);
+void unpack16_iq4_xs(int64_t n, const void *group, void *rows, size_t stride);
 void pack16_q6_K(int64_t n, const void *rows, size_t stride, void *group);
 void unpack16_q6_K(int64_t n, const void *group, void *rows, size_t stride);
 RVL_DECL_DQ(iq2_xxs) RVL_DECL_DQ(iq2_xs) RVL_DECL_DQ(iq2_s)

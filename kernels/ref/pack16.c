@@ -234,6 +234,46 @@ void unpack16_q6_K(int64_t n, const void *group, void *rows, size_t stride)
     p16_copy_q6(n, rows, stride, (unsigned char *)(uintptr_t)group, false);
 }
 
+/* IQ4_XS: block i of the group is 16 * 136 bytes at i * 16 * 136:
+ *   32 bytes         the 16 rows' d (f16), row r's at 2r
+ *   32 bytes         their scales_h (u16), row r's at 2r
+ *   64 bytes         their scales_l, row r's 4 bytes at 4r
+ *   32 pieces of 64  piece c: row r's qs[4c..4c+3] at 4r */
+static void p16_copy_xs(int64_t n, unsigned char *rows, size_t stride, unsigned char *group,
+                        bool pack)
+{
+    const size_t bs = sizeof(block_iq4_xs);
+    for (int64_t i = 0; i < n / 256; i++) {
+        unsigned char *g = group + (size_t)i * P16 * bs;
+        for (int r = 0; r < P16; r++) {
+            unsigned char *blk = rows + (size_t)r * stride + (size_t)i * bs;
+            size_t at[3 + 32][3] = {{0, 2 * (size_t)r, 2}, {2, 32 + 2 * (size_t)r, 2},
+                                    {4, 64 + 4 * (size_t)r, 4}};
+            for (size_t c = 0; c < 32; c++) {
+                at[3 + c][0] = 8 + 4 * c;
+                at[3 + c][1] = 128 + 64 * c + 4 * (size_t)r;
+                at[3 + c][2] = 4;
+            }
+            for (size_t k = 0; k < 3 + 32; k++) {
+                if (pack)
+                    memcpy(g + at[k][1], blk + at[k][0], at[k][2]);
+                else
+                    memcpy(blk + at[k][0], g + at[k][1], at[k][2]);
+            }
+        }
+    }
+}
+
+void pack16_iq4_xs(int64_t n, const void *rows, size_t stride, void *group)
+{
+    p16_copy_xs(n, (unsigned char *)(uintptr_t)rows, stride, group, true);
+}
+
+void unpack16_iq4_xs(int64_t n, const void *group, void *rows, size_t stride)
+{
+    p16_copy_xs(n, rows, stride, (unsigned char *)(uintptr_t)group, false);
+}
+
 void rvl_act_sums(void *row, int64_t n)
 {
     const block_q8_0 *b = row;

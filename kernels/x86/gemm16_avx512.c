@@ -413,6 +413,117 @@ void gemm16_q5_K_q8_K_avx512vnni(int64_t n, const void *w, int64_t ng, const voi
     gemm16_k4(1, n, w, ng, act, act_stride, nt, y, y_stride);
 }
 
+/* ---- IQ4_XS x Q8_K ----------------------------------------------------
+ * Per block of 256 and (row, token), the reference's integers: S = sum
+ * over the 8 groups of 32 of (ls - 32) * (the levels kvalues[q] x
+ * activation), the levels through vpdpbusd as kvalues[q] + 128 (IQ4_NL's
+ * table), so S = sum sc * dp - 128 * sum sc * asum (asum from the Q8_K
+ * bsums, through vpdpwssd as int16 pairs); acc = fma(S, d * d_a, acc). */
+AI void tile_xs(int T, int64_t nb, const uint8_t *w, const uint8_t *const *ap, float *y,
+                size_t y_stride)
+{
+    const size_t B = 16 * sizeof(block_iq4_xs), A = sizeof(block_q8_K);
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    const __m512i lut = _mm512_broadcast_i32x4(
+        _mm_xor_si128(ld128(rvl_kvalues_iq4nl), _mm_set1_epi8((char)0x80)));
+    __m512 acc[16];
+    _Pragma("GCC unroll 16")
+    for (int t = 0; t < T; t++)
+        acc[t] = _mm512_setzero_ps();
+    for (int64_t i = 0; i < nb; i++) {
+        const uint8_t *blk = w + (size_t)i * B;
+        if (T == 1)
+            prefetch_far(blk, B);
+        /* the 8 scales - 32 of the 16 rows, and as int16 pairs */
+        const __m512i shv = _mm512_cvtepu16_epi32(ld256(blk + 32)), slv = ld512(blk + 64);
+        __m512i sc[8], sp[4];
+        _Pragma("GCC unroll 8")
+        for (int ib = 0; ib < 8; ib++) {
+            const __m512i l = _mm512_and_si512(_mm512_srli_epi32(slv, 8 * (ib >> 1) + 4 * (ib & 1)),
+                                               _mm512_set1_epi32(15));
+            const __m512i h = _mm512_and_si512(_mm512_srli_epi32(shv, 2 * ib), _mm512_set1_epi32(3));
+            sc[ib] = _mm512_sub_epi32(_mm512_or_si512(l, _mm512_slli_epi32(h, 4)),
+                                      _mm512_set1_epi32(32));
+        }
+        _Pragma("GCC unroll 4")
+        for (int k = 0; k < 4; k++)
+            sp[k] = _mm512_or_si512(_mm512_and_si512(sc[2 * k], _mm512_set1_epi32(0xFFFF)),
+                                    _mm512_slli_epi32(sc[2 * k + 1], 16));
+        __m512i s1[16];
+        _Pragma("GCC unroll 16")
+        for (int t = 0; t < T; t++)
+            s1[t] = _mm512_setzero_si512();
+        _Pragma("GCC unroll 8")
+        for (int ib = 0; ib < 8; ib++) {
+            __m512i lv[8];
+            _Pragma("GCC unroll 4")
+            for (int c = 0; c < 4; c++) {
+                const __m512i v = ld512(blk + 128 + 64 * (4 * ib + c));
+                lv[2 * c] = _mm512_shuffle_epi8(lut, _mm512_and_si512(v, m4));
+                lv[2 * c + 1] = _mm512_shuffle_epi8(lut, _mm512_and_si512(_mm512_srli_epi16(v, 4), m4));
+            }
+            _Pragma("GCC unroll 16")
+            for (int t = 0; t < T; t++) {
+                const uint8_t *q = ap[t] + (size_t)i * A + 4 + 32 * (size_t)ib;
+                __m512i ia = _mm512_setzero_si512(), ib2 = _mm512_setzero_si512();
+                _Pragma("GCC unroll 4")
+                for (int c = 0; c < 4; c++) {
+                    ia = _mm512_dpbusd_epi32(ia, lv[2 * c], _mm512_set1_epi32(ld32(q + 4 * c)));
+                    ib2 = _mm512_dpbusd_epi32(ib2, lv[2 * c + 1],
+                                              _mm512_set1_epi32(ld32(q + 16 + 4 * c)));
+                }
+                s1[t] = _mm512_add_epi32(s1[t], _mm512_mullo_epi32(_mm512_add_epi32(ia, ib2), sc[ib]));
+            }
+        }
+        const __m512 dw = _mm512_cvtph_ps(ld256(blk));
+        _Pragma("GCC unroll 16")
+        for (int t = 0; t < T; t++) {
+            const uint8_t *ab = ap[t] + (size_t)i * A;
+            __m512i s2 = _mm512_setzero_si512();
+            _Pragma("GCC unroll 4")
+            for (int k = 0; k < 4; k++) {
+                int16_t b[4];
+                memcpy(b, ab + 4 + 256 + 8 * k, 8);
+                const uint32_t pr = (uint16_t)(int16_t)(b[0] + b[1]) |
+                                    (uint32_t)(uint16_t)(int16_t)(b[2] + b[3]) << 16;
+                s2 = _mm512_dpwssd_epi32(s2, sp[k], _mm512_set1_epi32((int)pr));
+            }
+            const __m512i tot = _mm512_sub_epi32(s1[t], _mm512_slli_epi32(s2, 7));
+            const __m512 da = _mm512_set1_ps(ldf(ab));
+            acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(tot), _mm512_mul_ps(dw, da), acc[t]);
+        }
+    }
+    _Pragma("GCC unroll 16")
+    for (int t = 0; t < T; t++)
+        _mm512_storeu_ps(y + (size_t)t * y_stride, acc[t]);
+}
+
+void gemm16_iq4_xs_q8_K_avx512vnni(int64_t n, const void *w, int64_t ng, const void *act,
+                                   size_t act_stride, int nt, float *y, size_t y_stride)
+{
+    const int64_t nb = n / 256;
+    const size_t gsz = (size_t)nb * 16 * sizeof(block_iq4_xs);
+    const uint8_t *a = act;
+    for (int64_t g = 0; g < ng; g++) {
+        const uint8_t *wg = (const uint8_t *)w + (size_t)g * gsz;
+        for (int t0 = 0; t0 < nt;) {
+            const uint8_t *ap[16];
+            const int rem = nt - t0;
+            const int T = rem >= 8 ? 8 : rem >= 4 ? 4 : rem >= 2 ? 2 : 1;
+            for (int t = 0; t < T; t++)
+                ap[t] = a + (size_t)(t0 + t) * act_stride;
+            float *yt = y + (size_t)t0 * y_stride + 16 * g;
+            switch (T) {
+            case 8: tile_xs(8, nb, wg, ap, yt, y_stride); break;
+            case 4: tile_xs(4, nb, wg, ap, yt, y_stride); break;
+            case 2: tile_xs(2, nb, wg, ap, yt, y_stride); break;
+            default: tile_xs(1, nb, wg, ap, yt, y_stride); break;
+            }
+            t0 += T;
+        }
+    }
+}
+
 /* ---- Q6_K x Q8_K ------------------------------------------------------
  * Per block of 256 and (row, token), the reference's integers: S = sum
  * over the 16 groups s of 16 values of sc_s * (levels 0..63 x activation)

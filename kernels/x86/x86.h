@@ -83,6 +83,8 @@ void gemm16_q4_K_q8_K_avx512vnni(int64_t n, const void *w, int64_t ng, const voi
                                  size_t act_stride, int nt, float *y, size_t y_stride);
 void gemm16_q5_K_q8_K_avx512vnni(int64_t n, const void *w, int64_t ng, const void *act,
                                  size_t act_stride, int nt, float *y, size_t y_stride);
+void gemm16_iq4_xs_q8_K_avx512vnni(int64_t n, const void *w, int64_t ng, const void *act,
+                                   size_t act_stride, int nt, float *y, size_t y_stride);
 void gemm16_q6_K_q8_K_avx512vnni(int64_t n, const void *w, int64_t ng, const void *act,
                                  size_t act_stride, int nt, float *y, size_t y_stride);
 /* gemm_avx2.c: the same tiles with vpmaddubsw (AVX2 + FMA + F16C). */
