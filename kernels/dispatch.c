@@ -137,6 +137,7 @@ static const kpack16 avx512_packs16[] = {
     { RVL_K_IQ4_NL, RVL_KCPU_VNNI, gemm16_iq4_nl_q8_0_avx512vnni, pack16_q4_0, unpack16_q4_0 },
     { RVL_K_Q5_0, RVL_KCPU_VNNI, gemm16_q5_0_q8_0_avx512vnni, pack16_q5_0, unpack16_q5_0 },
     { RVL_K_Q8_0, RVL_KCPU_VNNI, gemm16_q8_0_q8_0_avx512vnni, pack16_q8_0, unpack16_q8_0 },
+    { RVL_K_MXFP4, RVL_KCPU_VNNI, gemm16_mxfp4_q8_0_avx512vnni, pack16_mxfp4, unpack16_mxfp4 },
     { RVL_K_Q4_1, RVL_KCPU_VNNI, gemm16_q4_1_q8_1_avx512vnni, pack16_q4_1, unpack16_q4_1 },
     { RVL_K_Q5_1, RVL_KCPU_VNNI, gemm16_q5_1_q8_1_avx512vnni, pack16_q5_1, unpack16_q5_1 },
     { RVL_K_Q4_K, RVL_KCPU_VNNI, gemm16_q4_K_q8_K_avx512vnni, pack16_q4_K, unpack16_q4_K },

@@ -319,6 +319,8 @@ void pack16_q4_1(int64_t n, const void *rows, size_t stride, void *group);
 void unpack16_q4_1(int64_t n, const void *group, void *rows, size_t stride);
 void pack16_q5_1(int64_t n, const void *rows, size_t stride, void *group);
 void unpack16_q5_1(int64_t n, const void *group, void *rows, size_t stride);
+void pack16_mxfp4(int64_t n, const void *rows, size_t stride, void *group);
+void unpack16_mxfp4(int64_t n, const void *group, void *rows, size_t stride);
 void pack16_q8_0(int64_t n, const void *rows, size_t stride, void *group);
 void unpack16_q8_0(int64_t n, const void *group, void *rows, size_t stride);
 void pack16_q4_K(int64_t n, const void *rows, size_t stride, void *group);

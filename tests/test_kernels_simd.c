@@ -532,6 +532,12 @@ static void check_gemm16(const rvl_kformat *fx, const char *isa, int64_t n, int 
                     assert_memory_equal(b + 64 + 64 * c + 4 * r, src + 4 + 4 * c, 4);
                 continue;
             }
+            if (fr->type == RVL_K_MXFP4) { /* e, then the nibbles in pieces */
+                assert_int_equal(b[r], src[0]);
+                for (size_t c = 0; c < 4; c++)
+                    assert_memory_equal(b + 16 + 64 * c + 4 * r, src + 1 + 4 * c, 4);
+                continue;
+            }
             if (fr->type == RVL_K_IQ4_XS) { /* d, scales_h, scales_l, qs in pieces */
                 assert_memory_equal(b + 2 * r, src, 2);
                 assert_memory_equal(b + 32 + 2 * r, src + 2, 2);
@@ -638,10 +644,11 @@ static void test_gemm16_decode_gives_prompt_bits(void **state)
     if (rvl_dispatch_isa_runnable(RVL_ISA_AVX512) && (rvl_dispatch_cpu() & RVL_KCPU_VNNI)) {
         static const uint32_t types[] = { RVL_K_Q4_0, RVL_K_IQ4_NL, RVL_K_Q5_0, RVL_K_Q8_0,
                                           RVL_K_RVL_I4S_G32, RVL_K_Q4_K, RVL_K_Q6_K,
-                                          RVL_K_Q4_1, RVL_K_Q5_1, RVL_K_Q5_K, RVL_K_IQ4_XS };
+                                          RVL_K_Q4_1, RVL_K_Q5_1, RVL_K_Q5_K, RVL_K_IQ4_XS,
+                                          RVL_K_MXFP4 };
         for (size_t k = 0; k < sizeof types / sizeof types[0]; k++)
             assert_non_null(rvl_kformat_get_isa(types[k], RVL_ISA_AVX512)->gemm16);
-        assert_true(checked >= 11);
+        assert_true(checked >= 12);
     }
 }
 

@@ -109,6 +109,41 @@ void unpack16_q5_1(int64_t n, const void *group, void *rows, size_t stride)
     p16_copy_m(n, rows, stride, (unsigned char *)(uintptr_t)group, sizeof(block_q5_1), 4, false);
 }
 
+/* MXFP4: the 16 rows' exponents e (one byte each, 16 bytes), then the
+ * nibbles in pieces of 4 bytes as Q4_0's (16 * 17 bytes a block). */
+static void p16_copy_mx(int64_t n, unsigned char *rows, size_t stride, unsigned char *group,
+                        bool pack)
+{
+    const size_t bs = sizeof(block_mxfp4);
+    for (int64_t i = 0; i < n / 32; i++) {
+        unsigned char *g = group + (size_t)i * P16 * bs;
+        for (int r = 0; r < P16; r++) {
+            unsigned char *blk = rows + (size_t)r * stride + (size_t)i * bs;
+            if (pack)
+                g[r] = blk[0];
+            else
+                blk[0] = g[r];
+            for (size_t c = 0; c < 4; c++) {
+                unsigned char *q = g + P16 + 64 * c + 4 * (size_t)r;
+                if (pack)
+                    memcpy(q, blk + 1 + 4 * c, 4);
+                else
+                    memcpy(blk + 1 + 4 * c, q, 4);
+            }
+        }
+    }
+}
+
+void pack16_mxfp4(int64_t n, const void *rows, size_t stride, void *group)
+{
+    p16_copy_mx(n, (unsigned char *)(uintptr_t)rows, stride, group, true);
+}
+
+void unpack16_mxfp4(int64_t n, const void *group, void *rows, size_t stride)
+{
+    p16_copy_mx(n, rows, stride, (unsigned char *)(uintptr_t)group, false);
+}
+
 void pack16_q4_0(int64_t n, const void *rows, size_t stride, void *group)
 {
     p16_copy(n, (unsigned char *)(uintptr_t)rows, stride, group, sizeof(block_q4_0), 0, true);

@@ -35,7 +35,7 @@ RVL_X86_TARGET_BEGIN("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")
 #define RVL_G16_PF 1
 #endif
 
-enum { K_Q4_0, K_IQ4_NL, K_Q5_0, K_Q8_0, K_Q4_1, K_Q5_1 };
+enum { K_Q4_0, K_IQ4_NL, K_Q5_0, K_Q8_0, K_Q4_1, K_Q5_1, K_MXFP4 };
 
 /* Q4_1, Q5_1: x = d * q + m, with Q8_1 activations (d, s = d * sum) */
 #define HAS_M(kind) ((kind) == K_Q4_1 || (kind) == K_Q5_1)
@@ -49,11 +49,13 @@ AI size_t bsz(int kind)
            : kind == K_Q5_0 ? sizeof(block_q5_0)
            : kind == K_Q4_1 ? sizeof(block_q4_1)
            : kind == K_Q5_1 ? sizeof(block_q5_1)
+           : kind == K_MXFP4 ? sizeof(block_mxfp4)
                             : sizeof(block_q4_0);
 }
 
 /* log2 of the offset of the unsigned levels: Q4_0 q (level q - 8), Q5_0
- * q (q - 16), IQ4_NL kvalues[q] + 128, Q8_0 q + 128 (Q4_1, Q5_1: none) */
+ * q (q - 16), IQ4_NL and MXFP4 their table + 128, Q8_0 q + 128 (Q4_1,
+ * Q5_1: none) */
 AI int off_shift(int kind)
 {
     return kind == K_Q4_0 ? 3 : kind == K_Q5_0 ? 4 : 7;
@@ -101,10 +103,22 @@ AI float ldf(const uint8_t *p)
     return v;
 }
 
+/* The 16 rows' MXFP4 scales rvl_e8m0_half(e) from their 16 exponent
+ * bytes: 2^(e-128), as float bits (e - 1) << 23, or the subnormals
+ * 0x00200000 << e for e = 0, 1. */
+AI __m512 e8m0_half16(const uint8_t *e)
+{
+    const __m512i v = _mm512_cvtepu8_epi32(ld128(e));
+    const __m512i nrm = _mm512_slli_epi32(_mm512_sub_epi32(v, _mm512_set1_epi32(1)), 23);
+    const __m512i sub = _mm512_sllv_epi32(_mm512_set1_epi32(0x00200000), v);
+    const __mmask16 small = _mm512_cmplt_epu32_mask(v, _mm512_set1_epi32(2));
+    return _mm512_castsi512_ps(_mm512_mask_blend_epi32(small, nrm, sub));
+}
+
 /* The 8 vectors of unsigned levels of one packed block (16 rows). */
 AI void levels(int kind, const uint8_t *blk, __m512i lv[8])
 {
-    const uint8_t *hq = blk + (HAS_M(kind) ? 64 : 32); /* Q5: the qh */
+    const uint8_t *hq = blk + (HAS_M(kind) ? 64 : kind == K_MXFP4 ? 16 : 32); /* Q5: the qh */
     const uint8_t *q = hq + (IS_Q5(kind) ? 64 : 0);
     if (kind == K_Q8_0) {
         _Pragma("GCC unroll 8")
@@ -118,9 +132,10 @@ AI void levels(int kind, const uint8_t *blk, __m512i lv[8])
         const __m512i v = ld512(q + 64 * c);
         __m512i lo = _mm512_and_si512(v, m4);
         __m512i hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
-        if (kind == K_IQ4_NL) {
-            const __m512i lut = _mm512_broadcast_i32x4(
-                _mm_xor_si128(ld128(rvl_kvalues_iq4nl), _mm_set1_epi8((char)0x80)));
+        if (kind == K_IQ4_NL || kind == K_MXFP4) {
+            const __m512i lut = _mm512_broadcast_i32x4(_mm_xor_si128(
+                ld128(kind == K_MXFP4 ? rvl_kvalues_mxfp4 : rvl_kvalues_iq4nl),
+                _mm_set1_epi8((char)0x80)));
             lo = _mm512_shuffle_epi8(lut, lo);
             hi = _mm512_shuffle_epi8(lut, hi);
         }
@@ -169,7 +184,7 @@ AI void tile(int kind, int G, int T, int64_t nb, const uint8_t *w, size_t gsz,
                 prefetch_block(blk, B);
             __m512i lv[8];
             levels(kind, blk, lv);
-            const __m512 dw = _mm512_cvtph_ps(ld256(blk));
+            const __m512 dw = kind == K_MXFP4 ? e8m0_half16(blk) : _mm512_cvtph_ps(ld256(blk));
             const __m512 mw = HAS_M(kind) ? _mm512_cvtph_ps(ld256(blk + 32)) : dw;
             _Pragma("GCC unroll 16")
             for (int t = 0; t < T; t++) {
@@ -693,6 +708,12 @@ void gemm16_q8_0_q8_0_avx512vnni(int64_t n, const void *w, int64_t ng, const voi
                                  size_t act_stride, int nt, float *y, size_t y_stride)
 {
     gemm16(K_Q8_0, n, w, ng, act, act_stride, nt, y, y_stride);
+}
+
+void gemm16_mxfp4_q8_0_avx512vnni(int64_t n, const void *w, int64_t ng, const void *act,
+                                  size_t act_stride, int nt, float *y, size_t y_stride)
+{
+    gemm16(K_MXFP4, n, w, ng, act, act_stride, nt, y, y_stride);
 }
 
 void gemm16_q4_1_q8_1_avx512vnni(int64_t n, const void *w, int64_t ng, const void *act,

@@ -75,6 +75,8 @@ void gemm16_q5_0_q8_0_avx512vnni(int64_t n, const void *w, int64_t ng, const voi
                                  size_t act_stride, int nt, float *y, size_t y_stride);
 void gemm16_q8_0_q8_0_avx512vnni(int64_t n, const void *w, int64_t ng, const void *act,
                                  size_t act_stride, int nt, float *y, size_t y_stride);
+void gemm16_mxfp4_q8_0_avx512vnni(int64_t n, const void *w, int64_t ng, const void *act,
+                                  size_t act_stride, int nt, float *y, size_t y_stride);
 void gemm16_q4_1_q8_1_avx512vnni(int64_t n, const void *w, int64_t ng, const void *act,
                                  size_t act_stride, int nt, float *y, size_t y_stride);
 void gemm16_q5_1_q8_1_avx512vnni(int64_t n, const void *w, int64_t ng, const void *act,
