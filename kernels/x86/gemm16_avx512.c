@@ -35,7 +35,8 @@ RVL_X86_TARGET_BEGIN("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")
 #define RVL_G16_PF 1
 #endif
 
-enum { K_Q4_0, K_IQ4_NL, K_Q5_0, K_Q8_0, K_Q4_1, K_Q5_1, K_MXFP4 };
+/* the 32-value formats, then the K-quants (K_IS_K) */
+enum { K_Q4_0, K_IQ4_NL, K_Q5_0, K_Q8_0, K_Q4_1, K_Q5_1, K_MXFP4, K_Q4_K, K_Q5_K, K_Q6_K, K_IQ4_XS };
 
 /* Q4_1, Q5_1: x = d * q + m, with Q8_1 activations (d, s = d * sum) */
 #define HAS_M(kind) ((kind) == K_Q4_1 || (kind) == K_Q5_1)
@@ -50,6 +51,10 @@ AI size_t bsz(int kind)
            : kind == K_Q4_1 ? sizeof(block_q4_1)
            : kind == K_Q5_1 ? sizeof(block_q5_1)
            : kind == K_MXFP4 ? sizeof(block_mxfp4)
+           : kind == K_Q4_K ? sizeof(block_q4_K)
+           : kind == K_Q5_K ? sizeof(block_q5_K)
+           : kind == K_Q6_K ? sizeof(block_q6_K)
+           : kind == K_IQ4_XS ? sizeof(block_iq4_xs)
                             : sizeof(block_q4_0);
 }
 
@@ -224,43 +229,6 @@ AI void tile(int kind, int G, int T, int64_t nb, const uint8_t *w, size_t gsz,
             _mm512_storeu_ps(y + (size_t)t * y_stride + 16 * g, acc[g][t]);
 }
 
-AI void gemm16(int kind, int64_t n, const void *w, int64_t ng, const void *act, size_t act_stride,
-               int nt, float *y, size_t y_stride)
-{
-    const int64_t nb = n / 32;
-    const size_t gsz = (size_t)nb * 16 * bsz(kind);
-    const size_t soff = rvl_act_sums_offset(n);
-    const uint8_t *a = act;
-    if (nt == 1) {
-        const uint8_t *ap[1] = {a};
-        int64_t g = 0;
-        for (; g + 2 <= ng; g += 2)
-            tile(kind, 2, 1, nb, (const uint8_t *)w + (size_t)g * gsz, gsz, ap, soff, y + 16 * g, 0);
-        if (g < ng)
-            tile(kind, 1, 1, nb, (const uint8_t *)w + (size_t)g * gsz, gsz, ap, soff, y + 16 * g, 0);
-        return;
-    }
-    for (int64_t g = 0; g < ng; g++) {
-        const uint8_t *wg = (const uint8_t *)w + (size_t)g * gsz;
-        for (int t0 = 0; t0 < nt;) {
-            const uint8_t *ap[16];
-            const int rem = nt - t0;
-            const int T = rem >= 16 ? 16 : rem >= 8 ? 8 : rem >= 4 ? 4 : rem >= 2 ? 2 : 1;
-            for (int t = 0; t < T; t++)
-                ap[t] = a + (size_t)(t0 + t) * act_stride;
-            float *yt = y + (size_t)t0 * y_stride + 16 * g;
-            switch (T) {
-            case 16: tile(kind, 1, 16, nb, wg, gsz, ap, soff, yt, y_stride); break;
-            case 8: tile(kind, 1, 8, nb, wg, gsz, ap, soff, yt, y_stride); break;
-            case 4: tile(kind, 1, 4, nb, wg, gsz, ap, soff, yt, y_stride); break;
-            case 2: tile(kind, 1, 2, nb, wg, gsz, ap, soff, yt, y_stride); break;
-            default: tile(kind, 1, 1, nb, wg, gsz, ap, soff, yt, y_stride); break;
-            }
-            t0 += T;
-        }
-    }
-}
-
 /* ---- Q4_K x Q8_K ------------------------------------------------------
  * Per block of 256 and (row, token), exactly the integers of the
  * reference's vec_dot: S1 = sum over the 8 groups j of sc_j * (the
@@ -383,51 +351,6 @@ AI void tile_k4(int q5, int G, int T, int64_t nb, const uint8_t *w, size_t gsz,
             _mm512_storeu_ps(y + (size_t)t * y_stride + 16 * g, acc[g][t]);
 }
 
-AI void gemm16_k4(int q5, int64_t n, const void *w, int64_t ng, const void *act,
-                  size_t act_stride, int nt, float *y, size_t y_stride)
-{
-    const int64_t nb = n / 256;
-    const size_t gsz = (size_t)nb * 16 * (q5 ? sizeof(block_q5_K) : sizeof(block_q4_K));
-    const uint8_t *a = act;
-    if (nt == 1) {
-        const uint8_t *ap[1] = {a};
-        int64_t g = 0;
-        for (; g < ng; g++)
-            tile_k4(q5, 1, 1, nb, (const uint8_t *)w + (size_t)g * gsz, gsz, ap, y + 16 * g, 0);
-        return;
-    }
-    for (int64_t g = 0; g < ng; g++) {
-        const uint8_t *wg = (const uint8_t *)w + (size_t)g * gsz;
-        for (int t0 = 0; t0 < nt;) {
-            const uint8_t *ap[16];
-            const int rem = nt - t0;
-            const int T = rem >= 8 ? 8 : rem >= 4 ? 4 : rem >= 2 ? 2 : 1;
-            for (int t = 0; t < T; t++)
-                ap[t] = a + (size_t)(t0 + t) * act_stride;
-            float *yt = y + (size_t)t0 * y_stride + 16 * g;
-            switch (T) {
-            case 8: tile_k4(q5, 1, 8, nb, wg, gsz, ap, yt, y_stride); break;
-            case 4: tile_k4(q5, 1, 4, nb, wg, gsz, ap, yt, y_stride); break;
-            case 2: tile_k4(q5, 1, 2, nb, wg, gsz, ap, yt, y_stride); break;
-            default: tile_k4(q5, 1, 1, nb, wg, gsz, ap, yt, y_stride); break;
-            }
-            t0 += T;
-        }
-    }
-}
-
-void gemm16_q4_K_q8_K_avx512vnni(int64_t n, const void *w, int64_t ng, const void *act,
-                                 size_t act_stride, int nt, float *y, size_t y_stride)
-{
-    gemm16_k4(0, n, w, ng, act, act_stride, nt, y, y_stride);
-}
-
-void gemm16_q5_K_q8_K_avx512vnni(int64_t n, const void *w, int64_t ng, const void *act,
-                                 size_t act_stride, int nt, float *y, size_t y_stride)
-{
-    gemm16_k4(1, n, w, ng, act, act_stride, nt, y, y_stride);
-}
-
 /* ---- IQ4_XS x Q8_K ----------------------------------------------------
  * Per block of 256 and (row, token), the reference's integers: S = sum
  * over the 8 groups of 32 of (ls - 32) * (the levels kvalues[q] x
@@ -511,32 +434,6 @@ AI void tile_xs(int T, int64_t nb, const uint8_t *w, const uint8_t *const *ap, f
     _Pragma("GCC unroll 16")
     for (int t = 0; t < T; t++)
         _mm512_storeu_ps(y + (size_t)t * y_stride, acc[t]);
-}
-
-void gemm16_iq4_xs_q8_K_avx512vnni(int64_t n, const void *w, int64_t ng, const void *act,
-                                   size_t act_stride, int nt, float *y, size_t y_stride)
-{
-    const int64_t nb = n / 256;
-    const size_t gsz = (size_t)nb * 16 * sizeof(block_iq4_xs);
-    const uint8_t *a = act;
-    for (int64_t g = 0; g < ng; g++) {
-        const uint8_t *wg = (const uint8_t *)w + (size_t)g * gsz;
-        for (int t0 = 0; t0 < nt;) {
-            const uint8_t *ap[16];
-            const int rem = nt - t0;
-            const int T = rem >= 8 ? 8 : rem >= 4 ? 4 : rem >= 2 ? 2 : 1;
-            for (int t = 0; t < T; t++)
-                ap[t] = a + (size_t)(t0 + t) * act_stride;
-            float *yt = y + (size_t)t0 * y_stride + 16 * g;
-            switch (T) {
-            case 8: tile_xs(8, nb, wg, ap, yt, y_stride); break;
-            case 4: tile_xs(4, nb, wg, ap, yt, y_stride); break;
-            case 2: tile_xs(2, nb, wg, ap, yt, y_stride); break;
-            default: tile_xs(1, nb, wg, ap, yt, y_stride); break;
-            }
-            t0 += T;
-        }
-    }
 }
 
 /* ---- Q6_K x Q8_K ------------------------------------------------------
@@ -653,80 +550,81 @@ AI void tile_q6(int G, int T, int64_t nb, const uint8_t *w, size_t gsz, const ui
             _mm512_storeu_ps(y + (size_t)t * y_stride + 16 * g, acc[g][t]);
 }
 
-void gemm16_q6_K_q8_K_avx512vnni(int64_t n, const void *w, int64_t ng, const void *act,
-                                 size_t act_stride, int nt, float *y, size_t y_stride)
+/* ---- the driver -------------------------------------------------------- */
+
+#define K_IS_K(kind) ((kind) >= K_Q4_K)
+
+AI void tile_any(int kind, int G, int T, int64_t nb, const uint8_t *w, size_t gsz,
+                 const uint8_t *const *ap, size_t soff, float *y, size_t y_stride)
 {
-    const int64_t nb = n / 256;
-    const size_t gsz = (size_t)nb * 16 * sizeof(block_q6_K);
-    const uint8_t *a = act;
+    if (kind == K_Q4_K || kind == K_Q5_K)
+        tile_k4(kind == K_Q5_K, G, T, nb, w, gsz, ap, y, y_stride);
+    else if (kind == K_Q6_K)
+        tile_q6(G, T, nb, w, gsz, ap, y, y_stride);
+    else if (kind == K_IQ4_XS)
+        tile_xs(T, nb, w, ap, y, y_stride); /* G = 1 */
+    else
+        tile(kind, G, T, nb, w, gsz, ap, soff, y, y_stride);
+}
+
+/* ng groups times nt tokens: decode (nt = 1) two groups at a time for the
+ * 32-value formats (the K-quants' unpacking fills the registers with one);
+ * prompts in tiles of up to 16 (K-quants 8) tokens per group */
+AI void drive(int kind, int64_t n, const void *w, int64_t ng, const void *act, size_t act_stride,
+              int nt, float *y, size_t y_stride)
+{
+    const int64_t nb = n / (K_IS_K(kind) ? 256 : 32);
+    const size_t gsz = (size_t)nb * 16 * bsz(kind);
+    const size_t soff = rvl_act_sums_offset(n);
+    const uint8_t *a = act, *wg = w;
     if (nt == 1) {
         const uint8_t *ap[1] = {a};
         int64_t g = 0;
+        for (; !K_IS_K(kind) && g + 2 <= ng; g += 2)
+            tile_any(kind, 2, 1, nb, wg + (size_t)g * gsz, gsz, ap, soff, y + 16 * g, 0);
         for (; g < ng; g++)
-            tile_q6(1, 1, nb, (const uint8_t *)w + (size_t)g * gsz, gsz, ap, y + 16 * g, 0);
+            tile_any(kind, 1, 1, nb, wg + (size_t)g * gsz, gsz, ap, soff, y + 16 * g, 0);
         return;
     }
-    for (int64_t g = 0; g < ng; g++) {
-        const uint8_t *wg = (const uint8_t *)w + (size_t)g * gsz;
+    for (int64_t g = 0; g < ng; g++)
         for (int t0 = 0; t0 < nt;) {
             const uint8_t *ap[16];
             const int rem = nt - t0;
-            const int T = rem >= 8 ? 8 : rem >= 4 ? 4 : rem >= 2 ? 2 : 1;
+            const int T = rem >= 16 && !K_IS_K(kind) ? 16 : rem >= 8 ? 8 : rem >= 4 ? 4
+                          : rem >= 2 ? 2 : 1;
             for (int t = 0; t < T; t++)
                 ap[t] = a + (size_t)(t0 + t) * act_stride;
+            const uint8_t *wt = wg + (size_t)g * gsz;
             float *yt = y + (size_t)t0 * y_stride + 16 * g;
             switch (T) {
-            case 8: tile_q6(1, 8, nb, wg, gsz, ap, yt, y_stride); break;
-            case 4: tile_q6(1, 4, nb, wg, gsz, ap, yt, y_stride); break;
-            case 2: tile_q6(1, 2, nb, wg, gsz, ap, yt, y_stride); break;
-            default: tile_q6(1, 1, nb, wg, gsz, ap, yt, y_stride); break;
+            case 16: tile_any(kind, 1, 16, nb, wt, gsz, ap, soff, yt, y_stride); break;
+            case 8: tile_any(kind, 1, 8, nb, wt, gsz, ap, soff, yt, y_stride); break;
+            case 4: tile_any(kind, 1, 4, nb, wt, gsz, ap, soff, yt, y_stride); break;
+            case 2: tile_any(kind, 1, 2, nb, wt, gsz, ap, soff, yt, y_stride); break;
+            default: tile_any(kind, 1, 1, nb, wt, gsz, ap, soff, yt, y_stride); break;
             }
             t0 += T;
         }
+}
+
+#define GEMM16(name, kind)                                                                   \
+    void gemm16_##name##_avx512vnni(int64_t n, const void *w, int64_t ng, const void *act,   \
+                                    size_t act_stride, int nt, float *y, size_t y_stride)    \
+    {                                                                                        \
+        drive(kind, n, w, ng, act, act_stride, nt, y, y_stride);                             \
     }
-}
 
-void gemm16_q4_0_q8_0_avx512vnni(int64_t n, const void *w, int64_t ng, const void *act,
-                                 size_t act_stride, int nt, float *y, size_t y_stride)
-{
-    gemm16(K_Q4_0, n, w, ng, act, act_stride, nt, y, y_stride);
-}
-
-void gemm16_iq4_nl_q8_0_avx512vnni(int64_t n, const void *w, int64_t ng, const void *act,
-                                   size_t act_stride, int nt, float *y, size_t y_stride)
-{
-    gemm16(K_IQ4_NL, n, w, ng, act, act_stride, nt, y, y_stride);
-}
-
-void gemm16_q5_0_q8_0_avx512vnni(int64_t n, const void *w, int64_t ng, const void *act,
-                                 size_t act_stride, int nt, float *y, size_t y_stride)
-{
-    gemm16(K_Q5_0, n, w, ng, act, act_stride, nt, y, y_stride);
-}
-
-void gemm16_q8_0_q8_0_avx512vnni(int64_t n, const void *w, int64_t ng, const void *act,
-                                 size_t act_stride, int nt, float *y, size_t y_stride)
-{
-    gemm16(K_Q8_0, n, w, ng, act, act_stride, nt, y, y_stride);
-}
-
-void gemm16_mxfp4_q8_0_avx512vnni(int64_t n, const void *w, int64_t ng, const void *act,
-                                  size_t act_stride, int nt, float *y, size_t y_stride)
-{
-    gemm16(K_MXFP4, n, w, ng, act, act_stride, nt, y, y_stride);
-}
-
-void gemm16_q4_1_q8_1_avx512vnni(int64_t n, const void *w, int64_t ng, const void *act,
-                                 size_t act_stride, int nt, float *y, size_t y_stride)
-{
-    gemm16(K_Q4_1, n, w, ng, act, act_stride, nt, y, y_stride);
-}
-
-void gemm16_q5_1_q8_1_avx512vnni(int64_t n, const void *w, int64_t ng, const void *act,
-                                 size_t act_stride, int nt, float *y, size_t y_stride)
-{
-    gemm16(K_Q5_1, n, w, ng, act, act_stride, nt, y, y_stride);
-}
+GEMM16(q4_0_q8_0, K_Q4_0)
+GEMM16(iq4_nl_q8_0, K_IQ4_NL)
+GEMM16(q5_0_q8_0, K_Q5_0)
+GEMM16(q8_0_q8_0, K_Q8_0)
+GEMM16(mxfp4_q8_0, K_MXFP4)
+GEMM16(q4_1_q8_1, K_Q4_1)
+GEMM16(q5_1_q8_1, K_Q5_1)
+GEMM16(q4_K_q8_K, K_Q4_K)
+GEMM16(q5_K_q8_K, K_Q5_K)
+GEMM16(q6_K_q8_K, K_Q6_K)
+GEMM16(iq4_xs_q8_K, K_IQ4_XS)
 
 RVL_X86_TARGET_END
 
