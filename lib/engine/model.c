@@ -459,7 +459,7 @@ void rvl_model_release_packed_source(const rvl_model *m)
  * then pays for the three once, side by side.
  * ==================================================================== */
 
-#define PACK_PIECE ((uint64_t)512 << 10)  /* source bytes per packing item */
+#define PACK_PAGE ((uintptr_t)2 << 20)   /* the packed copy's pages (MADV_HUGEPAGE) */
 #define FAULT_PIECE ((size_t)4 << 20)     /* bytes per prefault item */
 
 typedef struct {
@@ -467,6 +467,27 @@ typedef struct {
     uint64_t r0, r1;
     const void *a, *b;          /* prefault: [a, b) of the mapping */
 } load_item;
+
+/* Cut w's packing into items (NULL: only count them) of the row groups
+ * that start in one 2 MiB page of the packed copy: two threads that fault
+ * the same fresh huge page at once would each clear 2 MiB and keep one
+ * (at 512 KiB items, a third of the load's time went to clearing pages). */
+static size_t pack_items(rvl_weight *w, load_item *items)
+{
+    const uint64_t P = pack_rows(w);
+    const uintptr_t dst = (uintptr_t)w->packed;
+    size_t n = 0;
+    uint64_t r0 = 0;
+    for (uint64_t r = P; r <= w->packed_rows; r += P)
+        if (r == w->packed_rows ||
+            (dst + r * w->row_bytes) / PACK_PAGE != (dst + r0 * w->row_bytes) / PACK_PAGE) {
+            if (items)
+                items[n] = (load_item){.w = w, .r0 = r0, .r1 = r};
+            n++;
+            r0 = r;
+        }
+    return n;
+}
 
 typedef struct {
     rvl_model *m;
@@ -552,13 +573,12 @@ static int plan_packing(rvl_model *m, rvl_weight **ws, size_t n, size_t *n_piece
             continue;
         const uint64_t P = pack_rows(w);
         const uint64_t rows = w->ne1 / P * P, gbytes = P * w->row_bytes;
-        const uint64_t per = PACK_PIECE / gbytes ? PACK_PIECE / gbytes : 1; /* groups per item */
         w->packed = dst;
         w->packed_rows = rows;
         if (!w->kf->gemm16 && gbytes > m->packed_max_group) /* batches unpack gemv8 groups */
             m->packed_max_group = gbytes;
         dst += rows * w->row_bytes;
-        *n_pieces += (size_t)((rows / P + per - 1) / per);
+        *n_pieces += pack_items(w, NULL);
     }
     return 0;
 }
@@ -622,16 +642,9 @@ static int load_on_pool(rvl_model *m, int n_threads)
         return rvl_seterr(RVL_ENOMEM, "out of memory");
     }
     size_t k = 0;
-    for (size_t i = 0; i < n; i++) {
-        rvl_weight *w = ws[i];
-        if (!w->packed)
-            continue;
-        const uint64_t P = pack_rows(w), gbytes = P * w->row_bytes;
-        const uint64_t step = (PACK_PIECE / gbytes ? PACK_PIECE / gbytes : 1) * P;
-        for (uint64_t r = 0; r < w->packed_rows; r += step)
-            j.items[k++] = (load_item){.w = w, .r0 = r,
-                                       .r1 = r + step < w->packed_rows ? r + step : w->packed_rows};
-    }
+    for (size_t i = 0; i < n; i++)
+        if (ws[i]->packed)
+            k += pack_items(ws[i], j.items + k);
     /* the ranges go into the items' a/b after the packing pieces */
     const void *(*fr)[2] = malloc((n_fault + 1) * sizeof *fr);
     if (!fr) {
