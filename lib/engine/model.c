@@ -469,9 +469,8 @@ typedef struct {
 } load_item;
 
 /* Cut w's packing into items (NULL: only count them) of the row groups
- * that start in one 2 MiB page of the packed copy: two threads that fault
- * the same fresh huge page at once would each clear 2 MiB and keep one
- * (at 512 KiB items, a third of the load's time went to clearing pages). */
+ * that start in one 2 MiB page of the packed copy, so that the threads
+ * write (and fault in) different huge pages, not the same one at once. */
 static size_t pack_items(rvl_weight *w, load_item *items)
 {
     const uint64_t P = pack_rows(w);
