@@ -1353,7 +1353,7 @@ static int model_load(const model_plan *pl, int i, rvl_model **m, model_desc *d)
         return 0;
     }
     if ((rc = rvl_model_path(pl->models.n ? pl->models.v[i] : NULL, d->file, sizeof d->file)) < 0 ||
-        (rc = cli_model_open(m, d->file, opt_expert_budget)) < 0)
+        (rc = cli_model_open(m, d->file, opt_expert_budget, 0)) < 0)
         return cli_fail(pl->name, rc);
     describe_model(*m, NULL, NULL, d);
     return 0;
@@ -1483,7 +1483,7 @@ static int bench_ppl(const char *name)
         cli_usage(name, "--kl and --kl-base name the same file");
 
     if ((rc = rvl_model_path(model, path, sizeof path)) < 0 ||
-        (rc = cli_model_open(&m, path, opt_expert_budget)) < 0) {
+        (rc = cli_model_open(&m, path, opt_expert_budget, 0)) < 0) {
         status = cli_fail(name, rc);
         goto out;
     }

@@ -1166,7 +1166,7 @@ static int chat_open(chat_state *st)
     int status = 0, rc;
     char *w = NULL;
     const double t0 = gen_now_ms();
-    if ((rc = cli_model_open(&st->model, st->model_path, opt_expert_budget)) < 0)
+    if ((rc = cli_model_open(&st->model, st->model_path, opt_expert_budget, (int)opt_threads)) < 0)
         return cli_fail(st->cmd, rc);
     st->tok = rvl_model_tokenizer(st->model);
     if (rvl_tok_warning(st->tok))

@@ -196,13 +196,14 @@ int cli_backend_refuse(const rvl_ctx *c, const char *option);
  * are read as needed (rvl_model_params.expert_budget). The variable is 0
  * when not given: the library's default (available memory or
  * $RUVLLM_EXPERT_BUDGET). cli_model_open opens the model with it (the
- * library's error when it is below the model's minimum).
+ * library's error when it is below the model's minimum), loading on
+ * `threads` threads (the command's -t; 0: one per CPU).
  * cli_expert_stats: the experts' line of --stats after `lead` (nothing
  * for a dense model). */
 #define OPT_EXPERT_BUDGET(var) {OPT_FLOAT, 0, "expert-budget", "MIB", \
     "memory for a mixture of experts' weights, in MiB; experts beyond it are read from the file as needed, with the same results (default: from the memory available, or $RUVLLM_EXPERT_BUDGET)", \
     NULL, &(var), 1.0 / 1024, 1073741824.0, NULL, COMPL_NONE}
-int cli_model_open(rvl_model **m, const char *path, double expert_budget_mib);
+int cli_model_open(rvl_model **m, const char *path, double expert_budget_mib, int threads);
 void cli_expert_stats(FILE *out, const char *lead, const rvl_model *m);
 
 /* --context-shift and --keep N (run and chat). */

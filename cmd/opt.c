@@ -695,9 +695,10 @@ int cli_backend_refuse(const rvl_ctx *c, const char *option)
                       rvl_ctx_backend(c));
 }
 
-int cli_model_open(rvl_model **m, const char *path, double expert_budget_mib)
+int cli_model_open(rvl_model **m, const char *path, double expert_budget_mib, int threads)
 {
-    const rvl_model_params p = {.expert_budget = (uint64_t)(expert_budget_mib * 1048576.0)};
+    const rvl_model_params p = {.expert_budget = (uint64_t)(expert_budget_mib * 1048576.0),
+                                .n_threads = threads > 0 ? (uint32_t)threads : 0};
     return rvl_model_open_params(m, path, &p);
 }
 

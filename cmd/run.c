@@ -611,7 +611,7 @@ static int run_main(rvl_cmd *cmd, int argc, char **argv)
         goto out;
     }
     double t0 = gen_now_ms();
-    if ((rc = cli_model_open(&m, path, opt_expert_budget)) < 0) {
+    if ((rc = cli_model_open(&m, path, opt_expert_budget, (int)opt_threads)) < 0) {
         status = cli_fail(name, rc);
         goto out;
     }

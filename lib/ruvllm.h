@@ -654,6 +654,8 @@ int rvl_model_open(rvl_model **out, const char *path);
 /* How to open a model; {0} (or NULL) is rvl_model_open's. */
 typedef struct {
     uint64_t expert_budget; /* bytes for the experts (rvl_expert_stats); 0: the default */
+    uint32_t n_threads;     /* threads for the load (tokenizer, packing, prefault side by
+                               side); 0: one per online CPU */
 } rvl_model_params;
 int rvl_model_open_params(rvl_model **out, const char *path, const rvl_model_params *p);
 void rvl_model_close(rvl_model *m);

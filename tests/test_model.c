@@ -1704,6 +1704,55 @@ static void test_decode_is_bit_identical_for_1_2_3_threads(void **state)
     check_threads_bit_identical(RVL_TYPE_Q8_0, "qwen2");
 }
 
+/* The bytes of m->packed the packed weights fill (the rest of its 2 MiB
+ * pages is not written). */
+static size_t packed_used(const rvl_model *m)
+{
+    const char *end = m->packed;
+    for (uint32_t l = 0; l <= NL; l++) {
+        const rvl_layer *L = &m->layers[l < NL ? l : 0];
+        const rvl_weight *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up,
+                                  &L->w_down, &m->output};
+        for (size_t i = l < NL ? 0 : 7; i < 8; i++)
+            if (ws[i]->packed) {
+                const char *e = (const char *)ws[i]->packed + ws[i]->packed_rows * ws[i]->row_bytes;
+                end = e > end ? e : end;
+            }
+    }
+    return (size_t)(end - (const char *)m->packed);
+}
+
+/* The load packs on a pool (model.c load_on_pool): every thread count
+ * gives the packed copy one thread makes, and the model's tokenizer. */
+static void test_model_packs_the_same_bytes_on_1_2_3_threads(void **state)
+{
+    (void)state;
+    const uint32_t types[] = {RVL_TYPE_Q4_0, RVL_TYPE_Q8_0};
+    for (size_t k = 0; k < 2; k++) {
+        tmodel m;
+        spec s = {0};
+        tm_build(&m, types[k], false, k == 1, 700 + k);
+        assert_int_equal(write_model(tpath("pack-pool.gguf"), &m, &s), 0);
+        rvl_model *mod[3] = {NULL};
+        for (uint32_t t = 0; t < 3; t++) {
+            const rvl_model_params p = {.n_threads = t + 1};
+            int rc = rvl_model_open_params(&mod[t], tpath("pack-pool.gguf"), &p);
+            if (rc < 0)
+                fail_msg("rvl_model_open_params (%u threads): %d %s", t + 1, rc, rvl_errmsg());
+            assert_non_null(mod[t]->packed);
+            assert_non_null(rvl_model_tokenizer(mod[t]));
+            assert_int_equal(mod[t]->packed_bytes, mod[0]->packed_bytes);
+            assert_int_equal(mod[t]->output.packed_rows, mod[0]->output.packed_rows);
+            assert_memory_equal(mod[t]->packed, mod[0]->packed, packed_used(mod[0]));
+        }
+        assert_true(mod[0]->output.packed_rows > 0);
+        for (int t = 0; t < 3; t++)
+            rvl_model_close(mod[t]);
+        tm_free(&m);
+        unlink(tpath("pack-pool.gguf"));
+    }
+}
+
 static void test_contexts_share_one_model(void **state)
 {
     (void)state;
@@ -1734,6 +1783,7 @@ int main(void)
 #define TEST(f) cmocka_unit_test_teardown(f, free_live)
     const struct CMUnitTest tests[] = {
         TEST(test_model_reads_llama_hyperparameters),
+        TEST(test_model_packs_the_same_bytes_on_1_2_3_threads),
         TEST(test_model_detects_tied_output_and_qwen2_flags),
         TEST(test_model_unimplemented_block_feature_is_refused_naming_the_key),
         TEST(test_family_recipe_features_and_layer_kinds),

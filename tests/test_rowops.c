@@ -347,17 +347,13 @@ static void mm_run(const rvl_weight *w, const float *x, int nth, bool one_by_one
     rvl_matmul mm = {.pool = pool_of(nth)};
     mm.act_stride = (MM_K * 4 + 64 + 63) & ~(size_t)63;
     mm.act = malloc(MM_NB * mm.act_stride);
-    mm.unpack_stride = (RVL_GEMM_ROWS * w->row_bytes + 63) / 64 * 64;
-    mm.unpack = malloc(mm.unpack_stride * (size_t)nth);
     assert_non_null(mm.act);
-    assert_non_null(mm.unpack);
     if (one_by_one)
         for (int t = 0; t < MM_NB; t++)
             rvl_matmul_run(&mm, y + t * MM_ROWS, MM_ROWS, w, x + t * MM_K, MM_K, 1);
     else
         rvl_matmul_run(&mm, y, MM_ROWS, w, x, MM_K, MM_NB);
     free(mm.act);
-    free(mm.unpack);
     rvl_pool_close(mm.pool);
 }
 

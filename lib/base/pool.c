@@ -7,10 +7,20 @@
  * job by spinning briefly on an atomic generation counter, then sleep on a
  * condition variable, so a decode loop of small matmuls does not pay a
  * futex wake per operation while an idle pool costs no CPU.
+ *
+ * A new thread starts on its creator's CPU when the scheduler sees no
+ * better one (another just busy: a thread of the model load that has just
+ * ended), and a spinning worker there shares that CPU with the caller of
+ * the first jobs until the load balancer moves it: a fresh process's
+ * first forward pass then ran on one core for its first ~25 ms (SmolLM2
+ * Q4_0, 31 tokens, 2 threads: 36-50 ms instead of 21, `perf sched
+ * timehist`). So on Linux the workers are created off the creator's CPU
+ * and take the process's CPU set back once they run.
  */
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -20,6 +30,10 @@
 
 struct rvl_pool {
     int n;                          /* threads including the caller */
+#ifdef __linux__
+    cpu_set_t cpus;                 /* the process's CPU set, given back to workers */
+    bool off_cpu;                   /* workers were created off the creator's CPU */
+#endif
     pthread_t *tids;
     pthread_mutex_t mu;
     pthread_cond_t cv;
@@ -42,6 +56,10 @@ static void *worker(void *varg)
     unsigned seen = 0;
 
     free(varg);
+#ifdef __linux__
+    if (p->off_cpu)
+        (void)pthread_setaffinity_np(pthread_self(), sizeof p->cpus, &p->cpus);
+#endif
     for (;;) {
         unsigned g;
         int spins = 0;
@@ -90,19 +108,42 @@ int rvl_pool_open(rvl_pool **out, int n_threads)
         free(p);
         return rvl_seterr(RVL_ENOMEM, "out of memory");
     }
+    pthread_attr_t *pattr = NULL;
+#ifdef __linux__
+    pthread_attr_t attr;
+    /* start the workers on the CPUs but the creator's (when it has others) */
+    const int here = sched_getcpu();
+    cpu_set_t off;
+    if (here >= 0 && here < CPU_SETSIZE &&
+        pthread_getaffinity_np(pthread_self(), sizeof p->cpus, &p->cpus) == 0 &&
+        CPU_ISSET(here, &p->cpus) && CPU_COUNT(&p->cpus) > 1 && pthread_attr_init(&attr) == 0) {
+        off = p->cpus;
+        CPU_CLR(here, &off);
+        if (pthread_attr_setaffinity_np(&attr, sizeof off, &off) == 0) {
+            pattr = &attr;
+            p->off_cpu = true;
+        } else {
+            pthread_attr_destroy(&attr);
+        }
+    }
+#endif
     for (int i = 1; i < n_threads; i++) {
         worker_arg *wa = malloc(sizeof *wa);
         if (wa) {
             wa->p = p;
             wa->idx = i;
         }
-        if (!wa || pthread_create(&p->tids[i], NULL, worker, wa) != 0) {
+        if (!wa || pthread_create(&p->tids[i], pattr, worker, wa) != 0) {
+            if (pattr)
+                pthread_attr_destroy(pattr);
             free(wa);
             p->n = i;
             rvl_pool_close(p);
             return rvl_seterr(RVL_EIO, "cannot create thread %d", i);
         }
     }
+    if (pattr)
+        pthread_attr_destroy(pattr);
     *out = p;
     return 0;
 }

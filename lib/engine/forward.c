@@ -139,8 +139,7 @@ struct rvl_forward {
     float *qk_norm;               /* dequantized Q and K norm gains: (n_layer, 2, head_dim)
                                      or NULL */
     rvl_matmul mm;                /* pool; act: (UBATCH, act_stride) activations for
-                                     vec_dot; unpack: per thread one group of packed
-                                     rows (m->packed_max_group, aligned) */
+                                     vec_dot */
     const rvl_lora *lora;         /* run-time LoRA adapters (borrowed), or NULL */
     /* the chunk being run: its sequences (one for rvl_decode; rvl_batch's
      * several) and each row's position */
@@ -1117,7 +1116,6 @@ static void forward_free(rvl_forward *c)
     free(c->mla_kbf);
     free(c->mla_vbf);
     free(c->mm.act);
-    free(c->mm.unpack);
     free(c);
 }
 
@@ -1297,11 +1295,7 @@ static int cpu_open(rvl_backend **out, const rvl_model *m, const rvl_ctx_params 
         c->moe_act2 = malloc(ab);
         c->moe_actd = malloc(ab);
     }
-    if (m->packed_max_group) {
-        c->mm.unpack_stride = (size_t)(m->packed_max_group + 63) / 64 * 64;
-        c->mm.unpack = aligned_alloc(64, c->mm.unpack_stride * (size_t)rvl_pool_size(c->pool));
-    }
-    if ((m->packed_max_group && !c->mm.unpack) || !c->rope_cos || !c->rope_sin || !c->x ||
+    if (!c->rope_cos || !c->rope_sin || !c->x ||
         !c->xb || !c->q || !c->k || !c->v || !c->hb || !c->hb2 || !c->xo || !c->logits ||
         !c->norm_w || (post && !c->post_w) || (swa_rope && (!c->swa_cos || !c->swa_sin)) ||
         (hp->block.qkv_bias && !c->bias) ||

@@ -24,16 +24,13 @@
 #include "engine/model.h"
 
 /* What the matmuls run with, all borrowed from the owner (rvl_ctx,
- * bench): the pool and two scratch buffers. */
+ * bench): the pool and the activations' scratch buffer. */
 typedef struct {
     rvl_pool *pool;
     unsigned char *act;           /* activation rows in a vec_dot_type: as many rows
                                      as the largest nb, act_stride bytes apart */
-    size_t act_stride;            /* >= the largest activation row, in bytes */
-    unsigned char *unpack;        /* one group of packed rows per thread, row-major
-                                     (batches over packed weights); NULL when no
-                                     weight is packed */
-    size_t unpack_stride;         /* bytes per thread: >= RVL_GEMM_ROWS rows */
+    size_t act_stride;            /* >= the largest activation row, in bytes (a Q8_0
+                                     row with its sums: rvl_act_sums_row_bytes) */
 } rvl_matmul;
 
 /* Up to this many weights that read the same activations (Q/K/V,
@@ -79,7 +76,7 @@ void rvl_matmul_grouped(const rvl_matmul *mm, int n, const rvl_matmul_group *g, 
 size_t rvl_matmul_grouped_scratch(int n);
 
 /* Rows per chunk the threads take of a weight of `rows` rows on a pool
- * of n_threads (whole RVL_GEMM_ROWS tiles). */
+ * of n_threads (whole tiles and whole 16-row packed groups). */
 uint64_t rvl_matmul_chunk_rows(uint64_t rows, int n_threads);
 
 #endif

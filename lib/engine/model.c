@@ -10,6 +10,7 @@
  */
 #include <stdio.h>
 #include <math.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -417,11 +418,13 @@ static bool releasable(const rvl_model *m, const rvl_weight *w)
     return w->packed && !(w == &m->output && m->hp.tied_output);
 }
 
-static void release_source(const rvl_weight *w)
+/* Drop the file pages of rows [r0, r1) of a packed weight (the whole
+ * pages among them). */
+static void release_rows(const rvl_weight *w, uint64_t r0, uint64_t r1)
 {
     const uintptr_t pg = 4096;
-    const uintptr_t a = ((uintptr_t)w->data + pg - 1) & ~(pg - 1);
-    const uintptr_t e = ((uintptr_t)w->data + w->packed_rows * w->row_bytes) & ~(pg - 1);
+    const uintptr_t a = ((uintptr_t)w->data + r0 * w->row_bytes + pg - 1) & ~(pg - 1);
+    const uintptr_t e = ((uintptr_t)w->data + r1 * w->row_bytes) & ~(pg - 1);
     if (e > a)
         (void)madvise((void *)a, e - a, MADV_DONTNEED);
 }
@@ -432,74 +435,122 @@ void rvl_model_release_packed_source(const rvl_model *m)
     rvl_weight **ws = all_matmul_weights((rvl_model *)m, &n);
     for (size_t i = 0; ws && i < n; i++)
         if (releasable(m, ws[i]))
-            release_source(ws[i]);
+            release_rows(ws[i], 0, ws[i]->packed_rows);
     free(ws);
 }
 
-static int cmp_range(const void *a, const void *b)
-{
-    const uintptr_t x = (uintptr_t)((const void *const *)a)[0];
-    const uintptr_t y = (uintptr_t)((const void *const *)b)[0];
-    return x < y ? -1 : x > y;
-}
+/* ====================================================================
+ * The load's work on a pool: tokenizer, packing, prefaulting
+ *
+ * Three jobs that do not depend on each other are cut into items that
+ * every thread of a short-lived pool takes in turn (an atomic counter):
+ * opening the tokenizer (one item, first: the longest that cannot be
+ * cut), packing the weights whose format has a packed kernel on this CPU
+ * (pieces of whole row groups: each group is packed on its own, so the
+ * bytes are those of one thread), and populating the page tables of the
+ * rest of the file that the first forward pass reads. A fresh process
+ * then pays for the three once, side by side.
+ * ==================================================================== */
 
-/* Prefault the file (rvl_file_prefault) but for the packed weights'
- * row-major bytes: they were read once, and the packed copy is what
- * decode reads. */
-static int prefault_unpacked(rvl_model *m)
+#define PACK_PAGE ((uintptr_t)2 << 20)   /* the packed copy's pages (MADV_HUGEPAGE) */
+#define FAULT_PIECE ((size_t)4 << 20)     /* bytes per prefault item */
+
+typedef struct {
+    rvl_weight *w;              /* packing: the weight, its rows [r0, r1); NULL: a range */
+    uint64_t r0, r1;
+    const void *a, *b;          /* prefault: [a, b) of the mapping */
+} load_item;
+
+/* Cut w's packing into items (NULL: only count them) of the row groups
+ * that start in one 2 MiB page of the packed copy, so that the threads
+ * write (and fault in) different huge pages, not the same one at once. */
+static size_t pack_items(rvl_weight *w, load_item *items)
 {
-    size_t n;
-    rvl_weight **ws = all_matmul_weights(m, &n);
-    const size_t nx = 3 * (size_t)m->hp.n_layer; /* the streamed experts' bytes */
-    const void *(*skip)[2] = malloc((n + nx + 1) * sizeof *skip);
-    if (!skip || !ws) {
-        free(ws);
-        free(skip);
-        return rvl_seterr(RVL_ENOMEM, "out of memory");
-    }
-    size_t k = rvl_experts_ranges(m->xs, skip, nx);
-    for (size_t i = 0; i < n; i++)
-        if (releasable(m, ws[i])) {
-            skip[k][0] = ws[i]->data;
-            skip[k][1] = (const char *)ws[i]->data + ws[i]->packed_rows * ws[i]->row_bytes;
-            k++;
+    const uint64_t P = RVL_PACK16_ROWS;
+    const uintptr_t dst = (uintptr_t)w->packed;
+    size_t n = 0;
+    uint64_t r0 = 0;
+    for (uint64_t r = P; r <= w->packed_rows; r += P)
+        if (r == w->packed_rows ||
+            (dst + r * w->row_bytes) / PACK_PAGE != (dst + r0 * w->row_bytes) / PACK_PAGE) {
+            if (items)
+                items[n] = (load_item){.w = w, .r0 = r0, .r1 = r};
+            n++;
+            r0 = r;
         }
-    qsort(skip, k, sizeof *skip, cmp_range);
-    rvl_file_prefault(m->file, (const void *const (*)[2])skip, k);
-    free(skip);
-    free(ws);
-    return 0;
+    return n;
 }
 
-/* Copy the weights whose format has a packed decode kernel on this CPU
- * into that layout (one allocation, 2 MiB pages where the kernel gives
- * them: decode streams it). RUVLLM_REPACK=0 keeps the row-major path
- * (the same bits, for comparisons). */
-static int pack_weights(rvl_model *m)
+typedef struct {
+    rvl_model *m;
+    load_item *items;
+    size_t n_items;
+    bool tok;                   /* item "-1": rvl_tok_open */
+    atomic_size_t next;
+    int tok_rc;
+    char tok_err[512];          /* rvl_errmsg is per thread: the worker's copy */
+} load_job;
+
+static void run_item(load_job *j, const load_item *it)
+{
+    rvl_weight *w = it->w;
+    if (!w) {
+#ifdef MADV_POPULATE_READ
+        (void)madvise((void *)it->a, (size_t)((const char *)it->b - (const char *)it->a),
+                      MADV_POPULATE_READ);
+#endif
+        return;
+    }
+    char *dst = (char *)w->packed;
+    for (uint64_t r = it->r0; r < it->r1; r += RVL_PACK16_ROWS)
+        w->kf->pack16((int64_t)w->ne0, (const char *)w->data + r * w->row_bytes, w->row_bytes,
+                      dst + r * w->row_bytes);
+    if (releasable(j->m, w)) /* as we go: the process never holds both */
+        release_rows(w, it->r0, it->r1);
+}
+
+static void load_worker(void *arg, int ith, int nth)
+{
+    load_job *j = arg;
+    (void)ith;
+    (void)nth;
+    for (;;) {
+        const size_t i = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed);
+        if (j->tok && i == 0) {
+            j->tok_rc = rvl_tok_open(&j->m->tok, j->m->file);
+            if (j->tok_rc < 0)
+                snprintf(j->tok_err, sizeof j->tok_err, "%s", rvl_errmsg());
+            continue;
+        }
+        const size_t k = i - j->tok;
+        if (k >= j->n_items)
+            return;
+        run_item(j, &j->items[k]);
+    }
+}
+
+/* Lay out the packed copy (one allocation, 2 MiB pages where the kernel
+ * gives them: decode streams it) and point each packable weight at its
+ * rows; *n_pieces: the packing items they make. RUVLLM_REPACK=0 keeps the
+ * row-major path (the same bits, for comparisons). */
+static int plan_packing(rvl_model *m, rvl_weight **ws, size_t n, size_t *n_pieces)
 {
     const char *env = getenv("RUVLLM_REPACK");
+    *n_pieces = 0;
     if (env && strcmp(env, "0") == 0)
         return 0;
-    size_t n;
-    rvl_weight **ws = all_matmul_weights(m, &n);
-    if (!ws)
-        return rvl_seterr(RVL_ENOMEM, "out of memory");
     uint64_t total = 0;
     for (size_t i = 0; i < n; i++)
         if (packable(ws[i]))
             total += ws[i]->ne1 / RVL_PACK16_ROWS * RVL_PACK16_ROWS * ws[i]->row_bytes;
-    if (total == 0) {
-        free(ws);
+    if (total == 0)
         return 0;
-    }
     const size_t huge = (size_t)2 << 20;
     const size_t bytes = (size_t)((total + huge - 1) / huge * huge);
     void *p = NULL;
-    if (posix_memalign(&p, huge, bytes)) {
-        free(ws);
+    if (posix_memalign(&p, huge, bytes))
         return rvl_seterr(RVL_ENOMEM, "out of memory for the packed weights (%llu MiB)",
                           (unsigned long long)(bytes >> 20));
-    }
 #ifdef MADV_HUGEPAGE
     (void)madvise(p, bytes, MADV_HUGEPAGE);
 #endif
@@ -510,18 +561,104 @@ static int pack_weights(rvl_model *m)
         rvl_weight *w = ws[i];
         if (!packable(w))
             continue;
-        const uint64_t P = RVL_PACK16_ROWS;
-        const uint64_t rows = w->ne1 / P * P;
-        for (uint64_t r = 0; r < rows; r += P)
-            w->kf->pack16((int64_t)w->ne0, (const char *)w->data + r * w->row_bytes,
-                          w->row_bytes, dst + r * w->row_bytes);
+        const uint64_t rows = w->ne1 / RVL_PACK16_ROWS * RVL_PACK16_ROWS;
         w->packed = dst;
         w->packed_rows = rows;
-        if (releasable(m, w)) /* as we go: the process never holds both */
-            release_source(w);
         dst += rows * w->row_bytes;
+        *n_pieces += pack_items(w, NULL);
     }
+    return 0;
+}
+
+static int cmp_range(const void *a, const void *b)
+{
+    const uintptr_t x = (uintptr_t)((const void *const *)a)[0];
+    const uintptr_t y = (uintptr_t)((const void *const *)b)[0];
+    return x < y ? -1 : x > y;
+}
+
+/* The ranges the prefault leaves out, sorted: the packed weights'
+ * row-major bytes (read once; the packed copy is what the forward pass
+ * reads), the streamed experts' (engine/experts.h), and an embedding
+ * matrix that is not also the output (the forward pass reads one row per
+ * token). NULL when out of memory. */
+static const void *(*prefault_skips(rvl_model *m, rvl_weight **ws, size_t n, size_t *k))[2]
+{
+    const size_t nx = 3 * (size_t)m->hp.n_layer;
+    const void *(*skip)[2] = malloc((n + nx + 2) * sizeof *skip);
+    if (!skip)
+        return NULL;
+    *k = rvl_experts_ranges(m->xs, skip, nx);
+    for (size_t i = 0; i < n; i++)
+        if (releasable(m, ws[i])) {
+            skip[*k][0] = ws[i]->data;
+            skip[*k][1] = (const char *)ws[i]->data + ws[i]->packed_rows * ws[i]->row_bytes;
+            (*k)++;
+        }
+    if (!m->hp.tied_output) {
+        skip[*k][0] = m->tok_embd.data;
+        skip[*k][1] = (const char *)m->tok_embd.data + m->tok_embd.ne1 * m->tok_embd.row_bytes;
+        (*k)++;
+    }
+    qsort(skip, *k, sizeof *skip, cmp_range);
+    return skip;
+}
+
+/* Open the tokenizer, pack the weights and prefault the rest of the file,
+ * on n_threads threads (0: one per online CPU). */
+static int load_on_pool(rvl_model *m, int n_threads)
+{
+    size_t n, n_pack, n_skip = 0;
+    int rc;
+    rvl_weight **ws = all_matmul_weights(m, &n);
+    if (!ws)
+        return rvl_seterr(RVL_ENOMEM, "out of memory");
+    if ((rc = plan_packing(m, ws, n, &n_pack)) < 0) {
+        free(ws);
+        return rc;
+    }
+    const void *(*skip)[2] = prefault_skips(m, ws, n, &n_skip);
+    const size_t n_fault = skip ? rvl_file_prefault_ranges(m->file, (const void *const (*)[2])skip,
+                                                           n_skip, FAULT_PIECE, NULL, 0) : 0;
+    load_job j = {.m = m, .tok = true, .n_items = n_pack + n_fault};
+    j.items = malloc((j.n_items + 1) * sizeof *j.items);
+    if (!skip || !j.items) {
+        free(ws);
+        free(skip);
+        free(j.items);
+        return rvl_seterr(RVL_ENOMEM, "out of memory");
+    }
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++)
+        if (ws[i]->packed)
+            k += pack_items(ws[i], j.items + k);
+    /* the ranges go into the items' a/b after the packing pieces */
+    const void *(*fr)[2] = malloc((n_fault + 1) * sizeof *fr);
+    if (!fr) {
+        free(ws);
+        free(skip);
+        free(j.items);
+        return rvl_seterr(RVL_ENOMEM, "out of memory");
+    }
+    rvl_file_prefault_ranges(m->file, (const void *const (*)[2])skip, n_skip, FAULT_PIECE, fr,
+                             n_fault);
+    for (size_t i = 0; i < n_fault; i++)
+        j.items[k++] = (load_item){.a = fr[i][0], .b = fr[i][1]};
+    free(fr);
+    free(skip);
     free(ws);
+
+    rvl_pool *pool = NULL;
+    if (n_threads != 1 && rvl_pool_open(&pool, n_threads) < 0)
+        pool = NULL; /* one thread does it all */
+    if (pool)
+        rvl_pool_run(pool, load_worker, &j);
+    else
+        load_worker(&j, 0, 1);
+    rvl_pool_close(pool);
+    free(j.items);
+    if (j.tok_rc < 0)
+        return rvl_seterr(j.tok_rc, "%s", j.tok_err);
     return 0;
 }
 
@@ -764,9 +901,7 @@ int rvl_model_open_params(rvl_model **out, const char *path, const rvl_model_par
         (rc = check_all_used(m)) < 0 ||
         (rc = rvl_experts_open(&m->xs, m, p ? p->expert_budget : 0)) < 0) /* before packing */
         goto fail;
-    if ((rc = pack_weights(m)) < 0 || (rc = prefault_unpacked(m)) < 0)
-        goto fail;
-    if ((rc = rvl_tok_open(&m->tok, m->file)) < 0)
+    if ((rc = load_on_pool(m, p ? (int)p->n_threads : 0)) < 0)
         goto fail;
     /* one row of the embedding and of the output per token, as llama.cpp
      * requires: ids without a row fail in rvl_decode mid-chat, rows
@@ -867,7 +1002,6 @@ int rvl_model_weight_rows(const rvl_weight_view *w, uint64_t row0, uint64_t n, f
  * Fingerprint: what a session file must have been made with.
  * ==================================================================== */
 
-#include <stdatomic.h>
 #include <xxhash.h>
 
 uint64_t rvl_model_fingerprint(const rvl_model *cm)

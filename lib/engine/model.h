@@ -76,7 +76,6 @@ struct rvl_model {
     struct rvl_tokenizer *tok;        /* owned */
     void *packed;                     /* owned: every weight's packed rows */
     size_t packed_bytes;
-    uint64_t packed_max_group;        /* largest group of packed rows, bytes */
     bool *used;                       /* owned while loading: the tensors the loader took */
     _Atomic uint64_t fingerprint;     /* 0: not computed yet (then set once;
                                          racing computations agree) */

@@ -148,25 +148,31 @@ const rvl_tensor_info *rvl_file_find_tensor(const rvl_file *f, const char *name)
     return NULL;
 }
 
-/* Map every page of a GGUF file into the page tables now, as llama.cpp's
+/* The parts of a GGUF file's mapping to populate now, as llama.cpp's
  * MAP_POPULATE does, so the first forward pass does not take ~25 000
- * minor faults per 100 MB of weights (time to first token). Best effort:
- * kernels without MADV_POPULATE_READ (Linux < 5.14) keep faulting lazily.
- * skip: n_skip [start, end) address ranges, sorted, left out (weights
- * read once for packing, model.c). */
-void rvl_file_prefault(const rvl_file *f, const void *const (*skip)[2], size_t n_skip)
+ * minor faults per 100 MB of weights (time to first token): the mapping
+ * but for the skipped [start, end) address ranges (sorted; weights read
+ * once for packing, rows read one at a time, model.c), in whole pages, cut
+ * into pieces of at most `piece` bytes that threads can populate side by
+ * side. Writes at most cap of them into out; returns how many there are.
+ * Kernels without MADV_POPULATE_READ (Linux < 5.14) fault lazily: none. */
+size_t rvl_file_prefault_ranges(const rvl_file *f, const void *const (*skip)[2], size_t n_skip,
+                                size_t piece, const void *(*out)[2], size_t cap)
 {
+    size_t n = 0;
 #ifdef MADV_POPULATE_READ
     if (f->fmt != RVL_FMT_GGUF || !f->map.base || !f->map.size)
-        return;
-    /* the gaps between the skipped ranges (sorted, not overlapping), in
-     * whole pages */
+        return 0;
     const uintptr_t pg = 4096, end = (uintptr_t)f->map.base + (uintptr_t)f->map.size;
+    piece = piece < pg ? pg : piece & ~(pg - 1);
     uintptr_t at = (uintptr_t)f->map.base;
     for (size_t i = 0; i <= n_skip; i++) {
         const uintptr_t stop = i < n_skip ? ((uintptr_t)skip[i][0] + pg - 1) & ~(pg - 1) : end;
-        if (stop > at)
-            (void)madvise((void *)at, stop - at, MADV_POPULATE_READ);
+        for (uintptr_t a = at; a < stop; a += piece, n++)
+            if (n < cap) {
+                out[n][0] = (const void *)a;
+                out[n][1] = (const void *)(stop - a > piece ? a + piece : stop);
+            }
         if (i < n_skip) {
             const uintptr_t next = (uintptr_t)skip[i][1] & ~(pg - 1);
             at = next > at ? next : at;
@@ -176,6 +182,9 @@ void rvl_file_prefault(const rvl_file *f, const void *const (*skip)[2], size_t n
     (void)f;
     (void)skip;
     (void)n_skip;
+    (void)piece;
+    (void)out;
+    (void)cap;
 #endif
+    return n;
 }
-

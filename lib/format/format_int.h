@@ -54,8 +54,10 @@ typedef struct {
     uint64_t size;
 } rvl_map;
 int rvl_map_file(rvl_map *m, const char *path);
-/* Populate the page tables of a GGUF file's mapping (best effort). */
-void rvl_file_prefault(const rvl_file *f, const void *const (*skip)[2], size_t n_skip);
+/* The pieces of a GGUF file's mapping to populate at load (file.c); at
+ * most cap into out, returns how many. */
+size_t rvl_file_prefault_ranges(const rvl_file *f, const void *const (*skip)[2], size_t n_skip,
+                                size_t piece, const void *(*out)[2], size_t cap);
 void rvl_map_unmap(rvl_map *m);
 
 /* The GGUF name of Hugging Face tensor `hf` of a model of family `arch`

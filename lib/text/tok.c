@@ -153,6 +153,12 @@ static int load_merges(rvl_tokenizer *t, const rvl_kv *kv, const char *path)
     t->mslot = calloc(cap, sizeof *t->mslot);
     if (!t->mslot)
         return rvl_seterr(RVL_ENOMEM, "tokenizer: out of memory");
+    /* each page written once before the probes: a probe reading a fresh
+     * page maps the shared zero page, and the insert after it copies the
+     * page and flushes the TLB of every CPU the process runs on (the model
+     * load opens the tokenizer beside its packing threads: ~500 IPIs) */
+    for (size_t o = 0; o < cap * sizeof *t->mslot; o += 4096)
+        ((volatile char *)t->mslot)[o] = 0;
     t->mmask = cap - 1;
 
     char *tmp = NULL;

@@ -901,7 +901,6 @@ static void kjob_step(rvl_bench *b, kjob *j)
 static void kjob_free(kjob *j)
 {
     free(j->mm.act);
-    free(j->mm.unpack);
     free(j->xf);
     free(j->x);
     free(j->y);
