@@ -706,7 +706,7 @@ int run_batch(const char *cmd, const run_batch_opts *o)
             goto out;
         }
     }
-    if ((rc = cli_model_open(&B.m, o->model_path, o->expert_budget)) < 0) {
+    if ((rc = cli_model_open(&B.m, o->model_path, o->expert_budget, (int)o->cp.n_threads)) < 0) {
         status = cli_fail(cmd, rc);
         goto out;
     }

@@ -1053,7 +1053,7 @@ static int serve_main(rvl_cmd *cmd, int argc, char **argv)
     rvl_interrupt_install();
 
     if ((rc = rvl_model_path(opt_model, path, sizeof path)) < 0 ||
-        (rc = cli_model_open(&m, path, opt_expert_budget)) < 0) {
+        (rc = cli_model_open(&m, path, opt_expert_budget, (int)opt_threads)) < 0) {
         status = cli_fail(name, rc);
         goto out;
     }
