@@ -174,7 +174,7 @@ AI void tile(int kind, int G, int T, int64_t nb, const uint8_t *w, size_t gsz,
     const size_t B = 16 * bsz(kind);
     const int sh = off_shift(kind);
     /* one token: two integer chains per block (exact sums), for latency */
-    const bool split = G * T < 4;
+    const bool split = true;
     __m512 acc[4][16];
     _Pragma("GCC unroll 4")
     for (int g = 0; g < G; g++)
