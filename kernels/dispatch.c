@@ -390,6 +390,8 @@ static void build(int isa)
             f->vec_dot = o->vec_dot;
     }
 #ifdef RVL_HAVE_X86
+    if (isa == RVL_ISA_AVX2) /* avx512 inherits it */
+        t[rvl_kformat_slot(RVL_K_Q8_0)].quantize_act = quantize_q8_0_act_avx2;
     if (isa == RVL_ISA_AVX2)
         for (size_t i = 0; i < sizeof avx2_gemms / sizeof avx2_gemms[0]; i++)
             if (!(avx2_gemms[i].need & ~cpu_caps))

@@ -272,6 +272,8 @@ typedef struct {
     rvl_gemm16_fn gemm16;        /* NULL: no 16-row layout (then pack16 and */
     rvl_pack_fn pack16;          /*  unpack16 are NULL too) */
     rvl_unpack_fn unpack16;
+    rvl_quantize_fn quantize_act;/* Q8_0: quantize a row and write rvl_act_sums' tail
+                                    in one pass (NULL: quantize, then rvl_act_sums) */
 } rvl_kformat;
 
 /* borrowed: static entry, or NULL for an unknown or removed type id. The

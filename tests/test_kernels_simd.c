@@ -624,6 +624,27 @@ static void test_gemm16_decode_gives_prompt_bits(void **state)
     }
     for (int v = 0; v < nv; v++) {
         const char *isa = rvl_dispatch_isa_name(vs[v]);
+        /* a Q8_0 activation row with its tail in one pass: the bytes of
+         * the quantizer then rvl_act_sums */
+        const rvl_kformat *aq = rvl_kformat_get_isa(RVL_K_Q8_0, vs[v]);
+        for (size_t k = 0; aq->quantize_act && k < sizeof lens / sizeof lens[0]; k++) {
+            const int64_t n = lens[k];
+            const size_t rb = rvl_act_sums_row_bytes(n);
+            float *x = xmalloc((size_t)n * sizeof(float));
+            uint8_t *a1 = xmalloc(rb), *a2 = xmalloc(rb);
+            fill(x, n, D_HEAVY);
+            memset(a1, 0x5A, rb); /* the padding before the sums: equal */
+            memset(a2, 0x5A, rb);
+            aq->quantize_act(x, a1, n, NULL);
+            aq->quantize(x, a2, n, NULL);
+            rvl_act_sums(a2, n);
+            if (memcmp(a1, a2, rb))
+                fail_msg("%s quantize_act n=%lld differs from quantize + rvl_act_sums", isa,
+                         (long long)n);
+            free(x);
+            free(a1);
+            free(a2);
+        }
         for (size_t i = 0; (f = rvl_kformat_at(i)) != NULL; i++) {
             const rvl_kformat *fx = rvl_kformat_get_isa(f->type, vs[v]);
             if (!fx->gemm16)

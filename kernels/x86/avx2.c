@@ -169,6 +169,23 @@ void quantize_q8_0_avx2(const float *x, void *vy, int64_t n, const float *qw)
     }
 }
 
+/* A Q8_0 activation row and its block sums and scales (formats.h
+ * rvl_act_sums): the same bytes as quantize_q8_0 then rvl_act_sums. */
+void quantize_q8_0_act_avx2(const float *x, void *vy, int64_t n, const float *qw)
+{
+    (void)qw;
+    block_q8_0 *y = vy;
+    unsigned char *tail = (unsigned char *)vy + rvl_act_sums_offset(n);
+    for (int64_t i = 0; i < n / 32; i++) {
+        float d;
+        const int32_t sum = q8_block(x + 32 * i, y[i].qs, &d);
+        y[i].d = _cvtss_sh(d, 0);
+        const float dd = _cvtsh_ss(y[i].d);
+        memcpy(tail + 4 * i, &sum, 4);
+        memcpy(tail + 4 * (n / 32) + 4 * i, &dd, 4);
+    }
+}
+
 void quantize_q8_1_avx2(const float *x, void *vy, int64_t n, const float *qw)
 {
     (void)qw;

@@ -31,6 +31,7 @@ float vec_dot_f16_f16_avx2(int64_t n, const void *w, const void *a);
 float vec_dot_bf16_bf16_avx2(int64_t n, const void *w, const void *a);
 void quantize_q8_0_avx2(const float *x, void *y, int64_t n, const float *qw);
 void quantize_q8_1_avx2(const float *x, void *y, int64_t n, const float *qw);
+void quantize_q8_0_act_avx2(const float *x, void *y, int64_t n, const float *qw);
 void quantize_q8_K_avx2(const float *x, void *y, int64_t n, const float *qw);
 void quantize_f16_avx2(const float *x, void *y, int64_t n, const float *qw);
 void quantize_bf16_avx2(const float *x, void *y, int64_t n, const float *qw);

@@ -112,9 +112,13 @@ static void quant_rows(void *arg, int ith, int nth)
 {
     const quant_job *j = arg;
     for (uint32_t t = (uint32_t)ith; t < j->nb; t += (uint32_t)nth) {
+        /* Q8_0: with the block sums and scales the 16-row kernels read
+         * (formats.h gemm16; act_stride has room for them) */
+        if (j->af->quantize_act) {
+            j->af->quantize_act(j->x + t * j->x_stride, j->out + t * j->out_stride, j->n, NULL);
+            continue;
+        }
         j->af->quantize(j->x + t * j->x_stride, j->out + t * j->out_stride, j->n, NULL);
-        /* the block sums and scales the 16-row kernels read (formats.h
-         * gemm16; act_stride has room for them) */
         if (j->af->type == RVL_K_Q8_0)
             rvl_act_sums(j->out + t * j->out_stride, j->n);
     }
