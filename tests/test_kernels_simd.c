@@ -487,7 +487,8 @@ static void test_every_gemm_matches_ref_dot_for_every_tile(void **state)
 
 static void check_gemm16(const rvl_kformat *fx, const char *isa, int64_t n, int odd)
 {
-    enum { NG = 3, ROWS = 16 * NG, NT = 37 }; /* 37 tokens: tiles of 16, 16, 4, 1 */
+    /* 37 tokens: tiles of 16, 16, 4, 1; 5 groups: decode takes 4, then 1 */
+    enum { NG = 5, ROWS = 16 * NG, NT = 37 };
     const rvl_kformat *fr = rvl_kformat_get_isa(fx->type, RVL_ISA_REF);
     const rvl_kformat *ar = rvl_kformat_get_isa(fr->vec_dot_type, RVL_ISA_REF);
     /* Q8_0 activations carry their block sums and scales (rvl_act_sums) */
