@@ -16,17 +16,17 @@
  * (actlc: its lower-case kernel name). */
 #define W(id, nm, bs, ts, fl, fmt, act, actlc)                                     \
     AT(id) = { nm, RVL_K_##id, bs, ts, 0, fl, RVL_K_##act, quantize_##fmt##_ref,  \
-               dequantize_##fmt##_ref, vec_dot_##fmt##_##actlc##_ref, NULL, NULL, NULL, NULL }
+               dequantize_##fmt##_ref, vec_dot_##fmt##_##actlc##_ref, NULL, NULL, NULL, NULL, NULL }
 /* An activation format: quantize and dequantize, no dot of its own. */
 #define ACT(id, nm, bs, ts, fmt)                                                   \
     AT(id) = { nm, RVL_K_##id, bs, ts, 0, A, RVL_K_##id, quantize_##fmt##_ref,    \
-               dequantize_##fmt##_ref, NULL, NULL, NULL, NULL, NULL }
+               dequantize_##fmt##_ref, NULL, NULL, NULL, NULL, NULL, NULL }
 /* Dequantize only (files from llama.cpp; no quantizer, no dot yet). */
 #define D(id, nm, bs, ts, fmt)                                                     \
-    AT(id) = { nm, RVL_K_##id, bs, ts, 0, Q, RVL_K_F32, NULL, dequantize_##fmt##_ref, NULL, NULL, NULL, NULL, NULL }
+    AT(id) = { nm, RVL_K_##id, bs, ts, 0, Q, RVL_K_F32, NULL, dequantize_##fmt##_ref, NULL, NULL, NULL, NULL, NULL, NULL }
 /* Geometry only. */
 #define G(id, nm, bs, ts)                                                          \
-    AT(id) = { nm, RVL_K_##id, bs, ts, 0, 0, RVL_K_F32, NULL, NULL, NULL, NULL, NULL, NULL, NULL }
+    AT(id) = { nm, RVL_K_##id, bs, ts, 0, 0, RVL_K_F32, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL }
 
 /* ggml's ids 0..41 (holes: removed types) */
 #define BASE 0
@@ -65,7 +65,7 @@ static const rvl_kformat ggml_table[RVL_K_GGML_COUNT] = {
     W(MXFP4, "MXFP4", 32, 17, Q, mxfp4, Q8_0, q8_0),
     D(NVFP4, "NVFP4", 64, 36, nvfp4),
     AT(Q1_0) = { "Q1_0", RVL_K_Q1_0, 128, 18, 0, Q, RVL_K_F32, quantize_q1_0_ref,
-                 dequantize_q1_0_ref, NULL, NULL, NULL, NULL, NULL },
+                 dequantize_q1_0_ref, NULL, NULL, NULL, NULL, NULL, NULL },
 };
 #undef BASE
 
@@ -90,7 +90,7 @@ static const rvl_kformat rvl_table[RVL_K_RVL_END - RVL_K_RVL_FIRST] = {
      * 4-byte row header */
     AT(RVL_I8_ROW) = { "RVL_I8_ROW", RVL_K_RVL_I8_ROW, 32, 32, RVL_I8_ROW_HEADER, P,
                        RVL_K_Q8_0, quantize_rvl_i8_row_ref, dequantize_rvl_i8_row_ref,
-                       vec_dot_rvl_i8_row_q8_0_ref, NULL, NULL, NULL, NULL },
+                       vec_dot_rvl_i8_row_q8_0_ref, NULL, NULL, NULL, NULL, NULL },
     W(RVL_I8_G64, "RVL_I8_G64", 64, 66, P, rvl_i8_g64, Q8_0, q8_0),
     W(RVL_I8_G128, "RVL_I8_G128", 128, 130, P, rvl_i8_g128, Q8_0, q8_0),
     W(MLX_A4_G64, "MLX_A4_G64", 64, 40, P, mlx_a4_g64, Q8_0, q8_0),
