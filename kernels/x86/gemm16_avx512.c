@@ -12,13 +12,17 @@
  * sums that follow the activation row: rvl_act_sums), so each lane holds
  * exactly sum((level - offset) * a). Then per block and token one convert
  * and one FMA with d_w * d_a for the 16 rows: no shuffle, no reduction.
- * A block's levels are unpacked once for up to 16 tokens.
+ * A block's levels are unpacked once for up to 16 tokens (K-quants 8);
+ * decode takes four groups of 16 rows at a time (K-quants one).
+ * The K-quants (tile_k4, tile_q6, tile_xs) do the same per group of 32
+ * or 16 values, times the integer scales, with the mins or offsets from
+ * the Q8_K block sums.
  *
  * Every (row, token) result is the same chain of float operations
  * (block order, FMA) whatever the number of tokens and how they are
  * tiled; the integer parts are exact, so splitting them into two chains
- * (decode, for latency) changes nothing. Decode (nt = 1) therefore gives
- * the bits of prompt processing.
+ * (for latency) changes nothing. Decode (nt = 1) therefore gives the
+ * bits of prompt processing.
  */
 #include "x86/x86.h"
 
@@ -31,9 +35,6 @@ RVL_X86_TARGET_BEGIN("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")
 
 #include "x86/common.h"
 
-#ifndef RVL_G16_PF
-#define RVL_G16_PF 1
-#endif
 
 /* the 32-value formats, then the K-quants (K_IS_K) */
 enum { K_Q4_0, K_IQ4_NL, K_Q5_0, K_Q8_0, K_Q4_1, K_Q5_1, K_MXFP4, K_Q4_K, K_Q5_K, K_Q6_K, K_IQ4_XS };
@@ -173,8 +174,6 @@ AI void tile(int kind, int G, int T, int64_t nb, const uint8_t *w, size_t gsz,
 {
     const size_t B = 16 * bsz(kind);
     const int sh = off_shift(kind);
-    /* one token: two integer chains per block (exact sums), for latency */
-    const bool split = true;
     __m512 acc[4][16];
     _Pragma("GCC unroll 4")
     for (int g = 0; g < G; g++)
@@ -185,7 +184,7 @@ AI void tile(int kind, int G, int T, int64_t nb, const uint8_t *w, size_t gsz,
         _Pragma("GCC unroll 4")
         for (int g = 0; g < G; g++) {
             const uint8_t *blk = w + (size_t)g * gsz + (size_t)i * B;
-            if (T == 1 && RVL_G16_PF)
+            if (T == 1)
                 prefetch_block(blk, B);
             __m512i lv[8];
             levels(kind, blk, lv);
@@ -198,17 +197,17 @@ AI void tile(int kind, int G, int T, int64_t nb, const uint8_t *w, size_t gsz,
                 __m512i ia = _mm512_setzero_si512();
                 if (!HAS_M(kind))
                     ia = _mm512_set1_epi32(ld32(ap[t] + soff + 4 * (size_t)i) * -(1 << sh));
+                /* two integer chains (exact sums): half the latency */
                 __m512i ib = _mm512_setzero_si512();
                 _Pragma("GCC unroll 8")
                 for (int v = 0; v < 8; v++) {
                     const __m512i a = _mm512_set1_epi32(ld32(ab + a_off(kind, v)));
-                    if (split && (v & 1))
+                    if (v & 1)
                         ib = _mm512_dpbusd_epi32(ib, lv[v], a);
                     else
                         ia = _mm512_dpbusd_epi32(ia, lv[v], a);
                 }
-                if (split)
-                    ia = _mm512_add_epi32(ia, ib);
+                ia = _mm512_add_epi32(ia, ib);
                 if (HAS_M(kind)) { /* d_a and s_a in the Q8_1 block */
                     const uint8_t *a1 = ap[t] + (size_t)i * asz;
                     const __m512 d = _mm512_mul_ps(dw, _mm512_set1_ps(f16at(a1)));
@@ -275,7 +274,7 @@ AI void tile_k4(int q5, int G, int T, int64_t nb, const uint8_t *w, size_t gsz,
         _Pragma("GCC unroll 2")
         for (int g = 0; g < G; g++) {
             const uint8_t *blk = w + (size_t)g * gsz + (size_t)i * B;
-            if (T == 1 && RVL_G16_PF)
+            if (T == 1)
                 prefetch_far(blk, B);
             const __m512i p[3] = {ld512(blk + 64), ld512(blk + 128), ld512(blk + 192)};
             __m512i sc[8], mn[8];
@@ -473,7 +472,7 @@ AI void tile_q6(int G, int T, int64_t nb, const uint8_t *w, size_t gsz, const ui
         _Pragma("GCC unroll 2")
         for (int g = 0; g < G; g++) {
             const uint8_t *blk = w + (size_t)g * gsz + (size_t)i * B;
-            if (T == 1 && RVL_G16_PF)
+            if (T == 1)
                 prefetch_far(blk, B);
             /* the 16 signed scales, lane r = row r's, and as int16 pairs:
              * for one or two tokens made where they are used (kept, they
