@@ -125,7 +125,9 @@ printf '%s\n' "$long_msg" >"$TMP/msg"
 pid=$!
 wait_sigint_handler $pid
 i=0
-while [ $i -lt 200 ] && ! ls -l "/proc/$pid/fd" 2>/dev/null | grep -q -F "$(basename "$MODEL")"; do
+# the model mapped (the file's descriptor is open only while it loads,
+# which now takes a few milliseconds)
+while [ $i -lt 200 ] && ! grep -q -F "$(basename "$MODEL")" "/proc/$pid/maps" 2>/dev/null; do
     sleep 0.05; i=$((i + 1)); done
 sleep 0.3
 kill -INT $pid

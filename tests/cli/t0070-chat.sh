@@ -76,7 +76,8 @@ out_has "Hello"
 assert "the second reply answers 2+2" "grep -q -i -e '4' -e 'four' \"\$OUT\""
 out_lacks "im_end"
 out_lacks ">>>"
-err_empty
+# nothing on stderr but, where a sampled reply runs to -n, the limit's marker
+assert "stderr: nothing but the -n marker" "! grep -v -x -F '[stopped at -n 40 tokens]' \"\$ERR\" | grep -q ."
 assert "no escape sequences when not on a terminal" "! grep -q \"\$(printf '\\033')\" \"\$OUT\" \"\$ERR\""
 cp "$OUT" "$TMP/two-replies"
 

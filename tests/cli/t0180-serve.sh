@@ -163,6 +163,8 @@ req GET /metrics
 assert "metrics show the stream's sequence running" "grep -q '^ruvllm_running_sequences 1$' '$OUT'"
 assert "and its KV cache in use" "grep -q '^ruvllm_kv_cache_tokens [1-9]' '$OUT'"
 assert "and its KV bytes" "grep -q '^ruvllm_kv_cache_bytes [1-9]' '$OUT'"
+# the client leaves now (512 positions take under 3 s to generate)
+kill $CURL 2>/dev/null
 wait $CURL
 assert "the stream had begun when the client left" "grep -q '^data: {' '$TMP/cut.txt'"
 i=0
