@@ -258,22 +258,19 @@ AI void k4_scales(const __m512i p[3], __m512i sc[8], __m512i mn[8])
 
 /* q5: Q5_K, whose 8 pieces of qh follow the scales: bit 2k of a qh byte
  * is bit 4 of its element in group 2k, bit 2k + 1 in group 2k + 1 */
-AI void tile_k4(int q5, int G, int T, int64_t nb, const uint8_t *w, size_t gsz,
-                const uint8_t *const *ap, float *y, size_t y_stride)
+AI void tile_k4(int q5, int T, int64_t nb, const uint8_t *w, const uint8_t *const *ap, float *y,
+                size_t y_stride)
 {
     const size_t B = 16 * (q5 ? sizeof(block_q5_K) : sizeof(block_q4_K)), A = sizeof(block_q8_K);
     const size_t qo = q5 ? 256 + 512 : 256;
     const __m512i m4 = _mm512_set1_epi8(0x0F);
-    __m512 acc[2][16];
-    _Pragma("GCC unroll 2")
-    for (int g = 0; g < G; g++)
-        _Pragma("GCC unroll 16")
-        for (int t = 0; t < T; t++)
-            acc[g][t] = _mm512_setzero_ps();
+    __m512 acc[16];
+    _Pragma("GCC unroll 16")
+    for (int t = 0; t < T; t++)
+        acc[t] = _mm512_setzero_ps();
     for (int64_t i = 0; i < nb; i++) {
-        _Pragma("GCC unroll 2")
-        for (int g = 0; g < G; g++) {
-            const uint8_t *blk = w + (size_t)g * gsz + (size_t)i * B;
+        {
+            const uint8_t *blk = w + (size_t)i * B;
             if (T == 1)
                 prefetch_far(blk, B);
             const __m512i p[3] = {ld512(blk + 64), ld512(blk + 128), ld512(blk + 192)};
@@ -338,16 +335,14 @@ AI void tile_k4(int q5, int G, int T, int64_t nb, const uint8_t *w, size_t gsz,
                     s2 = _mm512_dpwssd_epi32(s2, mp[k], _mm512_set1_epi32((int)pr));
                 }
                 const __m512 da = _mm512_set1_ps(ldf(ab));
-                acc[g][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s1[t]), _mm512_mul_ps(dw, da), acc[g][t]);
-                acc[g][t] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(s2), _mm512_mul_ps(dmw, da), acc[g][t]);
+                acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s1[t]), _mm512_mul_ps(dw, da), acc[t]);
+                acc[t] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(s2), _mm512_mul_ps(dmw, da), acc[t]);
             }
         }
     }
-    _Pragma("GCC unroll 2")
-    for (int g = 0; g < G; g++)
-        _Pragma("GCC unroll 16")
-        for (int t = 0; t < T; t++)
-            _mm512_storeu_ps(y + (size_t)t * y_stride + 16 * g, acc[g][t]);
+    _Pragma("GCC unroll 16")
+    for (int t = 0; t < T; t++)
+        _mm512_storeu_ps(y + (size_t)t * y_stride, acc[t]);
 }
 
 /* ---- IQ4_XS x Q8_K ----------------------------------------------------
@@ -457,21 +452,18 @@ AI __m512i q6_pair(const __m512i pc[4], int k)
                            _mm512_slli_epi32(q6_scale(pc, 2 * k + 1), 16));
 }
 
-AI void tile_q6(int G, int T, int64_t nb, const uint8_t *w, size_t gsz, const uint8_t *const *ap,
-                float *y, size_t y_stride)
+AI void tile_q6(int T, int64_t nb, const uint8_t *w, const uint8_t *const *ap, float *y,
+                size_t y_stride)
 {
     const size_t B = 16 * sizeof(block_q6_K), A = sizeof(block_q8_K);
     const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
-    __m512 acc[2][16];
-    _Pragma("GCC unroll 2")
-    for (int g = 0; g < G; g++)
-        _Pragma("GCC unroll 16")
-        for (int t = 0; t < T; t++)
-            acc[g][t] = _mm512_setzero_ps();
+    __m512 acc[16];
+    _Pragma("GCC unroll 16")
+    for (int t = 0; t < T; t++)
+        acc[t] = _mm512_setzero_ps();
     for (int64_t i = 0; i < nb; i++) {
-        _Pragma("GCC unroll 2")
-        for (int g = 0; g < G; g++) {
-            const uint8_t *blk = w + (size_t)g * gsz + (size_t)i * B;
+        {
+            const uint8_t *blk = w + (size_t)i * B;
             if (T == 1)
                 prefetch_far(blk, B);
             /* the 16 signed scales, lane r = row r's, and as int16 pairs:
@@ -538,15 +530,13 @@ AI void tile_q6(int G, int T, int64_t nb, const uint8_t *w, size_t gsz, const ui
                                              _mm512_set1_epi32(ld32(ab + 4 + 256 + 4 * k)));
                 const __m512i tot = _mm512_sub_epi32(s1[t], _mm512_slli_epi32(s2, 5));
                 const __m512 da = _mm512_set1_ps(ldf(ab));
-                acc[g][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(tot), _mm512_mul_ps(dw, da), acc[g][t]);
+                acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(tot), _mm512_mul_ps(dw, da), acc[t]);
             }
         }
     }
-    _Pragma("GCC unroll 2")
-    for (int g = 0; g < G; g++)
-        _Pragma("GCC unroll 16")
-        for (int t = 0; t < T; t++)
-            _mm512_storeu_ps(y + (size_t)t * y_stride + 16 * g, acc[g][t]);
+    _Pragma("GCC unroll 16")
+    for (int t = 0; t < T; t++)
+        _mm512_storeu_ps(y + (size_t)t * y_stride, acc[t]);
 }
 
 /* ---- the driver -------------------------------------------------------- */
@@ -558,9 +548,9 @@ AI void tile_any(int kind, int G, int T, int64_t nb, const uint8_t *w, size_t gs
 {
     /* the K-quants take one group at a time (see drive) */
     if (kind == K_Q4_K || kind == K_Q5_K)
-        tile_k4(kind == K_Q5_K, 1, T, nb, w, gsz, ap, y, y_stride);
+        tile_k4(kind == K_Q5_K, T, nb, w, ap, y, y_stride);
     else if (kind == K_Q6_K)
-        tile_q6(1, T, nb, w, gsz, ap, y, y_stride);
+        tile_q6(T, nb, w, ap, y, y_stride);
     else if (kind == K_IQ4_XS)
         tile_xs(T, nb, w, ap, y, y_stride); /* G = 1 */
     else
